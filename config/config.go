@@ -1,0 +1,148 @@
+// Package config holds the YAML configuration of veil-exporter: schema, defaults,
+// strict parsing, validation and secrets.
+package config
+
+import "time"
+
+// Config is the whole configuration file (DESIGN.md §4).
+type Config struct {
+	Controllers []Controller `yaml:"controllers"`
+	Collect     Collect      `yaml:"collect"`
+	Guest       Guest        `yaml:"guest"`
+	Events      Events       `yaml:"events"`
+	NATS        NATS         `yaml:"nats"`
+}
+
+// Controller is one platform controller to collect from.
+type Controller struct {
+	Name                 string        `yaml:"name"`
+	URL                  string        `yaml:"url"`
+	Token                Secret        `yaml:"token"`
+	TokenFile            string        `yaml:"token_file"`
+	TLS                  TLS           `yaml:"tls"`
+	Timeout              time.Duration `yaml:"timeout"`
+	MaxConcurrency       int           `yaml:"max_concurrency"`
+	MaxRequestsPerSecond float64       `yaml:"max_requests_per_second"`
+}
+
+// TLS configures the connection to a controller.
+type TLS struct {
+	CAFile             string `yaml:"ca_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// Collect configures inventory collection.
+type Collect struct {
+	Interval      time.Duration `yaml:"interval"`
+	Nodes         bool          `yaml:"nodes"`
+	Clusters      bool          `yaml:"clusters"`
+	Datapools     bool          `yaml:"datapools"`
+	Domains       bool          `yaml:"domains"`
+	Tasks         bool          `yaml:"tasks"`
+	DomainInclude string        `yaml:"domain_include"`
+	DomainExclude string        `yaml:"domain_exclude"`
+}
+
+// Guest configures guest-agent checks.
+type Guest struct {
+	Enabled        bool          `yaml:"enabled"`
+	PingInterval   time.Duration `yaml:"ping_interval"`
+	OSInfoInterval time.Duration `yaml:"osinfo_interval"`
+	FSInfoInterval time.Duration `yaml:"fsinfo_interval"`
+	TimeInterval   time.Duration `yaml:"time_interval"`
+	CommandTimeout time.Duration `yaml:"command_timeout"`
+	Concurrency    int           `yaml:"concurrency"`
+	FSTypesExclude []string      `yaml:"fs_types_exclude"`
+}
+
+// Events configures the event forwarder.
+type Events struct {
+	Enabled      bool          `yaml:"enabled"`
+	PollInterval time.Duration `yaml:"poll_interval"`
+	PageSize     int           `yaml:"page_size"`
+	Order        string        `yaml:"order"` // auto | newest_first | oldest_first
+	Start        string        `yaml:"start"` // latest | earliest
+	Checkpoint   Checkpoint    `yaml:"checkpoint"`
+}
+
+// Checkpoint says where the event position is stored.
+type Checkpoint struct {
+	Store string `yaml:"store"` // file | nats_kv
+	Dir   string `yaml:"dir"`
+}
+
+// NATS configures the connection events are published on.
+type NATS struct {
+	URL           string    `yaml:"url"`
+	CredsFile     string    `yaml:"creds_file"`
+	NKeyFile      string    `yaml:"nkey_file"`
+	User          string    `yaml:"user"`
+	Password      Secret    `yaml:"password"`
+	TLS           NATSTLS   `yaml:"tls"`
+	SubjectPrefix string    `yaml:"subject_prefix"`
+	JetStream     JetStream `yaml:"jetstream"`
+	Embedded      Embedded  `yaml:"embedded"`
+}
+
+// NATSTLS configures TLS towards NATS.
+type NATSTLS struct {
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// JetStream configures publishing with acknowledgements.
+type JetStream struct {
+	Enabled         bool          `yaml:"enabled"`
+	Stream          string        `yaml:"stream"`
+	CreateStream    bool          `yaml:"create_stream"`
+	DuplicateWindow time.Duration `yaml:"duplicate_window"`
+	PublishTimeout  time.Duration `yaml:"publish_timeout"`
+	MaxPending      int           `yaml:"max_pending"`
+}
+
+// Embedded runs a NATS server inside the daemon.
+type Embedded struct {
+	Enabled  bool   `yaml:"enabled"`
+	Listen   string `yaml:"listen"`
+	StoreDir string `yaml:"store_dir"`
+}
+
+// Secret is a string that never prints itself.
+type Secret string
+
+// String hides the value; use string(s) where the value is really needed.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "<secret>"
+}
+
+// MarshalYAML keeps secrets out of dumped configs.
+func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
+
+// Default returns the configuration with every default of DESIGN.md §4 and no controllers.
+func Default() Config {
+	return Config{
+		Collect: Collect{Interval: 30 * time.Second, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true},
+		Guest: Guest{
+			Enabled: true, PingInterval: 30 * time.Second, OSInfoInterval: 10 * time.Minute,
+			FSInfoInterval: time.Minute, TimeInterval: 5 * time.Minute, CommandTimeout: 5 * time.Second,
+			Concurrency:    8,
+			FSTypesExclude: []string{"tmpfs", "devtmpfs", "overlay", "squashfs", "proc", "sysfs", "cgroup", "cgroup2"},
+		},
+		Events: Events{
+			Enabled: true, PollInterval: 5 * time.Second, PageSize: 100, Order: "auto", Start: "latest",
+			Checkpoint: Checkpoint{Store: "file", Dir: "/var/lib/veil-exporter"},
+		},
+		NATS: NATS{
+			URL: "nats://127.0.0.1:4222", SubjectPrefix: "veil.events",
+			JetStream: JetStream{Enabled: true, Stream: "VEIL_EVENTS", CreateStream: true, DuplicateWindow: time.Hour, PublishTimeout: 5 * time.Second, MaxPending: 1000},
+			Embedded:  Embedded{Listen: "127.0.0.1:4222", StoreDir: "/var/lib/veil-exporter/nats"},
+		},
+	}
+}
+
+// ControllerDefaults are applied to every controller entry that leaves a field empty.
+var controllerDefaults = Controller{Timeout: 10 * time.Second, MaxConcurrency: 8, MaxRequestsPerSecond: 50}

@@ -1,0 +1,203 @@
+package veil
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Power states of a domain (user_power_state).
+const (
+	PowerUndefined = 0
+	PowerOff       = 1
+	PowerSuspended = 2
+	PowerOn        = 3
+)
+
+// Final task statuses; every other status (IN_PROGRESS) means the task still runs.
+const (
+	TaskInProgress = "IN_PROGRESS"
+	TaskSuccess    = "SUCCESS"
+	TaskFailed     = "FAILED"
+	TaskCanceled   = "CANCELED"
+	TaskLost       = "LOST"
+	TaskPartial    = "PARTIAL"
+)
+
+// Number decodes a JSON number, a numeric string ("2.49"), null or "" (as 0).
+// The real platform sends some numbers as strings.
+type Number float64
+
+// Ref is a reference to another object: the platform sends either {"id":..,"verbose_name":..}
+// or a bare uuid string.
+type Ref struct {
+	ID          string `json:"id"`
+	VerboseName string `json:"verbose_name"`
+}
+
+// Node is a hypervisor host (GET /api/nodes/).
+type Node struct {
+	ID                 string  `json:"id"`
+	VerboseName        string  `json:"verbose_name"`
+	Status             string  `json:"status"`
+	CPUCount           Number  `json:"cpu_count"`
+	MemoryCount        Number  `json:"memory_count"` // MiB
+	ManagementIP       string  `json:"management_ip"`
+	DomainsCount       Number  `json:"domains_count"`
+	DomainsOnCount     Number  `json:"domains_on_count"`
+	Cluster            Ref     `json:"cluster"`
+	DatacenterName     string  `json:"datacenter_name"`
+	DatacenterID       string  `json:"datacenter_id"`
+	CPUUsedPercentUser *Number `json:"cpu_used_percent_user"`
+	MemUsedPercentUser *Number `json:"mem_used_percent_user"`
+	// Detail only.
+	Version    string          `json:"version"`
+	Ballooning *bool           `json:"ballooning"`
+	Uptime     json.RawMessage `json:"uptime"`
+	Created    string          `json:"created"`
+	Modified   string          `json:"modified"`
+}
+
+// Cluster is a group of nodes (GET /api/clusters/).
+type Cluster struct {
+	ID                 string  `json:"id"`
+	VerboseName        string  `json:"verbose_name"`
+	Status             string  `json:"status"`
+	CPUCount           Number  `json:"cpu_count"`
+	MemoryCount        Number  `json:"memory_count"` // MiB
+	NodesCount         Number  `json:"nodes_count"`
+	CPUUsedPercentUser *Number `json:"cpu_used_percent_user"`
+	MemUsedPercentUser *Number `json:"mem_used_percent_user"`
+}
+
+// Datapool is a storage pool (GET /api/data-pools/). Sizes are in MiB.
+type Datapool struct {
+	ID             string          `json:"id"`
+	VerboseName    string          `json:"verbose_name"`
+	Status         string          `json:"status"`
+	Type           string          `json:"type"`
+	Size           Number          `json:"size"`
+	UsedSpace      Number          `json:"used_space"`
+	FreeSpace      Number          `json:"free_space"`
+	NodesConnected json.RawMessage `json:"nodes_connected"`
+	VdiskCount     Number          `json:"vdisk_count"`
+	FileCount      Number          `json:"file_count"`
+	IsoCount       Number          `json:"iso_count"`
+}
+
+// GuestUtils is what the platform knows of a domain's guest agent; empty ({}) without an agent.
+type GuestUtils struct {
+	VeilState  bool     `json:"veil_state"`
+	Version    string   `json:"version"`
+	Hostname   string   `json:"hostname"`
+	IPv4       []string `json:"ipv4"`
+	Interfaces []string `json:"interfaces"`
+	QemuState  bool     `json:"qemu_state"` // the QEMU guest agent answers
+}
+
+// Domain is a virtual machine (GET /api/domains/).
+type Domain struct {
+	ID                 string     `json:"id"`
+	VerboseName        string     `json:"verbose_name"`
+	Status             string     `json:"status"`
+	UserPowerState     Number     `json:"user_power_state"`
+	CPUCount           Number     `json:"cpu_count"`
+	MemoryCount        Number     `json:"memory_count"` // MiB
+	Node               Ref        `json:"node"`
+	Parent             *Ref       `json:"parent"`
+	Template           bool       `json:"template"`
+	Thin               bool       `json:"thin"`
+	GuestUtils         GuestUtils `json:"guest_utils"`
+	CPUUsedPercentUser *Number    `json:"cpu_used_percent_user"`
+	MemUsedPercentUser *Number    `json:"mem_used_percent_user"`
+	VdisksCount        Number     `json:"vdisks_count"`
+	// Detail only.
+	OSType    string `json:"os_type"`
+	OSVersion string `json:"os_version"`
+	Cluster   Ref    `json:"cluster"`
+}
+
+// Task is an operation of the platform (GET /api/tasks/).
+type Task struct {
+	ID           string          `json:"id"`
+	VerboseName  string          `json:"verbose_name"`
+	Name         string          `json:"name"`
+	Status       string          `json:"status"`
+	Progress     Number          `json:"progress"`
+	Created      Time            `json:"created"`
+	FinishedTime Time            `json:"finished_time"`
+	Executed     Number          `json:"executed"` // seconds; 0 while running, a string when done
+	ErrorMessage string          `json:"error_message"`
+	Entities     json.RawMessage `json:"entities"`
+}
+
+// Final reports whether the task has reached a final status.
+func (t *Task) Final() bool {
+	switch t.Status {
+	case TaskSuccess, TaskFailed, TaskCanceled, TaskLost, TaskPartial:
+		return true
+	}
+	return false
+}
+
+// Event is one entry of the platform's journal (GET /api/events/). Raw holds the object exactly
+// as the API returned it, so it can be forwarded byte for byte.
+type Event struct {
+	ID       string          `json:"id"`
+	Type     string          `json:"type"`
+	Message  string          `json:"message"`
+	User     string          `json:"user"`
+	Created  Time            `json:"created"`
+	Task     string          `json:"task"`
+	Entities []EventEntity   `json:"entities"`
+	Raw      json.RawMessage `json:"-"`
+}
+
+// EventEntity names an object an event is about.
+type EventEntity struct {
+	UUID  string `json:"entity_uuid"`
+	Class string `json:"entity_class"`
+}
+
+// Time decodes the platform's ISO 8601 timestamps ("2021-08-20T10:08:09.761081Z"); null or "" is zero.
+type Time struct{ time.Time }
+
+// TaskEnvelope is the answer of an asynchronous operation: data_with_entity or data_without_entity.
+// Entity is "_entity" or, as vendor code shows, "entity" (an object or a uuid string).
+type TaskEnvelope struct {
+	Task   Task            `json:"_task"`
+	Entity json.RawMessage `json:"-"`
+}
+
+// GuestOSInfo is the result of guest-get-osinfo; every field is optional.
+type GuestOSInfo struct {
+	ID            string `json:"id"`
+	Name          string `json:"name"`
+	PrettyName    string `json:"pretty-name"`
+	Version       string `json:"version"`
+	VersionID     string `json:"version-id"`
+	Variant       string `json:"variant"`
+	VariantID     string `json:"variant-id"`
+	KernelRelease string `json:"kernel-release"`
+	KernelVersion string `json:"kernel-version"`
+	Machine       string `json:"machine"`
+}
+
+// GuestFilesystem is one entry of guest-get-fsinfo. Sizes are nil when the guest does not report them.
+type GuestFilesystem struct {
+	Name       string          `json:"name"`
+	Mountpoint string          `json:"mountpoint"`
+	Type       string          `json:"type"`
+	Disk       json.RawMessage `json:"disk"`
+	UsedBytes  *Number         `json:"used-bytes"`
+	TotalBytes *Number         `json:"total-bytes"`
+}
+
+// GuestInfo is the result of guest-info.
+type GuestInfo struct {
+	Version           string `json:"version"`
+	SupportedCommands []struct {
+		Name            string `json:"name"`
+		Enabled         bool   `json:"enabled"`
+		SuccessResponse bool   `json:"success-response"`
+	} `json:"supported_commands"`
+}
