@@ -1,0 +1,182 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestParseAppliesDefaults(t *testing.T) {
+	cfg, err := Parse([]byte("controllers:\n  - name: prod\n    url: https://veil.example.com\n    token: abc\nevents: {enabled: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Controllers[0]
+	if c.Timeout != 10*time.Second || c.MaxConcurrency != 8 || c.MaxRequestsPerSecond != 50 {
+		t.Errorf("controller defaults not applied: %+v", c)
+	}
+	def := Default()
+	if cfg.Collect != def.Collect {
+		t.Errorf("collect = %+v, want defaults %+v", cfg.Collect, def.Collect)
+	}
+	if cfg.Guest.PingInterval != 30*time.Second || len(cfg.Guest.FSTypesExclude) != 8 {
+		t.Errorf("guest defaults not applied: %+v", cfg.Guest)
+	}
+	if cfg.Events.Enabled {
+		t.Error("events.enabled: false was not honoured")
+	}
+	if cfg.Events.PageSize != 100 || cfg.NATS.JetStream.Stream != "VEIL_EVENTS" {
+		t.Errorf("nested defaults lost when a sibling key is set: %+v %+v", cfg.Events, cfg.NATS.JetStream)
+	}
+}
+
+func TestExampleConfigIsValid(t *testing.T) {
+	data, err := os.ReadFile("../config.example.yaml")
+	if err != nil {
+		t.Skip("no example config:", err)
+	}
+	// The example points at /etc/...; replace the token file by a readable one.
+	tok := writeFile(t, t.TempDir(), "prod.token", "jwt secret\n")
+	data = []byte(strings.ReplaceAll(string(data), "/etc/veil-exporter/prod.token", tok))
+	cfg, err := Parse(data)
+	if err != nil {
+		t.Fatalf("example config rejected: %v", err)
+	}
+	def := Default()
+	if cfg.Collect != def.Collect || cfg.Events != def.Events || cfg.NATS.JetStream != def.NATS.JetStream {
+		t.Error("the example's values differ from Default(); one of them is out of date")
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	dir := t.TempDir()
+	tok := writeFile(t, dir, "tok", "jwt abc\n")
+	empty := writeFile(t, dir, "empty", "\n")
+	base := "controllers:\n  - name: prod\n    url: https://veil.example.com\n    token_file: " + tok + "\n"
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings of the error
+	}{
+		{"unknown key names line and key", base + "collect:\n  intervall: 30s\n", []string{"line 6", "intervall"}},
+		{"unknown controller key", base + "    max_conns: 3\n", []string{"line 5", "max_conns"}},
+		{"bad duration names line and key", base + "collect:\n  interval: soon\n", []string{"line 6", "collect.interval"}},
+		{"bad int names key", base + "events:\n  page_size: many\n", []string{"line 6", "events.page_size"}},
+		{"no controllers", "collect: {interval: 10s}\n", []string{"controllers", "at least one"}},
+		{"empty file", "", []string{"at least one controller"}},
+		{"duplicate names", base + "  - name: prod\n    url: https://b.example.com\n    token: x\n", []string{"line 5", "controllers[1].name", "another controller"}},
+		{"name with dot", strings.Replace(base, "name: prod", "name: pr.od", 1), []string{"line 2", "controllers[0].name"}},
+		{"url without scheme", strings.Replace(base, "https://veil.example.com", "veil.example.com", 1), []string{"line 3", "controllers[0].url"}},
+		{"both token and file", base + "    token: x\n", []string{"set only one"}},
+		{"neither token nor file", "controllers:\n  - name: a\n    url: http://x\n", []string{"one of token and token_file is required"}},
+		{"unreadable token file", strings.Replace(base, tok, filepath.Join(dir, "missing"), 1), []string{"line 4", "token_file", "no such file"}},
+		{"empty token file", strings.Replace(base, tok, empty, 1), []string{"token file", "is empty"}},
+		{"zero interval", base + "collect:\n  interval: 0s\n", []string{"collect.interval", "must be > 0"}},
+		{"negative timeout", base + "    timeout: -1s\n", []string{"controllers[0].timeout"}},
+		{"bad regexp", base + "collect:\n  domain_include: \"([\"\n", []string{"line 6", "collect.domain_include", "invalid regexp"}},
+		{"page size over 100", base + "events:\n  page_size: 101\n", []string{"events.page_size", "1..100"}},
+		{"page size zero", base + "events:\n  page_size: 0\n", []string{"events.page_size"}},
+		{"bad order", base + "events:\n  order: random\n", []string{"events.order", "auto, newest_first, oldest_first"}},
+		{"bad start", base + "events:\n  start: middle\n", []string{"events.start"}},
+		{"bad store", base + "events:\n  checkpoint: {store: redis}\n", []string{"events.checkpoint.store"}},
+		{"bad nats url", base + "nats:\n  url: http://x\n", []string{"nats.url"}},
+		{"wildcard subject", base + "nats:\n  subject_prefix: veil.*\n", []string{"nats.subject_prefix"}},
+		{"two nats auths", base + "nats:\n  user: u\n  creds_file: " + tok + "\n", []string{"at most one"}},
+		{"cert without key", base + "nats:\n  tls: {cert_file: " + tok + "}\n", []string{"cert_file and key_file"}},
+		{"guest concurrency", base + "guest:\n  concurrency: 0\n", []string{"guest.concurrency"}},
+		{"unset env var", strings.Replace(base, "token_file: "+tok, "token: ${VEIL_TEST_UNSET_VAR}", 1), []string{"line 4", "VEIL_TEST_UNSET_VAR is not set"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatal("accepted, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestEventsDisabledSkipsNATSValidation(t *testing.T) {
+	_, err := Parse([]byte("controllers:\n  - {name: a, url: 'http://x', token: t}\nevents: {enabled: false}\nnats: {url: 'bogus'}\n"))
+	if err != nil {
+		t.Fatalf("NATS settings are irrelevant without events, got %v", err)
+	}
+}
+
+func TestEnvExpansion(t *testing.T) {
+	t.Setenv("VEIL_TEST_TOKEN", "s3cr3t-token")
+	t.Setenv("VEIL_TEST_URL", "https://env.example.com")
+	cfg, err := Parse([]byte("controllers:\n  - name: a\n    url: ${VEIL_TEST_URL}\n    token: ${VEIL_TEST_TOKEN}\ncollect:\n  domain_exclude: \"-test$\"\n  domain_include: \"$${LITERAL}\"\nevents: {enabled: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(cfg.Controllers[0].Token); got != "s3cr3t-token" {
+		t.Errorf("token = %q", got)
+	}
+	if cfg.Controllers[0].URL != "https://env.example.com" {
+		t.Errorf("url = %q", cfg.Controllers[0].URL)
+	}
+	if cfg.Collect.DomainExclude != "-test$" {
+		t.Errorf("a bare $ must survive expansion, got %q", cfg.Collect.DomainExclude)
+	}
+	if cfg.Collect.DomainInclude != "${LITERAL}" {
+		t.Errorf("$${ must escape, got %q", cfg.Collect.DomainInclude)
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	t.Setenv("VEIL_TEST_TOKEN", "s3cr3t-token")
+	cfg, err := Parse([]byte("controllers:\n  - {name: a, url: 'http://x', token: '${VEIL_TEST_TOKEN}'}\nnats: {user: u, password: 'pa55word'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		string(out),
+		fmtAll(cfg),
+	} {
+		if strings.Contains(s, "s3cr3t-token") || strings.Contains(s, "pa55word") {
+			t.Errorf("secret printed: %s", s)
+		}
+	}
+}
+
+func TestLoadResolvesRelativePathsAgainstConfigDir(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "prod.token", "abc")
+	p := writeFile(t, dir, "veil.yaml", "controllers:\n  - {name: a, url: 'http://x', token_file: prod.token}\nevents: {enabled: false}\n")
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "prod.token"); cfg.Controllers[0].TokenFile != want {
+		t.Errorf("token_file = %q, want %q", cfg.Controllers[0].TokenFile, want)
+	}
+	if _, err := Load(filepath.Join(dir, "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Errorf("missing file: err = %v", err)
+	}
+}
+
+func fmtAll(cfg *Config) string { return fmt.Sprintf("%v %+v %s", cfg, *cfg, cfg.Controllers[0].Token) }
