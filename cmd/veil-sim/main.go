@@ -1,0 +1,55 @@
+// Command veil-sim serves a simulated ECP VeiL controller (package veiltest) for demos,
+// tests and anyone writing automation against the platform API.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+func main() {
+	var o veiltest.Options
+	listen := flag.String("listen", "127.0.0.1:8765", "address to listen on")
+	flag.StringVar(&o.Token, "token", "sim-token", "API token; clients send \"Authorization: jwt <token>\"")
+	flag.StringVar(&o.ReadOnlyToken, "readonly-token", "", "token allowed to read only (POST/PUT answer 403)")
+	flag.Int64Var(&o.Seed, "seed", 1, "seed of the generated inventory")
+	flag.IntVar(&o.Nodes, "nodes", 3, "nodes")
+	flag.IntVar(&o.Clusters, "clusters", 1, "clusters")
+	flag.IntVar(&o.Datapools, "datapools", 2, "datapools")
+	flag.IntVar(&o.VMs, "vms", 10, "virtual machines (-1 for none)")
+	flag.IntVar(&o.Templates, "templates", 0, "how many VMs are templates (0: vms/20, -1: none)")
+	flag.IntVar(&o.InitialEvents, "initial-events", 100, "events in the journal at start")
+	flag.Float64Var(&o.EventRate, "event-rate", 0.5, "background events per second")
+	flag.StringVar(&o.EventsOrder, "events-order", "newest_first", "default ordering of /api/events/: newest_first or oldest_first")
+	flag.IntVar(&o.EventsRetention, "events-retention", 0, "keep at most this many events (0: unlimited)")
+	flag.DurationVar(&o.Latency, "latency", 0, "latency added to every /api/ request")
+	flag.DurationVar(&o.LatencyJitter, "latency-jitter", 0, "random extra latency up to this value")
+	flag.Float64Var(&o.FaultRate, "fault-rate", 0, "fraction of /api/ requests answered with a random 500/503/418")
+	flag.DurationVar(&o.TaskDuration, "task-duration", 300*time.Millisecond, "how long a task runs")
+	flag.Parse()
+
+	if o.EventsOrder != "newest_first" && o.EventsOrder != "oldest_first" {
+		fmt.Fprintln(os.Stderr, "veil-sim: --events-order must be newest_first or oldest_first")
+		os.Exit(2)
+	}
+	sim := veiltest.NewUnstarted(o)
+	defer sim.Close()
+	if err := sim.StartOn(*listen); err != nil {
+		fmt.Fprintln(os.Stderr, "veil-sim:", err)
+		os.Exit(1)
+	}
+	st := sim.Summary()
+	fmt.Printf("veil-sim listening on %s\ntoken: %s\ninventory: %d nodes, %d clusters, %d datapools, %d domains, %d events\ncontrol API: %s/_sim/state\n",
+		sim.URL, sim.Token, st.Nodes, st.Clusters, st.Datapools, st.Domains, st.Events, sim.URL)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sig
+	fmt.Printf("veil-sim: %s, stopping\n", s)
+}

@@ -1,0 +1,726 @@
+package veiltest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// apiError is a §7 error: {"errors":[{"code":..,"msg_key":..,<msg_key>:..}]}.
+type apiError struct {
+	status int
+	code   string
+	key    string // msg_key: detail, non_field_errors or a field name
+	msg    string
+}
+
+func (e *apiError) body() []byte {
+	b, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"code": e.code, "msg_key": e.key, e.key: e.msg}}})
+	return b
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSONBytes(w, e.status, e.body())
+}
+
+func errDetail(status int, code, msg string) *apiError {
+	return &apiError{status: status, code: code, key: "detail", msg: msg}
+}
+
+func errField(field, code, msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: code, key: field, msg: msg}
+}
+
+func errRule(msg string) *apiError { return errDetail(http.StatusBadRequest, "400", msg) }
+
+func errNotFound(what string) *apiError {
+	return errDetail(http.StatusNotFound, "50004", what+" is not found.")
+}
+
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, errDetail(500, "500", "encoding failed"))
+		return
+	}
+	writeJSONBytes(w, status, b)
+}
+
+type handlers map[string]http.HandlerFunc
+
+// serveAPI resolves the path (404), then checks credentials (401/403), then the method (405).
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	p := strings.Trim(strings.TrimPrefix(r.URL.Path, "/api/"), "/")
+	segs := strings.Split(p, "/")
+	hs := s.resolve(segs)
+	if hs == nil {
+		writeError(w, errDetail(http.StatusNotFound, "50004", "URL is not found."))
+		return
+	}
+	user, e := s.authenticate(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	h, ok := hs[method]
+	if !ok {
+		allowed := make([]string, 0, len(hs))
+		for m := range hs {
+			allowed = append(allowed, m)
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, errDetail(http.StatusMethodNotAllowed, "405", fmt.Sprintf("Method %q not allowed.", r.Method)))
+		return
+	}
+	if method != http.MethodGet && user == "viewer" {
+		writeError(w, errDetail(http.StatusForbidden, "403", "You do not have permission to perform this action."))
+		return
+	}
+	h(w, r.WithContext(withUser(r.Context(), user)))
+}
+
+func (s *Server) authenticate(r *http.Request) (string, *apiError) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", errDetail(http.StatusUnauthorized, "401", "Authentication credentials were not provided.")
+	}
+	scheme, tok, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "jwt") {
+		return "", errDetail(http.StatusUnauthorized, "401", "Invalid authorization header: expected 'jwt <token>'.")
+	}
+	switch {
+	case tok == s.opts.Token:
+		return "admin", nil
+	case s.opts.ReadOnlyToken != "" && tok == s.opts.ReadOnlyToken:
+		return "viewer", nil
+	}
+	return "", errDetail(http.StatusUnauthorized, "401", "Invalid token.")
+}
+
+func (s *Server) resolve(segs []string) handlers {
+	n := len(segs)
+	switch segs[0] {
+	case "docs":
+		if n == 1 {
+			return handlers{"GET": s.docs}
+		}
+	case "nodes":
+		switch {
+		case n == 1:
+			return handlers{"GET": s.listNodes}
+		case n == 2:
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getNode(w, r, segs[1]) }}
+		case n == 3 && segs[2] == "ballooning":
+			return handlers{"PUT": func(w http.ResponseWriter, r *http.Request) { s.ballooning(w, r, segs[1]) }}
+		}
+	case "clusters":
+		switch n {
+		case 1:
+			return handlers{"GET": s.listClusters}
+		case 2:
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getCluster(w, r, segs[1]) }}
+		}
+	case "data-pools":
+		switch n {
+		case 1:
+			return handlers{"GET": s.listPools}
+		case 2:
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getPool(w, r, segs[1]) }}
+		}
+	case "tasks":
+		switch n {
+		case 1:
+			return handlers{"GET": s.listTasks}
+		case 2:
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getTask(w, r, segs[1]) }}
+		}
+	case "events":
+		switch n {
+		case 1:
+			return handlers{"GET": s.listEvents}
+		case 2:
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getEvent(w, r, segs[1]) }}
+		}
+	case "domains":
+		switch {
+		case n == 1:
+			return handlers{"GET": s.listDomains}
+		case n == 2 && segs[1] == "backup":
+			return handlers{"POST": s.backup}
+		case n == 2:
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getDomain(w, r, segs[1]) }}
+		case n == 3:
+			id := segs[1]
+			op := func(f func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) { f(w, r, id) }
+			}
+			switch segs[2] {
+			case "start":
+				return handlers{"POST": op(s.start)}
+			case "shutdown":
+				return handlers{"POST": op(s.shutdown)}
+			case "clone":
+				return handlers{"POST": op(s.clone)}
+			case "remove":
+				return handlers{"POST": op(s.remove)}
+			case "ssh-inject":
+				return handlers{"POST": op(s.sshInject)}
+			case "template":
+				return handlers{"PUT": op(s.setTemplate)}
+			case "available-guest-cmds":
+				return handlers{"GET": op(s.availableGuestCmds)}
+			case "guest-command":
+				return handlers{"POST": op(s.guestCommand)}
+			}
+		}
+	}
+	return nil
+}
+
+var endpoints = []string{
+	"GET /api/docs/",
+	"GET /api/nodes/", "GET /api/nodes/{id}/", "PUT /api/nodes/{id}/ballooning/",
+	"GET /api/clusters/", "GET /api/clusters/{id}/",
+	"GET /api/data-pools/", "GET /api/data-pools/{id}/",
+	"GET /api/domains/", "GET /api/domains/{id}/", "POST /api/domains/{id}/start/",
+	"POST /api/domains/{id}/shutdown/", "POST /api/domains/{id}/clone/", "POST /api/domains/{id}/remove/",
+	"POST /api/domains/{id}/ssh-inject/", "PUT /api/domains/{id}/template/", "POST /api/domains/backup/",
+	"GET /api/domains/{id}/available-guest-cmds/", "POST /api/domains/{id}/guest-command/",
+	"GET /api/tasks/", "GET /api/tasks/{id}/", "GET /api/events/", "GET /api/events/{id}/",
+}
+
+func (s *Server) docs(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"title":        "VeiL platform API (veiltest simulator)",
+		"endpoints":    endpoints,
+		"pagination":   "limit (0..100, default 100, larger values are clamped), offset",
+		"async":        "state-changing operations accept ?async=1 and answer 202 with {_task, _entity}",
+		"auth":         "Authorization: jwt <token>",
+		"events_order": s.opts.EventsOrder,
+	})
+}
+
+// ---- paging ----
+
+type pageReq struct{ limit, offset int }
+
+const maxLimit = 100
+
+func parsePaging(q url.Values) (pageReq, *apiError) {
+	p := pageReq{limit: maxLimit}
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"limit", &p.limit}, {"offset", &p.offset}} {
+		v, ok := q[f.name]
+		if !ok || len(v) == 0 || v[0] == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 0 {
+			return p, errField(f.name, "invalid", fmt.Sprintf("%s must be a non-negative integer.", f.name))
+		}
+		*f.dst = n
+	}
+	p.limit = min(p.limit, maxLimit)
+	return p, nil
+}
+
+// window returns the [lo, hi) indexes of the page within count items.
+func (p pageReq) window(count int) (int, int) {
+	lo := min(p.offset, count)
+	return lo, min(lo+p.limit, count)
+}
+
+func pageURL(r *http.Request, limit, offset int) string {
+	u := url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path}
+	if r.TLS != nil {
+		u.Scheme = "https"
+	}
+	q := r.URL.Query()
+	q.Set("limit", strconv.Itoa(limit))
+	if offset > 0 {
+		q.Set("offset", strconv.Itoa(offset))
+	} else {
+		q.Del("offset")
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// writePage writes a DRF envelope around pre-encoded items.
+func writePage(w http.ResponseWriter, r *http.Request, count int, p pageReq, items [][]byte) {
+	size := 96
+	for _, it := range items {
+		size += len(it) + 1
+	}
+	var b bytes.Buffer
+	b.Grow(size + 2*len(r.URL.Path) + 64)
+	b.WriteString(`{"count":`)
+	b.WriteString(strconv.Itoa(count))
+	b.WriteString(`,"next":`)
+	if p.limit > 0 && p.offset+p.limit < count {
+		writeJSONString(&b, pageURL(r, p.limit, p.offset+p.limit))
+	} else {
+		b.WriteString("null")
+	}
+	b.WriteString(`,"previous":`)
+	if p.offset > 0 && p.limit > 0 {
+		writeJSONString(&b, pageURL(r, p.limit, max(0, min(p.offset, count)-p.limit)))
+	} else {
+		b.WriteString("null")
+	}
+	b.WriteString(`,"results":[`)
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(it)
+	}
+	b.WriteString("]}")
+	writeJSONBytes(w, http.StatusOK, b.Bytes())
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc, _ := json.Marshal(s)
+	b.Write(enc)
+}
+
+func marshalAll[T any](xs []T, f func(T) any) [][]byte {
+	out := make([][]byte, len(xs))
+	for i, x := range xs {
+		out[i], _ = json.Marshal(f(x))
+	}
+	return out
+}
+
+// ---- collections and details ----
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	p, e := parsePaging(r.URL.Query())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.mu.Lock()
+	s.st.advance(s.now())
+	count := len(s.st.nodes)
+	lo, hi := p.window(count)
+	items := marshalAll(s.st.nodes[lo:hi], func(n *node) any { return n.wire() })
+	s.mu.Unlock()
+	writePage(w, r, count, p, items)
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.st.nodeByID[id]
+	if !ok {
+		writeError(w, errNotFound("Node"))
+		return
+	}
+	writeJSON(w, http.StatusOK, n.detail(s.now()))
+}
+
+func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
+	p, e := parsePaging(r.URL.Query())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.mu.Lock()
+	count := len(s.st.clusters)
+	lo, hi := p.window(count)
+	items := marshalAll(s.st.clusters[lo:hi], func(c *cluster) any { return s.st.clusterWire(c, false) })
+	s.mu.Unlock()
+	writePage(w, r, count, p, items)
+}
+
+func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.st.clByID[id]
+	if !ok {
+		writeError(w, errNotFound("Cluster"))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.st.clusterWire(c, true))
+}
+
+func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
+	p, e := parsePaging(r.URL.Query())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.mu.Lock()
+	count := len(s.st.pools)
+	lo, hi := p.window(count)
+	items := marshalAll(s.st.pools[lo:hi], func(d *datapool) any { return s.st.poolWire(d) })
+	s.mu.Unlock()
+	writePage(w, r, count, p, items)
+}
+
+func (s *Server) getPool(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.st.poolByID[id]
+	if !ok {
+		writeError(w, errNotFound("Data pool"))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.st.poolWire(d))
+}
+
+func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, e := parsePaging(q)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	match, e := domainFilter(q)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.mu.Lock()
+	s.st.advance(s.now())
+	all := s.st.domains
+	switch q.Get("ordering") {
+	case "verbose_name", "-verbose_name":
+		all = s.st.sortedByName()
+	}
+	desc := strings.HasPrefix(q.Get("ordering"), "-")
+	if match != nil {
+		var sel []*domain
+		for _, d := range all {
+			if match(d) {
+				sel = append(sel, d)
+			}
+		}
+		all = sel
+	}
+	count := len(all)
+	lo, hi := p.window(count)
+	items := make([][]byte, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		j := i
+		if desc {
+			j = count - 1 - i
+		}
+		items = append(items, all[j].listBytes())
+	}
+	s.mu.Unlock()
+	writePage(w, r, count, p, items)
+}
+
+// domainFilter builds the predicate for the domains collection filters; nil means all.
+func domainFilter(q url.Values) (func(*domain) bool, *apiError) {
+	var preds []func(*domain) bool
+	if v := q.Get("name"); v != "" {
+		v = strings.ToLower(v)
+		preds = append(preds, func(d *domain) bool { return strings.Contains(strings.ToLower(d.name), v) })
+	}
+	if v := q.Get("template"); v != "" {
+		b, ok := boolLike(v)
+		if !ok {
+			return nil, errField("template", "invalid", "Must be a boolean.")
+		}
+		preds = append(preds, func(d *domain) bool { return d.template == b })
+	}
+	if v := q.Get("status"); v != "" {
+		preds = append(preds, func(d *domain) bool { return d.status == v })
+	}
+	if v := q.Get("node"); v != "" {
+		preds = append(preds, func(d *domain) bool { return d.node != nil && d.node.id == v })
+	}
+	if v := q.Get("cluster"); v != "" {
+		preds = append(preds, func(d *domain) bool { return d.node != nil && d.node.cluster.id == v })
+	}
+	if v := q.Get("datapool"); v != "" {
+		preds = append(preds, func(d *domain) bool { return d.pool != nil && d.pool.id == v })
+	}
+	if v := q.Get("power_state"); v != "" {
+		ps, err := strconv.Atoi(v)
+		if err != nil {
+			names := map[string]int{"undefined": 0, "off": 1, "suspended": 2, "on": 3}
+			var ok bool
+			if ps, ok = names[strings.ToLower(v)]; !ok {
+				return nil, errField("power_state", "invalid", "Must be 0..3 or undefined, off, suspended, on.")
+			}
+		}
+		preds = append(preds, func(d *domain) bool { return d.power == ps })
+	}
+	if v := q.Get("ids"); v != "" {
+		set := map[string]bool{}
+		for _, id := range strings.Split(v, ",") {
+			set[strings.TrimSpace(id)] = true
+		}
+		preds = append(preds, func(d *domain) bool { return set[d.id] })
+	}
+	if len(preds) == 0 {
+		return nil, nil
+	}
+	return func(d *domain) bool {
+		for _, p := range preds {
+			if !p(d) {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+func (s *Server) getDomain(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.st.advance(now)
+	d, ok := s.st.domainByID[id]
+	if !ok {
+		writeError(w, errNotFound("Virtual machine"))
+		return
+	}
+	writeJSON(w, http.StatusOK, d.detail(now))
+}
+
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, e := parsePaging(q)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	status := q.Get("status")
+	s.mu.Lock()
+	now := s.now()
+	s.st.advance(now)
+	sel := s.st.tasks
+	if status != "" {
+		sel = nil
+		for _, t := range s.st.tasks {
+			if t.status == status {
+				sel = append(sel, t)
+			}
+		}
+	}
+	asc := q.Get("ordering") == "created"
+	count := len(sel)
+	lo, hi := p.window(count)
+	items := make([][]byte, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		j := i
+		if !asc {
+			j = count - 1 - i
+		}
+		items = append(items, s.st.taskBytes(sel[j], now))
+	}
+	s.mu.Unlock()
+	writePage(w, r, count, p, items)
+}
+
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.st.advance(now)
+	t, ok := s.st.taskByID[id]
+	if !ok {
+		writeError(w, errNotFound("Task"))
+		return
+	}
+	writeJSONBytes(w, http.StatusOK, s.st.taskBytes(t, now))
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, e := parsePaging(q)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	typ, user := q.Get("type"), q.Get("user")
+	asc := s.opts.EventsOrder == "oldest_first"
+	switch q.Get("ordering") {
+	case "created":
+		asc = true
+	case "-created":
+		asc = false
+	}
+	s.mu.Lock()
+	s.st.advance(s.now())
+	j := &s.st.events
+	var items [][]byte
+	var count int
+	if typ == "" && user == "" {
+		// The common case is index arithmetic over the journal: no per-request O(n) work.
+		count = j.len()
+		lo, hi := p.window(count)
+		items = make([][]byte, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			k := i
+			if !asc {
+				k = count - 1 - i
+			}
+			items = append(items, j.at(k).json)
+		}
+	} else {
+		var sel []*event
+		for i := range j.len() {
+			ev := j.at(i)
+			if (typ == "" || ev.typ == typ) && (user == "" || ev.user == user) {
+				sel = append(sel, ev)
+			}
+		}
+		count = len(sel)
+		lo, hi := p.window(count)
+		items = make([][]byte, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			k := i
+			if !asc {
+				k = count - 1 - i
+			}
+			items = append(items, sel[k].json)
+		}
+	}
+	s.mu.Unlock()
+	writePage(w, r, count, p, items)
+}
+
+func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ev, ok := s.st.events.byID[id]
+	if !ok {
+		writeError(w, errNotFound("Event"))
+		return
+	}
+	writeJSONBytes(w, http.StatusOK, ev.json)
+}
+
+// ---- request bodies ----
+
+func readBody(r *http.Request) (map[string]any, *apiError) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return nil, errDetail(http.StatusBadRequest, "invalid", "couldn't read request body")
+	}
+	body := map[string]any{}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return body, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&body); err != nil {
+		return nil, errDetail(http.StatusBadRequest, "invalid", "JSON parse error: "+err.Error())
+	}
+	return body, nil
+}
+
+// boolLike accepts the platform's boolean-like values: true/false, "true"/"false", 1/0, "1"/"0".
+func boolLike(v any) (bool, bool) {
+	switch x := v.(type) {
+	case bool:
+		return x, true
+	case json.Number:
+		switch x.String() {
+		case "1":
+			return true, true
+		case "0":
+			return false, true
+		}
+	case string:
+		switch strings.ToLower(x) {
+		case "true", "1", "yes", "on":
+			return true, true
+		case "false", "0", "no", "off":
+			return false, true
+		}
+	}
+	return false, false
+}
+
+func boolField(body map[string]any, name string, required bool) (bool, *apiError) {
+	v, ok := body[name]
+	if !ok || v == nil {
+		if required {
+			return false, errField(name, "required", "This field is required.")
+		}
+		return false, nil
+	}
+	b, ok := boolLike(v)
+	if !ok {
+		return false, errField(name, "invalid", "Must be a valid boolean.")
+	}
+	return b, nil
+}
+
+func stringField(body map[string]any, name string, required bool) (string, *apiError) {
+	v, ok := body[name]
+	if !ok || v == nil || v == "" {
+		if required {
+			return "", errField(name, "required", "This field is required.")
+		}
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", errField(name, "invalid", "Not a valid string.")
+	}
+	return s, nil
+}
+
+func idempotencyKey(body map[string]any) (string, *apiError) {
+	k, e := stringField(body, "idempotency_key", false)
+	if e != nil {
+		return "", e
+	}
+	if k != "" && !isUUID(k) {
+		return "", errField("idempotency_key", "invalid", "Must be a valid UUID.")
+	}
+	return strings.ToLower(k), nil
+}
+
+func isAsync(r *http.Request) bool {
+	v := r.URL.Query().Get("async")
+	return v == "1" || strings.EqualFold(v, "true")
+}
+
+// respondTask answers 202 with the envelope at once (async), or waits until the task is final.
+func (s *Server) respondTask(w http.ResponseWriter, r *http.Request, t *task) {
+	if !isAsync(r) {
+		select {
+		case <-t.done:
+		case <-r.Context().Done():
+			return
+		case <-s.stop:
+			writeError(w, errDetail(http.StatusServiceUnavailable, "503", "simulator is shutting down"))
+			return
+		}
+	}
+	s.mu.Lock()
+	env := s.st.envelope(t, s.now())
+	s.mu.Unlock()
+	status := http.StatusOK
+	if isAsync(r) {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, env)
+}

@@ -1,0 +1,387 @@
+package veiltest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", s.api(http.HandlerFunc(s.serveAPI)))
+	mux.HandleFunc("/_sim/", s.serveControl)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errDetail(http.StatusNotFound, "50004", "URL is not found."))
+	})
+	return mux
+}
+
+// ---- scenario drivers: changes made "behind the API", as an operator or a failure would ----
+
+func (s *Server) withDomain(id string, f func(d *domain, now time.Time) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.st.advance(now)
+	d, ok := s.st.domainByID[id]
+	if !ok {
+		return fmt.Errorf("virtual machine %s not found", id)
+	}
+	return f(d, now)
+}
+
+func (s *Server) powerEvent(d *domain, now time.Time, msg string) {
+	s.st.newEvent(now, "info", "system", fmt.Sprintf("Virtual machine %s %s", d.name, msg), "", "", eventEntity{d.id, "domain"})
+}
+
+// PowerOff powers a VM off (as if the guest shut itself down) and writes an event.
+func (s *Server) PowerOff(vmID string) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		s.st.setPower(d, powerOff, now)
+		s.powerEvent(d, now, "is powered off")
+		return nil
+	})
+}
+
+// PowerOn powers a VM on and writes an event.
+func (s *Server) PowerOn(vmID string) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		if d.template {
+			return fmt.Errorf("virtual machine %s is a template", d.name)
+		}
+		s.st.setPower(d, powerOn, now)
+		s.powerEvent(d, now, "is powered on")
+		return nil
+	})
+}
+
+// DeleteVM removes a VM at once (no task) and writes an event.
+func (s *Server) DeleteVM(vmID string) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		s.st.removeDomain(d)
+		s.powerEvent(d, now, "is deleted")
+		return nil
+	})
+}
+
+// MigrateVM moves a VM to another node and writes an event.
+func (s *Server) MigrateVM(vmID, nodeID string) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		n, ok := s.st.nodeByID[nodeID]
+		if !ok {
+			return fmt.Errorf("node %s not found", nodeID)
+		}
+		s.st.moveDomain(d, n, now)
+		s.powerEvent(d, now, "is migrated to node "+n.name)
+		return nil
+	})
+}
+
+// SetGuestAgent connects (installing it if needed) or disconnects a VM's guest agent.
+func (s *Server) SetGuestAgent(vmID string, running bool) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		if running {
+			d.agent = true
+		}
+		d.agentUp = running
+		d.touch()
+		return nil
+	})
+}
+
+// SetGuestHang makes the VM's agent accept commands and never answer (they time out).
+func (s *Server) SetGuestHang(vmID string, hang bool) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		d.hang = hang
+		return nil
+	})
+}
+
+// SetClockOffset sets how far the guest clock is ahead (positive) of the simulator's clock.
+func (s *Server) SetClockOffset(vmID string, off time.Duration) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		d.clockOffset = off
+		return nil
+	})
+}
+
+// AddVMs creates n VMs at once (seeded like the initial ones) and returns their ids.
+func (s *Server) AddVMs(n int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	ids := make([]string, 0, max(n, 0))
+	for range n {
+		d := s.st.newDomain(now)
+		s.st.addDomain(d)
+		ids = append(ids, d.id)
+	}
+	return ids
+}
+
+// DomainIDs lists VM ids in creation order (templates first in the initial inventory).
+func (s *Server) DomainIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.st.domains))
+	for i, d := range s.st.domains {
+		out[i] = d.id
+	}
+	return out
+}
+
+// NodeIDs lists node ids in list order.
+func (s *Server) NodeIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.st.nodes))
+	for i, n := range s.st.nodes {
+		out[i] = n.id
+	}
+	return out
+}
+
+// ClusterIDs lists cluster ids in list order.
+func (s *Server) ClusterIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.st.clusters))
+	for i, c := range s.st.clusters {
+		out[i] = c.id
+	}
+	return out
+}
+
+// DatapoolIDs lists datapool ids in list order.
+func (s *Server) DatapoolIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.st.pools))
+	for i, p := range s.st.pools {
+		out[i] = p.id
+	}
+	return out
+}
+
+// DomainInfo is what a test may want to know about a VM without going through the API.
+type DomainInfo struct {
+	ID, Name    string
+	NodeID      string
+	PowerState  int // user_power_state
+	Template    bool
+	Thin        bool
+	ParentID    string
+	Linux       bool
+	AgentActive bool // qemu_state
+	AgentHang   bool
+	ClockOffset time.Duration
+}
+
+// Domain describes one VM; ok is false when it does not exist.
+func (s *Server) Domain(id string) (DomainInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.advance(s.now())
+	d, ok := s.st.domainByID[id]
+	if !ok {
+		return DomainInfo{}, false
+	}
+	i := DomainInfo{ID: d.id, Name: d.name, PowerState: d.power, Template: d.template, Thin: d.thin,
+		Linux: d.linux, AgentActive: d.agentActive(), AgentHang: d.hang, ClockOffset: d.clockOffset}
+	if d.node != nil {
+		i.NodeID = d.node.id
+	}
+	if d.parent != nil {
+		i.ParentID = d.parent.id
+	}
+	return i, true
+}
+
+// State is a summary of the simulated platform, also served at GET /_sim/state.
+type State struct {
+	Nodes        int     `json:"nodes"`
+	Clusters     int     `json:"clusters"`
+	Datapools    int     `json:"datapools"`
+	Domains      int     `json:"domains"`
+	DomainsOn    int     `json:"domains_on"`
+	Templates    int     `json:"templates"`
+	Tasks        int     `json:"tasks"`
+	TasksRunning int     `json:"tasks_running"`
+	Events       int     `json:"events"`
+	EventRate    float64 `json:"event_rate"`
+	Requests     int     `json:"requests"`
+	InFlightMax  int     `json:"in_flight_max"`
+}
+
+// Summary counts the simulated objects.
+func (s *Server) Summary() State {
+	s.mu.Lock()
+	s.st.advance(s.now())
+	st := State{Nodes: len(s.st.nodes), Clusters: len(s.st.clusters), Datapools: len(s.st.pools),
+		Domains: len(s.st.domains), Tasks: len(s.st.tasks), TasksRunning: len(s.st.running),
+		Events: s.st.events.len(), EventRate: s.st.eventRate}
+	for _, d := range s.st.domains {
+		if d.power == powerOn {
+			st.DomainsOn++
+		}
+		if d.template {
+			st.Templates++
+		}
+	}
+	s.mu.Unlock()
+	s.logMu.Lock()
+	st.Requests = len(s.log)
+	s.logMu.Unlock()
+	st.InFlightMax = s.InFlightMax()
+	return st
+}
+
+// ---- control API under /_sim/ ----
+
+type jsonDuration time.Duration
+
+// UnmarshalJSON accepts "150ms"-style strings or numbers of nanoseconds.
+func (d *jsonDuration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		*d = jsonDuration(v)
+		return err
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration must be a string like \"100ms\" or nanoseconds: %w", err)
+	}
+	*d = jsonDuration(n)
+	return nil
+}
+
+func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
+	p := strings.Trim(strings.TrimPrefix(r.URL.Path, "/_sim/"), "/")
+	segs := strings.Split(p, "/")
+	bad := func(err error) { writeError(w, errDetail(http.StatusBadRequest, "400", err.Error())) }
+	decode := func(v any) bool {
+		if r.ContentLength == 0 {
+			return true
+		}
+		if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+			bad(fmt.Errorf("bad JSON body: %w", err))
+			return false
+		}
+		return true
+	}
+	post := r.Method == http.MethodPost
+	get := r.Method == http.MethodGet
+	ok := map[string]any{"ok": true}
+	switch {
+	case get && p == "state":
+		writeJSON(w, http.StatusOK, s.Summary())
+	case get && p == "ids":
+		writeJSON(w, http.StatusOK, map[string][]string{"nodes": s.NodeIDs(), "clusters": s.ClusterIDs(),
+			"datapools": s.DatapoolIDs(), "domains": s.DomainIDs()})
+	case get && p == "requests":
+		writeJSON(w, http.StatusOK, s.Requests())
+	case post && p == "requests/reset":
+		s.ResetRequests()
+		writeJSON(w, http.StatusOK, ok)
+	case post && p == "events":
+		var b struct {
+			N           int    `json:"n"`
+			Type        string `json:"type"`
+			SameCreated bool   `json:"same_created"`
+			Message     string `json:"message"`
+			EntityClass string `json:"entity_class"`
+		}
+		if decode(&b) {
+			writeJSON(w, http.StatusOK, map[string]any{"ids": s.AddEvents(b.N, EventSpec{Type: b.Type,
+				SameCreated: b.SameCreated, Message: b.Message, EntityClass: b.EntityClass})})
+		}
+	case post && p == "events/delete_oldest":
+		var b struct{ N int }
+		if decode(&b) {
+			writeJSON(w, http.StatusOK, map[string]any{"deleted": s.DeleteOldestEvents(b.N)})
+		}
+	case post && p == "event_rate":
+		var b struct {
+			PerSecond float64 `json:"per_second"`
+		}
+		if decode(&b) {
+			s.SetEventRate(b.PerSecond)
+			writeJSON(w, http.StatusOK, ok)
+		}
+	case post && p == "latency":
+		var b struct{ Fixed, Jitter jsonDuration }
+		if decode(&b) {
+			s.SetLatency(time.Duration(b.Fixed), time.Duration(b.Jitter))
+			writeJSON(w, http.StatusOK, ok)
+		}
+	case post && p == "fault_rate":
+		var b struct{ Rate float64 }
+		if decode(&b) {
+			s.SetFaultRate(b.Rate)
+			writeJSON(w, http.StatusOK, ok)
+		}
+	case post && p == "faults":
+		var fs []struct {
+			Fault
+			Latency jsonDuration `json:"latency"`
+		}
+		if decode(&fs) {
+			out := make([]Fault, len(fs))
+			for i, f := range fs {
+				out[i] = f.Fault
+				out[i].Latency = time.Duration(f.Latency)
+			}
+			s.SetFaults(out...)
+			writeJSON(w, http.StatusOK, map[string]any{"faults": len(out)})
+		}
+	case post && p == "domains/add":
+		var b struct{ N int }
+		if decode(&b) {
+			writeJSON(w, http.StatusOK, map[string]any{"ids": s.AddVMs(b.N)})
+		}
+	case post && len(segs) == 3 && segs[0] == "domains":
+		s.controlDomain(w, r, segs[1], segs[2], decode, bad)
+	default:
+		writeError(w, errDetail(http.StatusNotFound, "50004", "Unknown control endpoint "+r.Method+" "+r.URL.Path))
+	}
+}
+
+func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, action string, decode func(any) bool, bad func(error)) {
+	var b struct {
+		Node    string  `json:"node"`
+		Running bool    `json:"running"`
+		Hang    bool    `json:"hang"`
+		Seconds float64 `json:"seconds"`
+	}
+	if !decode(&b) {
+		return
+	}
+	var err error
+	switch action {
+	case "power_off":
+		err = s.PowerOff(id)
+	case "power_on":
+		err = s.PowerOn(id)
+	case "delete":
+		err = s.DeleteVM(id)
+	case "migrate":
+		err = s.MigrateVM(id, b.Node)
+	case "agent":
+		err = s.SetGuestAgent(id, b.Running)
+	case "hang":
+		err = s.SetGuestHang(id, b.Hang)
+	case "clock_offset":
+		err = s.SetClockOffset(id, time.Duration(b.Seconds*float64(time.Second)))
+	default:
+		writeError(w, errDetail(http.StatusNotFound, "50004", "Unknown domain action "+action))
+		return
+	}
+	if err != nil {
+		bad(err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}

@@ -1,0 +1,247 @@
+package veiltest
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// guestCommands are exactly the names of spec §4.3, in its order.
+var guestCommands = []string{
+	"guest-ssh-remove-authorized-keys", "guest-ssh-add-authorized-keys", "guest-ssh-get-authorized-keys",
+	"guest-get-devices", "guest-get-osinfo", "guest-get-timezone", "guest-get-users", "guest-get-host-name",
+	"guest-exec", "guest-exec-status", "guest-get-memory-block-info", "guest-set-memory-blocks",
+	"guest-get-memory-blocks", "guest-set-user-password", "guest-get-fsinfo", "guest-get-disks",
+	"guest-set-vcpus", "guest-get-vcpus", "guest-network-get-interfaces", "guest-suspend-hybrid",
+	"guest-suspend-ram", "guest-suspend-disk", "guest-fstrim", "guest-fsfreeze-thaw",
+	"guest-fsfreeze-freeze-list", "guest-fsfreeze-freeze", "guest-fsfreeze-status", "guest-file-flush",
+	"guest-file-seek", "guest-file-write", "guest-file-read", "guest-file-close", "guest-file-open",
+	"guest-shutdown", "guest-info", "guest-set-time", "guest-get-time", "guest-ping", "guest-sync",
+	"guest-sync-delimited",
+}
+
+var guestCommandSet = func() map[string]bool {
+	m := make(map[string]bool, len(guestCommands))
+	for _, c := range guestCommands {
+		m[c] = true
+	}
+	return m
+}()
+
+// defaultGuestTimeout is the vendor's default command timeout.
+const defaultGuestTimeout = 5 * time.Second
+
+func (s *Server) availableGuestCmds(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	_, ok := s.st.domainByID[id]
+	s.mu.Unlock()
+	if !ok {
+		writeError(w, errNotFound("Virtual machine"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"qemu_available_cmds": guestCommands})
+}
+
+func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string) {
+	body, e := readBody(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	cmd, e := stringField(body, "qemu_cmd", true)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if !guestCommandSet[cmd] {
+		writeError(w, errField("qemu_cmd", "invalid", fmt.Sprintf("Unknown guest agent command %q.", cmd)))
+		return
+	}
+	fargs, _ := body["fargs"].(map[string]any)
+	timeout := defaultGuestTimeout
+	if v, ok := body["timeout"]; ok && v != nil {
+		n, isNum := v.(json.Number)
+		f, err := strconv.ParseFloat(string(n), 64)
+		if !isNum || err != nil || f <= 0 {
+			writeError(w, errField("timeout", "invalid", "A positive number of seconds is required."))
+			return
+		}
+		timeout = time.Duration(f * float64(time.Second))
+	}
+
+	s.mu.Lock()
+	now := s.now()
+	d, ok := s.st.domainByID[id]
+	var result any
+	switch {
+	case !ok:
+		e = errNotFound("Virtual machine")
+	case d.power != powerOn:
+		e = errRule(fmt.Sprintf("Virtual machine %s is not running.", d.name))
+	case !d.linux && !s.opts.GuestCommandsWindows:
+		e = errRule("Guest commands are available for Linux guests only.")
+	case !d.agentActive():
+		e = errRule(fmt.Sprintf("Guest agent of virtual machine %s is not active.", d.name))
+	case d.hang:
+		// handled below, outside the lock
+	default:
+		result, e = s.st.guestResult(d, cmd, fargs, now)
+	}
+	hang := ok && e == nil && d.hang
+	s.mu.Unlock()
+	if hang {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		case <-s.stop:
+		}
+		writeError(w, errRule(fmt.Sprintf("guest agent timeout: command %s got no answer within %s", cmd, timeout)))
+		return
+	}
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{cmd: result})
+}
+
+// guestResult answers a command as QEMU's guest agent would (qga/qapi-schema.json).
+func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now time.Time) (any, *apiError) {
+	h := fnv.New64a()
+	h.Write([]byte(d.id))
+	seed := h.Sum64()
+	switch cmd {
+	case "guest-ping", "guest-fstrim", "guest-set-time", "guest-ssh-add-authorized-keys",
+		"guest-ssh-remove-authorized-keys", "guest-set-user-password", "guest-file-flush",
+		"guest-file-close", "guest-shutdown", "guest-suspend-ram", "guest-suspend-disk", "guest-suspend-hybrid":
+		return map[string]any{}, nil
+	case "guest-get-time":
+		return now.Add(d.clockOffset).UnixNano(), nil
+	case "guest-get-host-name":
+		return map[string]any{"host-name": d.hostname()}, nil
+	case "guest-get-osinfo":
+		if !d.linux {
+			return map[string]any{"id": "mswindows", "name": "Microsoft Windows", "pretty-name": "Windows Server 2019 Standard",
+				"version": "Microsoft Windows Server 2019", "version-id": "2019", "variant": "server", "variant-id": "server",
+				"kernel-release": "17763", "kernel-version": "10.0", "machine": "x86_64"}, nil
+		}
+		if seed%2 == 0 {
+			return map[string]any{"id": "ubuntu", "name": "Ubuntu", "pretty-name": "Ubuntu 22.04.4 LTS",
+				"version": "22.04.4 LTS (Jammy Jellyfish)", "version-id": "22.04", "kernel-release": "5.15.0-105-generic",
+				"kernel-version": "#115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024", "machine": "x86_64"}, nil
+		}
+		return map[string]any{"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 12 (bookworm)",
+			"version": "12 (bookworm)", "version-id": "12", "kernel-release": "6.1.0-21-amd64",
+			"kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.1.90-1 (2024-05-03)", "machine": "x86_64"}, nil
+	case "guest-get-fsinfo":
+		return d.fsinfo(seed), nil
+	case "guest-info":
+		cmds := make([]map[string]any, 0, len(guestCommands))
+		for _, c := range guestCommands {
+			noReply := c == "guest-shutdown" || c == "guest-suspend-ram" || c == "guest-suspend-disk" || c == "guest-suspend-hybrid"
+			cmds = append(cmds, map[string]any{"name": c, "enabled": true, "success-response": !noReply})
+		}
+		return map[string]any{"version": "8.2.2", "supported_commands": cmds}, nil
+	case "guest-network-get-interfaces":
+		return d.interfaces(seed), nil
+	case "guest-get-timezone":
+		return map[string]any{"zone": "MSK", "offset": 10800}, nil
+	case "guest-get-users":
+		return []map[string]any{{"user": "admin", "login-time": float64(now.Add(-time.Hour).Unix())}}, nil
+	case "guest-get-vcpus":
+		out := make([]map[string]any, d.cpus)
+		for i := range out {
+			out[i] = map[string]any{"logical-id": i, "online": true, "can-offline": i > 0}
+		}
+		return out, nil
+	case "guest-set-vcpus":
+		return d.cpus, nil
+	case "guest-fsfreeze-status":
+		return "thawed", nil
+	case "guest-fsfreeze-freeze", "guest-fsfreeze-freeze-list", "guest-fsfreeze-thaw":
+		return len(d.fsinfo(seed)), nil
+	case "guest-exec":
+		return map[string]any{"pid": 1000 + int(seed%30000)}, nil
+	case "guest-exec-status":
+		return map[string]any{"exited": true, "exitcode": 0, "out-data": ""}, nil
+	case "guest-ssh-get-authorized-keys":
+		user, _ := fargs["username"].(string)
+		if user == "" {
+			user = "root"
+		}
+		keys := d.sshKeys[user]
+		if keys == nil {
+			keys = []string{}
+		}
+		return map[string]any{"keys": keys}, nil
+	case "guest-sync", "guest-sync-delimited":
+		return fargs["id"], nil
+	case "guest-file-open":
+		return 1000, nil
+	case "guest-file-read":
+		return map[string]any{"count": 0, "buf-b64": "", "eof": true}, nil
+	case "guest-file-write":
+		return map[string]any{"count": 0, "eof": false}, nil
+	case "guest-file-seek":
+		return map[string]any{"position": 0, "eof": false}, nil
+	case "guest-get-memory-block-info":
+		return map[string]any{"size": 134217728}, nil
+	case "guest-get-memory-blocks", "guest-set-memory-blocks", "guest-get-devices":
+		return []any{}, nil
+	case "guest-get-disks":
+		return []map[string]any{{"name": "/dev/vda", "partition": false, "dependencies": []string{}}}, nil
+	}
+	return map[string]any{}, nil
+}
+
+func (d *domain) fsinfo(seed uint64) []map[string]any {
+	gib := uint64(1 << 30)
+	total := uint64(d.vdisks) * 40 * gib
+	used := total * (20 + seed%70) / 100
+	disk := func(dev string, slot int) []map[string]any {
+		return []map[string]any{{"serial": fmt.Sprintf("sim-%x", seed%0xffffff), "bus-type": "virtio", "bus": 0, "unit": 0,
+			"target": 0, "dev": dev, "pci-controller": map[string]any{"domain": 0, "bus": 0, "slot": slot, "function": 0}}}
+	}
+	if !d.linux {
+		return []map[string]any{
+			{"name": `\\?\Volume{6a1f-0001}\`, "mountpoint": `C:\`, "type": "NTFS", "disk": disk("", 6),
+				"used-bytes": used, "total-bytes": total},
+			// The System Reserved volume has no mount point and reports no sizes.
+			{"name": `\\?\Volume{6a1f-0002}\`, "mountpoint": `System Reserved`, "type": "NTFS", "disk": disk("", 6)},
+		}
+	}
+	return []map[string]any{
+		{"name": "vda1", "mountpoint": "/", "type": "ext4", "disk": disk("/dev/vda1", 6),
+			"used-bytes": used, "total-bytes": total},
+		{"name": "vda15", "mountpoint": "/boot/efi", "type": "vfat", "disk": disk("/dev/vda15", 6),
+			"used-bytes": 6 << 20, "total-bytes": 105 << 20},
+		{"name": "tmpfs", "mountpoint": "/run", "type": "tmpfs", "disk": []any{},
+			"used-bytes": 1 << 20, "total-bytes": uint64(d.memMiB) << 20 / 10},
+		// squashfs snaps report no sizes: sizes are optional in the schema.
+		{"name": "loop0", "mountpoint": "/snap/core20/2318", "type": "squashfs", "disk": []any{}},
+	}
+}
+
+func (d *domain) interfaces(seed uint64) []map[string]any {
+	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", byte(seed>>16), byte(seed>>8), byte(seed))
+	stats := func(k uint64) map[string]any {
+		return map[string]any{"rx-bytes": k * 1000, "rx-packets": k, "rx-errs": 0, "rx-dropped": 0,
+			"tx-bytes": k * 800, "tx-packets": k, "tx-errs": 0, "tx-dropped": 0}
+	}
+	return []map[string]any{
+		{"name": "lo", "hardware-address": "00:00:00:00:00:00", "statistics": stats(100),
+			"ip-addresses": []map[string]any{
+				{"ip-address-type": "ipv4", "ip-address": "127.0.0.1", "prefix": 8},
+				{"ip-address-type": "ipv6", "ip-address": "::1", "prefix": 128}}},
+		{"name": d.iface(), "hardware-address": mac, "statistics": stats(seed % 1000000),
+			"ip-addresses": []map[string]any{
+				{"ip-address-type": "ipv4", "ip-address": d.ipv4, "prefix": 16},
+				{"ip-address-type": "ipv6", "ip-address": fmt.Sprintf("fe80::5054:ff:fe%02x:%02x%02x", byte(seed>>16), byte(seed>>8), byte(seed)), "prefix": 64}}},
+	}
+}

@@ -1,0 +1,387 @@
+package veiltest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+type userKey struct{}
+
+func withUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, userKey{}, user)
+}
+
+func userFrom(ctx context.Context) string {
+	u, _ := ctx.Value(userKey{}).(string)
+	if u == "" {
+		return "admin"
+	}
+	return u
+}
+
+// opFunc validates a request and starts its task, under Server.mu. A nil task with a nil
+// error means the function answered already (a repeated idempotency_key).
+type opFunc func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError)
+
+func (s *Server) operate(w http.ResponseWriter, r *http.Request, fn opFunc) {
+	s.operateRepeat(w, r, nil, fn)
+}
+
+// operateRepeat is operate with a custom answer for a repeated idempotency_key.
+func (s *Server) operateRepeat(w http.ResponseWriter, r *http.Request, repeat func(time.Time) (any, bool), fn opFunc) {
+	body, e := readBody(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	key, e := idempotencyKey(body)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.mu.Lock()
+	now := s.now()
+	s.st.advance(now)
+	if key != "" {
+		if t, ok := s.st.taskByID[key]; ok {
+			// Spec §4.4: a known key never runs again; it reports the existing operation.
+			var env any = s.st.envelope(t, now)
+			if repeat != nil {
+				if v, ok := repeat(now); ok {
+					env = v
+				}
+			}
+			s.mu.Unlock()
+			writeJSON(w, http.StatusOK, env)
+			return
+		}
+	}
+	t, e := fn(w, now, body, key, userFrom(r.Context()))
+	s.mu.Unlock()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if t != nil {
+		s.respondTask(w, r, t)
+	}
+}
+
+func (st *state) domainEntity(d *domain) func(time.Time) any {
+	return func(now time.Time) any { return d.detail(now) }
+}
+
+func domainEnts(ds ...*domain) map[string]string {
+	m := map[string]string{}
+	for _, d := range ds {
+		m[d.id] = "domain"
+	}
+	return m
+}
+
+func (st *state) lookupDomain(id string) (*domain, *apiError) {
+	d, ok := st.domainByID[id]
+	if !ok {
+		return nil, errNotFound("Virtual machine")
+	}
+	return d, nil
+}
+
+// gone is the failure of a task whose domain was deleted while it ran.
+func (st *state) gone(d *domain) error {
+	if _, ok := st.domainByID[d.id]; !ok {
+		return fmt.Errorf("virtual machine %s no longer exists", d.name)
+	}
+	return nil
+}
+
+func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
+	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		n, ok := s.st.nodeByID[id]
+		if !ok {
+			return nil, errNotFound("Node")
+		}
+		on, e := boolField(body, "ballooning", true)
+		if e != nil {
+			return nil, e
+		}
+		return s.st.startTask(now, taskSpec{
+			name: "node_ballooning", verbose: fmt.Sprintf("Change ballooning of node %s", n.name), key: key, user: user,
+			entities: map[string]string{n.id: "node"},
+			apply:    func(time.Time) error { n.ballooning = on; return nil },
+			entity:   func(now time.Time) any { return n.detail(now) },
+		}), nil
+	})
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request, id string) {
+	// Spec §4.4: a repeated start answers with the virtual machine object.
+	repeat := func(now time.Time) (any, bool) {
+		d, ok := s.st.domainByID[id]
+		if !ok {
+			return nil, false
+		}
+		return d.detail(now), true
+	}
+	s.operateRepeat(w, r, repeat, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		d, e := s.st.lookupDomain(id)
+		if e != nil {
+			return nil, e
+		}
+		if _, e := boolField(body, "force", false); e != nil {
+			return nil, e
+		}
+		if d.template {
+			return nil, errRule(fmt.Sprintf("Virtual machine %s is a template and cannot be started.", d.name))
+		}
+		return s.st.startTask(now, taskSpec{
+			name: "domain_start", verbose: "Start virtual machine " + d.name, key: key, user: user,
+			entities: domainEnts(d),
+			apply: func(at time.Time) error {
+				if err := s.st.gone(d); err != nil {
+					return err
+				}
+				s.st.setPower(d, powerOn, at)
+				return nil
+			},
+			entity: s.st.domainEntity(d),
+		}), nil
+	})
+}
+
+func (s *Server) shutdown(w http.ResponseWriter, r *http.Request, id string) {
+	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		d, e := s.st.lookupDomain(id)
+		if e != nil {
+			return nil, e
+		}
+		force, e := boolField(body, "force", false)
+		if e != nil {
+			return nil, e
+		}
+		verb := "Shutdown"
+		if force {
+			verb = "Force shutdown"
+		}
+		return s.st.startTask(now, taskSpec{
+			name: "domain_shutdown", verbose: verb + " virtual machine " + d.name, key: key, user: user,
+			entities: domainEnts(d),
+			apply: func(at time.Time) error {
+				if err := s.st.gone(d); err != nil {
+					return err
+				}
+				s.st.setPower(d, powerOff, at)
+				return nil
+			},
+			entity: s.st.domainEntity(d),
+		}), nil
+	})
+}
+
+func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
+	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		src, e := s.st.lookupDomain(id)
+		if e != nil {
+			return nil, e
+		}
+		name, e := stringField(body, "verbose_name", true)
+		if e != nil {
+			return nil, e
+		}
+		for _, d := range s.st.domains {
+			if d.name == name {
+				return nil, errField("verbose_name", "unique", "A virtual machine with this name already exists.")
+			}
+		}
+		n := src.node
+		if v, e := stringField(body, "node", false); e != nil {
+			return nil, e
+		} else if v != "" {
+			if n = s.st.nodeByID[v]; n == nil {
+				return nil, errField("node", "invalid", "Node is not found.")
+			}
+		}
+		pool := src.pool
+		if v, e := stringField(body, "datapool", false); e != nil {
+			return nil, e
+		} else if v != "" {
+			if pool = s.st.poolByID[v]; pool == nil {
+				return nil, errField("datapool", "invalid", "Data pool is not found.")
+			}
+		}
+		c := s.st.newDomain(now)
+		c.name, c.node, c.pool = name, n, pool
+		c.cpus, c.memMiB, c.linux, c.agent, c.vdisks = src.cpus, src.memMiB, src.linux, src.agent, src.vdisks
+		c.power, c.status = powerOff, "CREATING"
+		// A clone of a template is thin: it keeps the template as its parent.
+		if src.template {
+			c.thin, c.parent = true, src
+		}
+		s.st.addDomain(c)
+		return s.st.startTask(now, taskSpec{
+			name: "domain_clone", verbose: fmt.Sprintf("Clone virtual machine %s to %s", src.name, name), key: key, user: user,
+			entities: domainEnts(src, c),
+			apply: func(at time.Time) error {
+				if err := s.st.gone(c); err != nil {
+					return err
+				}
+				c.status = "ACTIVE"
+				c.touch()
+				return nil
+			},
+			entity: s.st.domainEntity(c),
+		}), nil
+	})
+}
+
+func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
+	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		d, e := s.st.lookupDomain(id)
+		if e != nil {
+			return nil, e
+		}
+		if _, e := boolField(body, "full", false); e != nil {
+			return nil, e
+		}
+		if d.template && s.st.hasThinClones(d) {
+			return nil, errRule(fmt.Sprintf("Template %s has thin clones and cannot be removed: that would break them.", d.name))
+		}
+		if d.status == "DELETING" {
+			return nil, errRule(fmt.Sprintf("Virtual machine %s is already being deleted.", d.name))
+		}
+		d.status = "DELETING"
+		d.touch()
+		return s.st.startTask(now, taskSpec{
+			name: "domain_remove", verbose: "Remove virtual machine " + d.name, key: key, user: user,
+			entities: domainEnts(d),
+			apply: func(time.Time) error {
+				s.st.removeDomain(d)
+				return nil
+			},
+		}), nil
+	})
+}
+
+func (s *Server) sshInject(w http.ResponseWriter, r *http.Request, id string) {
+	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		d, e := s.st.lookupDomain(id)
+		if e != nil {
+			return nil, e
+		}
+		sshKey, e := stringField(body, "ssh_key", true)
+		if e != nil {
+			return nil, e
+		}
+		sshUser, e := stringField(body, "ssh_user", false)
+		if e != nil {
+			return nil, e
+		}
+		if sshUser == "" {
+			sshUser = "root"
+		}
+		if _, e := boolField(body, "create_user", false); e != nil {
+			return nil, e
+		}
+		if !d.linux {
+			return nil, errRule("SSH key injection is available for Linux guests only.")
+		}
+		if d.power == powerOn && !d.agentActive() {
+			return nil, errRule("SSH key injection into a running virtual machine needs an active guest agent.")
+		}
+		if d.power != powerOn && d.power != powerOff {
+			return nil, errRule("The virtual machine must be powered off, or on with an active guest agent.")
+		}
+		return s.st.startTask(now, taskSpec{
+			name: "domain_ssh_inject", verbose: fmt.Sprintf("Inject SSH key for %s into virtual machine %s", sshUser, d.name),
+			key: key, user: user, entities: domainEnts(d),
+			apply: func(time.Time) error {
+				if err := s.st.gone(d); err != nil {
+					return err
+				}
+				if d.sshKeys == nil {
+					d.sshKeys = map[string][]string{}
+				}
+				d.sshKeys[sshUser] = append(d.sshKeys[sshUser], sshKey)
+				return nil
+			},
+			entity: s.st.domainEntity(d),
+		}), nil
+	})
+}
+
+func (s *Server) setTemplate(w http.ResponseWriter, r *http.Request, id string) {
+	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		d, e := s.st.lookupDomain(id)
+		if e != nil {
+			return nil, e
+		}
+		on, e := boolField(body, "template", true)
+		if e != nil {
+			return nil, e
+		}
+		if d.template && s.st.hasThinClones(d) {
+			return nil, errRule(fmt.Sprintf("Template %s has thin clones and cannot be modified: merge a prepared thin clone into it instead.", d.name))
+		}
+		if on && d.power == powerOn {
+			return nil, errRule(fmt.Sprintf("Virtual machine %s must be powered off to become a template.", d.name))
+		}
+		return s.st.startTask(now, taskSpec{
+			name: "domain_template", verbose: "Change template flag of virtual machine " + d.name, key: key, user: user,
+			entities: domainEnts(d),
+			apply: func(time.Time) error {
+				if err := s.st.gone(d); err != nil {
+					return err
+				}
+				d.template = on
+				d.touch()
+				return nil
+			},
+			entity: s.st.domainEntity(d),
+		}), nil
+	})
+}
+
+func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
+	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
+		id, e := stringField(body, "domain", true)
+		if e != nil {
+			return nil, e
+		}
+		d, ok := s.st.domainByID[id]
+		if !ok {
+			return nil, errField("domain", "invalid", "Virtual machine is not found.")
+		}
+		pool := d.pool
+		if v, e := stringField(body, "datapool", false); e != nil {
+			return nil, e
+		} else if v != "" {
+			if pool = s.st.poolByID[v]; pool == nil {
+				return nil, errField("datapool", "invalid", "Data pool is not found.")
+			}
+		}
+		if _, e := boolField(body, "compress", false); e != nil {
+			return nil, e
+		}
+		if v, ok := body["limit_days"]; ok && v != nil {
+			n, isNum := v.(json.Number)
+			if _, err := strconv.Atoi(string(n)); !isNum || err != nil {
+				return nil, errField("limit_days", "invalid", "A valid integer is required.")
+			}
+		}
+		return s.st.startTask(now, taskSpec{
+			name: "domain_backup", verbose: "Backup virtual machine " + d.name, key: key, user: user,
+			entities: domainEnts(d),
+			apply: func(time.Time) error {
+				if pool != nil {
+					pool.files++
+					pool.used = min(pool.sizeMiB, pool.used+d.memMiB)
+				}
+				return nil
+			},
+		}), nil
+	})
+}

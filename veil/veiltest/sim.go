@@ -1,0 +1,246 @@
+// Package veiltest is a simulator of the ECP VeiL platform REST API, in the spirit of
+// net/http/httptest: New starts a real HTTP server on 127.0.0.1 with a generated, seeded
+// inventory (nodes, clusters, datapools, domains), a task journal and an event journal, and
+// methods to drive scenarios (power a VM off, add events, inject faults, read the request log).
+//
+// Behaviour chosen where the spec leaves room (documented here because clients depend on it):
+//   - State-changing operations create a task that runs for Options.TaskDuration. With ?async=1
+//     they answer 202 with {"_task":{...},"_entity":{...}} (or only "_task" for remove and
+//     backup). Without it they wait until the task is final and answer 200 with the same
+//     envelope carrying the final task.
+//   - An idempotency_key becomes the id of the task. A repeated key answers with the envelope
+//     of the existing task (200), and for start with the domain object.
+//   - The domains filter "name" is a case-insensitive substring match on verbose_name.
+//   - Error codes: "50004" not found, "401", "403", "405", "invalid"/"required" for field
+//     errors, "400" for rule violations, "500"/"503"/"418" for injected faults.
+//   - A hung guest agent answers 400 with detail "guest agent timeout ..." after the command
+//     timeout (fargs or body "timeout" seconds, default 5, bounded by the request).
+//   - limit=0 returns an empty page with the right count; offset beyond count is an empty page.
+package veiltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a simulated controller. Zero values mean the documented defaults.
+type Options struct {
+	Token         string // default "sim-token"; clients send "Authorization: jwt <Token>"
+	ReadOnlyToken string // default none; GETs are allowed, POST/PUT answer 403
+	Seed          int64  // deterministic inventory, names and ids
+
+	Nodes, Clusters, Datapools, VMs int // defaults 3, 1, 2, 10 when zero; -1 means none
+	Templates                       int // how many VMs are templates (default VMs/20; -1 none)
+
+	// RunningFraction of VMs are powered on, AgentFraction of VMs have a guest agent (so
+	// that fraction of running VMs report qemu_state true), LinuxFraction are Linux guests.
+	// Defaults 0.8, 0.9, 0.8; a negative value means 0.
+	RunningFraction, AgentFraction, LinuxFraction float64
+
+	// StringPercentNodes is the fraction of nodes whose cpu_used_percent_user and
+	// mem_used_percent_user are sent as JSON strings (the real platform does both).
+	// Default 0.3; negative means none.
+	StringPercentNodes float64
+
+	InitialEvents   int           // events already in the journal at start
+	InitialTasks    int           // finished tasks already in the journal (default 20; -1 none)
+	EventRate       float64       // background events per second (0 = none)
+	EventsOrder     string        // default ordering of /api/events/: "newest_first" (default) or "oldest_first"
+	EventsRetention int           // keep at most N events (0 = unlimited); oldest are deleted
+	TaskDuration    time.Duration // how long a task takes (default 300ms); progress grows over it
+	TaskFailureRate float64       // fraction of tasks that end FAILED without changing state
+
+	Latency, LatencyJitter time.Duration // added to every /api/ request
+	FaultRate              float64       // fraction of /api/ requests answered with a random 500/503/418
+
+	// GuestCommandsWindows lets guest-command run on Windows guests; the spec says Linux only.
+	GuestCommandsWindows bool
+
+	Now func() time.Time // clock (default time.Now)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Token == "" {
+		o.Token = "sim-token"
+	}
+	def := func(v *int, d int) {
+		switch {
+		case *v == 0:
+			*v = d
+		case *v < 0:
+			*v = 0
+		}
+	}
+	def(&o.Nodes, 3)
+	def(&o.Clusters, 1)
+	def(&o.Datapools, 2)
+	def(&o.VMs, 10)
+	if o.Templates == 0 {
+		o.Templates = o.VMs / 20
+	}
+	if o.Templates < 0 {
+		o.Templates = 0
+	}
+	if o.Templates > o.VMs {
+		o.Templates = o.VMs
+	}
+	if o.Clusters > o.Nodes && o.Nodes > 0 {
+		o.Clusters = o.Nodes
+	}
+	def(&o.InitialTasks, 20)
+	frac := func(v *float64, d float64) {
+		switch {
+		case *v == 0:
+			*v = d
+		case *v < 0:
+			*v = 0
+		case *v > 1:
+			*v = 1
+		}
+	}
+	frac(&o.RunningFraction, 0.8)
+	frac(&o.AgentFraction, 0.9)
+	frac(&o.LinuxFraction, 0.8)
+	frac(&o.StringPercentNodes, 0.3)
+	if o.EventsOrder != "oldest_first" {
+		o.EventsOrder = "newest_first"
+	}
+	if o.TaskDuration <= 0 {
+		o.TaskDuration = 300 * time.Millisecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Server is a running simulated controller.
+type Server struct {
+	URL   string // base URL like http://127.0.0.1:PORT, no trailing slash
+	Token string // the full-rights token (without the "jwt " prefix)
+
+	opts    Options
+	handler http.Handler
+	srv     *http.Server
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	close   sync.Once
+
+	mu sync.Mutex // guards everything below up to the request log
+	st state
+
+	faultMu   sync.Mutex
+	faultRand *rand.Rand
+	faults    []*activeFault
+	latency   time.Duration
+	jitter    time.Duration
+
+	logMu       sync.Mutex
+	log         []Request
+	logNext     int
+	logFull     bool
+	inFlight    atomic.Int64
+	inFlightMax atomic.Int64
+}
+
+// requestLogSize bounds the request log (a ring of the most recent requests).
+const requestLogSize = 200_000
+
+// New returns a simulator listening on 127.0.0.1 on a free port.
+func New(opts Options) *Server {
+	s := NewUnstarted(opts)
+	s.Start()
+	return s
+}
+
+// NewUnstarted builds the simulator without listening; call Start or StartOn, or serve
+// Handler under your own listener. Close must be called in every case: it stops the
+// background task and event loop.
+func NewUnstarted(opts Options) *Server {
+	o := opts.withDefaults()
+	s := &Server{
+		Token:     o.Token,
+		opts:      o,
+		stop:      make(chan struct{}),
+		faultRand: rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed_fa17)),
+		latency:   o.Latency,
+		jitter:    o.LatencyJitter,
+	}
+	s.st.init(o)
+	s.handler = s.routes()
+	s.wg.Add(1)
+	go s.loop()
+	return s
+}
+
+// Start listens on 127.0.0.1 on a free port. It panics if it cannot listen, like httptest.
+func (s *Server) Start() {
+	if err := s.StartOn("127.0.0.1:0"); err != nil {
+		panic(fmt.Sprintf("veiltest: failed to listen: %v", err))
+	}
+}
+
+// StartOn listens on addr and serves in the background.
+func (s *Server) StartOn(addr string) error {
+	if s.srv != nil {
+		return errors.New("veiltest: server already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("couldn't listen on %s: %w", addr, err)
+	}
+	s.srv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	s.URL = "http://" + ln.Addr().String()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		_ = s.srv.Serve(ln)
+	}()
+	return nil
+}
+
+// Handler is the simulator's HTTP handler (the API under /api/ and the control API under /_sim/).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Close stops the server, the background loop and waits for them.
+func (s *Server) Close() {
+	s.close.Do(func() {
+		close(s.stop)
+		if s.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_ = s.srv.Shutdown(ctx)
+			cancel()
+			_ = s.srv.Close()
+		}
+		s.wg.Wait()
+	})
+}
+
+func (s *Server) now() time.Time { return s.opts.Now() }
+
+// loop finishes due tasks and generates background events; requests also advance the
+// state lazily, so a custom clock works without the loop.
+func (s *Server) loop() {
+	defer s.wg.Done()
+	tick := s.opts.TaskDuration / 10
+	tick = min(max(tick, 5*time.Millisecond), 50*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			s.st.advance(s.now())
+			s.mu.Unlock()
+		}
+	}
+}
