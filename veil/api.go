@@ -1,7 +1,7 @@
 package veil
 
-// This file fixes the exported surface of the client that the collector, the guest checker and
-// the forwarder are written against. Bodies marked TODO are being implemented.
+// This file is the exported surface of the client that the collector, the guest checker and
+// the forwarder are written against; the implementation lives in the other files.
 
 import (
 	"context"
@@ -63,11 +63,10 @@ type Page[T any] struct {
 	Results []T
 }
 
-// GuestCommandError says why a guest command failed: the API's error (agent not running,
-// command not supported, timeout) as an *APIError inside.
-//
-// Reason classifies an error from a guest command for metrics: "timeout", "agent_not_running",
-// "not_supported", "api_error".
+// GuestErrorReason classifies an error from a guest command for metrics: "timeout", "agent_not_running",
+// "not_supported", "api_error" ("" for nil). A deadline (the client's or the caller's) or an API
+// message saying timeout is "timeout"; a message about the agent not running or not connected is
+// "agent_not_running"; an unknown or unsupported command is "not_supported".
 func GuestErrorReason(err error) string { return guestErrorReason(err) }
 
 // New returns a client; it fails on a bad URL or an unreadable token file.
@@ -133,8 +132,11 @@ func (c *Client) EventsPage(ctx context.Context, offset, limit int, ordering str
 	return ListPage[Event](ctx, c, "/api/events/", offset, limit, q)
 }
 
-// Operations. Each state-changing call generates one idempotency key and reuses it on retries.
-// async=true answers with the task envelope at once; otherwise the platform's synchronous answer.
+// Operations. Each is sent with ?async=1 and answers with the task envelope at once; follow the
+// task with WaitTask. Each call generates one idempotency key (UUIDv4) and reuses it on its
+// retries, so a retry never starts a second operation. When the platform recognises the key
+// of a finished operation it may answer with the object itself: Task is then zero and Entity
+// holds the object.
 func (c *Client) StartDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
 	return c.startDomain(ctx, id, force)
 }

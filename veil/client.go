@@ -1,0 +1,312 @@
+package veil
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout          = 10 * time.Second
+	DefaultMaxConcurrency   = 8
+	DefaultMaxRetries       = 3
+	DefaultRetryBaseDelay   = 200 * time.Millisecond
+	DefaultMaxResponseBytes = 64 << 20
+	DefaultUserAgent        = "veil-exporter"
+
+	maxRetryDelay = 10 * time.Second
+	maxErrorBody  = 1 << 20 // an error page needs no more to be understood
+)
+
+// Client talks to one platform controller. It is safe for concurrent use; its limits (rate,
+// requests in flight) are shared by every caller.
+type Client struct {
+	base      string // scheme://host[/prefix], no trailing slash
+	tokenFile string
+	hc        *http.Client
+	timeout   time.Duration
+	retries   int
+	backoff   time.Duration
+	maxBytes  int64
+	observer  Observer
+	userAgent string
+	limiter   *rate.Limiter // nil: no rate limit
+	slots     chan struct{} // requests in flight
+	pageSlots int           // pages a List fetches ahead
+
+	mu    sync.RWMutex
+	token string // without the "jwt " prefix
+}
+
+func newClient(cfg Config) (*Client, error) {
+	u, err := url.Parse(strings.TrimSpace(cfg.URL))
+	if err != nil {
+		return nil, fmt.Errorf("veil: bad URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("veil: bad URL %q: want http(s)://host", cfg.URL)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, errors.New("veil: bad URL: user info, query and fragment are not allowed")
+	}
+	c := &Client{
+		base:      strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
+		tokenFile: cfg.TokenFile,
+		timeout:   cfg.Timeout,
+		retries:   cfg.MaxRetries,
+		backoff:   cfg.RetryBaseDelay,
+		maxBytes:  cfg.MaxResponseBytes,
+		observer:  cfg.Observer,
+		userAgent: cfg.UserAgent,
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	switch {
+	case c.retries < 0:
+		c.retries = 0
+	case c.retries == 0:
+		c.retries = DefaultMaxRetries
+	}
+	if c.backoff <= 0 {
+		c.backoff = DefaultRetryBaseDelay
+	}
+	if c.maxBytes <= 0 {
+		c.maxBytes = DefaultMaxResponseBytes
+	}
+	if c.userAgent == "" {
+		c.userAgent = DefaultUserAgent
+	}
+	conc := cfg.MaxConcurrency
+	if conc <= 0 {
+		conc = DefaultMaxConcurrency
+	}
+	c.slots = make(chan struct{}, conc)
+	c.pageSlots = conc
+	if cfg.MaxRequestsPerSecond > 0 {
+		// Burst 1: the rate is never exceeded, not even after a quiet period.
+		c.limiter = rate.NewLimiter(rate.Limit(cfg.MaxRequestsPerSecond), 1)
+	}
+	if cfg.HTTPClient != nil {
+		hc := *cfg.HTTPClient
+		hc.Timeout = 0 // each attempt has its own deadline
+		c.hc = &hc
+	} else {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = conc // keep one connection per slot alive between pages
+		c.hc = &http.Client{Transport: tr}
+	}
+	if cfg.TokenFile != "" {
+		if err := c.reloadToken(); err != nil {
+			return nil, err
+		}
+	} else {
+		c.token = cleanToken(cfg.Token)
+	}
+	if c.token == "" {
+		return nil, errors.New("veil: no token: set Token or TokenFile")
+	}
+	return c, nil
+}
+
+// cleanToken trims whitespace and an optional "jwt " prefix (any case).
+func cleanToken(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 4 && strings.EqualFold(s[:4], "jwt ") {
+		s = strings.TrimSpace(s[4:])
+	}
+	return s
+}
+
+func (c *Client) reloadToken() error {
+	if c.tokenFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		// The path error names the file, never its content.
+		return fmt.Errorf("veil: reading token file: %w", err)
+	}
+	tok := cleanToken(string(b))
+	if tok == "" {
+		return fmt.Errorf("veil: token file %s is empty", c.tokenFile)
+	}
+	c.mu.Lock()
+	c.token = tok
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Client) currentToken() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.token
+}
+
+// redact removes the token from text that came from elsewhere (a proxy may echo headers).
+func (c *Client) redact(s string) string {
+	if tok := c.currentToken(); len(tok) >= 4 {
+		s = strings.ReplaceAll(s, tok, "[REDACTED]")
+	}
+	return s
+}
+
+// request is one logical call; do may send it several times.
+type request struct {
+	method   string
+	endpoint string // path template, for the observer and error messages
+	path     string // escaped path
+	query    url.Values
+	body     []byte
+	retry    bool          // safe to send again (GET, or a body with an idempotency key)
+	timeout  time.Duration // per attempt; 0 = the client's
+}
+
+func (r *request) String() string { return r.method + " " + r.endpoint }
+
+// do sends r with retries, limits and the token, and returns the body of a 2xx answer.
+// An error answer is an *APIError; every error names the request.
+func (c *Client) do(ctx context.Context, r *request) ([]byte, int, error) {
+	reloaded := false
+	for attempt := 0; ; attempt++ {
+		body, status, retryAfter, err := c.attempt(ctx, r)
+		if err == nil {
+			return body, status, nil
+		}
+		if ctx.Err() != nil {
+			return nil, status, fmt.Errorf("veil: %s: %w", r, ctx.Err())
+		}
+		// A 401 was not executed, so sending it again is safe for any method, once: token
+		// files rotate, and the new token may be there already.
+		if status == http.StatusUnauthorized && c.tokenFile != "" && !reloaded {
+			reloaded = true
+			old := c.currentToken()
+			if c.reloadToken() == nil && c.currentToken() != old {
+				attempt--
+				continue
+			}
+		}
+		if !r.retry || attempt >= c.retries || !retryable(status, err) {
+			return nil, status, fmt.Errorf("veil: %s: %w", r, err)
+		}
+		delay := c.backoff << attempt
+		if delay > maxRetryDelay || delay <= 0 {
+			delay = maxRetryDelay
+		}
+		delay = delay/2 + rand.N(delay/2+1) // jitter: spread clients that failed together
+		if retryAfter > delay {
+			delay = min(retryAfter, maxRetryDelay)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status, fmt.Errorf("veil: %s: %w (last error: %v)", r, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// retryable: 5xx, 418 (controller being updated), 429, and failures without an answer
+// (connection errors, timeouts). ErrTooLarge is not retried: it would be too large again.
+func retryable(status int, err error) bool {
+	if errors.Is(err, ErrTooLarge) {
+		return false
+	}
+	switch {
+	case status == 0, status >= 500, status == http.StatusTeapot, status == http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
+// attempt sends r once, within the client's limits.
+func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status int, retryAfter time.Duration, err error) {
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, 0, ctx.Err()
+	}
+	defer func() { <-c.slots }()
+	// The rate limiter is consulted after taking a slot, so the send follows the permit at once
+	// and the rate holds at the wire.
+	if c.limiter != nil {
+		if err := c.limiter.Wait(ctx); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	timeout := c.timeout
+	if r.timeout > timeout {
+		timeout = r.timeout
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	target := c.base + r.path
+	if len(r.query) > 0 {
+		target += "?" + r.query.Encode()
+	}
+	var rd io.Reader
+	if r.body != nil {
+		rd = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(actx, r.method, target, rd)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	req.Header.Set("Authorization", "jwt "+c.currentToken())
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+
+	start := time.Now()
+	observed := 0 // the status that arrived, even when its body then broke off
+	defer func() {
+		if c.observer != nil {
+			c.observer(r.endpoint, observed, time.Since(start))
+		}
+	}()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer resp.Body.Close()
+	status, observed = resp.StatusCode, resp.StatusCode
+	ok := status >= 200 && status < 300
+	limit := c.maxBytes
+	if !ok && limit > maxErrorBody {
+		limit = maxErrorBody
+	}
+	body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		// The answer broke off: for retries it is as if none had come.
+		return nil, 0, 0, fmt.Errorf("reading response (status %d): %w", status, err)
+	}
+	if ok && int64(len(body)) > limit {
+		return nil, status, 0, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
+	}
+	if ok {
+		return body, status, 0, nil
+	}
+	if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
+		retryAfter = time.Duration(s) * time.Second
+	}
+	ae := decodeAPIError(status, body)
+	ae.Message, ae.Snippet = c.redact(ae.Message), c.redact(ae.Snippet)
+	return nil, status, retryAfter, ae
+}

@@ -1,0 +1,265 @@
+package veil
+
+// Lenient decoding of what the real platform sends.
+//
+// What is tolerated and what fails:
+//   - Number accepts a JSON number, a numeric string ("2.49", " 3 "), "" and null (0). Anything
+//     else (an object, an array, a bool, "abc", NaN/Inf, out of range) fails the object: a value
+//     silently read as 0 would become a wrong metric.
+//   - Time accepts ISO 8601 with or without fraction and zone (no zone means UTC), with "T" or a
+//     space; null and "" are the zero time. An unreadable timestamp fails the object.
+//   - Ref accepts {"id","verbose_name"}, a bare uuid string, or null; anything else fails.
+//   - GuestUtils accepts an object ({} without an agent); any other value reads as no agent.
+//   - Any other field of a wrong type (a string where a bool is expected, an object for a
+//     string, ...) is left at its zero value and the rest of the object is kept, except "id":
+//     an object without a readable id fails. Missing fields are zero.
+//   - Event keeps Raw, the exact bytes of the object, whatever it contains.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func (n *Number) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	s := string(b)
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("cannot decode %s as a number", short(b))
+		}
+		s = strings.TrimSpace(s)
+		if s == "" {
+			*n = 0
+			return nil
+		}
+	} else if s == "null" {
+		*n = 0
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return fmt.Errorf("cannot decode %s as a number", short(b))
+	}
+	*n = Number(f)
+	return nil
+}
+
+// timeLayouts are the forms seen from the platform and its proxies; layouts without a zone are UTC.
+var timeLayouts = []string{
+	time.RFC3339Nano,
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999Z0700",
+	"2006-01-02",
+}
+
+func (t *Time) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if string(b) == "null" {
+		t.Time = time.Time{}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("cannot decode %s as a time", short(b))
+	}
+	s = strings.TrimSpace(s)
+	if s == "" {
+		t.Time = time.Time{}
+		return nil
+	}
+	for _, layout := range timeLayouts {
+		if v, err := time.Parse(layout, s); err == nil {
+			t.Time = v
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot decode %s as a time", short(b))
+}
+
+// MarshalJSON writes RFC 3339 with nanoseconds, or null for the zero time.
+func (t Time) MarshalJSON() ([]byte, error) {
+	if t.IsZero() {
+		return []byte("null"), nil
+	}
+	return json.Marshal(t.Time.Format(time.RFC3339Nano))
+}
+
+func (r *Ref) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case string(b) == "null":
+		*r = Ref{}
+		return nil
+	case len(b) > 0 && b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("cannot decode %s as a reference", short(b))
+		}
+		*r = Ref{ID: s}
+		return nil
+	case len(b) > 0 && b[0] == '{':
+		type plain Ref
+		var v plain
+		if err := tolerate(json.Unmarshal(b, &v)); err != nil {
+			return fmt.Errorf("cannot decode %s as a reference: %w", short(b), err)
+		}
+		*r = Ref(v)
+		return nil
+	}
+	return fmt.Errorf("cannot decode %s as a reference", short(b))
+}
+
+func (g *GuestUtils) UnmarshalJSON(b []byte) error {
+	type plain GuestUtils
+	var v plain
+	if err := json.Unmarshal(b, &v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			v = plain{} // not an object ("", [], false): no agent data
+		} else if err := tolerate(err); err != nil {
+			return err
+		}
+	}
+	*g = GuestUtils(v)
+	return nil
+}
+
+// UnmarshalJSON keeps the exact bytes in Raw and tolerates odd fields (see the file comment),
+// so one strange event cannot stop a forwarder.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	type plain Event
+	var v plain
+	if err := tolerate(json.Unmarshal(b, &v)); err != nil {
+		return err
+	}
+	v.Raw = append(json.RawMessage(nil), bytes.TrimSpace(b)...)
+	*e = Event(v)
+	return nil
+}
+
+// UnmarshalJSON reads data_with_entity ("_task" + "_entity", or "entity" as vendor code shows)
+// and data_without_entity. An answer without "_task" (a repeated start answers with the domain
+// object) leaves Task zero and keeps the whole object in Entity.
+func (te *TaskEnvelope) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Task    *Task           `json:"_task"`
+		Entity  json.RawMessage `json:"_entity"`
+		Entity2 json.RawMessage `json:"entity"`
+	}
+	if err := tolerate(json.Unmarshal(b, &v)); err != nil {
+		return err
+	}
+	*te = TaskEnvelope{}
+	if v.Task == nil {
+		te.Entity = append(json.RawMessage(nil), bytes.TrimSpace(b)...)
+		return nil
+	}
+	te.Task = *v.Task
+	switch {
+	case len(v.Entity) > 0 && string(v.Entity) != "null":
+		te.Entity = v.Entity
+	case len(v.Entity2) > 0 && string(v.Entity2) != "null":
+		te.Entity = v.Entity2
+	}
+	return nil
+}
+
+// MarshalJSON writes the data_with_entity form ("_entity" omitted when empty).
+func (te TaskEnvelope) MarshalJSON() ([]byte, error) {
+	v := struct {
+		Task   Task            `json:"_task"`
+		Entity json.RawMessage `json:"_entity,omitempty"`
+	}{te.Task, te.Entity}
+	return json.Marshal(v)
+}
+
+// tolerate drops a type mismatch of an ordinary field (it stays zero; encoding/json has decoded
+// the rest of the object) and keeps every other error, including a bad "id".
+func tolerate(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" && te.Field != "id" && !strings.HasSuffix(te.Field, ".id") {
+		return nil
+	}
+	return err
+}
+
+// decodeValue decodes one object of the API leniently into v (a pointer to a struct). On
+// failure the error names the offending field when it can be found.
+func decodeValue(b []byte, v any) error {
+	err := tolerate(json.Unmarshal(b, v))
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Errorf("field %q: got JSON %s, want %s", te.Field, te.Value, te.Type)
+		}
+		return fmt.Errorf("got JSON %s, want an object", te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) { // also "unexpected end of JSON input": a truncated body
+		return fmt.Errorf("malformed JSON at byte %d: %w", se.Offset, err)
+	}
+	if field := badField(b, v); field != "" {
+		return fmt.Errorf("field %q: %w", field, err)
+	}
+	return err
+}
+
+// badField finds which top-level field of the struct behind v fails to decode; it runs only on
+// the error path, to make the error say what was wrong.
+func badField(b []byte, v any) string {
+	rt := reflect.TypeOf(v)
+	if rt.Kind() != reflect.Pointer || rt.Elem().Kind() != reflect.Struct {
+		return ""
+	}
+	rt = rt.Elem()
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return ""
+	}
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		raw, ok := fields[name]
+		if !ok {
+			continue
+		}
+		if err := tolerate(json.Unmarshal(raw, reflect.New(f.Type).Interface())); err != nil {
+			return name
+		}
+	}
+	return ""
+}
+
+// short quotes the start of a JSON value for an error message.
+func short(b []byte) string {
+	const max = 40
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
+}
+
+// objectID lets the pager drop an object seen twice when the collection shifts between pages.
+func (n Node) objectID() string     { return n.ID }
+func (c Cluster) objectID() string  { return c.ID }
+func (d Datapool) objectID() string { return d.ID }
+func (d Domain) objectID() string   { return d.ID }
+func (t Task) objectID() string     { return t.ID }
+func (e Event) objectID() string    { return e.ID }
+
+type identified interface{ objectID() string }
