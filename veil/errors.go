@@ -229,8 +229,9 @@ func guestErrorReason(err error) string {
 		return "timeout"
 	case has("agent") && has("not running", "not connected", "not active", "inactive", "unavailable", "not responding", "is off", "disconnected", "no guest agent", "not installed"):
 		return "agent_not_running"
-	case has("not supported", "unsupported", "command not found", "unknown command", "not allowed",
-		"disabled", "not implemented", "is not available"):
+	case ae.Field == "qemu_cmd" || has("not supported", "unsupported", "command not found", "unknown command",
+		"not allowed", "disabled", "not implemented", "is not available", "linux guests only") ||
+		has("unknown") && has("command"):
 		return "not_supported"
 	}
 	return "api_error"
