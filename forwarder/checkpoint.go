@@ -1,0 +1,204 @@
+package forwarder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Position is where a controller's event stream has been published up to.
+// Several events can share one created instant, so the instant alone is not enough.
+type Position struct {
+	Created time.Time `json:"created"` // newest published created; zero before anything
+	IDs     []string  `json:"ids"`     // ids published at exactly Created
+	// Known is true once a position was established (start: latest with an empty journal
+	// stays known with a zero Created).
+	Known bool `json:"known"`
+	// Seen describes the journal when it was last read, so that events lost at the source
+	// (deleted before they could be read) can be counted exactly: Ahead events were newer than
+	// the position up to and including the newest one then, Tail.
+	Ahead       int       `json:"ahead"`
+	TailID      string    `json:"tail_id,omitempty"`
+	TailCreated time.Time `json:"tail_created,omitzero"`
+}
+
+// published says whether an event with this created and id is at or before the position.
+func (p *Position) published(created time.Time, id string) bool {
+	if !p.Known {
+		return false
+	}
+	switch created.Compare(p.Created) {
+	case -1:
+		return true
+	case 1:
+		return false
+	}
+	for _, x := range p.IDs {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// advance moves the position past one event published after it.
+func (p *Position) advance(created time.Time, id string) {
+	if !p.Known || created.After(p.Created) {
+		p.Created, p.IDs, p.Known = created, []string{id}, true
+		return
+	}
+	p.IDs = append(p.IDs, id)
+}
+
+func (p Position) clone() Position {
+	p.IDs = append([]string(nil), p.IDs...)
+	return p
+}
+
+// Checkpoint stores the position of one controller.
+type Checkpoint interface {
+	// Load returns the stored position and whether there was one.
+	Load(ctx context.Context) (Position, bool, error)
+	// Save stores the position; ErrCheckpointConflict means another instance moved it.
+	Save(ctx context.Context, p Position) error
+}
+
+// ErrCheckpointConflict says that another instance wrote the position: this one must stop.
+var ErrCheckpointConflict = errors.New("the position was written by another instance")
+
+// fileCheckpoint is one JSON file per controller, replaced atomically.
+type fileCheckpoint struct{ path string }
+
+// NewFileCheckpoint stores the position of controller in dir/<controller>.position.json.
+func NewFileCheckpoint(dir, controller string) (Checkpoint, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("couldn't create checkpoint dir: %w", err)
+	}
+	return &fileCheckpoint{path: filepath.Join(dir, sanitizeToken(controller)+".position.json")}, nil
+}
+
+func (f *fileCheckpoint) Load(context.Context) (Position, bool, error) {
+	b, err := os.ReadFile(f.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Position{}, false, nil
+	}
+	if err != nil {
+		return Position{}, false, fmt.Errorf("couldn't read position: %w", err)
+	}
+	var p Position
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Position{}, false, fmt.Errorf("couldn't decode position %s: %w", f.path, err)
+	}
+	return p, true, nil
+}
+
+// Save writes a temp file, fsyncs it, renames it over the old one and fsyncs the directory, so a
+// crash leaves either the old or the new position, never a torn one.
+func (f *fileCheckpoint) Save(_ context.Context, p Position) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(f.path)
+	tmp, err := os.CreateTemp(dir, ".position-*")
+	if err != nil {
+		return fmt.Errorf("couldn't write position: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("couldn't write position: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("couldn't sync position: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("couldn't write position: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), f.path); err != nil {
+		return fmt.Errorf("couldn't replace position: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// kvCheckpoint keeps the position in a JetStream key-value bucket, written with compare-and-set
+// so that a second instance cannot move it backwards.
+type kvCheckpoint struct {
+	kv  jetstream.KeyValue
+	key string
+	mu  sync.Mutex
+	rev uint64 // revision this instance last read or wrote; 0 = key absent
+}
+
+// PositionsBucket is the key-value bucket of the nats_kv position store.
+const PositionsBucket = "VEIL_EXPORTER_POSITIONS"
+
+// NewKVCheckpoint stores the position of controller in the PositionsBucket bucket.
+func NewKVCheckpoint(ctx context.Context, conn *Conn, controller string) (Checkpoint, error) {
+	if conn == nil || conn.js == nil {
+		return nil, errors.New("checkpoint store nats_kv needs nats.jetstream.enabled")
+	}
+	kv, err := conn.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, fmt.Errorf("couldn't open bucket %s: %w", PositionsBucket, err)
+	}
+	return &kvCheckpoint{kv: kv, key: sanitizeToken(controller)}, nil
+}
+
+func (k *kvCheckpoint) Load(ctx context.Context) (Position, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e, err := k.kv.Get(ctx, k.key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		k.rev = 0
+		return Position{}, false, nil
+	}
+	if err != nil {
+		return Position{}, false, fmt.Errorf("couldn't read position: %w", err)
+	}
+	k.rev = e.Revision()
+	var p Position
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return Position{}, false, fmt.Errorf("couldn't decode position: %w", err)
+	}
+	return p, true, nil
+}
+
+func (k *kvCheckpoint) Save(ctx context.Context, p Position) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var rev uint64
+	if k.rev == 0 {
+		rev, err = k.kv.Create(ctx, k.key, b)
+	} else {
+		rev, err = k.kv.Update(ctx, k.key, b, k.rev)
+	}
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.Is(err, jetstream.ErrKeyExists) ||
+			errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			strings.Contains(err.Error(), "wrong last sequence") {
+			return fmt.Errorf("%w (bucket %s, key %s)", ErrCheckpointConflict, PositionsBucket, k.key)
+		}
+		return fmt.Errorf("couldn't store position: %w", err)
+	}
+	k.rev = rev
+	return nil
+}

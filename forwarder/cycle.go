@@ -1,0 +1,390 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-kit/log/level"
+	"github.com/nats-io/nats.go"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// cycle publishes what is new since the position; it returns how many events it published.
+func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
+	fw.mu.Lock()
+	pos, hint := fw.pos.clone(), fw.hint
+	fw.mu.Unlock()
+	if !fw.opts.Conn.Connected() {
+		return 0, errors.New("NATS is not connected")
+	}
+	b, count, anchored, err := fw.locate(ctx, &pos, hint)
+	if err != nil {
+		return 0, err
+	}
+	d := fw.dir()
+	newCount := b
+	if d == oldestFirst {
+		newCount = count - b
+	}
+	fw.mu.Lock()
+	fw.backlog = newCount
+	fw.mu.Unlock()
+	if newCount <= 0 {
+		if d == newestFirst {
+			fw.setHint(0)
+		} else {
+			fw.setHint(count)
+		}
+		return 0, nil
+	}
+	return fw.read(ctx, pos, b, count, anchored)
+}
+
+func (fw *Forwarder) setHint(h int) {
+	fw.mu.Lock()
+	fw.hint = h
+	fw.mu.Unlock()
+}
+
+// locate finds the boundary offset b between published and new events: oldest first, offsets
+// below b are published; newest first, offsets from b on are. anchored says that the published
+// event next to b exists (otherwise reading starts at the very start of the list). It also
+// notices events lost at the source and records what is needed to count future losses.
+func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, count int, anchored bool, err error) {
+	o := max(0, hint-pageLimit/2)
+	pg, err := fw.pager.EventsPage(ctx, o, pageLimit, fw.ordering)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
+	}
+	if o > 0 && len(pg.Results) == 0 { // the list shrank below the hint
+		o = 0
+		if pg, err = fw.pager.EventsPage(ctx, 0, pageLimit, fw.ordering); err != nil {
+			return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
+		}
+	}
+	fw.learnOrder(pg.Results)
+	d := fw.dir()
+	count = pg.Count
+	isNew := func(e veil.Event) bool { return !pos.published(e.Created.Time, e.ID) }
+	pred := isNew // oldest first: the first new event
+	if d == newestFirst {
+		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event
+	}
+	items := pg.Results
+	j := -1
+	for i := range items {
+		if pred(items[i]) {
+			j = i
+			break
+		}
+	}
+	switch {
+	case j > 0 || j == 0 && o == 0:
+		b = o + j
+	case j < 0 && o+len(items) >= count:
+		b = count
+	case j == 0:
+		b, err = fw.search(ctx, 0, o, pred)
+	default:
+		b, err = fw.search(ctx, o+len(items), count, pred)
+	}
+	if err != nil {
+		return 0, 0, false, err
+	}
+	// Is the published event next to the boundary still there?
+	if d == oldestFirst {
+		anchored = b > 0
+	} else {
+		anchored = b < count
+	}
+	if !anchored && pos.Known && !pos.Created.IsZero() && count > 0 {
+		fw.countGap(ctx, pos, d)
+	} else if anchored || count == 0 {
+		fw.mu.Lock()
+		fw.gapLogged = false
+		fw.mu.Unlock()
+		fw.observe(ctx, pos, d, b, count, o, items)
+	}
+	return b, count, anchored, nil
+}
+
+// observe remembers how many events follow the position and which is the newest, so that a
+// later loss (retention deleting them unread) can be counted exactly.
+func (fw *Forwarder) observe(ctx context.Context, pos *Position, d direction, b, count, o int, items []veil.Event) {
+	if count == 0 {
+		return
+	}
+	tailOff, ahead := 0, b
+	if d == oldestFirst {
+		tailOff, ahead = count-1, count-b
+	}
+	var tail veil.Event
+	if i := tailOff - o; i >= 0 && i < len(items) {
+		tail = items[i]
+	} else {
+		e, _, ok, err := fw.probe(ctx, tailOff)
+		if err != nil || !ok {
+			return
+		}
+		tail = e
+	}
+	pos.Ahead, pos.TailID, pos.TailCreated = ahead, tail.ID, tail.Created.Time
+	fw.mu.Lock()
+	fw.pos.Ahead, fw.pos.TailID, fw.pos.TailCreated = ahead, tail.ID, tail.Created.Time
+	fw.mu.Unlock()
+}
+
+// countGap runs when the position's event is gone and everything left is newer: events between
+// it and the oldest remaining one may have been deleted unread.
+func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
+	fw.mu.Lock()
+	logged := fw.gapLogged
+	fw.gapLogged = true
+	fw.mu.Unlock()
+	lost, exact := 0, false
+	if pos.TailID != "" {
+		// remaining = events still listed that are not newer than the tail we saw.
+		notNewer := func(e veil.Event) bool { return !e.Created.After(pos.TailCreated) }
+		var x, remaining int
+		var err error
+		var ok bool
+		var at veil.Event
+		var count int
+		if d == oldestFirst {
+			x, err = fw.search(ctx, 0, 1<<30, func(e veil.Event) bool { return !notNewer(e) })
+			remaining = x
+			if err == nil && x > 0 {
+				at, count, ok, err = fw.probe(ctx, x-1)
+			}
+		} else {
+			at, count, _, err = fw.probe(ctx, 0)
+			if err == nil {
+				x, err = fw.search(ctx, 0, count, notNewer)
+				remaining = count - x
+				if err == nil && x < count {
+					at, _, ok, err = fw.probe(ctx, x)
+				}
+			}
+		}
+		_ = count
+		if err == nil && ok && at.Created.Equal(pos.TailCreated) {
+			exact = true
+			lost = max(0, pos.Ahead-remaining)
+		} else if err == nil {
+			lost = pos.Ahead // the tail is gone too: at least this many
+		}
+	}
+	if lost > 0 || !exact {
+		fw.mu.Lock()
+		fw.gaps += uint64(lost)
+		fw.mu.Unlock()
+		if lost > 0 || !logged {
+			if exact {
+				level.Warn(fw.logger).Log("msg", "events were deleted by the platform before they could be read", "lost", lost, "after", pos.Created)
+			} else {
+				level.Warn(fw.logger).Log("msg", "the position's event is gone; events after it may have been deleted unread, count not exactly known", "lost_at_least", lost, "after", pos.Created)
+			}
+		}
+	}
+	// Account once: later cycles start from the new position.
+	pos.Ahead = 0
+	fw.mu.Lock()
+	fw.pos.Ahead = 0
+	fw.mu.Unlock()
+}
+
+// read publishes the new events in chronological order, reading pages concurrently through a
+// bounded window; each page overlaps the previous one by one event, which proves that nothing
+// between them was skipped while the list moved.
+func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, anchored bool) (int, error) {
+	d := fw.dir()
+	var spans func(yield func(pageSpan) bool)
+	if d == oldestFirst {
+		s := 0
+		if anchored {
+			s = b - 1
+		}
+		spans = func(yield func(pageSpan) bool) {
+			for ; ; s += step {
+				if !yield(pageSpan{s, pageLimit}) || s+pageLimit >= count {
+					return
+				}
+			}
+		}
+	} else {
+		end := count
+		if anchored {
+			end = b + 1
+		}
+		spans = func(yield func(pageSpan) bool) {
+			for {
+				start := max(0, end-pageLimit)
+				if !yield(pageSpan{start, end - start}) || start == 0 {
+					return
+				}
+				end = start + 1
+			}
+		}
+	}
+	f := fetchPages(ctx, fw.pager, fw.ordering, spans)
+	defer f.stop()
+
+	maxBatch := max(1, min(fw.opts.NATS.JetStream.MaxPending, 1000))
+	if fw.opts.Conn.js == nil {
+		maxBatch = 1000
+	}
+	var batch []veil.Event
+	published := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		n, err := fw.publish(ctx, batch)
+		published += n
+		batch = batch[:0]
+		return err
+	}
+	prevID := ""
+	first := true
+	lastOff := b
+	for res := range f.out {
+		var r pageResult
+		select {
+		case r = <-res:
+		case <-ctx.Done():
+			return published, ctx.Err()
+		}
+		if r.err != nil {
+			if err := flush(); err != nil {
+				return published, err
+			}
+			return published, fmt.Errorf("couldn't read events: %w", r.err)
+		}
+		items := r.page.Results
+		if fw.auto {
+			if dd := detect(items); dd != unknownOrder && dd != d {
+				fw.learnOrder(items)
+				return published, flushThen(flush, errResync)
+			}
+		}
+		chron := items
+		if d == newestFirst {
+			chron = make([]veil.Event, len(items))
+			for i := range items {
+				chron[len(items)-1-i] = items[i]
+			}
+		}
+		// Contiguity: the first page starts at the anchor (a published event) or at the very
+		// start of the list; each later page contains the previous page's newest event.
+		from := 0
+		switch {
+		case first && anchored:
+			if len(chron) == 0 || !pos.published(chron[0].Created.Time, chron[0].ID) {
+				return published, flushThen(flush, errResync)
+			}
+		case first:
+			if d == newestFirst && r.start+len(items) < r.page.Count {
+				return published, flushThen(flush, errResync)
+			}
+		default:
+			m := -1
+			for i := range chron {
+				if chron[i].ID == prevID {
+					m = i
+					break
+				}
+			}
+			if m < 0 {
+				return published, flushThen(flush, errResync)
+			}
+			from = m + 1
+			if m > 0 {
+				fw.addDups(m)
+			}
+		}
+		first = false
+		if len(chron) > 0 {
+			prevID = chron[len(chron)-1].ID
+		}
+		for _, e := range chron[from:] {
+			if pos.published(e.Created.Time, e.ID) {
+				continue // the anchor, or a tie already published
+			}
+			pos.advance(e.Created.Time, e.ID)
+			batch = append(batch, e)
+			if len(batch) >= maxBatch {
+				if err := flush(); err != nil {
+					return published, err
+				}
+			}
+		}
+		if d == oldestFirst {
+			lastOff = r.start + len(items)
+		} else {
+			lastOff = 0
+		}
+	}
+	if err := flush(); err != nil {
+		return published, err
+	}
+	fw.setHint(lastOff)
+	return published, ctx.Err()
+}
+
+func flushThen(flush func() error, err error) error {
+	if ferr := flush(); ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+func (fw *Forwarder) addDups(n int) {
+	fw.mu.Lock()
+	fw.dups += uint64(n)
+	fw.mu.Unlock()
+}
+
+// publish sends a batch in order and advances (and stores) the position past every event that
+// is acknowledged together with all events before it.
+func (fw *Forwarder) publish(ctx context.Context, batch []veil.Event) (int, error) {
+	msgs := make([]*nats.Msg, len(batch))
+	for i := range batch {
+		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.opts.ControllerURL, &batch[i])
+	}
+	n, perr := fw.pub.publish(ctx, msgs)
+	if n > 0 {
+		fw.mu.Lock()
+		p := fw.pos.clone()
+		for _, e := range batch[:n] {
+			p.advance(e.Created.Time, e.ID)
+			fw.published[e.Type]++
+			if !e.Created.After(p.TailCreated) && p.Ahead > 0 {
+				p.Ahead--
+			}
+		}
+		fw.pos = p
+		fw.lastPub = time.Now()
+		fw.backlog = max(0, fw.backlog-n)
+		fw.mu.Unlock()
+		// Acknowledged events are published: store that even when ctx was just cancelled.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := fw.cp.Save(sctx, p)
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrCheckpointConflict) {
+				return n, err
+			}
+			fw.fail(fmt.Errorf("couldn't store position: %w", err))
+		}
+	}
+	if perr != nil {
+		fw.mu.Lock()
+		fw.pubErrors++
+		fw.mu.Unlock()
+		return n, perr
+	}
+	return n, nil
+}

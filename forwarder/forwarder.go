@@ -1,0 +1,379 @@
+// Package forwarder tails a controller's event journal (GET /api/events/, limit/offset paging
+// over a list that changes while it is read) and publishes every event to NATS exactly once.
+//
+// Ordering: with events.order auto the forwarder asks for ordering=created (oldest first): pages
+// can then be read concurrently by offset and lost events counted. It checks the order of what
+// comes back from `created` and, should the platform ignore the parameter, tails newest first.
+// The configured orders ask explicitly (created / -created).
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// Options configures a Forwarder for one controller.
+type Options struct {
+	Controller    string
+	ControllerURL string
+	Client        *veil.Client
+	Events        config.Events
+	NATS          config.NATS
+	Conn          *Conn
+	Logger        log.Logger
+	// Checkpoint overrides the store chosen by Events.Checkpoint (tests, embedding).
+	Checkpoint Checkpoint
+
+	pager eventPager // tests: a pager other than Client
+}
+
+// Status is what the status page shows of one controller's forwarding.
+type Status struct {
+	Controller    string
+	Order         string    // order in use: oldest_first, newest_first or unknown
+	Position      time.Time // created of the newest acknowledged event
+	PositionIDs   []string  // ids acknowledged at that instant
+	Backlog       int       // events known but not yet published
+	LastPublished time.Time // when the last acknowledgement arrived
+	Published     uint64
+	Duplicates    uint64
+	Gaps          uint64
+	LastError     string
+	Stopped       bool // another instance owns the position
+	NATS          ConnStatus
+}
+
+// Forwarder tails one controller's events and publishes them.
+type Forwarder struct {
+	opts     Options
+	logger   log.Logger
+	pager    eventPager
+	pub      publisher
+	ordering string
+	order    direction
+	auto     bool
+	cp       Checkpoint
+
+	mu        sync.Mutex
+	pos       Position // acknowledged
+	hint      int      // expected offset of the boundary
+	backlog   int
+	published map[string]uint64
+	pubErrors uint64
+	dups      uint64
+	gaps      uint64
+	lastPub   time.Time
+	lastErr   string
+	stopped   bool
+	cycleOK   bool
+	cycleDur  time.Duration
+	lastOK    time.Time
+	gapLogged bool
+
+	descs descs
+}
+
+type descs struct {
+	published, pubErrors, dups, gaps, lastPub, backlog, position, natsUp, success, duration, lastSuccess *prometheus.Desc
+}
+
+// New checks the options and builds the forwarder; Run starts it.
+func New(opts Options) (*Forwarder, error) {
+	if opts.Controller == "" {
+		return nil, errors.New("forwarder: controller name is empty")
+	}
+	if opts.Logger == nil {
+		opts.Logger = log.NewNopLogger()
+	}
+	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
+		published: map[string]uint64{}, pager: opts.pager}
+	if fw.pager == nil {
+		if opts.Client == nil {
+			return nil, errors.New("forwarder: no platform client")
+		}
+		fw.pager = opts.Client
+	}
+	switch opts.Events.Order {
+	case "", "auto":
+		fw.ordering, fw.order, fw.auto = "created", unknownOrder, true
+	case "oldest_first":
+		fw.ordering, fw.order = "created", oldestFirst
+	case "newest_first":
+		fw.ordering, fw.order = "-created", newestFirst
+	default:
+		return nil, fmt.Errorf("forwarder: unknown events.order %q", opts.Events.Order)
+	}
+	if opts.Conn == nil || opts.Conn.nc == nil {
+		return nil, errors.New("forwarder: no NATS connection")
+	}
+	if opts.NATS.SubjectPrefix == "" {
+		opts.NATS.SubjectPrefix = "veil.events"
+		fw.opts.NATS.SubjectPrefix = opts.NATS.SubjectPrefix
+	}
+	if opts.Conn.js != nil {
+		fw.pub = &jsPublisher{js: opts.Conn.js, timeout: publishTimeout(opts.NATS)}
+	} else {
+		fw.pub = &corePublisher{nc: opts.Conn.nc, timeout: publishTimeout(opts.NATS)}
+	}
+	fw.cp = opts.Checkpoint
+	if fw.cp == nil {
+		var err error
+		switch opts.Events.Checkpoint.Store {
+		case "", "file":
+			fw.cp, err = NewFileCheckpoint(opts.Events.Checkpoint.Dir, opts.Controller)
+		case "nats_kv":
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			fw.cp, err = NewKVCheckpoint(ctx, opts.Conn, opts.Controller)
+			cancel()
+		default:
+			err = fmt.Errorf("unknown checkpoint store %q", opts.Events.Checkpoint.Store)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("forwarder: %w", err)
+		}
+	}
+	c := prometheus.Labels{"controller": opts.Controller}
+	ev := prometheus.Labels{"controller": opts.Controller, "collector": "events"}
+	fw.descs = descs{
+		published:   prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged.", []string{"type"}, c),
+		pubErrors:   prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts (retried).", nil, c),
+		dups:        prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published.", nil, c),
+		gaps:        prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read.", nil, c),
+		lastPub:     prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event.", nil, c),
+		backlog:     prometheus.NewDesc("veil_events_backlog", "Events known but not yet published.", nil, c),
+		position:    prometheus.NewDesc("veil_events_position_timestamp_seconds", "Created time of the stored position.", nil, c),
+		natsUp:      prometheus.NewDesc("veil_nats_connected", "1 if the NATS connection is up.", nil, c),
+		success:     prometheus.NewDesc("veil_collector_success", "1 if the collector's last run succeeded.", nil, ev),
+		duration:    prometheus.NewDesc("veil_collector_duration_seconds", "Duration of the collector's last run.", nil, ev),
+		lastSuccess: prometheus.NewDesc("veil_collector_last_success_timestamp_seconds", "When the collector last succeeded.", nil, ev),
+	}
+	return fw, nil
+}
+
+// Run tails and publishes until ctx is done. It returns an error only when it must stop
+// forwarding for good (another instance owns the position).
+func (fw *Forwarder) Run(ctx context.Context) error {
+	pos, ok, err := fw.loadPosition(ctx)
+	for err != nil {
+		fw.fail(err)
+		if !sleep(ctx, time.Second) {
+			return nil
+		}
+		pos, ok, err = fw.loadPosition(ctx)
+	}
+	if !ok {
+		for {
+			pos, err = fw.initialPosition(ctx)
+			if err == nil {
+				err = fw.cp.Save(ctx, pos)
+			}
+			if err == nil {
+				break
+			}
+			if errors.Is(err, ErrCheckpointConflict) {
+				return fw.stop(err)
+			}
+			fw.fail(err)
+			if !sleep(ctx, time.Second) {
+				return nil
+			}
+		}
+	}
+	fw.mu.Lock()
+	fw.pos = pos
+	fw.mu.Unlock()
+	poll := fw.opts.Events.PollInterval
+	if poll <= 0 {
+		poll = 5 * time.Second
+	}
+	for {
+		start := time.Now()
+		n, err := fw.cycle(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fw.mu.Lock()
+		fw.cycleDur, fw.cycleOK = time.Since(start), err == nil
+		if err == nil {
+			fw.lastOK, fw.lastErr = time.Now(), ""
+		}
+		fw.mu.Unlock()
+		wait := poll
+		switch {
+		case errors.Is(err, ErrCheckpointConflict):
+			return fw.stop(err)
+		case errors.Is(err, errResync):
+			wait = 0
+		case err != nil:
+			fw.fail(err)
+			wait = min(poll, time.Second)
+		case n > 0:
+			wait = 0 // there may be more
+		}
+		if !sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+func (fw *Forwarder) loadPosition(ctx context.Context) (Position, bool, error) {
+	return fw.cp.Load(ctx)
+}
+
+func (fw *Forwarder) stop(err error) error {
+	level.Error(fw.logger).Log("msg", "stopped forwarding: another instance owns the position", "err", err)
+	fw.mu.Lock()
+	fw.stopped, fw.lastErr = true, err.Error()
+	fw.mu.Unlock()
+	return fmt.Errorf("forwarder %s: %w", fw.opts.Controller, err)
+}
+
+func (fw *Forwarder) fail(err error) {
+	level.Warn(fw.logger).Log("msg", "event forwarding failed; retrying", "err", err)
+	fw.mu.Lock()
+	fw.lastErr = err.Error()
+	fw.mu.Unlock()
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// initialPosition is where a first start begins: after the newest event (latest) or before
+// everything (earliest).
+func (fw *Forwarder) initialPosition(ctx context.Context) (Position, error) {
+	if fw.opts.Events.Start == "earliest" {
+		return Position{}, nil
+	}
+	pg, err := fw.pager.EventsPage(ctx, 0, pageLimit, fw.ordering)
+	if err != nil {
+		return Position{}, fmt.Errorf("couldn't read events: %w", err)
+	}
+	fw.learnOrder(pg.Results)
+	items := pg.Results
+	if fw.order != newestFirst && pg.Count > len(items) {
+		if pg, err = fw.pager.EventsPage(ctx, max(0, pg.Count-pageLimit), pageLimit, fw.ordering); err != nil {
+			return Position{}, fmt.Errorf("couldn't read events: %w", err)
+		}
+		items = pg.Results
+	}
+	p := Position{Known: true}
+	for _, e := range items {
+		if !p.Created.IsZero() && e.Created.Before(p.Created) {
+			continue
+		}
+		p.advance(e.Created.Time, e.ID)
+	}
+	p.Known = true
+	level.Info(fw.logger).Log("msg", "no stored position; starting after the newest event", "created", p.Created)
+	return p, nil
+}
+
+// learnOrder settles the order in auto mode from the first page that shows it.
+func (fw *Forwarder) learnOrder(items []veil.Event) {
+	if !fw.auto {
+		return
+	}
+	d := detect(items)
+	if d == unknownOrder || d == fw.order {
+		return
+	}
+	if fw.order != unknownOrder {
+		level.Warn(fw.logger).Log("msg", "event order changed", "was", fw.order, "now", d)
+	} else {
+		level.Info(fw.logger).Log("msg", "event order detected", "order", d)
+	}
+	fw.mu.Lock()
+	fw.order = d
+	fw.mu.Unlock()
+}
+
+// dir is the order to work with; oldest first (what we ask for) until shown otherwise.
+func (fw *Forwarder) dir() direction {
+	if fw.order == unknownOrder {
+		return oldestFirst
+	}
+	return fw.order
+}
+
+// Status reports position, backlog, publishing and NATS state.
+func (fw *Forwarder) Status() Status {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
+		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastPublished: fw.lastPub,
+		Duplicates: fw.dups, Gaps: fw.gaps, LastError: fw.lastErr, Stopped: fw.stopped}
+	for _, n := range fw.published {
+		s.Published += n
+	}
+	if fw.opts.Conn != nil {
+		s.NATS = fw.opts.Conn.Status()
+	}
+	return s
+}
+
+// Describe implements prometheus.Collector.
+func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
+	d := fw.descs
+	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.lastPub, d.backlog, d.position, d.natsUp, d.success, d.duration, d.lastSuccess} {
+		ch <- x
+	}
+}
+
+// Collect implements prometheus.Collector with const metrics, so concurrent scrapes are safe.
+func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	d := fw.descs
+	for typ, n := range fw.published {
+		ch <- prometheus.MustNewConstMetric(d.published, prometheus.CounterValue, float64(n), typ)
+	}
+	ch <- prometheus.MustNewConstMetric(d.pubErrors, prometheus.CounterValue, float64(fw.pubErrors))
+	ch <- prometheus.MustNewConstMetric(d.dups, prometheus.CounterValue, float64(fw.dups))
+	ch <- prometheus.MustNewConstMetric(d.gaps, prometheus.CounterValue, float64(fw.gaps))
+	ch <- prometheus.MustNewConstMetric(d.lastPub, prometheus.GaugeValue, unix(fw.pos.Created))
+	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
+	ch <- prometheus.MustNewConstMetric(d.position, prometheus.GaugeValue, unix(fw.pos.Created))
+	up := 0.0
+	if fw.opts.Conn.Connected() {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, up)
+	ok := 0.0
+	if fw.cycleOK {
+		ok = 1
+	}
+	ch <- prometheus.MustNewConstMetric(d.success, prometheus.GaugeValue, ok)
+	ch <- prometheus.MustNewConstMetric(d.duration, prometheus.GaugeValue, fw.cycleDur.Seconds())
+	ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, unix(fw.lastOK))
+}
+
+func unix(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+var _ = nats.MsgIdHdr

@@ -1,0 +1,136 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// eventPager is the one call of veil.Client the forwarder needs.
+type eventPager interface {
+	EventsPage(ctx context.Context, offset, limit int, ordering string) (veil.Page[veil.Event], error)
+}
+
+const (
+	pageLimit = 100 // the platform's cap
+	step      = pageLimit - 1
+	// catchUpPages is how many pages are read concurrently during a catch-up; the client's own
+	// concurrency and rate limits still apply on top.
+	catchUpPages = 4
+)
+
+// errResync says the journal moved under the reader (offsets shifted); locate again.
+var errResync = errors.New("journal shifted while reading; resynchronising")
+
+// direction of the list as served: oldest first (+1) or newest first (-1); 0 unknown.
+type direction int
+
+const (
+	unknownOrder direction = 0
+	oldestFirst  direction = 1
+	newestFirst  direction = -1
+)
+
+func (d direction) String() string {
+	switch d {
+	case oldestFirst:
+		return "oldest_first"
+	case newestFirst:
+		return "newest_first"
+	}
+	return "unknown"
+}
+
+// detect tells the order from the created values of one page.
+func detect(items []veil.Event) direction {
+	for i := 1; i < len(items); i++ {
+		switch items[i].Created.Compare(items[i-1].Created.Time) {
+		case 1:
+			return oldestFirst
+		case -1:
+			return newestFirst
+		}
+	}
+	return unknownOrder
+}
+
+// pageFetcher reads pages concurrently and hands them over strictly in order, holding at most
+// catchUpPages pages ahead of the consumer, so memory stays bounded whatever the backlog.
+type pageFetcher struct {
+	out    chan chan pageResult
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type pageResult struct {
+	start, limit int
+	page         veil.Page[veil.Event]
+	err          error
+}
+
+type pageSpan struct{ start, limit int }
+
+func fetchPages(ctx context.Context, p eventPager, ordering string, spans func(yield func(pageSpan) bool)) *pageFetcher {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &pageFetcher{out: make(chan chan pageResult, catchUpPages), cancel: cancel}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer close(f.out)
+		for sp := range spans {
+			res := make(chan pageResult, 1)
+			select {
+			case f.out <- res: // blocks while catchUpPages pages are pending
+			case <-ctx.Done():
+				return
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				pg, err := p.EventsPage(ctx, sp.start, sp.limit, ordering)
+				res <- pageResult{start: sp.start, limit: sp.limit, page: pg, err: err}
+			}()
+		}
+	}()
+	return f
+}
+
+func (f *pageFetcher) stop() {
+	f.cancel()
+	for range f.out { // unblock the producer
+	}
+	f.wg.Wait()
+}
+
+// probe reads the single event at offset; ok is false past the end of the list.
+func (fw *Forwarder) probe(ctx context.Context, off int) (veil.Event, int, bool, error) {
+	pg, err := fw.pager.EventsPage(ctx, off, 1, fw.ordering)
+	if err != nil {
+		return veil.Event{}, 0, false, fmt.Errorf("couldn't read events at offset %d: %w", off, err)
+	}
+	if len(pg.Results) == 0 {
+		return veil.Event{}, pg.Count, false, nil
+	}
+	return pg.Results[0], pg.Count, true, nil
+}
+
+// search returns the smallest offset in [lo, hi] where pred holds (pred(hi) is assumed true and
+// so is pred past the end of the list).
+func (fw *Forwarder) search(ctx context.Context, lo, hi int, pred func(veil.Event) bool) (int, error) {
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		e, _, ok, err := fw.probe(ctx, mid)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || pred(e) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, nil
+}
