@@ -1,0 +1,117 @@
+// Package collector turns a platform controller's inventory into Prometheus metrics.
+//
+// Collection runs in the background (Inventory.Run); a scrape only turns the latest snapshot
+// into const metrics, so /metrics never calls the platform API and deleted objects disappear
+// by themselves at the next refresh.
+package collector
+
+import (
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const namespace = "veil"
+
+// The veil_collector_* families are shared by the inventory, the guest checker and the
+// forwarder; one set of Descs keeps their HELP identical, which the registry requires.
+var (
+	collectorSuccessDesc = prometheus.NewDesc("veil_collector_success",
+		"1 if the last run of the collector succeeded.", []string{"controller", "collector"}, nil)
+	collectorDurationDesc = prometheus.NewDesc("veil_collector_duration_seconds",
+		"Duration of the last run of the collector.", []string{"controller", "collector"}, nil)
+	collectorLastSuccessDesc = prometheus.NewDesc("veil_collector_last_success_timestamp_seconds",
+		"Unix time of the last successful run of the collector; 0 if it never succeeded.", []string{"controller", "collector"}, nil)
+)
+
+// CollectorStatusMetrics sends veil_collector_success, veil_collector_duration_seconds and
+// veil_collector_last_success_timestamp_seconds for one collector (e.g. "guest", "events").
+// Use it instead of declaring these families again: the registry rejects two HELP texts.
+func CollectorStatusMetrics(ch chan<- prometheus.Metric, controller, name string, success bool, duration time.Duration, lastSuccess time.Time) {
+	ch <- prometheus.MustNewConstMetric(collectorSuccessDesc, prometheus.GaugeValue, boolFloat(success), controller, name)
+	ch <- prometheus.MustNewConstMetric(collectorDurationDesc, prometheus.GaugeValue, duration.Seconds(), controller, name)
+	ch <- prometheus.MustNewConstMetric(collectorLastSuccessDesc, prometheus.GaugeValue, unixSeconds(lastSuccess), controller, name)
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+// buildInfo is veil_exporter_build_info.
+type buildInfo struct {
+	desc   *prometheus.Desc
+	labels []string
+}
+
+// NewBuildInfo returns the collector of veil_exporter_build_info{version,revision,goversion}.
+func NewBuildInfo(version, revision string) prometheus.Collector {
+	return &buildInfo{
+		desc: prometheus.NewDesc("veil_exporter_build_info",
+			"A metric with a constant '1' value labeled by the version and revision veil-exporter was built from.",
+			[]string{"version", "revision", "goversion"}, nil),
+		labels: []string{version, revision, runtime.Version()},
+	}
+}
+
+func (b *buildInfo) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
+func (b *buildInfo) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, 1, b.labels...)
+}
+
+// APIMetrics counts the requests a controller's client makes: veil_api_requests_total and
+// veil_api_request_duration_seconds. Pass its Observe as veil.Config.Observer.
+type APIMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewAPIMetrics returns the API request metrics of one controller.
+func NewAPIMetrics(controller string) *APIMetrics {
+	cl := prometheus.Labels{"controller": controller}
+	return &APIMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "api_requests_total", ConstLabels: cl,
+			Help: "Requests sent to the platform API by endpoint template and HTTP status (0: no response).",
+		}, []string{"endpoint", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "api_request_duration_seconds", ConstLabels: cl,
+			Help:    "Duration of requests to the platform API by endpoint template.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"endpoint"}),
+	}
+}
+
+// Observe has the signature of veil.Observer.
+func (m *APIMetrics) Observe(endpoint string, code int, d time.Duration) {
+	m.requests.WithLabelValues(endpoint, codeLabel(code)).Inc()
+	m.duration.WithLabelValues(endpoint).Observe(d.Seconds())
+}
+
+func codeLabel(code int) string {
+	if code == 200 {
+		return "200" // the common case, without an allocation
+	}
+	return strconv.Itoa(code)
+}
+
+func (m *APIMetrics) Describe(ch chan<- *prometheus.Desc) {
+	m.requests.Describe(ch)
+	m.duration.Describe(ch)
+}
+
+func (m *APIMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.requests.Collect(ch)
+	m.duration.Collect(ch)
+}

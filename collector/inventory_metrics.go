@@ -1,0 +1,194 @@
+package collector
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// inventoryDescs are built once per inventory; the controller is a constant label.
+type inventoryDescs struct {
+	up *prometheus.Desc
+
+	nodeInfo, nodeStatus, nodeCPUs, nodeMemory, nodeCPUUsage, nodeMemUsage, nodeDomains, nodeDomainsRunning *prometheus.Desc
+
+	clusterInfo, clusterStatus, clusterCPUs, clusterMemory, clusterNodes, clusterCPUUsage, clusterMemUsage *prometheus.Desc
+
+	datapoolInfo, datapoolStatus, datapoolSize, datapoolUsed, datapoolFree *prometheus.Desc
+
+	domainInfo, domainStatus, domainPower, domainCPUs, domainMemory, domainCPUUsage, domainMemUsage, domainAgent *prometheus.Desc
+
+	tasks, tasksFinished, taskDuration *prometheus.Desc
+}
+
+func newInventoryDescs(controller string, interval time.Duration) *inventoryDescs {
+	cl := prometheus.Labels{"controller": controller}
+	cached := " Refreshed in the background every " + interval.String() + "."
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(namespace+"_"+name, help+cached, labels, cl)
+	}
+	return &inventoryDescs{
+		up: prometheus.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded."+cached, nil, cl),
+
+		nodeInfo:           d("node_info", "Node description; value 1.", "node_id", "node", "cluster", "management_ip"),
+		nodeStatus:         d("node_status", "Current status of the node; value 1.", "node_id", "status"),
+		nodeCPUs:           d("node_cpus", "CPUs of the node.", "node_id"),
+		nodeMemory:         d("node_memory_bytes", "Memory of the node.", "node_id"),
+		nodeCPUUsage:       d("node_cpu_usage_ratio", "CPU usage of the node, 0..1.", "node_id"),
+		nodeMemUsage:       d("node_memory_usage_ratio", "Memory usage of the node, 0..1.", "node_id"),
+		nodeDomains:        d("node_domains", "VMs on the node.", "node_id"),
+		nodeDomainsRunning: d("node_domains_running", "Running VMs on the node.", "node_id"),
+
+		clusterInfo:     d("cluster_info", "Cluster description; value 1.", "cluster_id", "cluster"),
+		clusterStatus:   d("cluster_status", "Current status of the cluster; value 1.", "cluster_id", "status"),
+		clusterCPUs:     d("cluster_cpus", "CPUs of the cluster.", "cluster_id"),
+		clusterMemory:   d("cluster_memory_bytes", "Memory of the cluster.", "cluster_id"),
+		clusterNodes:    d("cluster_nodes", "Nodes in the cluster.", "cluster_id"),
+		clusterCPUUsage: d("cluster_cpu_usage_ratio", "CPU usage of the cluster, 0..1.", "cluster_id"),
+		clusterMemUsage: d("cluster_memory_usage_ratio", "Memory usage of the cluster, 0..1.", "cluster_id"),
+
+		datapoolInfo:   d("datapool_info", "Datapool description; value 1.", "datapool_id", "datapool", "type"),
+		datapoolStatus: d("datapool_status", "Current status of the datapool; value 1.", "datapool_id", "status"),
+		datapoolSize:   d("datapool_size_bytes", "Size of the datapool.", "datapool_id"),
+		datapoolUsed:   d("datapool_used_bytes", "Used space of the datapool.", "datapool_id"),
+		datapoolFree:   d("datapool_free_bytes", "Free space of the datapool.", "datapool_id"),
+
+		domainInfo:     d("domain_info", "VM description; value 1.", "domain_id", "domain", "node_id", "template", "thin", "parent_id"),
+		domainStatus:   d("domain_status", "Current status of the VM; value 1.", "domain_id", "status"),
+		domainPower:    d("domain_power_state", "Current power state of the VM (undefined, off, suspended, on); value 1.", "domain_id", "state"),
+		domainCPUs:     d("domain_cpus", "vCPUs of the VM.", "domain_id"),
+		domainMemory:   d("domain_memory_bytes", "Memory of the VM.", "domain_id"),
+		domainCPUUsage: d("domain_cpu_usage_ratio", "CPU usage of the VM, 0..1, when the platform reports it.", "domain_id"),
+		domainMemUsage: d("domain_memory_usage_ratio", "Memory usage of the VM, 0..1, when the platform reports it.", "domain_id"),
+		domainAgent:    d("domain_guest_agent_connected", "1 if the QEMU guest agent of the VM answers the platform.", "domain_id"),
+
+		tasks:         d("tasks", "Tasks of the platform by status.", "status"),
+		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total", "Tasks seen finishing since the exporter started, by operation and final status.", []string{"name", "status"}, cl),
+		taskDuration:  prometheus.NewDesc("veil_task_duration_seconds", "Execution time of tasks seen finishing since the exporter started.", []string{"name"}, cl),
+	}
+}
+
+const mib = 1 << 20
+
+var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "off", veil.PowerSuspended: "suspended", veil.PowerOn: "on"}
+
+// Describe sends the Descs of every inventory family.
+func (inv *Inventory) Describe(ch chan<- *prometheus.Desc) {
+	d := inv.descs
+	for _, desc := range []*prometheus.Desc{
+		d.up, collectorSuccessDesc, collectorDurationDesc, collectorLastSuccessDesc,
+		d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning,
+		d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage,
+		d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree,
+		d.domainInfo, d.domainStatus, d.domainPower, d.domainCPUs, d.domainMemory, d.domainCPUUsage, d.domainMemUsage, d.domainAgent,
+		d.tasks, d.tasksFinished, d.taskDuration,
+	} {
+		ch <- desc
+	}
+}
+
+// Collect turns the latest snapshot into const metrics; it never calls the API.
+func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
+	inv.mu.RLock()
+	snap := inv.snap
+	up := inv.up
+	runs := make([]CollectionStatus, 0, len(inv.enabled))
+	for _, name := range inv.enabled {
+		r := inv.runs[name]
+		runs = append(runs, CollectionStatus{Name: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess})
+	}
+	inv.mu.RUnlock()
+
+	d := inv.descs
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		// A label value that is not valid UTF-8 drops that one series, not the scrape.
+		if m, err := prometheus.NewConstMetric(desc, prometheus.GaugeValue, v, labels...); err == nil {
+			ch <- m
+		}
+	}
+	gauge(d.up, boolFloat(up))
+	for _, r := range runs {
+		CollectorStatusMetrics(ch, inv.controller, r.Name, r.Success, r.Duration, r.LastSuccess)
+	}
+
+	for i := range snap.nodes {
+		n := &snap.nodes[i]
+		gauge(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
+		gauge(d.nodeStatus, 1, n.ID, n.Status)
+		gauge(d.nodeCPUs, float64(n.CPUCount), n.ID)
+		gauge(d.nodeMemory, float64(n.MemoryCount)*mib, n.ID)
+		if n.CPUUsedPercentUser != nil {
+			gauge(d.nodeCPUUsage, float64(*n.CPUUsedPercentUser)/100, n.ID)
+		}
+		if n.MemUsedPercentUser != nil {
+			gauge(d.nodeMemUsage, float64(*n.MemUsedPercentUser)/100, n.ID)
+		}
+		gauge(d.nodeDomains, float64(n.DomainsCount), n.ID)
+		gauge(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
+	}
+	for i := range snap.clusters {
+		c := &snap.clusters[i]
+		gauge(d.clusterInfo, 1, c.ID, c.VerboseName)
+		gauge(d.clusterStatus, 1, c.ID, c.Status)
+		gauge(d.clusterCPUs, float64(c.CPUCount), c.ID)
+		gauge(d.clusterMemory, float64(c.MemoryCount)*mib, c.ID)
+		gauge(d.clusterNodes, float64(c.NodesCount), c.ID)
+		if c.CPUUsedPercentUser != nil {
+			gauge(d.clusterCPUUsage, float64(*c.CPUUsedPercentUser)/100, c.ID)
+		}
+		if c.MemUsedPercentUser != nil {
+			gauge(d.clusterMemUsage, float64(*c.MemUsedPercentUser)/100, c.ID)
+		}
+	}
+	for i := range snap.datapools {
+		p := &snap.datapools[i]
+		gauge(d.datapoolInfo, 1, p.ID, p.VerboseName, p.Type)
+		gauge(d.datapoolStatus, 1, p.ID, p.Status)
+		gauge(d.datapoolSize, float64(p.Size)*mib, p.ID)
+		gauge(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
+		gauge(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
+	}
+	for i := range snap.domains {
+		v := &snap.domains[i]
+		parent := ""
+		if v.Parent != nil {
+			parent = v.Parent.ID
+		}
+		gauge(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent)
+		gauge(d.domainStatus, 1, v.ID, v.Status)
+		gauge(d.domainPower, 1, v.ID, powerState(v.UserPowerState))
+		gauge(d.domainCPUs, float64(v.CPUCount), v.ID)
+		gauge(d.domainMemory, float64(v.MemoryCount)*mib, v.ID)
+		if v.CPUUsedPercentUser != nil {
+			gauge(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
+		}
+		if v.MemUsedPercentUser != nil {
+			gauge(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
+		}
+		gauge(d.domainAgent, boolFloat(v.GuestUtils.QemuState), v.ID)
+	}
+
+	if snap.taskCounts != nil {
+		for _, s := range taskStatuses {
+			gauge(d.tasks, snap.taskCounts[s], s)
+		}
+		finished, durations := inv.tasks.values()
+		for _, f := range finished {
+			ch <- prometheus.MustNewConstMetric(d.tasksFinished, prometheus.CounterValue, f.n, f.name, f.status)
+		}
+		for _, h := range durations {
+			ch <- prometheus.MustNewConstHistogram(d.taskDuration, h.count, h.sum, h.buckets, h.name)
+		}
+	}
+}
+
+func powerState(n veil.Number) string {
+	i := int(n)
+	if i < 0 || i >= len(powerStates) || float64(i) != float64(n) {
+		return powerStates[veil.PowerUndefined]
+	}
+	return powerStates[i]
+}

@@ -1,0 +1,578 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// syncBuffer is a log sink that tests read while collectors write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testCollect() config.Collect {
+	c := config.Default().Collect
+	c.Interval = 30 * time.Second
+	return c
+}
+
+type fixture struct {
+	sim  *veiltest.Server
+	inv  *Inventory
+	api  *APIMetrics
+	logs *syncBuffer
+}
+
+// newFixture starts a simulator and an inventory against it. The client does not retry, so a
+// fault shows in one refresh.
+func newFixture(t *testing.T, opts veiltest.Options, cc config.Collect, vc veil.Config) *fixture {
+	t.Helper()
+	sim := veiltest.New(opts)
+	t.Cleanup(sim.Close)
+	f := &fixture{sim: sim, api: NewAPIMetrics("test"), logs: &syncBuffer{}}
+	vc.URL = sim.URL
+	if vc.TokenFile == "" && vc.Token == "" {
+		vc.Token = sim.Token
+	}
+	vc.MaxRetries = -1
+	vc.Observer = f.api.Observe
+	client, err := veil.New(vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := NewInventory("test", client, cc, log.NewLogfmtLogger(f.logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.inv = inv
+	return f
+}
+
+func (f *fixture) refresh(t *testing.T) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return f.inv.Refresh(ctx)
+}
+
+func (f *fixture) mustRefresh(t *testing.T) {
+	t.Helper()
+	if err := f.refresh(t); err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+}
+
+// series returns the exposition lines of the inventory whose text contains every substring.
+func series(t *testing.T, c prometheus.Collector, subs ...string) []string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		writeText(&buf, mf)
+	}
+	var out []string
+next:
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func value(t *testing.T, c prometheus.Collector, subs ...string) string {
+	t.Helper()
+	s := series(t, c, subs...)
+	if len(s) != 1 {
+		t.Fatalf("want one series matching %q, got %d: %q", subs, len(s), s)
+	}
+	return s[0][strings.LastIndexByte(s[0], ' ')+1:]
+}
+
+var smallInventory = veiltest.Options{Seed: 7, Nodes: 2, Clusters: 1, Datapools: 2, VMs: 3, Templates: -1, InitialTasks: 4, StringPercentNodes: 0.5}
+
+// goldenFamilies are compared with testdata/inventory.prom; the timing families change on
+// every run and are checked separately.
+var goldenFamilies = []string{
+	"veil_up", "veil_collector_success",
+	"veil_node_info", "veil_node_status", "veil_node_cpus", "veil_node_memory_bytes",
+	"veil_node_cpu_usage_ratio", "veil_node_memory_usage_ratio", "veil_node_domains", "veil_node_domains_running",
+	"veil_cluster_info", "veil_cluster_status", "veil_cluster_cpus", "veil_cluster_memory_bytes", "veil_cluster_nodes",
+	"veil_cluster_cpu_usage_ratio", "veil_cluster_memory_usage_ratio",
+	"veil_datapool_info", "veil_datapool_status", "veil_datapool_size_bytes", "veil_datapool_used_bytes", "veil_datapool_free_bytes",
+	"veil_domain_info", "veil_domain_status", "veil_domain_power_state", "veil_domain_cpus", "veil_domain_memory_bytes",
+	"veil_domain_cpu_usage_ratio", "veil_domain_memory_usage_ratio", "veil_domain_guest_agent_connected",
+	"veil_tasks",
+}
+
+// TestExpositionMatchesGolden compares the metrics of a small seeded inventory with
+// testdata/inventory.prom. The file was generated once (UPDATE_GOLDEN=1) and then checked by
+// hand against the simulator's JSON for this seed (GET /api/nodes/, /api/clusters/,
+// /api/data-pools/, /api/domains/, /api/tasks/?status=X): ids, names, MiB * 1048576 and
+// percent / 100.
+func TestExpositionMatchesGolden(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	golden := filepath.Join("testdata", "inventory.prom")
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		var buf bytes.Buffer
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(f.inv)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep := map[string]bool{}
+		for _, n := range goldenFamilies {
+			keep[n] = true
+		}
+		for _, mf := range mfs {
+			if keep[mf.GetName()] {
+				writeText(&buf, mf)
+			}
+		}
+		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exp, err := os.Open(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	if err := testutil.CollectAndCompare(f.inv, exp, goldenFamilies...); err != nil {
+		t.Error(err)
+	}
+	for _, name := range []string{collNodes, collClusters, collDatapools, collDomains, collTasks} {
+		if v := value(t, f.inv, "veil_collector_last_success_timestamp_seconds", `collector="`+name+`"`); v == "0" {
+			t.Errorf("collector %s: last success timestamp not set", name)
+		}
+	}
+}
+
+// TestLintFindsNoProblem runs promlint over every family, including the task counters and
+// histogram which only appear once tasks were seen finishing.
+func TestLintFindsNoProblem(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 3, VMs: 5, TaskDuration: 10 * time.Millisecond}, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	startAndWait(t, f, f.sim.DomainIDs()[0])
+	f.mustRefresh(t)
+	if len(series(t, f.inv, "veil_task_duration_seconds_bucket")) == 0 {
+		t.Fatal("no task histogram to lint")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(f.inv, f.api, NewBuildInfo("1.0.0", "abc"))
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// startAndWait runs one task on the platform (a shutdown or a start) and waits for its end.
+func startAndWait(t *testing.T, f *fixture, vmID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := veil.New(veil.Config{URL: f.sim.URL, Token: f.sim.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := c.ShutdownDomain(ctx, vmID, true)
+	if err != nil {
+		env, err = c.StartDomain(ctx, vmID, false)
+	}
+	if err != nil {
+		t.Fatalf("couldn't run a task: %v", err)
+	}
+	if _, err := c.WaitTask(ctx, env.Task.ID, 10*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeletedVMDisappears(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	victim := f.sim.DomainIDs()[1]
+	if n := len(series(t, f.inv, `domain_id="`+victim+`"`)); n == 0 {
+		t.Fatal("the VM has no series before it is deleted")
+	}
+	if err := f.sim.DeleteVM(victim); err != nil {
+		t.Fatal(err)
+	}
+	f.mustRefresh(t)
+	if s := series(t, f.inv, `domain_id="`+victim+`"`); len(s) != 0 {
+		t.Errorf("deleted VM still exported: %q", s)
+	}
+	if got := f.inv.Status().Domains; got != 2 {
+		t.Errorf("status counts %d domains, want 2", got)
+	}
+}
+
+func TestMigratedVMIsNotDuplicated(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	vm := f.sim.DomainIDs()[0]
+	info := series(t, f.inv, "veil_domain_info", `domain_id="`+vm+`"`)
+	if len(info) != 1 {
+		t.Fatalf("info before migration: %q", info)
+	}
+	var target string
+	for _, n := range f.sim.NodeIDs() {
+		if !strings.Contains(info[0], `node_id="`+n+`"`) {
+			target = n
+		}
+	}
+	if err := f.sim.MigrateVM(vm, target); err != nil {
+		t.Fatal(err)
+	}
+	f.mustRefresh(t)
+	info = series(t, f.inv, "veil_domain_info", `domain_id="`+vm+`"`)
+	if len(info) != 1 || !strings.Contains(info[0], `node_id="`+target+`"`) {
+		t.Errorf("after migration want one info series on node %s, got %q", target, info)
+	}
+}
+
+// TestBrokenControllerKeepsLastData proves that a refresh failing in any of the ways a
+// controller or a proxy in front of it fails keeps the last good data, reports veil_up 0
+// and collector success 0, and that the next good refresh recovers by itself.
+func TestBrokenControllerKeepsLastData(t *testing.T) {
+	tests := []struct {
+		name  string
+		fault veiltest.Fault
+	}{
+		{"answers 500", veiltest.Fault{Path: "/api/domains/*", Kind: "status", Status: 500}},
+		{"answers a proxy's HTML page", veiltest.Fault{Path: "/api/domains/*", Kind: "html"}},
+		{"answers truncated JSON", veiltest.Fault{Path: "/api/domains/*", Kind: "truncated"}},
+		{"is down (connection reset)", veiltest.Fault{Path: "/api/domains/*", Kind: "reset"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+			f.mustRefresh(t)
+			before := series(t, f.inv, "veil_domain_")
+			f.sim.SetFaults(tt.fault)
+			if err := f.refresh(t); err == nil {
+				t.Fatal("refresh succeeded against a broken controller")
+			}
+			if v := value(t, f.inv, "veil_up"); v != "0" {
+				t.Errorf("veil_up = %s, want 0", v)
+			}
+			if v := value(t, f.inv, "veil_collector_success", `collector="domains"`); v != "0" {
+				t.Errorf("domains success = %s, want 0", v)
+			}
+			if v := value(t, f.inv, "veil_collector_success", `collector="nodes"`); v != "1" {
+				t.Errorf("nodes success = %s, want 1: one failing collection must not fail the others", v)
+			}
+			if after := series(t, f.inv, "veil_domain_"); strings.Join(after, "\n") != strings.Join(before, "\n") {
+				t.Errorf("last good domain data not kept:\nbefore %q\nafter %q", before, after)
+			}
+			if st := f.inv.Status(); st.Up || st.LastError == "" {
+				t.Errorf("status = up %v, error %q", st.Up, st.LastError)
+			}
+			f.sim.ClearFaults()
+			f.mustRefresh(t)
+			if v := value(t, f.inv, "veil_up"); v != "1" {
+				t.Errorf("veil_up = %s after recovery, want 1", v)
+			}
+			logs := f.logs.String()
+			if strings.Count(logs, "controller down") != 1 || strings.Count(logs, "controller back up") != 1 {
+				t.Errorf("want one line per state change, logs:\n%s", logs)
+			}
+		})
+	}
+}
+
+func TestStateChangesAreLoggedOnce(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	f.sim.SetFaults(veiltest.Fault{Kind: "status", Status: 503})
+	for range 3 {
+		if err := f.refresh(t); err == nil {
+			t.Fatal("refresh succeeded")
+		}
+	}
+	if n := strings.Count(f.logs.String(), "\n"); n != 2 { // first refresh done + down
+		t.Errorf("want 2 log lines after 3 failed refreshes, got %d:\n%s", n, f.logs.String())
+	}
+}
+
+func TestSecondControllerIsUnaffected(t *testing.T) {
+	a := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	bopts := smallInventory
+	bopts.Seed = 8
+	b := newFixture(t, bopts, testCollect(), veil.Config{})
+	b.inv.controller = "other" // only for the status; the label is the const "test" of newFixture
+	a.mustRefresh(t)
+	b.mustRefresh(t)
+	a.sim.SetFaults(veiltest.Fault{Kind: "status", Status: 500})
+	var wg sync.WaitGroup
+	var errA, errB error
+	wg.Add(2)
+	go func() { defer wg.Done(); errA = a.refresh(t) }()
+	go func() { defer wg.Done(); errB = b.refresh(t) }()
+	wg.Wait()
+	if errA == nil {
+		t.Error("broken controller refreshed fine")
+	}
+	if errB != nil {
+		t.Errorf("healthy controller failed: %v", errB)
+	}
+	if v := value(t, b.inv, "veil_up"); v != "1" {
+		t.Errorf("healthy controller veil_up = %s", v)
+	}
+}
+
+func TestInventorySendsOnlyGETs(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 1, VMs: 250, Nodes: 5}, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	f.mustRefresh(t)
+	reqs := f.sim.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("the simulator logged no request")
+	}
+	for _, r := range reqs {
+		if r.Method != "GET" {
+			t.Errorf("inventory sent %s %s", r.Method, r.Path)
+		}
+	}
+	if got := f.inv.Status().Domains; got != 250 {
+		t.Errorf("paged domains = %d, want 250", got)
+	}
+}
+
+// TestTokenRotationRecovers: a 401 sets veil_up 0 with a message naming the controller, and
+// writing the right token into the token file is enough to recover.
+func TestTokenRotationRecovers(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("jwt wrong-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, veiltest.Options{Seed: 2, Token: "right-token-s3cr3t", VMs: 3}, testCollect(), veil.Config{TokenFile: tokenFile})
+	if err := f.refresh(t); err == nil {
+		t.Fatal("refresh with a wrong token succeeded")
+	}
+	st := f.inv.Status()
+	if st.Up || !st.AuthFailed || !strings.Contains(st.LastError, "controller test") || !strings.Contains(st.LastError, "401") {
+		t.Errorf("status after 401: %+v", st)
+	}
+	if v := value(t, f.inv, "veil_up"); v != "0" {
+		t.Errorf("veil_up = %s", v)
+	}
+	if err := os.WriteFile(tokenFile, []byte("right-token-s3cr3t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.mustRefresh(t)
+	if v := value(t, f.inv, "veil_up"); v != "1" {
+		t.Errorf("veil_up = %s after rotating the token file", v)
+	}
+	if strings.Contains(f.logs.String(), "s3cr3t") {
+		t.Errorf("token in logs: %s", f.logs.String())
+	}
+	if s := series(t, f.inv, "s3cr3t"); len(s) != 0 {
+		t.Errorf("token in metrics: %q", s)
+	}
+	if strings.Count(f.logs.String(), "rejected the token") != 1 {
+		t.Errorf("want one log line for the 401, logs:\n%s", f.logs.String())
+	}
+}
+
+func TestTasksSeenFinishingAreCountedOnce(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 4, VMs: 5, InitialTasks: 30, TaskDuration: 50 * time.Millisecond}, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	if s := series(t, f.inv, "veil_tasks_finished_total"); len(s) != 0 {
+		t.Fatalf("history before the start was counted: %q", s)
+	}
+	ids := f.sim.DomainIDs()
+	startAndWait(t, f, ids[0])
+	startAndWait(t, f, ids[1])
+	f.mustRefresh(t)
+	f.mustRefresh(t) // a second look at the same tasks must not count them again
+	total := 0.0
+	for _, s := range series(t, f.inv, "veil_tasks_finished_total") {
+		var v float64
+		if _, err := fmtSscan(s[strings.LastIndexByte(s, ' ')+1:], &v); err != nil {
+			t.Fatal(err)
+		}
+		total += v
+	}
+	if total != 2 {
+		t.Errorf("finished tasks counted %v, want 2: %q", total, series(t, f.inv, "veil_tasks_finished_total"))
+	}
+	if v := value(t, f.inv, "veil_task_duration_seconds_count"); v != "2" && len(series(t, f.inv, "veil_task_duration_seconds_count")) == 1 {
+		t.Errorf("duration histogram count = %s, want 2", v)
+	}
+}
+
+// TestTaskTrackerCountsTasksThatWereRunning: a task seen running is counted when it ends, even
+// though newer finished tasks moved on in between.
+func TestTaskTrackerCountsTasksThatWereRunning(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 5, VMs: 5, InitialTasks: 3, TaskDuration: 700 * time.Millisecond}, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	c, err := veil.New(veil.Config{URL: f.sim.URL, Token: f.sim.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ids := f.sim.DomainIDs()
+	startAndWait(t, f, ids[0])
+	env, err := c.ShutdownDomain(ctx, ids[1], true) // the client sends ?async=1: the task runs on
+	if err != nil {
+		env, err = c.StartDomain(ctx, ids[1], false)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := env.Task.ID
+	f.mustRefresh(t) // sees `long` running
+	if _, err := c.WaitTask(ctx, long, 20*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.mustRefresh(t)
+	f.mustRefresh(t)
+	total := 0.0
+	for _, s := range series(t, f.inv, "veil_tasks_finished_total") {
+		var v float64
+		fmtSscan(s[strings.LastIndexByte(s, ' ')+1:], &v)
+		total += v
+	}
+	if total != 2 {
+		t.Errorf("counted %v finished tasks, want 2", total)
+	}
+}
+
+func TestDomainFilters(t *testing.T) {
+	cc := testCollect()
+	f := newFixture(t, veiltest.Options{Seed: 6, VMs: 20}, cc, veil.Config{})
+	f.mustRefresh(t)
+	all := f.inv.Domains()
+	if len(all) != 20 {
+		t.Fatalf("unfiltered: %d domains", len(all))
+	}
+	name := all[0].VerboseName
+	cc.DomainInclude = "^" + regexpQuote(name) + "$"
+	g := newFixture(t, veiltest.Options{Seed: 6, VMs: 20}, cc, veil.Config{})
+	g.mustRefresh(t)
+	if d := g.inv.Domains(); len(d) != 1 || d[0].VerboseName != name {
+		t.Errorf("include %q kept %d domains", cc.DomainInclude, len(d))
+	}
+	cc.DomainInclude, cc.DomainExclude = "", "^"+regexpQuote(name)+"$"
+	h := newFixture(t, veiltest.Options{Seed: 6, VMs: 20}, cc, veil.Config{})
+	h.mustRefresh(t)
+	if d := h.inv.Domains(); len(d) != 19 {
+		t.Errorf("exclude kept %d domains, want 19", len(d))
+	}
+	if st := h.inv.Status(); st.DomainsTotal != 20 || st.Domains != 19 {
+		t.Errorf("status counts %d of %d", st.Domains, st.DomainsTotal)
+	}
+	if _, err := NewInventory("x", &veil.Client{}, config.Collect{DomainInclude: "("}, nil); err == nil {
+		t.Error("invalid regexp accepted")
+	}
+}
+
+func TestDisabledCollectionsAreNotRequested(t *testing.T) {
+	cc := testCollect()
+	cc.Domains, cc.Tasks, cc.Clusters = false, false, false
+	f := newFixture(t, smallInventory, cc, veil.Config{})
+	f.mustRefresh(t)
+	for _, r := range f.sim.Requests() {
+		if !strings.HasPrefix(r.Path, "/api/nodes") && !strings.HasPrefix(r.Path, "/api/data-pools") {
+			t.Errorf("disabled collection requested: %s", r.Path)
+		}
+	}
+	if s := series(t, f.inv, "veil_collector_success", `collector="domains"`); len(s) != 0 {
+		t.Errorf("disabled collector reported: %q", s)
+	}
+}
+
+func TestScrapeNeverCallsTheAPIAndIsRaceFree(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	f.sim.ResetRequests()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				testutil.CollectAndCount(f.inv)
+			}
+		}()
+	}
+	_ = f.refresh(t) // concurrently with the scrapes
+	wg.Wait()
+	n := len(f.sim.Requests())
+	f.sim.ResetRequests()
+	testutil.CollectAndCount(f.inv)
+	if m := len(f.sim.Requests()); m != 0 {
+		t.Errorf("a scrape sent %d requests", m)
+	}
+	if n == 0 {
+		t.Error("the refresh sent no request")
+	}
+}
+
+func TestAPIMetricsCountRequestsByEndpoint(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	if v := value(t, f.api, "veil_api_requests_total", `endpoint="/api/domains/"`, `code="200"`); v == "0" {
+		t.Errorf("domain requests not counted")
+	}
+	if s := series(t, f.api, "veil_api_request_duration_seconds_count", `endpoint="/api/nodes/"`); len(s) != 1 {
+		t.Errorf("no duration for nodes: %q", s)
+	}
+}
+
+func writeText(buf *bytes.Buffer, mf *dto.MetricFamily) {
+	if _, err := expfmt.MetricFamilyToText(buf, mf); err != nil {
+		panic(err)
+	}
+}
+
+func fmtSscan(s string, v *float64) (int, error) { return fmt.Sscan(s, v) }
+
+func regexpQuote(s string) string { return regexp.QuoteMeta(s) }
