@@ -16,6 +16,8 @@
 //   - A hung guest agent answers 400 with detail "guest agent timeout ..." after the command
 //     timeout (fargs or body "timeout" seconds, default 5, bounded by the request).
 //   - limit=0 returns an empty page with the right count; offset beyond count is an empty page.
+//   - Time comes from Options.Now: with a frozen custom clock tasks only finish (and background
+//     events only appear) when the clock moves, so synchronous operations wait until it does.
 package veiltest
 
 import (
