@@ -1,0 +1,242 @@
+package veil_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+func TestNumberAcceptsWhatThePlatformSends(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    veil.Number
+		wantErr bool
+	}{
+		{`12.5`, 12.5, false},
+		{`"2.492376"`, 2.492376, false},
+		{`" 7 "`, 7, false},
+		{`""`, 0, false},
+		{`null`, 0, false},
+		{`-3e2`, -300, false},
+		{`{"value":1}`, 0, true},
+		{`[1]`, 0, true},
+		{`true`, 0, true},
+		{`"abc"`, 0, true},
+		{`"NaN"`, 0, true},
+		{`"1e999"`, 0, true},
+	} {
+		var n veil.Number
+		err := json.Unmarshal([]byte(tc.in), &n)
+		if (err != nil) != tc.wantErr || (err == nil && n != tc.want) {
+			t.Errorf("Number(%s) = %v, %v; want %v (error %v)", tc.in, n, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestTimeAcceptsISOForms(t *testing.T) {
+	want := time.Date(2021, 8, 20, 10, 8, 9, 761081000, time.UTC)
+	for _, tc := range []struct {
+		in      string
+		want    time.Time
+		wantErr bool
+	}{
+		{`"2021-08-20T10:08:09.761081Z"`, want, false},
+		{`"2021-08-20T13:08:09.761081+03:00"`, want, false},
+		{`"2021-08-20T10:08:09.761081"`, want, false},
+		{`"2021-08-20 10:08:09.761081"`, want, false},
+		{`"2021-08-20T10:08:09Z"`, want.Truncate(time.Second), false},
+		{`null`, time.Time{}, false},
+		{`""`, time.Time{}, false},
+		{`"yesterday"`, time.Time{}, true},
+		{`12345`, time.Time{}, true},
+	} {
+		var v veil.Time
+		err := json.Unmarshal([]byte(tc.in), &v)
+		if (err != nil) != tc.wantErr || (err == nil && !v.Equal(tc.want)) {
+			t.Errorf("Time(%s) = %v, %v; want %v (error %v)", tc.in, v, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestRefAcceptsObjectStringOrNull(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    veil.Ref
+		wantErr bool
+	}{
+		{`{"id":"c1","verbose_name":"cluster one"}`, veil.Ref{ID: "c1", VerboseName: "cluster one"}, false},
+		{`"c1"`, veil.Ref{ID: "c1"}, false},
+		{`null`, veil.Ref{}, false},
+		{`{"id":"c1","verbose_name":5}`, veil.Ref{ID: "c1"}, false},
+		{`{"id":5}`, veil.Ref{}, true},
+		{`42`, veil.Ref{}, true},
+	} {
+		var r veil.Ref
+		err := json.Unmarshal([]byte(tc.in), &r)
+		if (err != nil) != tc.wantErr || (err == nil && r != tc.want) {
+			t.Errorf("Ref(%s) = %+v, %v; want %+v (error %v)", tc.in, r, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestTaskEnvelopeForms(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, task, entity string
+	}{
+		{"_entity object", `{"_task":{"id":"t1","status":"IN_PROGRESS","executed":0},"_entity":{"id":"d1"}}`, "t1", `{"id":"d1"}`},
+		{"entity uuid string", `{"_task":{"id":"t2","status":"SUCCESS","executed":"2.49"},"entity":"d2"}`, "t2", `"d2"`},
+		{"without entity", `{"_task":{"id":"t3"}}`, "t3", ``},
+		{"the object itself", `{"id":"d4","verbose_name":"vm"}`, "", `{"id":"d4","verbose_name":"vm"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var env veil.TaskEnvelope
+			if err := json.Unmarshal([]byte(tc.in), &env); err != nil {
+				t.Fatal(err)
+			}
+			if env.Task.ID != tc.task || string(env.Entity) != tc.entity {
+				t.Fatalf("got task %q entity %s; want %q %s", env.Task.ID, env.Entity, tc.task, tc.entity)
+			}
+		})
+	}
+}
+
+func TestTaskExecutedNumberOrString(t *testing.T) {
+	var running, done veil.Task
+	if err := json.Unmarshal([]byte(`{"id":"a","status":"IN_PROGRESS","executed":0,"finished_time":null}`), &running); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`{"id":"b","status":"SUCCESS","executed":"2.492376","finished_time":"2021-08-20T10:08:09.761081Z"}`), &done); err != nil {
+		t.Fatal(err)
+	}
+	if running.Final() || running.Executed != 0 || !running.FinishedTime.IsZero() {
+		t.Errorf("running task %+v", running)
+	}
+	if !done.Final() || done.Executed != 2.492376 || done.FinishedTime.IsZero() {
+		t.Errorf("done task %+v", done)
+	}
+}
+
+func TestGuestUtilsEmptyOrOdd(t *testing.T) {
+	for _, in := range []string{`{}`, `null`, `""`, `[]`, `false`} {
+		var d veil.Domain
+		if err := json.Unmarshal([]byte(`{"id":"d","guest_utils":`+in+`}`), &d); err != nil {
+			t.Errorf("guest_utils %s: %v", in, err)
+			continue
+		}
+		if d.GuestUtils.QemuState || d.GuestUtils.Hostname != "" {
+			t.Errorf("guest_utils %s decoded as %+v", in, d.GuestUtils)
+		}
+	}
+}
+
+func TestEventToleratesOddFieldsAndKeepsRaw(t *testing.T) {
+	in := `{"id":"e1","type":"info","message":{"en":"x"},"user":7,"created":"2021-08-20T10:08:09.761081Z","task":null,"entities":{"a":"b"},"extra":[1,2]}`
+	var ev veil.Event
+	if err := json.Unmarshal([]byte(in), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != "e1" || ev.Type != "info" || ev.Created.IsZero() || string(ev.Raw) != in {
+		t.Fatalf("event %+v raw %s", ev, ev.Raw)
+	}
+	if err := json.Unmarshal([]byte(`{"id":5,"type":"info"}`), &ev); err == nil {
+		t.Fatal("an event without a readable id was accepted")
+	}
+}
+
+// TestLenientPageFromAPlatformQuirkServer serves what the simulator does not: a count as a
+// string, a field of a wrong type that can be tolerated, and one that cannot.
+func TestLenientPageFromAPlatformQuirkServer(t *testing.T) {
+	body := map[string]string{
+		"/api/domains/": `{"count":"2","next":null,"previous":null,"results":[` +
+			`{"id":"d1","verbose_name":"a","template":"yes","user_power_state":"3","node":"n1","guest_utils":{}},` +
+			`{"id":"d2","verbose_name":"b","cpu_count":4,"parent":{"id":"t1","verbose_name":"tpl"}}]}`,
+		"/api/nodes/": `{"count":1,"results":[{"id":"n1","cpu_count":{"value":4}}]}`,
+		"/api/tasks/": `{"results":[]}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(body[r.URL.Path]))
+	}))
+	defer srv.Close()
+	c, err := veil.New(veil.Config{URL: srv.URL, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ds, err := c.Domains(ctx, nil)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("Domains = %+v, %v", ds, err)
+	}
+	if ds[0].Template || ds[0].UserPowerState != veil.PowerOn || ds[0].Node.ID != "n1" || ds[1].Parent == nil || ds[1].Parent.ID != "t1" {
+		t.Errorf("domains decoded as %+v", ds)
+	}
+	_, err = c.Nodes(ctx)
+	if err == nil || !strings.Contains(err.Error(), `GET /api/nodes/`) || !strings.Contains(err.Error(), `"cpu_count"`) {
+		t.Errorf("Nodes with an object for a number: %v; want an error naming endpoint and field", err)
+	}
+	_, err = c.Tasks(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "count") {
+		t.Errorf("Tasks without count: %v", err)
+	}
+}
+
+func TestSimulatorQuirksDecode(t *testing.T) {
+	sim := newSim(t, veiltest.Options{Seed: 22, Nodes: 5, VMs: 40, StringPercentNodes: 0.5, TaskDuration: time.Hour})
+	c := newClient(t, sim, nil)
+	ctx := context.Background()
+	// A running task next to finished ones: executed as a number and as a string.
+	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
+	if _, err := c.StartDomain(ctx, off.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := c.Tasks(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running, finished int
+	for _, task := range tasks {
+		if task.Final() {
+			finished++
+			if task.Executed <= 0 || task.FinishedTime.IsZero() {
+				t.Errorf("finished task %+v", task)
+			}
+		} else {
+			running++
+		}
+	}
+	if running == 0 || finished == 0 {
+		t.Errorf("%d running, %d finished tasks", running, finished)
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.MemUsedPercentUser == nil || *n.MemUsedPercentUser <= 0 || n.Cluster.ID == "" {
+			t.Errorf("node %+v", n)
+		}
+		detail, err := c.Node(ctx, n.ID) // cluster is a uuid string in the detail
+		if err != nil || detail.Cluster.ID != n.Cluster.ID {
+			t.Errorf("node detail cluster %+v, %v; want %s", detail.Cluster, err, n.Cluster.ID)
+		}
+	}
+	domains, err := c.Domains(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var noAgent int
+	for _, d := range domains {
+		if d.GuestUtils.Version == "" {
+			noAgent++ // guest_utils {}
+		}
+	}
+	if noAgent == 0 {
+		t.Errorf("no domain without an agent among %d", len(domains))
+	}
+}
