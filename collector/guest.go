@@ -141,7 +141,7 @@ type guestSweep struct {
 
 type guestDescs struct {
 	pingSuccess, pingDuration, osInfo, fsSize, fsUsed, clockOffset, cmdErrors,
-	sweepDuration, eligible, checked, collSuccess, collDuration, collLastSuccess *prometheus.Desc
+	sweepDuration, eligible, checked *prometheus.Desc
 }
 
 // NewGuestChecker returns a checker for the VMs that domains returns (the latest inventory
@@ -177,7 +177,6 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, cl)
 	}
-	coll := prometheus.Labels{"controller": controller, "collector": "guest"}
 	g.descs = guestDescs{
 		pingSuccess:  d("veil_guest_ping_success", "1 if the last guest-ping of the VM's guest agent succeeded.", "domain_id"),
 		pingDuration: d("veil_guest_ping_duration_seconds", "Round trip of the last guest-ping through the controller.", "domain_id"),
@@ -193,12 +192,6 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		sweepDuration: d("veil_guest_sweep_duration_seconds", "Real time of the last full guest-ping sweep over all eligible VMs; above ping_interval when the budget is too small."),
 		eligible:      d("veil_guest_eligible_domains", "Running VMs with a connected guest agent (guest checks apply)."),
 		checked:       d("veil_guest_checked_domains", "Eligible VMs that have had a guest-ping since they became eligible."),
-		collSuccess: prometheus.NewDesc("veil_collector_success", "1 if the collector's last run succeeded.",
-			nil, coll),
-		collDuration: prometheus.NewDesc("veil_collector_duration_seconds", "Duration of the collector's last run.",
-			nil, coll),
-		collLastSuccess: prometheus.NewDesc("veil_collector_last_success_timestamp_seconds", "Unix time of the collector's last successful run.",
-			nil, coll),
 	}
 	return g
 }
@@ -621,10 +614,25 @@ func (g *GuestChecker) countError(id, cmd, reason string, err error) {
 	g.errs[guestErrKey{cmd, reason}]++
 	g.lastEr = fmt.Sprintf("%s on %s: %s", cmd, id, reason)
 	g.sweep.errCount++
-	if reason == "api_error" {
+	if guestControllerFailure(reason, err) {
 		g.sweep.apiErrs++
 	}
 	level.Debug(g.logger).Log("msg", "guest command failed", "domain_id", id, "command", cmd, "reason", reason, "err", err)
+}
+
+// guestControllerFailure tells failures of the controller (5xx, no answer, bad token, bad
+// body) from refusals about one VM (400: not running, Linux only), which are no reason to
+// report the collector as failing.
+func guestControllerFailure(reason string, err error) bool {
+	if reason != "api_error" {
+		return false
+	}
+	var ae *veil.APIError
+	if errors.As(err, &ae) && ae.StatusCode >= 400 && ae.StatusCode < 500 &&
+		ae.StatusCode != 401 && ae.StatusCode != 403 {
+		return false
+	}
+	return true
 }
 
 // guestReason classifies a failure; our own deadline is a timeout whatever the client says.
@@ -737,7 +745,7 @@ func (g *GuestChecker) Status() GuestStatus {
 func (g *GuestChecker) Describe(ch chan<- *prometheus.Desc) {
 	d := g.descs
 	for _, desc := range []*prometheus.Desc{d.pingSuccess, d.pingDuration, d.osInfo, d.fsSize, d.fsUsed,
-		d.clockOffset, d.cmdErrors, d.sweepDuration, d.eligible, d.checked, d.collSuccess, d.collDuration, d.collLastSuccess} {
+		d.clockOffset, d.cmdErrors, d.sweepDuration, d.eligible, d.checked} {
 		ch <- desc
 	}
 }
@@ -777,19 +785,16 @@ func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(d.eligible, float64(len(eligible)))
 	gauge(d.checked, float64(checked))
-	// A run of this collector is a full ping sweep; until the first one ends, the sweep
-	// under way says whether the controller answers.
+	// A run of this collector is a full ping sweep; until the first one ends, the sweep under
+	// way says whether the controller answers. The veil_collector_* Descs are shared and
+	// described by the inventory collector, not here.
 	s := g.sweep
+	success, dur := s.apiErrs == 0, time.Duration(0)
 	if s.done {
 		gauge(d.sweepDuration, s.dur.Seconds())
-		gauge(d.collDuration, s.dur.Seconds())
-		gauge(d.collSuccess, guestBool(s.ok))
-	} else {
-		gauge(d.collSuccess, guestBool(s.apiErrs == 0))
+		success, dur = s.ok, s.dur
 	}
-	if !s.okEnd.IsZero() {
-		gauge(d.collLastSuccess, float64(s.okEnd.UnixNano())/1e9)
-	}
+	CollectorStatusMetrics(ch, g.controller, "guest", success, dur, s.okEnd)
 }
 
 func guestBool(b bool) float64 {
