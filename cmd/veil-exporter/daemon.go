@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// daemon owns the running controllers and rebuilds them on reload.
+type daemon struct {
+	ctx        context.Context // of the whole process
+	configFile string
+	logger     log.Logger
+	version    string
+	registry   *prometheus.Registry
+	started    time.Time
+
+	reloadOK, reloadTime prometheus.Gauge
+
+	reloadMu sync.Mutex // one reload at a time
+
+	mu          sync.RWMutex
+	cfg         *config.Config
+	controllers []*controller
+	conn        *forwarder.Conn
+	apiMetrics  map[string]*collector.APIMetrics // kept across reloads: counters never reset
+	lastReload  time.Time
+	reloadError string
+}
+
+// controller is everything that runs for one platform controller.
+type controller struct {
+	cfg       config.Controller
+	inventory *collector.Inventory
+	guest     *collector.GuestChecker // nil when guest checks are off
+	forwarder *forwarder.Forwarder    // nil when events are off
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
+}
+
+func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver, rev string) *daemon {
+	d := &daemon{
+		ctx: ctx, configFile: configFile, logger: logger, version: ver,
+		registry:   prometheus.NewRegistry(),
+		started:    time.Now(),
+		apiMetrics: map[string]*collector.APIMetrics{},
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "veil_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
+		}),
+		reloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "veil_config_last_reload_success_timestamp_seconds", Help: "Unix time of the last successful configuration load.",
+		}),
+	}
+	d.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collector.NewBuildInfo(ver, rev),
+		d.reloadOK, d.reloadTime,
+		controllersCollector{d},
+	)
+	return d
+}
+
+// controllersCollector delegates to whatever controllers run now; it describes nothing
+// (unchecked) because the set changes on reload.
+type controllersCollector struct{ d *daemon }
+
+func (controllersCollector) Describe(chan<- *prometheus.Desc) {}
+func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.RLock()
+	ctrls := c.d.controllers
+	api := make([]*collector.APIMetrics, 0, len(ctrls))
+	for _, ct := range ctrls {
+		api = append(api, c.d.apiMetrics[ct.cfg.Name])
+	}
+	c.d.mu.RUnlock()
+	for i, ct := range ctrls {
+		ct.inventory.Collect(ch)
+		api[i].Collect(ch)
+		if ct.guest != nil {
+			ct.guest.Collect(ch)
+		}
+		if ct.forwarder != nil {
+			ct.forwarder.Collect(ch)
+		}
+	}
+}
+
+// newClient builds the API client of one controller; observer may be nil.
+func newClient(c config.Controller, observer veil.Observer) (*veil.Client, error) {
+	tlsCfg := &tls.Config{InsecureSkipVerify: c.TLS.InsecureSkipVerify} //nolint:gosec // opt-in, for lab controllers
+	if c.TLS.CAFile != "" {
+		pem, err := os.ReadFile(c.TLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't read ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %s holds no PEM certificate", c.TLS.CAFile)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsCfg
+	tr.MaxIdleConnsPerHost = c.MaxConcurrency
+	return veil.New(veil.Config{
+		URL:                  c.URL,
+		Token:                string(c.Token),
+		TokenFile:            c.TokenFile,
+		HTTPClient:           &http.Client{Transport: tr},
+		Timeout:              c.Timeout,
+		MaxConcurrency:       c.MaxConcurrency,
+		MaxRequestsPerSecond: c.MaxRequestsPerSecond,
+		Observer:             observer,
+		UserAgent:            "veil-exporter",
+	})
+}
+
+// build constructs (without starting) the controllers of cfg.
+func (d *daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller, error) {
+	var out []*controller
+	for _, cc := range cfg.Controllers {
+		logger := log.With(d.logger, "controller", cc.Name)
+		api := d.apiMetrics[cc.Name]
+		if api == nil {
+			api = collector.NewAPIMetrics(cc.Name)
+		}
+		client, err := newClient(cc, api.Observe)
+		if err != nil {
+			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+		}
+		inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, logger)
+		if err != nil {
+			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+		}
+		ct := &controller{cfg: cc, inventory: inv}
+		if cfg.Guest.Enabled {
+			ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, logger)
+		}
+		if cfg.Events.Enabled {
+			ct.forwarder, err = forwarder.New(forwarder.Options{
+				Controller: cc.Name, ControllerURL: cc.URL, Client: client,
+				Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: logger,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+			}
+		}
+		d.mu.Lock()
+		d.apiMetrics[cc.Name] = api
+		d.mu.Unlock()
+		out = append(out, ct)
+	}
+	return out, nil
+}
+
+func (ct *controller) start(parent context.Context, logger log.Logger) {
+	ctx, cancel := context.WithCancel(parent)
+	ct.cancel = cancel
+	ct.done.Add(1)
+	go func() { defer ct.done.Done(); ct.inventory.Run(ctx) }()
+	if ct.guest != nil {
+		ct.done.Add(1)
+		go func() { defer ct.done.Done(); ct.guest.Run(ctx) }()
+	}
+	if ct.forwarder != nil {
+		ct.done.Add(1)
+		go func() {
+			defer ct.done.Done()
+			if err := ct.forwarder.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				level.Error(logger).Log("msg", "event forwarder stopped", "controller", ct.cfg.Name, "err", err)
+			}
+		}()
+	}
+}
+
+// stop cancels the controller's loops and waits for them, so a forwarder has saved its
+// position before its successor starts.
+func (ct *controller) stop() {
+	ct.cancel()
+	ct.done.Wait()
+}
+
+// apply replaces the running configuration with cfg; on error the old one keeps running.
+func (d *daemon) apply(cfg *config.Config) error {
+	d.mu.RLock()
+	old, oldConn := d.cfg, d.conn
+	d.mu.RUnlock()
+
+	conn := oldConn
+	natsChanged := old == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || old.Events.Enabled != cfg.Events.Enabled
+	if natsChanged {
+		conn = nil
+	}
+	if cfg.Events.Enabled && conn == nil {
+		if oldConn != nil && cfg.NATS.Embedded.Enabled {
+			// The embedded server listens on an address: the old one must go first.
+			d.stopControllers()
+			oldConn.Close()
+			oldConn = nil
+		}
+		var err error
+		if conn, err = forwarder.Connect(d.ctx, cfg.NATS, log.With(d.logger, "component", "nats")); err != nil {
+			return fmt.Errorf("couldn't connect to NATS: %w", err)
+		}
+	}
+	ctrls, err := d.build(cfg, conn)
+	if err != nil {
+		if conn != nil && conn != oldConn {
+			conn.Close()
+		}
+		return err
+	}
+	d.stopControllers()
+	if oldConn != nil && oldConn != conn {
+		oldConn.Close()
+	}
+	for _, ct := range ctrls {
+		ct.start(d.ctx, d.logger)
+	}
+	d.mu.Lock()
+	d.cfg, d.controllers, d.conn = cfg, ctrls, conn
+	for name := range d.apiMetrics {
+		if !hasController(cfg, name) {
+			delete(d.apiMetrics, name)
+		}
+	}
+	d.lastReload, d.reloadError = time.Now(), ""
+	d.mu.Unlock()
+	d.reloadOK.Set(1)
+	d.reloadTime.SetToCurrentTime()
+	return nil
+}
+
+func hasController(cfg *config.Config, name string) bool {
+	for _, c := range cfg.Controllers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *daemon) stopControllers() {
+	d.mu.Lock()
+	ctrls := d.controllers
+	d.controllers = nil
+	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ct := range ctrls {
+		wg.Add(1)
+		go func() { defer wg.Done(); ct.stop() }()
+	}
+	wg.Wait()
+}
+
+// reload reads the config file again; a bad file is refused and the old config keeps running.
+func (d *daemon) reload() error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	cfg, err := config.Load(d.configFile)
+	if err == nil {
+		err = d.apply(cfg)
+	}
+	if err != nil {
+		d.reloadOK.Set(0)
+		d.mu.Lock()
+		d.reloadError = err.Error()
+		d.mu.Unlock()
+		level.Error(d.logger).Log("msg", "configuration reload refused, the previous configuration keeps running", "err", err)
+		return err
+	}
+	level.Info(d.logger).Log("msg", "configuration reloaded", "controllers", len(cfg.Controllers))
+	return nil
+}
+
+func (d *daemon) stop() {
+	d.stopControllers()
+	d.mu.Lock()
+	conn := d.conn
+	d.conn = nil
+	d.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+}
+
+// slogFor routes the exporter-toolkit's slog output into the go-kit logger.
+func slogFor(l log.Logger) *slog.Logger { return slog.New(kitHandler{l}) }
+
+type kitHandler struct{ l log.Logger }
+
+func (h kitHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h kitHandler) Handle(_ context.Context, r slog.Record) error {
+	kv := []any{"msg", r.Message}
+	r.Attrs(func(a slog.Attr) bool { kv = append(kv, a.Key, a.Value.String()); return true })
+	switch {
+	case r.Level >= slog.LevelError:
+		return level.Error(h.l).Log(kv...)
+	case r.Level >= slog.LevelWarn:
+		return level.Warn(h.l).Log(kv...)
+	case r.Level >= slog.LevelInfo:
+		return level.Info(h.l).Log(kv...)
+	}
+	return level.Debug(h.l).Log(kv...)
+}
+func (h kitHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	kv := make([]any, 0, 2*len(as))
+	for _, a := range as {
+		kv = append(kv, a.Key, a.Value.String())
+	}
+	return kitHandler{log.With(h.l, kv...)}
+}
+func (h kitHandler) WithGroup(string) slog.Handler { return h }

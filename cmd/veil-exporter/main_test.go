@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+const secretToken = "s3cr3t-sim-token"
+
+func controllerYAML(name, url, tokenFile string) string {
+	return fmt.Sprintf("  - name: %s\n    url: %s\n    token_file: %s\n", name, url, tokenFile)
+}
+
+func writeConfig(t *testing.T, path string, controllers ...string) {
+	t.Helper()
+	body := "controllers:\n" + strings.Join(controllers, "") +
+		"collect:\n  interval: 1s\nguest:\n  enabled: false\nevents:\n  enabled: false\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFlagsVersionAndConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "tok")
+	os.WriteFile(tok, []byte(secretToken), 0o600)
+	good := filepath.Join(dir, "good.yaml")
+	writeConfig(t, good, controllerYAML("a", "http://127.0.0.1:1", tok))
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("controllers:\n  - name: a\n    url: http://x\n    token_file: "+filepath.Join(dir, "missing")+"\n    colour: red\n"), 0o600)
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr bool
+		want    string // in stdout or the error
+	}{
+		{"version prints and exits", []string{"--version"}, false, "veil-exporter, version"},
+		{"good config passes", []string{"--config.check", "--config.file", good}, false, "OK (1 controllers)"},
+		{"bad config names line and key", []string{"--config.check", "--config.file", bad}, true, "line 5"},
+		{"missing token file is reported", []string{"--config.check", "--config.file", strings.Replace(bad, "bad", "good", 1) + ".nope"}, true, "no such file"},
+		{"unknown flag", []string{"--web.listen"}, true, "flag provided but not defined"},
+		{"bad log level", []string{"--log.level", "loud", "--config.file", good}, true, "--log.level"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			err := run(context.Background(), tt.args, &out, &errb, nil)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			text := out.String() + errb.String()
+			if err != nil {
+				text += err.Error()
+			}
+			if !strings.Contains(text, tt.want) {
+				t.Errorf("output %q does not contain %q", text, tt.want)
+			}
+		})
+	}
+}
+
+type daemonUnderTest struct {
+	base string
+	logs *lockedBuffer
+	stop func()
+}
+
+func startDaemon(t *testing.T, configFile string) *daemonUnderTest {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &lockedBuffer{}
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"--config.file", configFile, "--web.listen-address", "127.0.0.1:0", "--log.level", "debug"}, io.Discard, logs, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		t.Fatalf("daemon exited: %v\n%s", err, logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not listen")
+	}
+	d := &daemonUnderTest{base: "http://" + addr, logs: logs}
+	d.stop = func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	}
+	t.Cleanup(func() { d.stop() })
+	return d
+}
+
+func (d *daemonUnderTest) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	return d.do(t, http.MethodGet, path)
+}
+
+func (d *daemonUnderTest) do(t *testing.T, method, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, d.base+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (d *daemonUnderTest) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if code, _ := d.get(t, "/-/ready"); code == 200 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("not ready; logs:\n%s", d.logs.String())
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestDaemonEndToEnd runs the daemon in-process against two simulators: endpoints, the status
+// page, a refused bad reload, a good reload adding a controller, one broken controller not
+// affecting the other, and no secret anywhere.
+func TestDaemonEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	simA := veiltest.New(veiltest.Options{Seed: 1, Token: secretToken, VMs: 4})
+	defer simA.Close()
+	simB := veiltest.New(veiltest.Options{Seed: 2, Token: secretToken, VMs: 6})
+	defer simB.Close()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("jwt "+secretToken+"\n"), 0o600)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	writeConfig(t, cfgFile, controllerYAML("alpha", simA.URL, tok))
+
+	d := startDaemon(t, cfgFile)
+	d.waitReady(t)
+
+	code, metrics := d.get(t, "/metrics")
+	for _, want := range []string{`veil_up{controller="alpha"} 1`, `veil_exporter_build_info{`, `veil_config_last_reload_successful 1`, "go_goroutines", `veil_api_requests_total{code="200",controller="alpha",endpoint="/api/domains/"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics (%d) lacks %s", code, want)
+		}
+	}
+	if code, body := d.get(t, "/-/healthy"); code != 200 {
+		t.Errorf("/-/healthy = %d %s", code, body)
+	}
+	if code, _ := d.get(t, "/-/reload"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /-/reload = %d, want 405", code)
+	}
+	code, page := d.get(t, "/")
+	if code != 200 || !strings.Contains(page, "Controller alpha") || !strings.Contains(page, "4 VMs exported") {
+		t.Errorf("status page (%d) does not show the controller and its counts:\n%s", code, page)
+	}
+	if code, js := d.get(t, "/?format=json"); code != 200 || !strings.Contains(js, `"name": "alpha"`) {
+		t.Errorf("json status (%d): %s", code, js)
+	}
+	if code, _ := d.get(t, "/nope"); code != 404 {
+		t.Errorf("/nope = %d", code)
+	}
+
+	// A bad config is refused and the old one keeps running.
+	os.WriteFile(cfgFile, []byte("controllers:\n  - name: alpha\n    url: "+simA.URL+"\n    token_file: "+tok+"\n    bogus: 1\n"), 0o600)
+	if code, body := d.do(t, http.MethodPost, "/-/reload"); code != 500 || !strings.Contains(body, "bogus") {
+		t.Errorf("bad reload = %d %s", code, body)
+	}
+	_, metrics = d.get(t, "/metrics")
+	if !strings.Contains(metrics, "veil_config_last_reload_successful 0") || !strings.Contains(metrics, `veil_up{controller="alpha"} 1`) {
+		t.Errorf("after a bad reload want reload_successful 0 and alpha still up")
+	}
+	if _, page := d.get(t, "/"); !strings.Contains(page, "Last reload refused") {
+		t.Error("status page does not show the refused reload")
+	}
+
+	// A good config adds a controller.
+	writeConfig(t, cfgFile, controllerYAML("alpha", simA.URL, tok), controllerYAML("beta", simB.URL, tok))
+	if code, body := d.do(t, http.MethodPost, "/-/reload"); code != 200 {
+		t.Fatalf("good reload = %d %s", code, body)
+	}
+	d.waitReady(t)
+	_, metrics = d.get(t, "/metrics")
+	for _, want := range []string{`veil_up{controller="alpha"} 1`, `veil_up{controller="beta"} 1`, "veil_config_last_reload_successful 1"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("after reload /metrics lacks %s", want)
+		}
+	}
+
+	// Break alpha: beta stays up, alpha keeps its last data with veil_up 0, then recovers.
+	simA.SetFaults(veiltest.Fault{Kind: "status", Status: 500})
+	waitFor(t, "alpha down", func() bool {
+		_, m := d.get(t, "/metrics")
+		return strings.Contains(m, `veil_up{controller="alpha"} 0`)
+	})
+	_, metrics = d.get(t, "/metrics")
+	if !strings.Contains(metrics, `veil_up{controller="beta"} 1`) {
+		t.Error("beta affected by alpha's failure")
+	}
+	if n := strings.Count(metrics, `veil_domain_info{controller="alpha"`); n != 4 {
+		t.Errorf("alpha's last data not kept: %d domain_info series", n)
+	}
+	simA.ClearFaults()
+	waitFor(t, "alpha back up", func() bool {
+		_, m := d.get(t, "/metrics")
+		return strings.Contains(m, `veil_up{controller="alpha"} 1`)
+	})
+
+	_, page = d.get(t, "/")
+	_, js := d.get(t, "/?format=json")
+	_, metrics = d.get(t, "/metrics")
+	d.stop()
+	d.stop = func() {}
+	for what, text := range map[string]string{"/metrics": metrics, "/": page, "json status": js, "logs": d.logs.String()} {
+		if strings.Contains(text, secretToken) {
+			t.Errorf("the token appears in %s", what)
+		}
+	}
+	logs := d.logs.String()
+	if !strings.Contains(logs, "controller down") || !strings.Contains(logs, "controller back up") {
+		t.Errorf("state changes not logged:\n%s", logs)
+	}
+	if strings.Count(logs, "controller down") != 1 {
+		t.Errorf("want one 'controller down' line, logs:\n%s", logs)
+	}
+}
