@@ -28,7 +28,7 @@ import (
 // guestEnv is a simulator, a real client, an inventory snapshot refreshed on demand (as the
 // inventory collector would) and a running GuestChecker.
 type guestEnv struct {
-	t      *testing.T
+	t      testing.TB
 	sim    *veiltest.Server
 	client *veil.Client
 	gc     *GuestChecker
@@ -65,7 +65,7 @@ func guestSimOptions(vms int) veiltest.Options {
 		LinuxFraction: 1, InitialTasks: -1}
 }
 
-func newGuestEnv(t *testing.T, o guestEnvOpts) *guestEnv {
+func newGuestEnv(t testing.TB, o guestEnvOpts) *guestEnv {
 	t.Helper()
 	sim := veiltest.New(o.sim)
 	t.Cleanup(sim.Close)
@@ -788,6 +788,25 @@ func TestGuestCheckerStaysWithinBudget(t *testing.T) {
 	e.gc.mu.Unlock()
 	if queued > n {
 		t.Errorf("%d entries queued for %d VMs: work piles up", queued, n)
+	}
+}
+
+// TestGuestCheckerBoundsConcurrency: without a rate limit and with slow answers, the checker
+// keeps exactly cfg.Concurrency calls in flight, never more, although the client allows 16.
+func TestGuestCheckerBoundsConcurrency(t *testing.T) {
+	o := guestSimOptions(30)
+	o.Latency = 50 * time.Millisecond
+	cfg := guestTestConfig()
+	cfg.Concurrency = 4
+	e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: cfg, concurrency: 16})
+	e.waitSweeps(1, 10*time.Second)
+	m := e.sim.InFlightMax()
+	t.Logf("in flight max %d", m)
+	if m > cfg.Concurrency {
+		t.Errorf("InFlightMax = %d, want <= concurrency %d", m, cfg.Concurrency)
+	}
+	if m < cfg.Concurrency {
+		t.Errorf("InFlightMax = %d: demand exceeds capacity, yet fewer than %d calls ran at once", m, cfg.Concurrency)
 	}
 }
 
