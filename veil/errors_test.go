@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,8 +46,11 @@ func TestErrorClasses(t *testing.T) {
 		},
 		{
 			name: "404 unknown id is ErrNotFound with the code",
-			call: func(c *veil.Client) error { _, err := c.Domain(ctx, "00000000-0000-4000-8000-000000000000"); return err },
-			is:   veil.ErrNotFound, status: 404, want: "GET /api/domains/{id}/: 404 not found: Virtual machine is not found. (code 50004)",
+			call: func(c *veil.Client) error {
+				_, err := c.Domain(ctx, "00000000-0000-4000-8000-000000000000")
+				return err
+			},
+			is: veil.ErrNotFound, status: 404, want: "GET /api/domains/{id}/: 404 not found: Virtual machine is not found. (code 50004)",
 		},
 		{
 			name: "405 wrong method",
@@ -258,5 +263,41 @@ func TestTokenPrefixForms(t *testing.T) {
 		if _, err := c.Clusters(context.Background()); err != nil {
 			t.Errorf("token %q: %v", tok, err)
 		}
+	}
+}
+
+func TestObserverSeesEveryAttempt(t *testing.T) {
+	sim := newSim(t, veiltest.Options{Seed: 16})
+	type call struct {
+		endpoint string
+		code     int
+	}
+	var (
+		mu    sync.Mutex
+		calls []call
+	)
+	c := newClient(t, sim, func(cfg *veil.Config) {
+		cfg.Observer = func(endpoint string, code int, _ time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, call{endpoint, code})
+		}
+	})
+	sim.SetFaults(veiltest.Fault{Path: "/api/clusters/", Kind: "reset", Count: 1},
+		veiltest.Fault{Path: "/api/data-pools/", Kind: "status", Status: 429, Count: 1})
+	ctx := context.Background()
+	if _, err := c.Clusters(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Datapools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.GuestPing(ctx, "no-such-vm", time.Second)
+	want := []call{{"/api/clusters/", 0}, {"/api/clusters/", 200}, {"/api/data-pools/", 429},
+		{"/api/data-pools/", 200}, {"/api/domains/{id}/guest-command/", 404}}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(calls, want) {
+		t.Fatalf("observer saw %v, want %v", calls, want)
 	}
 }

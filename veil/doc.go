@@ -1,0 +1,15 @@
+// Package veil is a typed client of the ECP VeiL (and SpaceVM) platform REST API.
+//
+// A Client talks to one controller: it sends "Authorization: jwt <token>" (the token comes
+// from Config.Token or Config.TokenFile and never appears in errors), keeps within a request
+// rate and a number of requests in flight shared by all its callers, gives each request a
+// deadline, and retries GETs (and operations, which carry an idempotency key) on 5xx, 418,
+// 429 and connection failures with exponential backoff and jitter. Guest commands are never
+// retried.
+//
+// Collections are read with List (an iterator over every object, paging concurrently) or
+// ListPage; errors of the platform are *APIError values that work with errors.Is and
+// ErrUnauthorized, ErrForbidden and ErrNotFound. Decoding is lenient where the real platform
+// is inconsistent (see decode.go): numbers as strings, timestamps with or without zone,
+// references as objects or uuid strings, "_entity" or "entity".
+package veil
