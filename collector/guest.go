@@ -178,17 +178,25 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		return prometheus.NewDesc(name, help, labels, cl)
 	}
 	g.descs = guestDescs{
-		pingSuccess:  d("veil_guest_ping_success", "1 if the last guest-ping of the VM's guest agent succeeded.", "domain_id"),
-		pingDuration: d("veil_guest_ping_duration_seconds", "Round trip of the last guest-ping through the controller.", "domain_id"),
-		osInfo: d("veil_guest_os_info", "Guest operating system from guest-get-osinfo (asked on agent connect and every osinfo_interval); value 1.",
-			"domain_id", "os_id", "os_name", "os_version", "kernel_release", "machine", "pretty_name"),
-		fsSize: d("veil_guest_filesystem_size_bytes", "Filesystem size from guest-get-fsinfo (cached for fsinfo_interval).",
-			"domain_id", "mountpoint", "fstype", "device"),
-		fsUsed: d("veil_guest_filesystem_used_bytes", "Filesystem used bytes from guest-get-fsinfo (cached for fsinfo_interval).",
-			"domain_id", "mountpoint", "fstype", "device"),
-		clockOffset: d("veil_guest_clock_offset_seconds", "Guest clock minus exporter clock from guest-get-time, corrected by half the round trip (cached for time_interval).",
+		pingSuccess: d("veil_guest_ping_success",
+			fmt.Sprintf("1 if the last guest-ping of the VM's guest agent succeeded (every %s, longer when the request budget is short).", cfg.PingInterval),
 			"domain_id"),
-		cmdErrors:     d("veil_guest_command_errors_total", "Failed guest-agent calls by command and reason (timeout, agent_not_running, not_supported, api_error).", "command", "reason"),
+		pingDuration: d("veil_guest_ping_duration_seconds", "Round trip of the last guest-ping through the controller.", "domain_id"),
+		osInfo: d("veil_guest_os_info",
+			fmt.Sprintf("Guest operating system from guest-get-osinfo, asked when the agent connects and every %s; value 1.", cfg.OSInfoInterval),
+			"domain_id", "os_id", "os_name", "os_version", "kernel_release", "machine", "pretty_name"),
+		fsSize: d("veil_guest_filesystem_size_bytes",
+			fmt.Sprintf("Filesystem size from guest-get-fsinfo, cached for %s.", cfg.FSInfoInterval),
+			"domain_id", "mountpoint", "fstype", "device"),
+		fsUsed: d("veil_guest_filesystem_used_bytes",
+			fmt.Sprintf("Filesystem used bytes from guest-get-fsinfo, cached for %s.", cfg.FSInfoInterval),
+			"domain_id", "mountpoint", "fstype", "device"),
+		clockOffset: d("veil_guest_clock_offset_seconds",
+			fmt.Sprintf("Guest clock minus exporter clock from guest-get-time, corrected by half the round trip; cached for %s.", cfg.TimeInterval),
+			"domain_id"),
+		cmdErrors: d("veil_guest_command_errors_total",
+			"Failed guest-agent calls by command (available-guest-cmds for the command list) and reason (timeout, agent_not_running, not_supported, api_error).",
+			"command", "reason"),
 		sweepDuration: d("veil_guest_sweep_duration_seconds", "Real time of the last full guest-ping sweep over all eligible VMs; above ping_interval when the budget is too small."),
 		eligible:      d("veil_guest_eligible_domains", "Running VMs with a connected guest agent (guest checks apply)."),
 		checked:       d("veil_guest_checked_domains", "Eligible VMs that have had a guest-ping since they became eligible."),
@@ -197,6 +205,7 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 }
 
 // Run checks guests until ctx is done; it returns after every goroutine it started has ended.
+// Call it once per checker.
 func (g *GuestChecker) Run(ctx context.Context) {
 	work := make(chan *guestVM)
 	var wg sync.WaitGroup
@@ -345,6 +354,10 @@ type checkResult struct {
 func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 	now := time.Now()
 	g.mu.Lock()
+	if v.gone { // left the inventory while waiting for a worker
+		g.mu.Unlock()
+		return
+	}
 	p := checkPlan{
 		ping:    !v.nextPing.After(now),
 		os:      !v.nextOS.IsZero() && !v.nextOS.After(now),
@@ -520,8 +533,11 @@ func (g *GuestChecker) leaveSweep(id string, now time.Time) {
 	if s.ok {
 		s.okEnd = now
 	}
-	if s.errCount > 0 {
-		level.Warn(g.logger).Log("msg", "guest sweep finished with failed commands", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur)
+	switch {
+	case s.apiErrs > 0:
+		level.Warn(g.logger).Log("msg", "guest sweep finished with controller errors", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", g.lastEr)
+	case s.errCount > 0:
+		level.Debug(g.logger).Log("msg", "guest sweep finished with failed guest commands", "errors", s.errCount, "duration", s.dur)
 	}
 	if len(g.vms) > 0 {
 		g.startSweep(now)
