@@ -164,6 +164,9 @@ func (c *Client) redact(s string) string {
 	return s
 }
 
+// errRateWait: the context ends before the rate limit would let the request go.
+var errRateWait = errors.New("the request rate limit leaves no time before the deadline")
+
 // request is one logical call; do may send it several times.
 type request struct {
 	method   string
@@ -188,6 +191,9 @@ func (c *Client) do(ctx context.Context, r *request) ([]byte, int, error) {
 		}
 		if ctx.Err() != nil {
 			return nil, status, fmt.Errorf("veil: %s: %w", r, ctx.Err())
+		}
+		if errors.Is(err, errRateWait) {
+			return nil, status, fmt.Errorf("veil: %s: %w", r, err)
 		}
 		// A 401 was not executed, so sending it again is safe for any method, once: token
 		// files rotate, and the new token may be there already.
@@ -245,7 +251,11 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 	// and the rate holds at the wire.
 	if c.limiter != nil {
 		if err := c.limiter.Wait(ctx); err != nil {
-			return nil, 0, 0, err
+			if ctx.Err() != nil {
+				return nil, 0, 0, ctx.Err()
+			}
+			// Wait fails at once when the permit would come after ctx's deadline.
+			return nil, 0, 0, fmt.Errorf("%w: %w", errRateWait, context.DeadlineExceeded)
 		}
 	}
 	timeout := c.timeout

@@ -2,6 +2,7 @@ package veil_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strconv"
 	"sync"
@@ -225,8 +226,8 @@ func TestLimits(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 		defer cancel()
 		sim.ResetRequests()
-		if _, err := c.Clusters(ctx); err == nil {
-			t.Fatal("second request within the rate's interval succeeded")
+		if _, err := c.Clusters(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("second request within the rate's interval: %v, want deadline exceeded", err)
 		}
 		if n := len(sim.Requests()); n != 0 {
 			t.Fatalf("%d requests sent while the limiter said wait", n)
