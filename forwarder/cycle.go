@@ -17,12 +17,14 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	fw.mu.Lock()
 	pos, hint := fw.pos.clone(), fw.hint
 	fw.mu.Unlock()
-	if !fw.opts.Conn.Connected() {
-		return 0, errors.New("NATS is not connected")
-	}
 	b, count, anchored, err := fw.locate(ctx, &pos, hint)
 	if err != nil {
 		return 0, err
+	}
+	// Locating while NATS is away keeps the view of the journal fresh, so that events deleted
+	// before NATS returns can be counted.
+	if !fw.opts.Conn.Connected() {
+		return 0, errors.New("NATS is not connected")
 	}
 	d := fw.dir()
 	newCount := b

@@ -1,0 +1,158 @@
+package forwarder
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// TestNoEventLostNorDuplicated runs the forwarder against a journal that changes while it is
+// read and proves, from what a JetStream subscriber receives, every event exactly once in order.
+// The backlog is 5,000 events (20,000 with FORWARDER_LONG=1).
+func TestNoEventLostNorDuplicated(t *testing.T) {
+	backlog := scale(5000, 20000)
+	tests := []struct {
+		name  string
+		order string // sim's default order
+		cfg   string // events.order
+		run   func(t *testing.T, r *rig) []string
+	}{
+		{"newest first: 500 events/s at the head while a backlog is read", "newest_first", "newest_first", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(backlog, veiltest.EventSpec{})
+			_, stop := r.run()
+			t.Cleanup(stop)
+			more := feed(r.sim, 5, 10*time.Millisecond, 2*time.Second, veiltest.EventSpec{})()
+			return append(want, more...)
+		}},
+		{"auto order against a newest-first default, with arrivals", "newest_first", "auto", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(backlog/5, veiltest.EventSpec{})
+			_, stop := r.run()
+			t.Cleanup(stop)
+			return append(want, feed(r.sim, 5, 10*time.Millisecond, time.Second, veiltest.EventSpec{})()...)
+		}},
+		{"events sharing one created instant across page boundaries, newest first", "newest_first", "newest_first", sharedCreated},
+		{"events sharing one created instant across page boundaries, oldest first", "oldest_first", "oldest_first", sharedCreated},
+		{"killed and restarted 10 times at random moments", "newest_first", "auto", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(backlog/2, veiltest.EventSpec{})
+			wait := feed(r.sim, 3, 10*time.Millisecond, 3*time.Second, veiltest.EventSpec{})
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 10 {
+				_, stop := r.run()
+				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+				stop()
+			}
+			_, stop := r.run()
+			t.Cleanup(stop)
+			return append(want, wait()...)
+		}},
+		{"NATS stopped and restarted while events keep arriving", "oldest_first", "auto", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(500, veiltest.EventSpec{})
+			_, stop := r.run()
+			t.Cleanup(stop)
+			wait := feed(r.sim, 3, 10*time.Millisecond, 2*time.Second+natsOutage(), veiltest.EventSpec{})
+			time.Sleep(500 * time.Millisecond)
+			r.nats.stop()
+			time.Sleep(natsOutage())
+			r.nats.start()
+			return append(want, wait()...)
+		}},
+		{"API answering 500/503/418 or truncated JSON for 20% of requests", "newest_first", "auto", func(t *testing.T, r *rig) []string {
+			r.sim.SetFaults(
+				veiltest.Fault{Path: "/api/events/*", Rate: 0.15, Kind: "status", Status: 503},
+				veiltest.Fault{Path: "/api/events/*", Rate: 0.05, Kind: "truncated"},
+			)
+			want := r.sim.AddEvents(backlog/5, veiltest.EventSpec{})
+			_, stop := r.run()
+			t.Cleanup(stop)
+			return append(want, feed(r.sim, 5, 10*time.Millisecond, 2*time.Second, veiltest.EventSpec{})()...)
+		}},
+		{"oldest first with retention deleting from the head during the run", "oldest_first", "oldest_first", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(400, veiltest.EventSpec{})
+			_, stop := r.run()
+			t.Cleanup(stop)
+			return append(want, feed(r.sim, 5, 10*time.Millisecond, 2*time.Second, veiltest.EventSpec{})()...)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := veiltest.Options{EventsOrder: tt.order, InitialTasks: -1}
+			if tt.name == "oldest first with retention deleting from the head during the run" {
+				opts.EventsRetention = 1000
+			}
+			r := newRig(t, opts, tt.cfg, "earliest")
+			rec := subscribe(t, r.nats.url())
+			want := tt.run(t, r)
+			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 30*time.Second))
+		})
+	}
+}
+
+// sharedCreated adds bursts of events with one created instant that straddle page boundaries.
+func sharedCreated(t *testing.T, r *rig) []string {
+	var want []string
+	want = append(want, r.sim.AddEvents(150, veiltest.EventSpec{})...)
+	want = append(want, r.sim.AddEvents(250, veiltest.EventSpec{SameCreated: true})...)
+	_, stop := r.run()
+	t.Cleanup(stop)
+	time.Sleep(300 * time.Millisecond)
+	for range 5 {
+		want = append(want, r.sim.AddEvents(130, veiltest.EventSpec{SameCreated: true})...)
+		time.Sleep(150 * time.Millisecond)
+	}
+	return want
+}
+
+func natsOutage() time.Duration {
+	if scale(0, 1) == 1 {
+		return 30 * time.Second
+	}
+	return 3 * time.Second
+}
+
+// TestGapPastRetentionCountedExactly keeps NATS away while retention deletes events the forwarder
+// has seen but could not publish: exactly those are counted as lost, nothing else is.
+func TestGapPastRetentionCountedExactly(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", EventsRetention: 200, InitialTasks: -1}, "auto", "earliest")
+	rec := subscribe(t, r.nats.url())
+	first := r.sim.AddEvents(50, veiltest.EventSpec{})
+	fw, stop := r.run()
+	t.Cleanup(stop)
+	rec.waitFor(t, 50, 10*time.Second)
+	r.nats.stop()
+	seen := r.sim.AddEvents(100, veiltest.EventSpec{}) // read (and counted) but not publishable
+	time.Sleep(500 * time.Millisecond)
+	// 190 more: the journal keeps the newest 200, so the 50 published and the oldest 40 of
+	// `seen` are deleted; the newest of `seen` survives, which makes the count exact.
+	after := r.sim.AddEvents(140, veiltest.EventSpec{})
+	time.Sleep(300 * time.Millisecond)
+	r.nats.start()
+	want := append(append(append([]string{}, first...), seen[40:]...), after...)
+	got := rec.waitFor(t, len(want), 20*time.Second)
+	exactlyOnceInOrder(t, "prod", want, got)
+	if g := fw.Status().Gaps; g != 40 {
+		t.Fatalf("gaps counted %d, want exactly 40", g)
+	}
+}
+
+// TestStartLatestPublishesNothingOld proves events.start: latest skips the existing journal.
+func TestStartLatestPublishesNothingOld(t *testing.T) {
+	for _, order := range []string{"newest_first", "oldest_first"} {
+		t.Run(order, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: order, InitialTasks: -1}, "auto", "latest")
+			rec := subscribe(t, r.nats.url())
+			r.sim.AddEvents(300, veiltest.EventSpec{})
+			fw, stop := r.run()
+			t.Cleanup(stop)
+			for fw.Status().Position.IsZero() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			want := r.sim.AddEvents(20, veiltest.EventSpec{})
+			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 10*time.Second))
+		})
+	}
+}
+
+var _ = context.Background
