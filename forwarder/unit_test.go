@@ -1,0 +1,234 @@
+package forwarder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+func TestMessageSubjectHeadersAndBody(t *testing.T) {
+	raw := `{"id":"e1","type":"warning","created":"2021-08-20T10:08:09.761081Z","extra":{"kept":true},"entities":[{"entity_uuid":"u-1","entity_class":"domain"}]}`
+	tests := []struct {
+		name        string
+		controller  string
+		ev          veil.Event
+		wantSubject string
+		wantSubj    string
+	}{
+		{"entity class is the last token", "prod", veil.Event{ID: "e1", Type: "warning", Entities: []veil.EventEntity{{UUID: "u-1", Class: "domain"}}}, "veil.events.prod.warning.domain", "u-1"},
+		{"no entity gives none and no ce-subject", "prod", veil.Event{ID: "e1", Type: "info"}, "veil.events.prod.info.none", ""},
+		{"dots, wildcards and spaces are sanitized, empty is unknown", "dc 1.prod", veil.Event{ID: "e1", Type: "", Entities: []veil.EventEntity{{Class: "a*b>c"}}}, "veil.events.dc_1_prod.unknown.a_b_c", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.ev.Raw = json.RawMessage(raw)
+			m := message("veil.events", tt.controller, "https://veil.example.com", &tt.ev)
+			if m.Subject != tt.wantSubject {
+				t.Errorf("subject %q, want %q", m.Subject, tt.wantSubject)
+			}
+			if string(m.Data) != raw {
+				t.Errorf("body changed: %s", m.Data)
+			}
+			want := map[string]string{
+				nats.MsgIdHdr: tt.controller + ".e1", "ce-id": tt.controller + ".e1", "Content-Type": "application/json",
+				"ce-specversion": "1.0", "ce-source": "https://veil.example.com", "ce-type": "veil.events." + tt.ev.Type,
+				"ce-time": "2021-08-20T10:08:09.761081Z", "ce-subject": tt.wantSubj,
+			}
+			for k, v := range want {
+				if got := m.Header.Get(k); got != v {
+					t.Errorf("header %s = %q, want %q", k, got, v)
+				}
+			}
+		})
+	}
+}
+
+func TestFileCheckpointRoundTripAndAtomicReplace(t *testing.T) {
+	dir := t.TempDir()
+	cp, err := NewFileCheckpoint(dir, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := cp.Load(context.Background()); ok || err != nil {
+		t.Fatalf("empty store: ok=%v err=%v", ok, err)
+	}
+	want := Position{Created: time.Date(2021, 8, 20, 10, 8, 9, 761081000, time.UTC), IDs: []string{"a", "b"}, Known: true, Ahead: 3, TailID: "z"}
+	for i := range 3 {
+		want.Ahead = i
+		if err := cp.Save(context.Background(), want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, ok, err := cp.Load(context.Background())
+	if err != nil || !ok || !got.Created.Equal(want.Created) || strings.Join(got.IDs, ",") != "a,b" || got.Ahead != 2 {
+		t.Fatalf("got %+v ok=%v err=%v", got, ok, err)
+	}
+}
+
+// TestSecondInstanceLosesTheKVPosition proves the nats_kv store's compare-and-set: an instance
+// whose revision is stale cannot move the position and stops forwarding.
+func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+	ctx := context.Background()
+	a, err := NewKVCheckpoint(ctx, r.conn, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewKVCheckpoint(ctx, r.conn, "prod")
+	if _, _, err := a.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(ctx, Position{Known: true, IDs: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Save(ctx, Position{Known: true, IDs: []string{"y"}}); !errors.Is(err, ErrCheckpointConflict) {
+		t.Fatalf("stale writer: err=%v, want ErrCheckpointConflict", err)
+	}
+	if err := a.Save(ctx, Position{Known: true, IDs: []string{"x2"}}); err != nil {
+		t.Fatalf("owner keeps writing: %v", err)
+	}
+
+	// A running forwarder whose position is written by another instance stops with the conflict.
+	r.sim.AddEvents(10, veiltest.EventSpec{})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), Checkpoint: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fw.Run(cctx) }()
+	for fw.Status().Published < 10 && cctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A second instance takes the position over while the first one runs.
+	c, _ := NewKVCheckpoint(ctx, r.conn, "prod")
+	p, _, err := c.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Save(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	r.sim.AddEvents(5, veiltest.EventSpec{})
+	if err := <-done; !errors.Is(err, ErrCheckpointConflict) {
+		t.Fatalf("Run: %v, want ErrCheckpointConflict", err)
+	}
+	if !fw.Status().Stopped {
+		t.Fatal("status does not say the forwarder stopped")
+	}
+}
+
+// TestMetricsAfterPublishing checks the veil_events_* series after a known number of events.
+func TestMetricsAfterPublishing(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "newest_first", InitialTasks: -1}, "auto", "earliest")
+	rec := subscribe(t, r.nats.url())
+	r.sim.AddEvents(7, veiltest.EventSpec{Type: "error"})
+	fw, stop := r.run()
+	t.Cleanup(stop)
+	rec.waitFor(t, 7, 10*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for fw.Status().Published < 7 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(fw); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	series := 0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			series++
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "controller" {
+					key += "," + l.GetName() + "=" + l.GetValue()
+				} else if l.GetValue() != "prod" {
+					t.Errorf("%s has controller=%q", mf.GetName(), l.GetValue())
+				}
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{
+		"veil_events_published_total,type=error":  7,
+		"veil_events_backlog":                     0,
+		"veil_events_gaps_total":                  0,
+		"veil_events_duplicates_total":            0,
+		"veil_nats_connected":                     1,
+		"veil_collector_success,collector=events": 1,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if got["veil_events_last_published_timestamp_seconds"] <= 0 || got["veil_events_position_timestamp_seconds"] <= 0 {
+		t.Errorf("timestamps not set: %v", got)
+	}
+	if series != 11 {
+		t.Errorf("%d series, want 11", series)
+	}
+	st := fw.Status()
+	if st.Order != "oldest_first" || st.Position.IsZero() || !st.NATS.Connected || st.LastPublished.IsZero() {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// TestCoreNATSAtMostOnce publishes without JetStream: every event reaches a plain subscriber.
+func TestCoreNATSAtMostOnce(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+	nc := r.nc
+	nc.JetStream.Enabled = false
+	conn, err := Connect(context.Background(), nc, log.NewNopLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	sub, err := nats.Connect(r.nats.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ch := make(chan *nats.Msg, 100)
+	if _, err := sub.ChanSubscribe("veil.events.prod.>", ch); err != nil {
+		t.Fatal(err)
+	}
+	sub.Flush()
+	want := r.sim.AddEvents(20, veiltest.EventSpec{})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: nc, Conn: conn, Logger: log.NewNopLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go fw.Run(ctx)
+	for i, id := range want {
+		select {
+		case m := <-ch:
+			if m.Header.Get(nats.MsgIdHdr) != "prod."+id {
+				t.Fatalf("message %d is %s, want %s", i, m.Header.Get(nats.MsgIdHdr), id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d events arrived", i, len(want))
+		}
+	}
+}
