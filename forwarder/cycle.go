@@ -84,6 +84,8 @@ func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, co
 		}
 	}
 	switch {
+	case !pos.Known && d == newestFirst:
+		b = count // nothing published: everything is new
 	case j > 0 || j == 0 && o == 0:
 		b = o + j
 	case j < 0 && o+len(items) >= count:

@@ -218,8 +218,8 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		case err != nil:
 			fw.fail(err)
 			wait = min(poll, time.Second)
-		case n > 0:
-			wait = 0 // there may be more
+		case n >= pageLimit:
+			wait = 0 // catching up: there may be more already
 		}
 		if !sleep(ctx, wait) {
 			return nil

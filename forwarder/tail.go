@@ -20,6 +20,8 @@ const (
 	// catchUpPages is how many pages are read concurrently during a catch-up; the client's own
 	// concurrency and rate limits still apply on top.
 	catchUpPages = 4
+	// prefetchPages bounds what is held in memory: at most this many pages of 100 events.
+	prefetchPages = 20
 )
 
 // errResync says the journal moved under the reader (offsets shifted); locate again.
@@ -58,7 +60,7 @@ func detect(items []veil.Event) direction {
 }
 
 // pageFetcher reads pages concurrently and hands them over strictly in order, holding at most
-// catchUpPages pages ahead of the consumer, so memory stays bounded whatever the backlog.
+// prefetchPages pages ahead of the consumer, so memory stays bounded whatever the backlog.
 type pageFetcher struct {
 	out    chan chan pageResult
 	cancel context.CancelFunc
@@ -75,7 +77,10 @@ type pageSpan struct{ start, limit int }
 
 func fetchPages(ctx context.Context, p eventPager, ordering string, spans func(yield func(pageSpan) bool)) *pageFetcher {
 	ctx, cancel := context.WithCancel(ctx)
-	f := &pageFetcher{out: make(chan chan pageResult, catchUpPages), cancel: cancel}
+	// Up to catchUpPages requests are in flight and up to prefetchPages pages wait for the
+	// consumer, so reading goes on while a batch is being published.
+	f := &pageFetcher{out: make(chan chan pageResult, prefetchPages), cancel: cancel}
+	sem := make(chan struct{}, catchUpPages)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -87,9 +92,16 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, spans func(y
 			case <-ctx.Done():
 				return
 			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				res <- pageResult{err: ctx.Err()}
+				return
+			}
 			f.wg.Add(1)
 			go func() {
 				defer f.wg.Done()
+				defer func() { <-sem }()
 				pg, err := p.EventsPage(ctx, sp.start, sp.limit, ordering)
 				res <- pageResult{start: sp.start, limit: sp.limit, page: pg, err: err}
 			}()

@@ -1,0 +1,113 @@
+package forwarder
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// BenchmarkCatchUp publishes a 100,000-event backlog with 20 ms simulator latency per page and
+// reports throughput as a ratio to the floor: 100 events / 20 ms times the pages read
+// concurrently. Run with -benchtime=1x.
+func BenchmarkCatchUp(b *testing.B) {
+	for _, order := range []string{"oldest_first", "newest_first"} {
+		b.Run(order, func(b *testing.B) {
+			const backlog = 100_000
+			latency := benchLatency()
+			for range b.N {
+				r := newRig(b, veiltest.Options{EventsOrder: order, InitialTasks: -1}, order, "earliest")
+				r.sim.AddEvents(backlog, veiltest.EventSpec{})
+				r.sim.SetLatency(latency, 0)
+				fw := r.forwarder()
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				start := time.Now()
+				b.ResetTimer()
+				go func() { done <- fw.Run(ctx) }()
+				for fw.Status().Published < backlog {
+					time.Sleep(5 * time.Millisecond)
+				}
+				el := time.Since(start)
+				b.StopTimer()
+				cancel()
+				<-done
+				floor := float64(pageLimit) / latency.Seconds() * catchUpPages
+				rate := backlog / el.Seconds()
+				b.ReportMetric(rate, "events/s")
+				b.ReportMetric(rate/floor, "ratio_to_floor")
+				b.ReportMetric(el.Seconds(), "s/backlog")
+			}
+		})
+	}
+}
+
+// BenchmarkSteadyStateDelay measures, at a steady event rate, the delay from an event's creation
+// to its delivery to a JetStream subscriber; the target is p99 <= poll_interval + 100 ms.
+func BenchmarkSteadyStateDelay(b *testing.B) {
+	const poll = 250 * time.Millisecond
+	for range b.N {
+		r := newRig(b, veiltest.Options{EventsOrder: "newest_first", InitialTasks: -1, Latency: 20 * time.Millisecond}, "auto", "latest")
+		r.ev.PollInterval = poll
+		nc, err := nats.Connect(r.nats.url())
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, stop := r.run()
+		var delays []time.Duration
+		msgs := make(chan time.Duration, 10000)
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cons, err := js.OrderedConsumer(ctx, "VEIL_EVENTS", jetstream.OrderedConsumerConfig{})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			created, err := time.Parse(time.RFC3339Nano, m.Headers().Get("ce-time"))
+			if err == nil {
+				msgs <- time.Since(created)
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		r.sim.SetEventRate(50)
+		time.Sleep(5 * time.Second)
+		r.sim.SetEventRate(0)
+		time.Sleep(poll + 500*time.Millisecond)
+		b.StopTimer()
+		cc.Stop()
+		stop()
+		nc.Close()
+		close(msgs)
+		for d := range msgs {
+			delays = append(delays, d)
+		}
+		if len(delays) == 0 {
+			b.Fatal("nothing delivered")
+		}
+		slices.Sort(delays)
+		p := func(q float64) float64 { return delays[int(q*float64(len(delays)-1))].Seconds() * 1000 }
+		b.ReportMetric(p(0.5), "p50_ms")
+		b.ReportMetric(p(0.99), "p99_ms")
+		b.ReportMetric(float64((poll + 100*time.Millisecond).Milliseconds()), "target_p99_ms")
+		b.ReportMetric(float64(len(delays)), "events")
+	}
+}
+
+// benchLatency is the simulator latency per page (FORWARDER_BENCH_LATENCY overrides 20ms, e.g.
+// 0s to see the forwarder's own ceiling).
+func benchLatency() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("FORWARDER_BENCH_LATENCY")); err == nil {
+		return d
+	}
+	return 20 * time.Millisecond
+}
