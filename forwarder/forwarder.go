@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
@@ -34,8 +33,6 @@ type Options struct {
 	Logger        log.Logger
 	// Checkpoint overrides the store chosen by Events.Checkpoint (tests, embedding).
 	Checkpoint Checkpoint
-
-	pager eventPager // tests: a pager other than Client
 }
 
 // Status is what the status page shows of one controller's forwarding.
@@ -97,13 +94,11 @@ func New(opts Options) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[string]uint64{}, pager: opts.pager}
-	if fw.pager == nil {
-		if opts.Client == nil {
-			return nil, errors.New("forwarder: no platform client")
-		}
-		fw.pager = opts.Client
+		published: map[string]uint64{}}
+	if opts.Client == nil {
+		return nil, errors.New("forwarder: no platform client")
 	}
+	fw.pager = opts.Client
 	switch opts.Events.Order {
 	case "", "auto":
 		fw.ordering, fw.order, fw.auto = "created", unknownOrder, true
@@ -375,5 +370,3 @@ func unix(t time.Time) float64 {
 	}
 	return float64(t.UnixNano()) / 1e9
 }
-
-var _ = nats.MsgIdHdr

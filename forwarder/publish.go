@@ -121,7 +121,8 @@ func (p *corePublisher) publish(ctx context.Context, msgs []*nats.Msg) (int, err
 	fctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	if err := p.nc.FlushWithContext(fctx); err != nil {
-		return 0, fmt.Errorf("couldn't flush: %w", err)
+		// At most once: the messages left, so they count as published even unconfirmed.
+		return len(msgs), fmt.Errorf("couldn't confirm publishing (core NATS, at most once): %w", err)
 	}
 	return len(msgs), nil
 }
