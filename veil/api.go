@@ -89,19 +89,19 @@ func ListPage[T any](ctx context.Context, c *Client, path string, offset, limit 
 
 // Collections and details.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
-	return collect(List[Node](ctx, c, "/api/nodes/", nil))
+	return listAll[Node](ctx, c, "/api/nodes/", nil)
 }
 func (c *Client) Clusters(ctx context.Context) ([]Cluster, error) {
-	return collect(List[Cluster](ctx, c, "/api/clusters/", nil))
+	return listAll[Cluster](ctx, c, "/api/clusters/", nil)
 }
 func (c *Client) Datapools(ctx context.Context) ([]Datapool, error) {
-	return collect(List[Datapool](ctx, c, "/api/data-pools/", nil))
+	return listAll[Datapool](ctx, c, "/api/data-pools/", nil)
 }
 func (c *Client) Domains(ctx context.Context, q Query) ([]Domain, error) {
-	return collect(List[Domain](ctx, c, "/api/domains/", q))
+	return listAll[Domain](ctx, c, "/api/domains/", q)
 }
 func (c *Client) Tasks(ctx context.Context, q Query) ([]Task, error) {
-	return collect(List[Task](ctx, c, "/api/tasks/", q))
+	return listAll[Task](ctx, c, "/api/tasks/", q)
 }
 func (c *Client) Node(ctx context.Context, id string) (*Node, error) {
 	return get[Node](ctx, c, "/api/nodes/{id}/", id)

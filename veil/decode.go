@@ -107,6 +107,19 @@ func (r *Ref) UnmarshalJSON(b []byte) error {
 		*r = Ref{ID: s}
 		return nil
 	case len(b) > 0 && b[0] == '{':
+		var f Ref
+		if flatObject(b, func(key []byte, fv flatValue) bool {
+			switch string(key) {
+			case "id":
+				return fv.setString(&f.ID)
+			case "verbose_name":
+				return fv.setString(&f.VerboseName)
+			}
+			return unknownKey(key, "id", "verbose_name")
+		}) {
+			*r = f
+			return nil
+		}
 		type plain Ref
 		var v plain
 		if err := tolerate(json.Unmarshal(b, &v)); err != nil {
@@ -119,6 +132,27 @@ func (r *Ref) UnmarshalJSON(b []byte) error {
 }
 
 func (g *GuestUtils) UnmarshalJSON(b []byte) error {
+	var f GuestUtils
+	if flatObject(b, func(key []byte, fv flatValue) bool {
+		switch string(key) {
+		case "veil_state":
+			return fv.setBool(&f.VeilState)
+		case "version":
+			return fv.setString(&f.Version)
+		case "hostname":
+			return fv.setString(&f.Hostname)
+		case "ipv4":
+			return fv.setStrings(&f.IPv4)
+		case "interfaces":
+			return fv.setStrings(&f.Interfaces)
+		case "qemu_state":
+			return fv.setBool(&f.QemuState)
+		}
+		return unknownKey(key, "veil_state", "version", "hostname", "ipv4", "interfaces", "qemu_state")
+	}) {
+		*g = f
+		return nil
+	}
 	type plain GuestUtils
 	var v plain
 	if err := json.Unmarshal(b, &v); err != nil {

@@ -31,6 +31,11 @@ const MaxPageSize = 100
 // the objects are not); an object present throughout is yielded unless removals before it
 // shifted it onto a page already read. Other types may repeat an object that shifted pages.
 func list[T any](ctx context.Context, c *Client, path string, q Query) iter.Seq2[T, error] {
+	return listSized[T](ctx, c, path, q, nil)
+}
+
+// listSized is list that also tells sized the count of the first page, before yielding.
+func listSized[T any](ctx context.Context, c *Client, path string, q Query, sized func(count int)) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		var zero T
 		ctx, cancel := context.WithCancel(ctx)
@@ -41,6 +46,9 @@ func list[T any](ctx context.Context, c *Client, path string, q Query) iter.Seq2
 		if err != nil {
 			yield(zero, err)
 			return
+		}
+		if sized != nil {
+			sized(first.Count)
 		}
 		var seen map[string]struct{}
 		if _, ok := any(zero).(identified); ok {
@@ -133,7 +141,25 @@ func listPage[T any](ctx context.Context, c *Client, path string, offset, limit 
 
 // decodePage reads the DRF envelope strictly (count and results must be there; next and
 // previous are ignored) and each result leniently.
+//
+// A page is decoded in one pass straight into []T. Only when that pass reports an error, even
+// one the lenient rules forgive, is the page decoded again result by result: encoding/json
+// reports only its first error, so a forgiven mismatch in one result could hide a fatal one in
+// another, and the error must name the result that failed.
 func decodePage[T any](body []byte, offset int) (Page[T], error) {
+	var fast struct {
+		Count   *Number `json:"count"`
+		Results []T     `json:"results"`
+	}
+	if json.Unmarshal(body, &fast) == nil && fast.Count != nil && fast.Results != nil {
+		return Page[T]{Count: int(*fast.Count), Results: fast.Results}, nil
+	}
+	return decodePageByResult[T](body, offset)
+}
+
+// decodePageByResult decodes each result on its own, with the lenient rules and an error that
+// names the failing result.
+func decodePageByResult[T any](body []byte, offset int) (Page[T], error) {
 	var env struct {
 		Count   *Number           `json:"count"`
 		Results []json.RawMessage `json:"results"`
@@ -157,9 +183,15 @@ func decodePage[T any](body []byte, offset int) (Page[T], error) {
 	return p, nil
 }
 
-func collect[T any](seq iter.Seq2[T, error]) ([]T, error) {
+// maxPrealloc bounds the room reserved from a page's count, which comes from the server.
+const maxPrealloc = 1 << 17
+
+// listAll reads a whole collection into a slice sized from the count, so 50,000 VMs are not
+// copied again and again as the slice grows.
+func listAll[T any](ctx context.Context, c *Client, path string, q Query) ([]T, error) {
 	var out []T
-	for v, err := range seq {
+	sized := func(n int) { out = make([]T, 0, min(max(n, 0), maxPrealloc)) }
+	for v, err := range listSized[T](ctx, c, path, q, sized) {
 		if err != nil {
 			return nil, err
 		}
