@@ -18,6 +18,7 @@ import (
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -82,7 +83,7 @@ type Forwarder struct {
 }
 
 type descs struct {
-	published, pubErrors, dups, gaps, lastPub, backlog, position, natsUp, success, duration, lastSuccess *prometheus.Desc
+	published, pubErrors, dups, gaps, lastPub, backlog, position, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.
@@ -139,19 +140,15 @@ func New(opts Options) (*Forwarder, error) {
 		}
 	}
 	c := prometheus.Labels{"controller": opts.Controller}
-	ev := prometheus.Labels{"controller": opts.Controller, "collector": "events"}
 	fw.descs = descs{
-		published:   prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged.", []string{"type"}, c),
-		pubErrors:   prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts (retried).", nil, c),
-		dups:        prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published.", nil, c),
-		gaps:        prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read.", nil, c),
-		lastPub:     prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event.", nil, c),
-		backlog:     prometheus.NewDesc("veil_events_backlog", "Events known but not yet published.", nil, c),
-		position:    prometheus.NewDesc("veil_events_position_timestamp_seconds", "Created time of the stored position.", nil, c),
-		natsUp:      prometheus.NewDesc("veil_nats_connected", "1 if the NATS connection is up.", nil, c),
-		success:     prometheus.NewDesc("veil_collector_success", "1 if the collector's last run succeeded.", nil, ev),
-		duration:    prometheus.NewDesc("veil_collector_duration_seconds", "Duration of the collector's last run.", nil, ev),
-		lastSuccess: prometheus.NewDesc("veil_collector_last_success_timestamp_seconds", "When the collector last succeeded.", nil, ev),
+		published: prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged.", []string{"type"}, c),
+		pubErrors: prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts (retried).", nil, c),
+		dups:      prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published.", nil, c),
+		gaps:      prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read.", nil, c),
+		lastPub:   prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event.", nil, c),
+		backlog:   prometheus.NewDesc("veil_events_backlog", "Events known but not yet published.", nil, c),
+		position:  prometheus.NewDesc("veil_events_position_timestamp_seconds", "Created time of the stored position.", nil, c),
+		natsUp:    prometheus.NewDesc("veil_nats_connected", "1 if the NATS connection is up.", nil, c),
 	}
 	return fw, nil
 }
@@ -331,7 +328,7 @@ func (fw *Forwarder) Status() Status {
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.lastPub, d.backlog, d.position, d.natsUp, d.success, d.duration, d.lastSuccess} {
+	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.lastPub, d.backlog, d.position, d.natsUp} {
 		ch <- x
 	}
 }
@@ -355,13 +352,9 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 		up = 1
 	}
 	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, up)
-	ok := 0.0
-	if fw.cycleOK {
-		ok = 1
-	}
-	ch <- prometheus.MustNewConstMetric(d.success, prometheus.GaugeValue, ok)
-	ch <- prometheus.MustNewConstMetric(d.duration, prometheus.GaugeValue, fw.cycleDur.Seconds())
-	ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, unix(fw.lastOK))
+	// The veil_collector_* families are shared with the inventory and guest collectors, so they
+	// come from one place with one HELP text.
+	collector.CollectorStatusMetrics(ch, fw.opts.Controller, "events", fw.cycleOK, fw.cycleDur, fw.lastOK)
 }
 
 func unix(t time.Time) float64 {
