@@ -79,6 +79,26 @@ func (s *Server) MigrateVM(vmID, nodeID string) error {
 	})
 }
 
+// SetNodeStatus sets a node's status (ACTIVE, FAILED, SERVICE, ...), as when a host fails or
+// is put into service mode, and writes the event the platform would.
+func (s *Server) SetNodeStatus(nodeID, status string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.st.advance(now)
+	n, ok := s.st.nodeByID[nodeID]
+	if !ok {
+		return fmt.Errorf("node %s not found", nodeID)
+	}
+	n.status = status
+	typ := "info"
+	if status != "ACTIVE" {
+		typ = "warning"
+	}
+	s.st.newEvent(now, typ, "system", fmt.Sprintf("Node %s status changed to %s", n.name, status), "", "", eventEntity{n.id, "node"})
+	return nil
+}
+
 // SetGuestAgent connects (installing it if needed) or disconnects a VM's guest agent.
 func (s *Server) SetGuestAgent(vmID string, running bool) error {
 	return s.withDomain(vmID, func(d *domain, now time.Time) error {
@@ -341,6 +361,15 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		var b struct{ N int }
 		if decode(&b) {
 			writeJSON(w, http.StatusOK, map[string]any{"ids": s.AddVMs(b.N)})
+		}
+	case post && len(segs) == 3 && segs[0] == "nodes" && segs[2] == "status":
+		var b struct{ Status string }
+		if decode(&b) {
+			if err := s.SetNodeStatus(segs[1], b.Status); err != nil {
+				bad(err)
+				return
+			}
+			writeJSON(w, http.StatusOK, ok)
 		}
 	case post && len(segs) == 3 && segs[0] == "domains":
 		s.controlDomain(w, r, segs[1], segs[2], decode, bad)
