@@ -362,9 +362,13 @@ func (fw *Forwarder) publish(ctx context.Context, batch []veil.Event) (int, erro
 	if n > 0 {
 		fw.mu.Lock()
 		p := fw.pos.clone()
-		for _, e := range batch[:n] {
+		for i, e := range batch[:n] {
 			p.advance(e.Created.Time, e.ID)
 			fw.published[e.Type]++
+			if i >= n-recentLen {
+				fw.recent[fw.recentN%recentLen] = RecentEvent{ID: e.ID, Type: e.Type, Subject: msgs[i].Subject, Created: e.Created.Time}
+				fw.recentN++
+			}
 			if !e.Created.After(p.TailCreated) && p.Ahead > 0 {
 				p.Ahead--
 			}

@@ -50,7 +50,20 @@ type Status struct {
 	LastError     string
 	Stopped       bool // another instance owns the position
 	NATS          ConnStatus
+	// Subject is the filter a subscriber uses for this controller's events: <prefix>.<controller>.>
+	Subject string
+	// Recent holds the last events published and acknowledged, newest first (at most 20).
+	Recent []RecentEvent
 }
+
+// RecentEvent is one published and acknowledged event as the status page lists it.
+type RecentEvent struct {
+	ID, Type, Subject string
+	Created           time.Time
+}
+
+// recentLen bounds Status.Recent.
+const recentLen = 20
 
 // Forwarder tails one controller's events and publishes them.
 type Forwarder struct {
@@ -78,6 +91,9 @@ type Forwarder struct {
 	cycleDur  time.Duration
 	lastOK    time.Time
 	gapLogged bool
+	// recent is a ring of the last acknowledged events; recentN counts all ever added.
+	recent  [recentLen]RecentEvent
+	recentN int
 
 	descs descs
 }
@@ -315,7 +331,13 @@ func (fw *Forwarder) Status() Status {
 	defer fw.mu.Unlock()
 	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
 		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastPublished: fw.lastPub,
-		Duplicates: fw.dups, Gaps: fw.gaps, LastError: fw.lastErr, Stopped: fw.stopped}
+		Duplicates: fw.dups, Gaps: fw.gaps, LastError: fw.lastErr, Stopped: fw.stopped,
+		Subject: fw.opts.NATS.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
+	n := min(fw.recentN, recentLen)
+	s.Recent = make([]RecentEvent, n)
+	for i := range n {
+		s.Recent[i] = fw.recent[(fw.recentN-1-i)%recentLen]
+	}
 	for _, n := range fw.published {
 		s.Published += n
 	}

@@ -232,3 +232,46 @@ func TestCoreNATSAtMostOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusListsRecentEventsNewestFirst proves Status.Recent holds the last acknowledged events,
+// newest first, bounded to 20, with their subjects, and Status.Subject is the controller's filter.
+func TestStatusListsRecentEventsNewestFirst(t *testing.T) {
+	tests := []struct {
+		name   string
+		events int
+	}{
+		{"fewer events than the list holds", 7},
+		{"more events than the list holds keeps the newest 20", 45},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+			r.ev.PollInterval = 20 * time.Millisecond
+			r.nc.JetStream.MaxPending = 8 // several batches, so the ring wraps across publishes
+			ids := r.sim.AddEvents(tt.events, veiltest.EventSpec{Type: "warning"})
+			fw, stop := r.run()
+			t.Cleanup(stop)
+			deadline := time.Now().Add(10 * time.Second)
+			for fw.Status().Published < uint64(tt.events) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			st := fw.Status()
+			if st.Subject != "veil.events.prod.>" {
+				t.Errorf("subject %q", st.Subject)
+			}
+			n := min(tt.events, 20)
+			if len(st.Recent) != n {
+				t.Fatalf("%d recent events, want %d", len(st.Recent), n)
+			}
+			for i, e := range st.Recent {
+				want := ids[len(ids)-1-i]
+				if e.ID != want || e.Type != "warning" || e.Created.IsZero() || !strings.HasPrefix(e.Subject, "veil.events.prod.warning.") {
+					t.Errorf("recent[%d] = %+v, want id %s", i, e, want)
+				}
+				if i > 0 && e.Created.After(st.Recent[i-1].Created) {
+					t.Errorf("recent[%d] is newer than recent[%d]", i, i-1)
+				}
+			}
+		})
+	}
+}
