@@ -1,0 +1,395 @@
+// Command report reads `go test -bench` output (several runs of each benchmark, from
+// scripts/bench.sh) and prints one line per performance goal: the median, the spread, the floor
+// or baseline measured in the same run, the ratio, the target and PASS/MISS. It also writes
+// the figures as JSON, so runs can be compared over time. A goal whose benchmark did not run is
+// printed as "not measured"; it is not a failure.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// results maps a benchmark name (GOMAXPROCS suffix dropped) to its units, each with the value
+// of every run.
+type results map[string]map[string][]float64
+
+var procSuffix = regexp.MustCompile(`-\d+$`)
+
+// parse reads benchmark lines ("BenchmarkX/sub-2  5  123 ns/op  1.5 ratio-to-floor ...") and
+// the "cpu:" header; everything else is ignored.
+func parse(r io.Reader) (results, string, error) {
+	res := results{}
+	cpu := ""
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if c, ok := strings.CutPrefix(line, "cpu: "); ok && cpu == "" {
+			cpu = strings.TrimSpace(c)
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue
+		}
+		name := procSuffix.ReplaceAllString(f[0], "")
+		if res[name] == nil {
+			res[name] = map[string][]float64{}
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				break
+			}
+			res[name][f[i+1]] = append(res[name][f[i+1]], v)
+		}
+	}
+	return res, cpu, sc.Err()
+}
+
+// get returns the values of the first unit found among units (benchmarks spell them
+// differently: ratio-to-floor, ratio_to_floor).
+func (r results) get(name string, units ...string) []float64 {
+	for _, u := range units {
+		if v := r[name][u]; len(v) > 0 {
+			return v
+		}
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Figure is one goal (or a reported-only figure) of one run.
+type Figure struct {
+	Name      string    `json:"name"`
+	Unit      string    `json:"unit"`
+	Value     *float64  `json:"value"` // median; null when not measured
+	Min       *float64  `json:"min,omitempty"`
+	Max       *float64  `json:"max,omitempty"`
+	Runs      []float64 `json:"runs,omitempty"`
+	Floor     *float64  `json:"floor,omitempty"` // floor or baseline, same unit as Value
+	FloorName string    `json:"floor_name,omitempty"`
+	Ratio     *float64  `json:"ratio,omitempty"`
+	Target    string    `json:"target,omitempty"` // e.g. "<= 1.25"
+	Status    string    `json:"status"`           // PASS, MISS, REPORT, NOT MEASURED
+	Note      string    `json:"note,omitempty"`
+}
+
+// Report is the machine-readable file.
+type Report struct {
+	Date      string                          `json:"date"`
+	GoVersion string                          `json:"go_version"`
+	Commit    string                          `json:"commit"`
+	CPU       string                          `json:"cpu"`
+	CPUs      int                             `json:"cpus"`
+	OSArch    string                          `json:"os_arch"`
+	Figures   []Figure                        `json:"figures"`
+	Growth    []Figure                        `json:"growth"`
+	Raw       map[string]map[string][]float64 `json:"raw"`
+}
+
+func ptr(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// figure builds a Figure from the runs of a value, a floor (median) and a ratio per run (or
+// nil: value/floor of the medians). op is "<=" or ">=", target the bound of the ratio (or of
+// the value when there is no floor); op "" reports only.
+func figure(name, unit string, runs []float64, floor float64, floorName string, ratios []float64, op string, target float64) Figure {
+	f := Figure{Name: name, Unit: unit, FloorName: floorName}
+	if len(runs) == 0 {
+		f.Status = "NOT MEASURED"
+		if op != "" {
+			f.Target = fmt.Sprintf("%s %g", op, target)
+		}
+		return f
+	}
+	v := median(runs)
+	f.Value, f.Runs = ptr(v), runs
+	f.Min, f.Max = ptr(slices.Min(runs)), ptr(slices.Max(runs))
+	checked := v
+	if floorName != "" {
+		f.Floor = ptr(floor)
+		r := v / floor
+		if len(ratios) > 0 {
+			r = median(ratios)
+		}
+		f.Ratio = ptr(r)
+		checked = r
+	}
+	switch op {
+	case "":
+		f.Status = "REPORT"
+	case "<=", ">=":
+		f.Target = fmt.Sprintf("%s %g", op, target)
+		ok := checked <= target
+		if op == ">=" {
+			ok = checked >= target
+		}
+		f.Status = map[bool]string{true: "PASS", false: "MISS"}[ok]
+		if f.Ratio == nil && math.IsNaN(checked) {
+			f.Status = "NOT MEASURED"
+		}
+	}
+	return f
+}
+
+func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
+	at := func(bench string, n int) string { return fmt.Sprintf("%s/vms=%d", bench, n) }
+	ref, serve, base := at("BenchmarkInventoryRefresh", mainSize), at("BenchmarkMetricsServe", mainSize), at("BenchmarkMetricsServeBaseline", mainSize)
+
+	figs = append(figs, figure(fmt.Sprintf("inventory refresh, %d VMs", mainSize), "s",
+		r.get(ref, "refresh-s"), median(r.get(ref, "floor-s")), "requests/concurrency*latency",
+		r.get(ref, "ratio-to-floor"), "<=", 1.25))
+
+	serveS, baseS := scale(r.get(serve, "ns/op"), 1e-9), scale(r.get(base, "ns/op"), 1e-9)
+	f := figure(fmt.Sprintf("/metrics serving, %d VMs", mainSize), "s", serveS, median(baseS), "client_golang const metrics", nil, "<=", 1.5)
+	if len(baseS) == 0 {
+		f.Status, f.Ratio = "NOT MEASURED", nil
+	}
+	if s := r.get(serve, "series"); len(s) > 0 {
+		f.Note = fmt.Sprintf("%.0f series, %.1f MiB per scrape", median(s), median(r.get(serve, "bytes/scrape"))/(1<<20))
+	}
+	figs = append(figs, f)
+
+	rss := fmt.Sprintf("BenchmarkExporterRSS/vms=%d", mainSize)
+	f = figure(fmt.Sprintf("resident memory (VmHWM), %d VMs", mainSize), "MiB", r.get(rss, "hwm-MiB"), 0, "", nil, "<=", 300)
+	if v := r.get(rss, "rss-MiB"); len(v) > 0 {
+		f.Note = fmt.Sprintf("VmRSS %.0f..%.0f MiB; the real bin/veil-exporter, guest checks on, after refreshes and scrapes", slices.Min(v), slices.Max(v))
+	}
+	figs = append(figs, f)
+
+	g := "BenchmarkGuestPingSweep"
+	sweep, gratio := r.get(g, "sweep-s"), r.get(g, "ratio-to-floor", "ratio_to_floor")
+	f = figure("guest ping sweep at 500 requests/s", "s", sweep, median(sweepFloors(sweep, gratio)), "VMs/budget", gratio, "<=", 1.1)
+	if v := r.get(g, "vms"); len(v) > 0 {
+		f.Note = fmt.Sprintf("%.0f VMs", median(v))
+	}
+	figs = append(figs, f)
+
+	for _, order := range []string{"oldest_first", "newest_first"} {
+		c := "BenchmarkCatchUp/" + order
+		rate, ratio := r.get(c, "events/s"), r.get(c, "ratio_to_floor", "ratio-to-floor")
+		figs = append(figs, figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, ratio)), "page floor", ratio, ">=", 0.9))
+	}
+
+	d := "BenchmarkSteadyStateDelay"
+	tgt := median(r.get(d, "target_p99_ms"))
+	if math.IsNaN(tgt) {
+		tgt = 350 // poll_interval 250ms + 100ms, as that benchmark runs
+	}
+	f = figure("event delivery delay p99", "ms", r.get(d, "p99_ms"), 0, "", nil, "<=", tgt)
+	if v := r.get(d, "p50_ms"); len(v) > 0 {
+		f.Note = fmt.Sprintf("p50 %.0f ms; target poll_interval + 100 ms", median(v))
+	}
+	figs = append(figs, f)
+
+	f = figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, "", 0)
+	if v := r.get(ref, "sim-cpu-s/refresh"); len(v) > 0 {
+		f.Note = fmt.Sprintf("the simulator (separate process, same cores) used %.3f s", median(v))
+	}
+	figs = append(figs, f)
+
+	for _, n := range sizes {
+		ref, serve, base := at("BenchmarkInventoryRefresh", n), at("BenchmarkMetricsServe", n), at("BenchmarkMetricsServeBaseline", n)
+		f := figure(fmt.Sprintf("refresh, %d VMs", n), "s", r.get(ref, "refresh-s"), median(r.get(ref, "floor-s")), "floor", r.get(ref, "ratio-to-floor"), "", 0)
+		if cpu := r.get(ref, "cpu-s/refresh"); len(cpu) > 0 {
+			f.Note = fmt.Sprintf("CPU %.3f s = %.1f µs/VM", median(cpu), median(cpu)/float64(n)*1e6)
+		}
+		growth = append(growth, f)
+		f = figure(fmt.Sprintf("/metrics, %d VMs", n), "s", scale(r.get(serve, "ns/op"), 1e-9), median(scale(r.get(base, "ns/op"), 1e-9)), "baseline", nil, "", 0)
+		if s := median(r.get(serve, "series")); !math.IsNaN(s) {
+			f.Note = fmt.Sprintf("%.0f series, %.2f µs/series", s, median(r.get(serve, "ns/op"))/s/1e3)
+		}
+		growth = append(growth, f)
+	}
+	return figs, growth
+}
+
+// sweepFloors derives the floor of each run from its value and its ratio.
+func sweepFloors(v, ratio []float64) []float64 {
+	var out []float64
+	for i := range min(len(v), len(ratio)) {
+		if ratio[i] != 0 {
+			out = append(out, v[i]/ratio[i])
+		}
+	}
+	return out
+}
+
+func scale(v []float64, k float64) []float64 {
+	out := make([]float64, len(v))
+	for i := range v {
+		out[i] = v[i] * k
+	}
+	return out
+}
+
+// linearity says whether a cost per VM holds from the smallest to the largest size.
+func linearity(r results, sizes []int) []string {
+	if len(sizes) < 2 {
+		return nil
+	}
+	var lines []string
+	per := func(bench, unit string, n int, k float64) float64 {
+		return median(r.get(fmt.Sprintf("%s/vms=%d", bench, n), unit)) * k / float64(n)
+	}
+	for _, m := range []struct{ what, bench, unit string }{
+		{"refresh CPU", "BenchmarkInventoryRefresh", "cpu-s/refresh"},
+		{"refresh time", "BenchmarkInventoryRefresh", "refresh-s"},
+		{"/metrics time", "BenchmarkMetricsServe", "ns/op"},
+	} {
+		var parts []string
+		lo, hi := math.Inf(1), 0.0
+		for _, n := range sizes {
+			v := per(m.bench, m.unit, n, 1)
+			if math.IsNaN(v) {
+				continue
+			}
+			if m.unit == "ns/op" {
+				v /= 1e9
+			}
+			parts = append(parts, fmt.Sprintf("%d: %.2f µs/VM", n, v*1e6))
+			if n >= 10000 { // below, fixed costs (nodes, tasks, datapools) dominate
+				lo, hi = min(lo, v), max(hi, v)
+			}
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		verdict := "not enough sizes"
+		if hi > 0 && !math.IsInf(lo, 0) {
+			if hi/lo <= 1.3 {
+				verdict = fmt.Sprintf("linear from 10,000 up (per-VM cost within %.0f%%)", (hi/lo-1)*100)
+			} else {
+				verdict = fmt.Sprintf("NOT linear: per-VM cost varies %.2fx from 10,000 up", hi/lo)
+			}
+		}
+		lines = append(lines, fmt.Sprintf("  %-14s %s -> %s", m.what, strings.Join(parts, ", "), verdict))
+	}
+	return lines
+}
+
+func fmtv(p *float64, unit string) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.4g %s", *p, unit)
+}
+
+func printTable(w io.Writer, title string, figs []Figure) {
+	fmt.Fprintf(w, "\n%s\n", title)
+	fmt.Fprintf(w, "%-44s %-14s %-24s %-14s %-7s %-8s %s\n", "figure", "median", "spread (min..max)", "floor/base", "ratio", "target", "status")
+	for _, f := range figs {
+		spread := "-"
+		if f.Min != nil {
+			spread = fmt.Sprintf("%.4g..%.4g (n=%d)", *f.Min, *f.Max, len(f.Runs))
+		}
+		ratio := "-"
+		if f.Ratio != nil {
+			ratio = fmt.Sprintf("%.3f", *f.Ratio)
+		}
+		target := f.Target
+		if target == "" {
+			target = "-"
+		}
+		fmt.Fprintf(w, "%-44s %-14s %-24s %-14s %-7s %-8s %s\n", f.Name, fmtv(f.Value, f.Unit), spread, fmtv(f.Floor, f.Unit), ratio, target, f.Status)
+		if f.Note != "" {
+			fmt.Fprintf(w, "%-44s   %s\n", "", f.Note)
+		}
+	}
+}
+
+func main() {
+	out := flag.String("out", "bench/results.json", "where to write the JSON results (empty: nowhere)")
+	commit := flag.String("commit", "", "commit measured")
+	sizesFlag := flag.String("sizes", "1000,10000,50000", "VM counts of the growth figures")
+	mainSize := flag.Int("size", 10000, "VM count of the goals")
+	strict := flag.Bool("strict", false, "exit 1 when a goal is missed")
+	flag.Parse()
+
+	var sizes []int
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+			sizes = append(sizes, n)
+		}
+	}
+	in := io.Reader(os.Stdin)
+	if flag.NArg() > 0 {
+		var rs []io.Reader
+		for _, p := range flag.Args() {
+			f, err := os.Open(p)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "report:", err)
+				os.Exit(2)
+			}
+			defer f.Close()
+			rs = append(rs, f)
+		}
+		in = io.MultiReader(rs...)
+	}
+	res, cpu, err := parse(in)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "report: reading benchmark output:", err)
+		os.Exit(2)
+	}
+	figs, growth := build(res, sizes, *mainSize)
+	rep := Report{
+		Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), Commit: *commit,
+		CPU: cpu, CPUs: runtime.NumCPU(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
+		Figures: figs, Growth: growth, Raw: res,
+	}
+	fmt.Printf("veil-exporter benchmarks  %s  %s  commit %s  cpu %s x%d\n", rep.Date, rep.GoVersion, rep.Commit, rep.CPU, rep.CPUs)
+	printTable(os.Stdout, "Goals (medians of the runs; floor/baseline measured in the same run)", figs)
+	printTable(os.Stdout, "Growth (report only)", growth)
+	for _, l := range linearity(res, sizes) {
+		fmt.Println(l)
+	}
+	if *out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*out, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "report: writing results:", err)
+			os.Exit(2)
+		}
+		fmt.Printf("\nwritten to %s\n", *out)
+	}
+	if *strict {
+		for _, f := range figs {
+			if f.Status == "MISS" {
+				os.Exit(1)
+			}
+		}
+	}
+}
