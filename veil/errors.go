@@ -225,7 +225,13 @@ func guestErrorReason(err error) string {
 		return false
 	}
 	switch {
-	case ae.StatusCode == http.StatusGatewayTimeout || has("timeout", "timed out", "time out"):
+	case ae.StatusCode == http.StatusGatewayTimeout:
+		return "timeout"
+	case vmNotRunning(msg):
+		// The VM stopped since the caller's inventory was read: nothing inside it can answer.
+		// Checked before the timeout words, which a VM name quoted in the message may contain.
+		return "agent_not_running"
+	case has("timeout", "timed out", "time out"):
 		return "timeout"
 	case has("agent") && has("not running", "not connected", "not active", "inactive", "unavailable", "not responding", "is off", "disconnected", "no guest agent", "not installed"):
 		return "agent_not_running"
@@ -235,4 +241,18 @@ func guestErrorReason(err error) string {
 		return "not_supported"
 	}
 	return "api_error"
+}
+
+// vmNotRunning recognises the platform's refusal because the VM itself is off ("Virtual machine
+// X is not running."), as opposed to its agent being off, in a lower-cased message.
+func vmNotRunning(msg string) bool {
+	if strings.Contains(msg, "agent") {
+		return false
+	}
+	for _, w := range []string{"is not running", "powered off", "shut off", "is stopped"} {
+		if strings.Contains(msg, w) {
+			return true
+		}
+	}
+	return false
 }
