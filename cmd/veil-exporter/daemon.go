@@ -134,11 +134,11 @@ func newClient(c config.Controller, observer veil.Observer) (*veil.Client, error
 	})
 }
 
-// build constructs (without starting) the controllers of cfg.
+// build constructs (without starting) the controllers of cfg. The inventory, guest checker and
+// forwarder add the controller to their log lines themselves.
 func (d *daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller, error) {
 	var out []*controller
 	for _, cc := range cfg.Controllers {
-		logger := log.With(d.logger, "controller", cc.Name)
 		api := d.apiMetrics[cc.Name]
 		if api == nil {
 			api = collector.NewAPIMetrics(cc.Name)
@@ -147,18 +147,18 @@ func (d *daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller,
 		if err != nil {
 			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 		}
-		inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, logger)
+		inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, d.logger)
 		if err != nil {
 			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 		}
 		ct := &controller{cfg: cc, inventory: inv}
 		if cfg.Guest.Enabled {
-			ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, logger)
+			ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, d.logger)
 		}
 		if cfg.Events.Enabled {
 			ct.forwarder, err = forwarder.New(forwarder.Options{
 				Controller: cc.Name, ControllerURL: cc.URL, Client: client,
-				Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: logger,
+				Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.logger,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("controller %s: %w", cc.Name, err)

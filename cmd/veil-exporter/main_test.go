@@ -192,7 +192,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 		t.Errorf("GET /-/reload = %d, want 405", code)
 	}
 	code, page := d.get(t, "/")
-	if code != 200 || !strings.Contains(page, "Controller alpha") || !strings.Contains(page, "4 VMs exported") {
+	if code != 200 || !strings.Contains(page, `<h2>alpha <span class="badge ok">up</span>`) || !strings.Contains(page, "<td class=\"n\">4 / 4</td>") {
 		t.Errorf("status page (%d) does not show the controller and its counts:\n%s", code, page)
 	}
 	if code, js := d.get(t, "/?format=json"); code != 200 || !strings.Contains(js, `"name": "alpha"`) {

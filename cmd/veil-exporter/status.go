@@ -1,0 +1,243 @@
+package main
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/url"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/forwarder"
+)
+
+// The status page and its JSON (?format=json) share these types. They are converted from the
+// packages' own status structs so the JSON keys stay snake_case and stable whatever those
+// structs become. Nothing here holds a secret: URLs are redacted, tokens and passwords are
+// never read.
+
+type statusData struct {
+	Version         string             `json:"version"`
+	Started         time.Time          `json:"started"`
+	ConfigFile      string             `json:"config_file"`
+	LastReload      time.Time          `json:"last_reload,omitzero"`
+	LastReloadError string             `json:"last_reload_error,omitempty"`
+	NATS            *natsStatus        `json:"nats,omitempty"` // nil when events are off
+	Controllers     []controllerStatus `json:"controllers"`
+}
+
+type natsStatus struct {
+	URL       string `json:"url"`
+	Connected bool   `json:"connected"`
+	Embedded  bool   `json:"embedded"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+type controllerStatus struct {
+	Name        string             `json:"name"`
+	URL         string             `json:"url"`
+	State       string             `json:"state"` // up, down or starting (first refresh not done)
+	Error       string             `json:"error,omitempty"`
+	Inventory   inventoryStatus    `json:"inventory"`
+	Collections []collectionStatus `json:"collections"`
+	Guest       *guestStatus       `json:"guest,omitempty"`  // nil when guest checks are off
+	Events      *eventsStatus      `json:"events,omitempty"` // nil when events are off
+}
+
+type inventoryStatus struct {
+	LastRefresh     time.Time      `json:"last_refresh,omitzero"`
+	RefreshDuration seconds        `json:"refresh_duration_seconds"`
+	AuthFailed      bool           `json:"auth_failed"`
+	Nodes           int            `json:"nodes"`
+	Clusters        int            `json:"clusters"`
+	Datapools       int            `json:"datapools"`
+	VMs             int            `json:"vms"`       // exported, after domain_include/exclude
+	VMsTotal        int            `json:"vms_total"` // on the controller
+	Tasks           map[string]int `json:"tasks"`     // by status
+}
+
+type collectionStatus struct {
+	Name        string    `json:"name"`
+	Success     bool      `json:"success"`
+	Duration    seconds   `json:"duration_seconds"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	Error       string    `json:"error,omitempty"`
+}
+
+type guestStatus struct {
+	Eligible      int       `json:"eligible"`
+	Checked       int       `json:"checked"`
+	SweepDuration seconds   `json:"sweep_duration_seconds"`
+	LastSweep     time.Time `json:"last_sweep,omitzero"`
+	LastError     string    `json:"last_error,omitempty"`
+}
+
+type eventsStatus struct {
+	Subject       string        `json:"subject"`
+	Order         string        `json:"order"`
+	Position      time.Time     `json:"position,omitzero"`
+	PositionIDs   []string      `json:"position_ids"`
+	Backlog       int           `json:"backlog"`
+	Published     uint64        `json:"published"`
+	LastPublished time.Time     `json:"last_published,omitzero"`
+	Duplicates    uint64        `json:"duplicates_dropped"`
+	Gaps          uint64        `json:"gaps"`
+	LastError     string        `json:"last_error,omitempty"`
+	Stopped       bool          `json:"stopped"` // another instance owns the position
+	Recent        []recentEvent `json:"recent"`  // newest first
+}
+
+type recentEvent struct {
+	Created time.Time `json:"created"`
+	Type    string    `json:"type"`
+	Subject string    `json:"subject"`
+	ID      string    `json:"id"`
+}
+
+// seconds is a duration that reads as seconds in JSON, like the metrics.
+type seconds time.Duration
+
+func (s seconds) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(s).Seconds()) }
+
+// String rounds for people: milliseconds under a minute, seconds above.
+func (s seconds) String() string {
+	d := time.Duration(s)
+	switch {
+	case d <= 0:
+		return "—"
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond).String()
+	case d < time.Minute:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func (d *daemon) status() statusData {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	s := statusData{Version: d.version, Started: d.started, ConfigFile: d.configFile, LastReload: d.lastReload, LastReloadError: d.reloadError}
+	if d.conn != nil {
+		s.NATS = natsView(d.conn.Status())
+	}
+	for _, ct := range d.controllers {
+		cs := controllerView(ct.cfg.Name, redact(ct.cfg.URL), ct.inventory.Status())
+		if ct.guest != nil {
+			cs.Guest = guestView(ct.guest.Status())
+		}
+		if ct.forwarder != nil {
+			cs.Events = eventsView(ct.forwarder.Status())
+		}
+		s.Controllers = append(s.Controllers, cs)
+	}
+	return s
+}
+
+func natsView(c forwarder.ConnStatus) *natsStatus {
+	// The forwarder already strips credentials; redacting again costs nothing and keeps a
+	// password out of the page should that ever change.
+	return &natsStatus{URL: redact(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError}
+}
+
+func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {
+	cs := controllerStatus{
+		Name: name, URL: url, State: "starting",
+		Inventory: inventoryStatus{
+			LastRefresh: inv.LastAttempt, RefreshDuration: seconds(inv.LastDuration), AuthFailed: inv.AuthFailed,
+			Nodes: inv.Nodes, Clusters: inv.Clusters, Datapools: inv.Datapools,
+			VMs: inv.Domains, VMsTotal: inv.DomainsTotal, Tasks: inv.Tasks,
+		},
+		Collections: make([]collectionStatus, 0, len(inv.Collections)),
+	}
+	switch {
+	case inv.Up:
+		cs.State = "up"
+	case inv.Ready:
+		cs.State, cs.Error = "down", inv.LastError
+	}
+	for _, c := range inv.Collections {
+		cs.Collections = append(cs.Collections, collectionStatus{
+			Name: c.Name, Success: c.Success, Duration: seconds(c.Duration), LastSuccess: c.LastSuccess, Error: c.Error,
+		})
+	}
+	return cs
+}
+
+func guestView(g collector.GuestStatus) *guestStatus {
+	return &guestStatus{Eligible: g.Eligible, Checked: g.Checked, SweepDuration: seconds(g.SweepDuration), LastSweep: g.LastSweep, LastError: g.LastError}
+}
+
+func eventsView(f forwarder.Status) *eventsStatus {
+	e := &eventsStatus{
+		Subject: f.Subject, Order: f.Order, Position: f.Position, PositionIDs: f.PositionIDs,
+		Backlog: f.Backlog, Published: f.Published, LastPublished: f.LastPublished,
+		Duplicates: f.Duplicates, Gaps: f.Gaps, LastError: f.LastError, Stopped: f.Stopped,
+		Recent: make([]recentEvent, 0, len(f.Recent)),
+	}
+	if e.PositionIDs == nil {
+		e.PositionIDs = []string{}
+	}
+	for _, r := range f.Recent {
+		e.Recent = append(e.Recent, recentEvent{Created: r.Created, Type: r.Type, Subject: r.Subject, ID: r.ID})
+	}
+	return e
+}
+
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	return p.Redacted()
+}
+
+// ago says how long before now t was, to the precision a person reads at a glance.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	suffix := " ago"
+	if d < 0 {
+		d, suffix = -d, " from now" // clock skew between the controller and us
+	}
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds%s", int(d/time.Second), suffix)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds%s", int(d/time.Minute), int(d%time.Minute/time.Second), suffix)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm%s", int(d/time.Hour), int(d%time.Hour/time.Minute), suffix)
+	}
+	return fmt.Sprintf("%dd%02dh%s", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour), suffix)
+}
+
+//go:embed status.html
+var statusHTML string
+
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
+	"when": when,
+	"abs":  absTime,
+}).Parse(statusHTML))
+
+func absTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000 UTC") }
+
+// when shows t as "3s ago" with the absolute time in the title. The markup is built here
+// because it holds nothing but formatted times.
+func when(now, t time.Time) template.HTML {
+	if t.IsZero() {
+		return `<span class="dim">never</span>`
+	}
+	return template.HTML(fmt.Sprintf(`<time datetime="%s" title="%s">%s</time>`,
+		t.UTC().Format(time.RFC3339Nano), absTime(t), ago(now, t))) //nolint:gosec // only formatted times
+}
+
+// statusPageData is what the template renders: the status and the one instant every "ago" on
+// the page is measured from.
+type statusPageData struct {
+	statusData
+	Now time.Time
+}

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+var pageNow = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// fullStatus has every part of the page filled in.
+func fullStatus() statusData {
+	return statusData{
+		Version: "1.2.3", Started: pageNow.Add(-time.Hour), ConfigFile: "/etc/veil.yaml", LastReload: pageNow.Add(-time.Hour),
+		NATS: &natsStatus{URL: "nats://127.0.0.1:4222", Connected: true, Embedded: true},
+		Controllers: []controllerStatus{{
+			Name: "prod", URL: "https://veil.example.com", State: "up",
+			Inventory: inventoryStatus{
+				LastRefresh: pageNow.Add(-3 * time.Second), RefreshDuration: seconds(200 * time.Millisecond),
+				Nodes: 3, Clusters: 1, Datapools: 2, VMs: 37, VMsTotal: 40, Tasks: map[string]int{"SUCCESS": 16, "FAILED": 4},
+			},
+			Collections: []collectionStatus{
+				{Name: "nodes", Success: true, Duration: seconds(20 * time.Millisecond), LastSuccess: pageNow.Add(-3 * time.Second)},
+				{Name: "tasks", Error: "couldn't get tasks: timeout"},
+			},
+			Guest: &guestStatus{Eligible: 31, Checked: 29, SweepDuration: seconds(5 * time.Second), LastSweep: pageNow.Add(-10 * time.Second), LastError: "guest-ping on vm-1: timeout"},
+			Events: &eventsStatus{
+				Subject: "veil.events.prod.>", Order: "oldest_first", Position: pageNow.Add(-2 * time.Second), PositionIDs: []string{"ev-9a", "ev-9b"},
+				Backlog: 4, Published: 117, LastPublished: pageNow.Add(-time.Second), Duplicates: 2, Gaps: 1, LastError: "publish timed out",
+				Recent: []recentEvent{
+					{Created: pageNow.Add(-2 * time.Second), Type: "error", Subject: "veil.events.prod.error.domain", ID: "ev-9b"},
+					{Created: pageNow.Add(-2 * time.Second), Type: "info", Subject: "veil.events.prod.info.node", ID: "ev-9a"},
+				},
+			},
+		}},
+	}
+}
+
+func render(t *testing.T, s statusData) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := statusPage.Execute(&b, statusPageData{statusData: s, Now: pageNow}); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestStatusPageRendering(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*statusData)
+		want    []string
+		notWant []string
+	}{
+		{
+			name: "every table and row is labelled",
+			want: []string{
+				"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collections</caption>", "<caption>Guest checks</caption>",
+				"<caption>Events</caption>", "<caption>Recent events</caption>",
+				"<th>Nodes</th>", "<th>Clusters</th>", "<th>Datapools</th>", "<th>VMs (exported/total)</th>", "<th>Tasks by status</th>",
+				"<th>Event position</th>", "<th>Order</th>", "<th>Backlog</th>", "<th>Published</th>", "<th>Last published</th>",
+				"<th>Duplicates dropped</th>", "<th>Gaps</th>", "<th>Last error</th>", "<th>Subscribe to</th>",
+			},
+		},
+		{
+			name: "values are shown",
+			want: []string{
+				"37 / 40", "SUCCESS 16", "FAILED 4", "29 / 31 eligible VMs", "guest-ping on vm-1: timeout",
+				"<code>ev-9a</code> <code>ev-9b</code>", "oldest_first", ">117<", "publish timed out",
+				"<code>veil.events.prod.&gt;</code>", "couldn&#39;t get tasks: timeout",
+				"nats://127.0.0.1:4222", `<span class="badge ok">connected</span>`, "embedded in this process",
+			},
+		},
+		{
+			name: "recent events list created, type, subject and id",
+			want: []string{
+				`<span class="badge bad">error</span></td><td><code>veil.events.prod.error.domain</code></td><td><code>ev-9b</code>`,
+				`<span class="badge info">info</span></td><td><code>veil.events.prod.info.node</code></td><td><code>ev-9a</code>`,
+			},
+		},
+		{
+			name: "times read as ago with the absolute time in the title",
+			want: []string{
+				`title="2026-03-04 05:06:04.000000 UTC">3s ago</time>`,
+				`title="2026-03-04 05:05:57.000000 UTC">10s ago</time>, took 5s`,
+				`title="2026-03-04 04:06:07.000000 UTC">1h00m ago</time>`,
+			},
+		},
+		{
+			name: "a controller that is up says so without an error line",
+			want: []string{`<h2>prod <span class="badge ok">up</span>`}, notWant: []string{`<p class="err">`},
+		},
+		{
+			name: "a controller that is down shows its error in red",
+			edit: func(s *statusData) { s.Controllers[0].State, s.Controllers[0].Error = "down", "controller prod rejected the token" },
+			want: []string{`<span class="badge bad">down</span>`, `<p class="err">controller prod rejected the token</p>`},
+		},
+		{
+			name: "a controller before its first refresh is waiting",
+			edit: func(s *statusData) { s.Controllers[0].State = "starting" },
+			want: []string{`<span class="badge wait">waiting for the first refresh</span>`},
+		},
+		{
+			name: "a disconnected NATS shows its error",
+			edit: func(s *statusData) { s.NATS.Connected, s.NATS.LastError = false, "nats: no servers available" },
+			want: []string{`<span class="badge bad">not connected</span>`, `<span class="err">nats: no servers available</span>`},
+		},
+		{
+			name: "zero times read never",
+			edit: func(s *statusData) {
+				s.Controllers[0].Events.LastPublished = time.Time{}
+				s.Controllers[0].Collections[1].LastSuccess = time.Time{}
+			},
+			want: []string{`<th>Last published</th><td><span class="dim">never</span>`, `<td class="n">—</td><td><span class="dim">never</span>`},
+		},
+		{
+			name: "a stopped forwarder says another instance owns the position",
+			edit: func(s *statusData) { s.Controllers[0].Events.Stopped = true },
+			want: []string{"Stopped: another instance owns the position."},
+		},
+		{
+			name: "disabled guest checks, events and NATS say so",
+			edit: func(s *statusData) { s.NATS, s.Controllers[0].Guest, s.Controllers[0].Events = nil, nil, nil },
+			want: []string{
+				"Guest checks are disabled in the configuration.", "Event forwarding is disabled in the configuration.",
+				"Event forwarding is disabled: no NATS connection.", "<caption>Guest checks</caption>", "<caption>Events</caption>",
+			},
+			notWant: []string{"<caption>Recent events</caption>"},
+		},
+		{
+			name: "a refused reload is a banner",
+			edit: func(s *statusData) { s.LastReloadError = "line 3: field bogus not found" },
+			want: []string{`<div class="banner">Last reload refused, the previous configuration keeps running: line 3: field bogus not found</div>`},
+		},
+		{
+			name: "text from the controller is escaped",
+			edit: func(s *statusData) {
+				s.Controllers[0].State, s.Controllers[0].Error = "down", "<script>alert(1)</script>"
+				s.Controllers[0].Events.Recent[0].Type = `"><img src=x>`
+			},
+			want:    []string{"&lt;script&gt;alert(1)&lt;/script&gt;"},
+			notWant: []string{"<script>", "<img"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fullStatus()
+			if tt.edit != nil {
+				tt.edit(&s)
+			}
+			page := render(t, s)
+			for _, w := range tt.want {
+				if !strings.Contains(page, w) {
+					t.Errorf("page lacks %s", w)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(page, w) {
+					t.Errorf("page has %s", w)
+				}
+			}
+			if t.Failed() {
+				t.Logf("page:\n%s", page)
+			}
+		})
+	}
+}
+
+func TestAgo(t *testing.T) {
+	tests := []struct {
+		name string
+		d    time.Duration
+		want string
+	}{
+		{"under a second is just now", 400 * time.Millisecond, "just now"},
+		{"seconds", 3*time.Second + 900*time.Millisecond, "3s ago"},
+		{"minutes keep seconds", 2*time.Minute + 5*time.Second, "2m05s ago"},
+		{"hours keep minutes", 5*time.Hour + 7*time.Minute + 9*time.Second, "5h07m ago"},
+		{"two days and more are days", 50 * time.Hour, "2d02h ago"},
+		{"a time in the future is from now", -4 * time.Second, "4s from now"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ago(pageNow, pageNow.Add(-tt.d)); got != tt.want {
+				t.Errorf("ago(%s) = %q, want %q", tt.d, got, tt.want)
+			}
+		})
+	}
+	if got := ago(pageNow, time.Time{}); got != "never" {
+		t.Errorf("ago(zero) = %q, want never", got)
+	}
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+// TestStatusJSONKeysAreSnakeCase walks every key of a fully filled status; task statuses are
+// data (the platform's names), not keys of ours.
+func TestStatusJSONKeysAreSnakeCase(t *testing.T) {
+	b, err := json.Marshal(fullStatus())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if !snakeCase.MatchString(k) {
+					t.Errorf("key %s.%s is not snake_case", path, k)
+				}
+				seen[k] = true
+				if k != "tasks" {
+					walk(path+"."+k, e)
+				}
+			}
+		case []any:
+			for _, e := range x {
+				walk(path+"[]", e)
+			}
+		}
+	}
+	walk("", v)
+	for _, k := range []string{"controllers", "nats", "inventory", "collections", "guest", "events", "recent", "vms_total",
+		"refresh_duration_seconds", "position_ids", "duplicates_dropped", "last_published", "subject", "created", "id"} {
+		if !seen[k] {
+			t.Errorf("no key %q in %s", k, b)
+		}
+	}
+	var durations struct {
+		Controllers []struct {
+			Inventory struct {
+				RefreshDuration float64 `json:"refresh_duration_seconds"`
+			} `json:"inventory"`
+		} `json:"controllers"`
+	}
+	if err := json.Unmarshal(b, &durations); err != nil || durations.Controllers[0].Inventory.RefreshDuration != 0.2 {
+		t.Errorf("refresh_duration_seconds = %+v (%v), want 0.2 seconds", durations, err)
+	}
+}
+
+// natsWithPassword runs a nats-server with JetStream that demands a user and password.
+func natsWithPassword(t *testing.T, user, password string) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		Username: user, Password: password, NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv.Addr().String()
+}
+
+// TestStatusPageWithEvents runs the daemon against the simulator and a password-protected
+// NATS: the page and its JSON show every section and the events just forwarded, and neither
+// they, the metrics nor the logs hold the token or the NATS password.
+func TestStatusPageWithEvents(t *testing.T) {
+	const natsPassword = "n4ts-pa55word-xyz"
+	dir := t.TempDir()
+	sim := veiltest.New(veiltest.Options{Seed: 3, Token: secretToken, VMs: 5, InitialEvents: 30, EventsOrder: "oldest_first"})
+	defer sim.Close()
+	natsAddr := natsWithPassword(t, "veil", natsPassword)
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(secretToken), 0o600)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	cfg := "controllers:\n" + controllerYAML("alpha", sim.URL, tok) +
+		"collect:\n  interval: 1s\n" +
+		"guest:\n  enabled: true\n  ping_interval: 1s\n" +
+		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: file, dir: %s}\n", dir) +
+		fmt.Sprintf("nats:\n  url: nats://veil:%s@%s\n", natsPassword, natsAddr)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	d := startDaemon(t, cfgFile)
+	d.waitReady(t)
+	type recent struct{ ID, Subject string }
+	var st struct {
+		NATS struct {
+			URL       string `json:"url"`
+			Connected bool   `json:"connected"`
+		} `json:"nats"`
+		Controllers []struct {
+			State  string `json:"state"`
+			Events struct {
+				Published uint64   `json:"published"`
+				Subject   string   `json:"subject"`
+				Recent    []recent `json:"recent"`
+			} `json:"events"`
+			Guest struct {
+				Eligible int `json:"eligible"`
+			} `json:"guest"`
+		} `json:"controllers"`
+	}
+	var js string
+	waitFor(t, "30 events published", func() bool {
+		_, js = d.get(t, "/?format=json")
+		if err := json.Unmarshal([]byte(js), &st); err != nil {
+			t.Fatalf("status JSON: %v\n%s", err, js)
+		}
+		return len(st.Controllers) == 1 && st.Controllers[0].Events.Published >= 30
+	})
+	c := st.Controllers[0]
+	if c.State != "up" || !st.NATS.Connected || c.Events.Subject != "veil.events.alpha.>" || len(c.Events.Recent) == 0 {
+		t.Errorf("json status: %s", js)
+	}
+	if !strings.HasPrefix(st.NATS.URL, "nats://") || strings.Contains(st.NATS.URL, "veil@") {
+		t.Errorf("nats url %q keeps its credentials", st.NATS.URL)
+	}
+
+	code, page := d.get(t, "/")
+	if code != 200 {
+		t.Fatalf("status page: %d", code)
+	}
+	for _, want := range []string{"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collections</caption>",
+		"<caption>Guest checks</caption>", "<caption>Events</caption>", "<caption>Recent events</caption>",
+		`<h2>alpha <span class="badge ok">up</span>`, "<code>veil.events.alpha.&gt;</code>", `<span class="badge ok">connected</span>`,
+		"<td>domains</td>", "eligible VMs"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page lacks %s", want)
+		}
+	}
+	// The page was taken after the JSON: every event listed there is at least as old, so the
+	// oldest few of the JSON's list are still on the page.
+	for _, r := range c.Events.Recent[len(c.Events.Recent)/2:] {
+		if !strings.Contains(page, "<code>"+r.ID+"</code>") || !strings.Contains(page, "<code>"+r.Subject+"</code>") {
+			t.Errorf("recent event %s (%s) not on the page", r.ID, r.Subject)
+		}
+	}
+
+	_, metrics := d.get(t, "/metrics")
+	d.stop()
+	d.stop = func() {}
+	for what, text := range map[string]string{"/": page, "json status": js, "/metrics": metrics, "logs": d.logs.String()} {
+		for _, secret := range []string{secretToken, natsPassword} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s holds the secret %q", what, secret)
+			}
+		}
+	}
+}
