@@ -102,7 +102,9 @@ func TestStatusPageRendering(t *testing.T) {
 		},
 		{
 			name: "a controller that is down shows its error in red",
-			edit: func(s *statusData) { s.Controllers[0].State, s.Controllers[0].Error = "down", "controller prod rejected the token" },
+			edit: func(s *statusData) {
+				s.Controllers[0].State, s.Controllers[0].Error = "down", "controller prod rejected the token"
+			},
 			want: []string{`<span class="badge bad">down</span>`, `<p class="err">controller prod rejected the token</p>`},
 		},
 		{
