@@ -54,6 +54,7 @@ func guestCommandAllowed(cmd string) bool {
 // GuestStatus summarises guest-check coverage for the status page.
 type GuestStatus struct {
 	Eligible, Checked int           // running VMs with a connected agent; of those, pinged at least once
+	Unsupported       int           // VMs on which the platform refuses guest commands; not in Eligible
 	SweepDuration     time.Duration // real time of the last full ping sweep
 	LastSweep         time.Time     // when the last full ping sweep ended
 	LastError         string        // last failed command, with VM id and reason
@@ -78,12 +79,16 @@ type GuestChecker struct {
 
 	descs guestDescs
 
-	mu     sync.Mutex
-	vms    map[string]*guestVM
-	queue  guestQueue
-	errs   map[guestErrKey]float64
-	sweep  guestSweep
-	lastEr string
+	mu  sync.Mutex
+	vms map[string]*guestVM
+	// stopped holds VMs the platform said are not running (or have no agent) although the
+	// inventory snapshot, identified by its first element, said they were; they stay out until
+	// another snapshot says they run.
+	stopped map[string]*veil.Domain
+	queue   guestQueue
+	errs    map[guestErrKey]float64
+	sweep   guestSweep
+	lastEr  string
 }
 
 type guestErrKey struct{ command, reason string }
@@ -99,6 +104,10 @@ type guestVM struct {
 	nextPing, nextOS, nextFS, nextTime time.Time       // zero = not scheduled
 	cmds                               map[string]bool // offered by the guest; nil = ask
 	agentDown                          bool            // last ping failed
+	// unsupported: the platform refuses guest commands for this VM (Windows guests where the
+	// controller allows Linux only). No series, not in the coverage; probed again every
+	// osinfo interval, and afresh when the agent reconnects (the VM leaves and comes back).
+	unsupported bool
 
 	pinged   bool
 	pingOK   bool
@@ -141,7 +150,7 @@ type guestSweep struct {
 
 type guestDescs struct {
 	pingSuccess, pingDuration, osInfo, fsSize, fsUsed, clockOffset, cmdErrors,
-	sweepDuration, eligible, checked *prometheus.Desc
+	sweepDuration, eligible, checked, unsupported *prometheus.Desc
 }
 
 // NewGuestChecker returns a checker for the VMs that domains returns (the latest inventory
@@ -170,6 +179,7 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		syncEvery:    min(max(cfg.PingInterval/4, 20*time.Millisecond), time.Second),
 		wake:         make(chan struct{}, 1),
 		vms:          map[string]*guestVM{},
+		stopped:      map[string]*veil.Domain{},
 		errs:         map[guestErrKey]float64{},
 	}
 	// controller is a constant label so that one registry can hold a checker per controller.
@@ -200,6 +210,8 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		sweepDuration: d("veil_guest_sweep_duration_seconds", "Real time of the last full guest-ping sweep over all eligible VMs; above ping_interval when the budget is too small."),
 		eligible:      d("veil_guest_eligible_domains", "Running VMs with a connected guest agent (guest checks apply)."),
 		checked:       d("veil_guest_checked_domains", "Eligible VMs that have had a guest-ping since they became eligible."),
+		unsupported: d("veil_guest_unsupported_domains",
+			fmt.Sprintf("Running VMs with a connected agent on which the platform refuses guest commands (for example Windows guests where it allows Linux only); they have no veil_guest_* series, are not in veil_guest_eligible_domains and are asked again every %s or when their agent reconnects.", cfg.OSInfoInterval)),
 	}
 	return g
 }
@@ -244,9 +256,18 @@ func (g *GuestChecker) syncLoop(ctx context.Context) {
 }
 
 func (g *GuestChecker) sync(now time.Time) {
-	eligible := guestEligible(g.domains())
+	doms := g.domains()
+	eligible, snap := guestEligible(doms), guestSnapshotID(doms)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for id, seen := range g.stopped {
+		if seen != snap {
+			delete(g.stopped, id) // a newer snapshot decides
+		}
+	}
+	for id := range g.stopped {
+		delete(eligible, id)
+	}
 	changed := false
 	for id, v := range g.vms {
 		if _, ok := eligible[id]; ok {
@@ -276,7 +297,7 @@ func (g *GuestChecker) sync(now time.Time) {
 		heap.Push(&g.queue, v)
 		changed = true
 	}
-	if !g.sweep.running && len(g.vms) > 0 {
+	if !g.sweep.running {
 		g.startSweep(now)
 	}
 	if changed {
@@ -340,6 +361,9 @@ type checkPlan struct {
 type checkResult struct {
 	offered          map[string]bool
 	failed           bool // the agent did not answer (ping or command list)
+	unsupported      bool // the platform refuses guest commands for this VM
+	stopped          bool // the platform says the VM or its agent is not running
+	snap             *veil.Domain
 	pinged, pingOK   bool
 	pingDur          float64
 	reconnect        bool
@@ -368,8 +392,8 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 	down := v.agentDown
 	g.mu.Unlock()
 
-	var r checkResult
-	r.offered = p.offered
+	// The snapshot that made the VM eligible: a refusal as not running holds until a newer one.
+	r := checkResult{offered: p.offered, snap: guestSnapshotID(g.domains())}
 	if r.offered == nil {
 		offered, err := g.available(ctx, v.id)
 		if ctx.Err() != nil {
@@ -379,6 +403,7 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 		if err != nil {
 			// Without the list nothing may be sent; the visit counts as a failed ping.
 			r.failed = true
+			r.classify(err)
 			g.finish(v, now, p, r)
 			return
 		}
@@ -393,6 +418,7 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 		r.pinged, r.pingOK, r.pingDur = true, err == nil, dur
 		if err != nil {
 			r.failed = true
+			r.classify(err)
 			g.finish(v, now, p, r)
 			return
 		}
@@ -429,13 +455,37 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 	g.finish(v, now, p, r)
 }
 
+// classify tells, from a failed ping or command list, refusals about the VM itself from an
+// agent that does not answer.
+func (r *checkResult) classify(err error) {
+	switch guestReason(err) {
+	case "not_supported":
+		r.unsupported = true
+	case "agent_not_running":
+		r.stopped = true
+	}
+}
+
 // finish records a visit under the lock, reschedules the VM and, when the visit was its ping,
 // counts it in the current sweep.
 func (g *GuestChecker) finish(v *guestVM, now time.Time, p checkPlan, r checkResult) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	switch {
+	case v.gone:
+	case r.stopped:
+		g.drop(v, r.snap, now)
+		return
+	case r.unsupported:
+		g.markUnsupported(v, now)
+		return
+	}
 	if r.offered != nil {
 		v.cmds = r.offered
+	}
+	if r.pingOK && v.unsupported {
+		v.unsupported = false
+		level.Debug(g.logger).Log("msg", "guest commands accepted again", "domain_id", v.id)
 	}
 	switch {
 	case r.failed:
@@ -463,6 +513,42 @@ func (g *GuestChecker) finish(v *guestVM, now time.Time, p checkPlan, r checkRes
 	if p.ping && !v.gone {
 		g.leaveSweep(v.id, time.Now())
 	}
+}
+
+// drop removes a VM the platform says is not running, or has no agent running, although the
+// inventory snapshot snap said otherwise: the snapshot is stale, pinging on would only count
+// errors. It comes back with the next snapshot that says it runs.
+func (g *GuestChecker) drop(v *guestVM, snap *veil.Domain, now time.Time) {
+	if g.vms[v.id] == v {
+		delete(g.vms, v.id)
+	}
+	v.gone = true
+	g.stopped[v.id] = snap
+	g.leaveSweep(v.id, now)
+	level.Debug(g.logger).Log("msg", "guest checks paused until the inventory says the VM runs", "domain_id", v.id)
+}
+
+// markUnsupported takes a VM the platform refuses guest commands for out of the checks and the
+// coverage. Its error was counted once, by the call that found it; until osinfo_interval has
+// passed nothing more is sent, then one probe (command list and ping) tells whether it still
+// holds. Without an osinfo interval only a reconnect of the agent brings it back.
+func (g *GuestChecker) markUnsupported(v *guestVM, now time.Time) {
+	if !v.unsupported {
+		level.Debug(g.logger).Log("msg", "platform refuses guest commands for this VM; checks paused", "domain_id", v.id, "retry_after", g.cfg.OSInfoInterval)
+	}
+	v.unsupported = true
+	v.pinged, v.pingOK, v.pingDur, v.agentDown = false, false, 0, true
+	v.os, v.fs, v.hasClock = nil, nil, false
+	v.cmds = nil // ask the list again with the probe
+	v.nextFS, v.nextTime = time.Time{}, time.Time{}
+	g.leaveSweep(v.id, now)
+	if g.cfg.OSInfoInterval <= 0 {
+		return // out of the queue: it stays until it leaves the inventory
+	}
+	v.nextPing = guestNextSlot(now.Add(g.cfg.OSInfoInterval), g.pingInterval, v.phase)
+	v.nextOS = v.nextPing
+	heap.Push(&g.queue, v)
+	g.signal()
 }
 
 // requeue puts a VM back without results (the checker is stopping), so a later Run goes on.
@@ -497,6 +583,15 @@ func (g *GuestChecker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	if p.time && g.cfg.TimeInterval > 0 {
 		v.nextTime = later(g.cfg.TimeInterval)
 	}
+	if v.agentDown {
+		// Nothing but the ping is sent to an agent that missed it; a check due before the ping
+		// would bring the VM back to a worker at once, again and again, doing nothing.
+		for _, t := range []*time.Time{&v.nextFS, &v.nextTime} {
+			if !t.IsZero() && t.Before(v.nextPing) {
+				*t = v.nextPing
+			}
+		}
+	}
 	if v.gone {
 		return
 	}
@@ -509,9 +604,13 @@ func (g *GuestChecker) startSweep(now time.Time) {
 	g.sweep.running = true
 	g.sweep.apiErrs, g.sweep.errCount = 0, 0
 	g.sweep.pending = make(map[string]struct{}, len(g.vms))
-	for id := range g.vms {
-		g.sweep.pending[id] = struct{}{}
+	for id, v := range g.vms {
+		if !v.unsupported {
+			g.sweep.pending[id] = struct{}{}
+		}
 	}
+	// Without a VM to ping there is no sweep; sync starts one when a VM comes.
+	g.sweep.running = len(g.sweep.pending) > 0
 }
 
 // leaveSweep marks a VM as done for the current sweep and ends the sweep when it was the last.
@@ -539,9 +638,7 @@ func (g *GuestChecker) leaveSweep(id string, now time.Time) {
 	case s.errCount > 0:
 		level.Debug(g.logger).Log("msg", "guest sweep finished with failed guest commands", "errors", s.errCount, "duration", s.dur)
 	}
-	if len(g.vms) > 0 {
-		g.startSweep(now)
-	}
+	g.startSweep(now)
 }
 
 // guestAnswer is the result of one guest command and the timing of its HTTP exchange.
@@ -627,6 +724,9 @@ func (g *GuestChecker) available(ctx context.Context, id string) (map[string]boo
 func (g *GuestChecker) countError(id, cmd, reason string, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if v := g.vms[id]; v != nil && v.unsupported && reason == "not_supported" {
+		return // counted when the VM was marked; the probe only confirms it
+	}
 	g.errs[guestErrKey{cmd, reason}]++
 	g.lastEr = fmt.Sprintf("%s on %s: %s", cmd, id, reason)
 	g.sweep.errCount++
@@ -742,10 +842,11 @@ func (g *GuestChecker) decodeError(id, cmd string, err error) error {
 
 // Status reports guest-check coverage and the last sweep.
 func (g *GuestChecker) Status() GuestStatus {
-	eligible := guestEligible(g.domains())
+	doms := g.domains()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := GuestStatus{Eligible: len(eligible), LastError: g.lastEr}
+	eligible, unsupported := g.coverage(doms)
+	st := GuestStatus{Eligible: len(eligible), Unsupported: unsupported, LastError: g.lastEr}
 	for id := range eligible {
 		if v, ok := g.vms[id]; ok && v.pinged {
 			st.Checked++
@@ -761,7 +862,7 @@ func (g *GuestChecker) Status() GuestStatus {
 func (g *GuestChecker) Describe(ch chan<- *prometheus.Desc) {
 	d := g.descs
 	for _, desc := range []*prometheus.Desc{d.pingSuccess, d.pingDuration, d.osInfo, d.fsSize, d.fsUsed,
-		d.clockOffset, d.cmdErrors, d.sweepDuration, d.eligible, d.checked} {
+		d.clockOffset, d.cmdErrors, d.sweepDuration, d.eligible, d.checked, d.unsupported} {
 		ch <- desc
 	}
 }
@@ -769,9 +870,10 @@ func (g *GuestChecker) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. Only VMs eligible in the current inventory snapshot
 // are exported, so stopped, agentless and deleted VMs lose their series at once.
 func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
-	eligible := guestEligible(g.domains())
+	doms := g.domains()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	eligible, unsupported := g.coverage(doms)
 	d := g.descs
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
@@ -801,6 +903,7 @@ func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(d.eligible, float64(len(eligible)))
 	gauge(d.checked, float64(checked))
+	gauge(d.unsupported, float64(unsupported))
 	// A run of this collector is a full ping sweep; until the first one ends, the sweep under
 	// way says whether the controller answers. The veil_collector_* Descs are shared and
 	// described by the inventory collector, not here.
@@ -811,6 +914,32 @@ func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
 		success, dur = s.ok, s.dur
 	}
 	CollectorStatusMetrics(ch, g.controller, "guest", success, dur, s.okEnd)
+}
+
+// coverage returns the VMs of the snapshot that guest checks apply to, without those the
+// platform refused as not running on this snapshot, and the number it refuses commands for,
+// which it leaves out too. g.mu must be held.
+func (g *GuestChecker) coverage(doms []veil.Domain) (map[string]struct{}, int) {
+	eligible, snap := guestEligible(doms), guestSnapshotID(doms)
+	unsupported := 0
+	for id := range eligible {
+		if seen, ok := g.stopped[id]; ok && seen == snap {
+			delete(eligible, id)
+		} else if v := g.vms[id]; v != nil && v.unsupported {
+			delete(eligible, id)
+			unsupported++
+		}
+	}
+	return eligible, unsupported
+}
+
+// guestSnapshotID identifies an inventory snapshot: a refresh replaces the slice, so its first
+// element is another one (nil for an empty snapshot).
+func guestSnapshotID(doms []veil.Domain) *veil.Domain {
+	if len(doms) == 0 {
+		return nil
+	}
+	return &doms[0]
 }
 
 func guestBool(b bool) float64 {

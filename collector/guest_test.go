@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -563,37 +564,285 @@ func guestCountAvailable(reqs []veiltest.Request, id string) int {
 	return n
 }
 
-func TestGuestCheckerWindowsGuestRefusedByPlatform(t *testing.T) {
-	o := guestSimOptions(4)
-	o.LinuxFraction = 0.5 // GuestCommandsWindows false: the platform refuses, as the spec says
-	e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: guestTestConfig()})
-	var windows, linux []string
-	for _, id := range e.eligibleIDs() {
-		if d, _ := e.sim.Domain(id); d.Linux {
-			linux = append(linux, id)
-		} else {
-			windows = append(windows, id)
+// guestSeriesOf counts the veil_guest_* series that name the VM.
+func (e *guestEnv) guestSeriesOf(id string) []string {
+	var out []string
+	for k := range e.series() {
+		if strings.HasPrefix(k, "veil_guest_") && strings.Contains(k, `domain_id="`+id+`"`) {
+			out = append(out, k)
 		}
 	}
-	if len(windows) == 0 || len(linux) == 0 {
-		t.Fatalf("need both kinds, got %d windows, %d linux", len(windows), len(linux))
-	}
-	e.waitSweeps(2, 5*time.Second)
-	for _, id := range windows {
-		if v, ok := e.value("veil_guest_ping_success", "domain_id", id); !ok || v != 0 {
-			t.Errorf("windows %s ping_success = %v (present %v), want 0", id, v, ok)
+	return out
+}
+
+// guestRequestsTo counts the guest-command and available-guest-cmds requests for one VM.
+func guestRequestsTo(reqs []veiltest.Request, id string) int {
+	n := 0
+	for _, r := range reqs {
+		for _, action := range []string{"guest-command", "available-guest-cmds"} {
+			if got, ok := guestRequestVM(r.Path, action); ok && got == id {
+				n++
+			}
 		}
 	}
-	for _, id := range linux {
-		if v, _ := e.value("veil_guest_ping_success", "domain_id", id); v != 1 {
-			t.Errorf("linux %s ping_success = %v, want 1", id, v)
-		}
+	return n
+}
+
+// TestGuestCheckerWindowsGuests: where the platform refuses guest commands for Windows (the
+// spec, and the simulator's default), those VMs are unsupported: no series, out of the coverage,
+// one not_supported error each, no more requests within osinfo_interval, the collector healthy.
+// Where it accepts them, Windows guests are checked like Linux ones.
+func TestGuestCheckerWindowsGuests(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		platformAllows  bool
+		wantUnsupported bool
+	}{
+		{"platform refuses Windows: unsupported", false, true},
+		{"platform accepts Windows: checked", true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := guestSimOptions(6)
+			o.LinuxFraction = 0.5
+			o.GuestCommandsWindows = c.platformAllows
+			cfg := guestTestConfig() // osinfo_interval 1m: no probe again during the test
+			e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: cfg})
+			var windows, linux []string
+			for _, id := range e.eligibleIDs() {
+				if d, _ := e.sim.Domain(id); d.Linux {
+					linux = append(linux, id)
+				} else {
+					windows = append(windows, id)
+				}
+			}
+			if len(windows) == 0 || len(linux) == 0 {
+				t.Fatalf("need both kinds, got %d windows, %d linux", len(windows), len(linux))
+			}
+			e.waitSweeps(2, 5*time.Second)
+			e.sim.ResetRequests()
+			e.waitSweeps(3, 5*time.Second)
+			reqs := e.sim.Requests()
+			for _, id := range linux {
+				if v, _ := e.value("veil_guest_ping_success", "domain_id", id); v != 1 {
+					t.Errorf("linux %s ping_success = %v, want 1", id, v)
+				}
+			}
+			notSupported, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported")
+			unsupported, _ := e.value("veil_guest_unsupported_domains")
+			eligible, _ := e.value("veil_guest_eligible_domains")
+			checked, _ := e.value("veil_guest_checked_domains")
+			st := e.gc.Status()
+			if !c.wantUnsupported {
+				for _, id := range windows {
+					if v, _ := e.value("veil_guest_ping_success", "domain_id", id); v != 1 {
+						t.Errorf("windows %s ping_success = %v, want 1", id, v)
+					}
+				}
+				all := float64(len(windows) + len(linux))
+				if unsupported != 0 || eligible != all || checked != all || notSupported != 0 {
+					t.Errorf("unsupported %v, eligible %v, checked %v, not_supported errors %v; want 0, %v, %v, 0",
+						unsupported, eligible, checked, notSupported, all, all)
+				}
+				if st.Unsupported != 0 || st.Eligible != len(windows)+len(linux) {
+					t.Errorf("Status() = %+v, want every VM eligible, none unsupported", st)
+				}
+				return
+			}
+			for _, id := range windows {
+				if ks := e.guestSeriesOf(id); len(ks) > 0 {
+					t.Errorf("unsupported windows %s has series %v, want none", id, ks)
+				}
+				if n := guestRequestsTo(reqs, id); n != 0 {
+					t.Errorf("%d requests to unsupported windows %s within osinfo_interval, want 0", n, id)
+				}
+			}
+			if notSupported != float64(len(windows)) {
+				t.Errorf("command_errors_total{guest-ping,not_supported} = %v after 5 sweeps, want %d: once per VM", notSupported, len(windows))
+			}
+			if unsupported != float64(len(windows)) || eligible != float64(len(linux)) || checked != float64(len(linux)) {
+				t.Errorf("unsupported %v, eligible %v, checked %v; want %d, %d, %d",
+					unsupported, eligible, checked, len(windows), len(linux), len(linux))
+			}
+			if st.Unsupported != len(windows) || st.Eligible != len(linux) || st.Checked != len(linux) {
+				t.Errorf("Status() = %+v, want %d unsupported, %d eligible and checked", st, len(windows), len(linux))
+			}
+			if v, _ := e.value("veil_collector_success", "collector", "guest"); v != 1 {
+				t.Errorf("collector_success = %v, want 1: a refusal for one VM is not a controller failure", v)
+			}
+		})
 	}
-	if v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported"); v < 1 {
-		t.Errorf("command_errors_total{guest-ping,not_supported} = %v, want >= 1", v)
+}
+
+// guestRefusingFront answers guest-command for the VMs in refuse as a Linux-only platform does,
+// counting the refusals in refused.
+func guestRefusingFront(mu *sync.Mutex, refuse map[string]bool, refused *int) func(http.Handler) http.Handler {
+	return func(sim http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, ok := guestRequestVM(r.URL.Path, "guest-command")
+			mu.Lock()
+			no := ok && refuse[id]
+			if no {
+				*refused++
+			}
+			mu.Unlock()
+			if !no {
+				sim.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"errors":[{"code":"400","msg_key":"detail","detail":"Guest commands are available for Linux guests only."}]}`)
+		})
+	}
+}
+
+// TestGuestCheckerProbesUnsupportedVMsAgain: an unsupported VM is asked again after
+// osinfo_interval (and only then), with one error in all, and is checked normally once the
+// platform accepts its commands; an agent that reconnects is probed at once.
+func TestGuestCheckerProbesUnsupportedVMsAgain(t *testing.T) {
+	t.Run("after osinfo_interval", func(t *testing.T) {
+		var mu sync.Mutex
+		refuse := map[string]bool{}
+		refused := 0
+		cfg := guestTestConfig()
+		cfg.OSInfoInterval = time.Second
+		e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(2), cfg: cfg, front: guestRefusingFront(&mu, refuse, &refused),
+			before: func(e *guestEnv) { refuse[e.sim.DomainIDs()[0]] = true }})
+		id := e.sim.DomainIDs()[0]
+		e.eventually("the VM marked unsupported", 5*time.Second, func() bool {
+			v, _ := e.value("veil_guest_unsupported_domains")
+			return v == 1
+		})
+		mu.Lock()
+		refused = 0
+		mu.Unlock()
+		time.Sleep(2500 * time.Millisecond) // two probes, 1s apart
+		mu.Lock()
+		pings := refused
+		mu.Unlock()
+		if pings < 1 || pings > 3 {
+			t.Errorf("%d pings to the unsupported VM in 2.5s with osinfo_interval 1s, want about 2", pings)
+		}
+		if v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported"); v != 1 {
+			t.Errorf("command_errors_total{guest-ping,not_supported} = %v after probes, want 1", v)
+		}
+		if ks := e.guestSeriesOf(id); len(ks) > 0 {
+			t.Errorf("series of the unsupported VM: %v", ks)
+		}
+		mu.Lock()
+		delete(refuse, id)
+		mu.Unlock()
+		e.eventually("the VM checked again", 5*time.Second, func() bool {
+			v, ok := e.value("veil_guest_ping_success", "domain_id", id)
+			_, os := e.value("veil_guest_clock_offset_seconds", "domain_id", id)
+			return ok && v == 1 && os
+		})
+		if v, _ := e.value("veil_guest_unsupported_domains"); v != 0 {
+			t.Errorf("unsupported_domains = %v after the platform accepted the VM, want 0", v)
+		}
+		e.waitSweeps(1, 5*time.Second)
+		if st := e.gc.Status(); st.Eligible != 2 || st.Checked != 2 || st.Unsupported != 0 {
+			t.Errorf("Status() = %+v, want 2 eligible and checked", st)
+		}
+	})
+	t.Run("when the agent reconnects", func(t *testing.T) {
+		o := guestSimOptions(4)
+		o.LinuxFraction = 0.5
+		cfg := guestTestConfig()
+		cfg.OSInfoInterval = time.Hour
+		e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: cfg})
+		var win string
+		for _, id := range e.eligibleIDs() {
+			if d, _ := e.sim.Domain(id); !d.Linux {
+				win = id
+			}
+		}
+		if win == "" {
+			t.Fatal("no windows VM")
+		}
+		e.waitSweeps(2, 5*time.Second)
+		before, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported")
+		must(t, e.sim.SetGuestAgent(win, false))
+		e.refresh()
+		e.eventually("the checker to drop the VM", 5*time.Second, func() bool {
+			e.gc.mu.Lock()
+			defer e.gc.mu.Unlock()
+			return e.gc.vms[win] == nil
+		})
+		must(t, e.sim.SetGuestAgent(win, true))
+		e.sim.ResetRequests()
+		e.refresh()
+		e.eventually("a probe of the reconnected agent", 5*time.Second, func() bool {
+			return countCmd(guestCmdsSent(t, e.sim.Requests())[win], guestCmdPing) >= 1
+		})
+		e.waitSweeps(1, 5*time.Second)
+		if v, _ := e.value("veil_guest_unsupported_domains"); v < 1 {
+			t.Errorf("unsupported_domains = %v after the probe, want the VM marked again", v)
+		}
+		if v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported"); v != before+1 {
+			t.Errorf("not_supported errors %v -> %v, want one more for the new connection", before, v)
+		}
+	})
+}
+
+// TestGuestCheckerPausesVMsThePlatformSaysAreStopped: a VM that stopped after the inventory was
+// read answers "not running": one agent_not_running error, then no series, no coverage and no
+// requests until a newer inventory snapshot says it runs.
+func TestGuestCheckerPausesVMsThePlatformSaysAreStopped(t *testing.T) {
+	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(3), cfg: guestTestConfig()})
+	ids := e.eligibleIDs()
+	id := ids[0]
+	e.waitSweeps(1, 5*time.Second)
+	must(t, e.sim.PowerOff(id)) // the inventory snapshot still says it runs
+	e.eventually("an agent_not_running error", 5*time.Second, func() bool {
+		v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "agent_not_running")
+		return v >= 1
+	})
+	e.waitSweeps(1, 5*time.Second)
+	e.sim.ResetRequests()
+	e.waitSweeps(3, 5*time.Second)
+	if n := guestRequestsTo(e.sim.Requests(), id); n != 0 {
+		t.Errorf("%d requests to the stopped VM on the same snapshot, want 0", n)
+	}
+	if v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "agent_not_running"); v != 1 {
+		t.Errorf("agent_not_running errors = %v, want 1", v)
+	}
+	if v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "api_error"); v != 0 {
+		t.Errorf("api_error errors = %v, want 0", v)
+	}
+	if ks := e.guestSeriesOf(id); len(ks) > 0 {
+		t.Errorf("series of the stopped VM: %v", ks)
+	}
+	if st := e.gc.Status(); st.Eligible != len(ids)-1 || st.Checked != len(ids)-1 {
+		t.Errorf("Status() = %+v, want %d eligible and checked", st, len(ids)-1)
 	}
 	if v, _ := e.value("veil_collector_success", "collector", "guest"); v != 1 {
-		t.Errorf("collector_success = %v, want 1: a refusal for one VM is not a controller failure", v)
+		t.Errorf("collector_success = %v, want 1", v)
+	}
+	// A newer snapshot that says it runs brings it back.
+	must(t, e.sim.PowerOn(id))
+	e.refresh()
+	e.eventually("the VM checked again", 5*time.Second, func() bool {
+		v, ok := e.value("veil_guest_ping_success", "domain_id", id)
+		return ok && v == 1
+	})
+}
+
+func TestGuestErrorReasonOfPlatformRefusals(t *testing.T) {
+	for _, c := range []struct {
+		name, msg, want string
+	}{
+		{"VM stopped since the inventory", "Virtual machine web-1 is not running.", "agent_not_running"},
+		{"VM stopped, name with timeout in it", "Virtual machine timeout-lab is not running.", "agent_not_running"},
+		{"agent not active", "Guest agent of virtual machine web-1 is not active.", "agent_not_running"},
+		{"Linux only", "Guest commands are available for Linux guests only.", "not_supported"},
+		{"agent timeout", "guest agent timeout: command guest-ping got no answer within 5s", "timeout"},
+		{"other refusal", "Something else went wrong.", "api_error"},
+	} {
+		err := fmt.Errorf("wrapped: %w", &veil.APIError{StatusCode: 400, Code: "400", MsgKey: "detail", Message: c.msg})
+		if got := veil.GuestErrorReason(err); got != c.want {
+			t.Errorf("%s: GuestErrorReason(%q) = %q, want %q", c.name, c.msg, got, c.want)
+		}
 	}
 }
 
