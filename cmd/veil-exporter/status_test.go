@@ -76,7 +76,7 @@ func TestStatusPageRendering(t *testing.T) {
 			name: "values are shown",
 			want: []string{
 				"37 / 40", "SUCCESS 16", "FAILED 4", "29 / 31 eligible VMs", "guest-ping on vm-1: timeout",
-				"<code>ev-9a</code> <code>ev-9b</code>", "oldest_first", ">117<", "publish timed out",
+				"<br><code>ev-9a</code><br><code>ev-9b</code>", "oldest_first", ">117<", "publish timed out",
 				"<code>veil.events.prod.&gt;</code>", "couldn&#39;t get tasks: timeout",
 				"nats://127.0.0.1:4222", `<span class="badge ok">connected</span>`, "embedded in this process",
 			},
