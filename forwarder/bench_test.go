@@ -38,11 +38,14 @@ func BenchmarkCatchUp(b *testing.B) {
 				b.StopTimer()
 				cancel()
 				<-done
-				floor := float64(pageLimit) / latency.Seconds() * catchUpPages
 				rate := backlog / el.Seconds()
 				b.ReportMetric(rate, "events/s")
-				b.ReportMetric(rate/floor, "ratio_to_floor")
 				b.ReportMetric(el.Seconds(), "s/backlog")
+				if latency > 0 {
+					floor := float64(pageLimit) / latency.Seconds() * float64(fw.concurrency())
+					b.ReportMetric(floor, "floor_events/s")
+					b.ReportMetric(rate/floor, "ratio")
+				}
 			}
 		})
 	}
@@ -98,7 +101,7 @@ func BenchmarkSteadyStateDelay(b *testing.B) {
 		p := func(q float64) float64 { return delays[int(q*float64(len(delays)-1))].Seconds() * 1000 }
 		b.ReportMetric(p(0.5), "p50_ms")
 		b.ReportMetric(p(0.99), "p99_ms")
-		b.ReportMetric(float64((poll + 100*time.Millisecond).Milliseconds()), "target_p99_ms")
+		b.ReportMetric(float64((poll + 100*time.Millisecond).Milliseconds()), "target_ms")
 		b.ReportMetric(float64(len(delays)), "events")
 	}
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/go-kit/log/level"
-	"github.com/nats-io/nats.go"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -204,6 +202,21 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 // bounded window; each page overlaps the previous one by one event, which proves that nothing
 // between them was skipped while the list moved.
 func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, anchored bool) (int, error) {
+	pl := fw.startPipeline(ctx)
+	next, err := fw.readPages(ctx, pos, b, count, anchored, pl)
+	n, perr := pl.close()
+	if perr != nil {
+		return n, perr // a publish failure or a lost position outranks what reading saw
+	}
+	if err == nil {
+		fw.setHint(next)
+	}
+	return n, err
+}
+
+// readPages reads the new events and sends them through pl in batches; it returns the offset
+// where the next cycle expects the boundary.
+func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, anchored bool, pl *pipeline) (int, error) {
 	d := fw.dir()
 	var spans func(yield func(pageSpan) bool)
 	if d == oldestFirst {
@@ -233,22 +246,16 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 			}
 		}
 	}
-	f := fetchPages(ctx, fw.pager, fw.ordering, spans)
+	f := fetchPages(ctx, fw.pager, fw.ordering, fw.concurrency(), spans)
 	defer f.stop()
 
-	maxBatch := max(1, min(fw.opts.NATS.JetStream.MaxPending, 1000))
-	if fw.opts.Conn.js == nil {
-		maxBatch = 1000
-	}
-	var batch []veil.Event
-	published := 0
+	batch := make([]veil.Event, 0, pl.size)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		n, err := fw.publish(ctx, batch)
-		published += n
-		batch = batch[:0]
+		err := pl.send(batch)
+		batch = make([]veil.Event, 0, pl.size) // the acknowledger owns the one sent
 		return err
 	}
 	prevID := ""
@@ -259,19 +266,16 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 		select {
 		case r = <-res:
 		case <-ctx.Done():
-			return published, ctx.Err()
+			return 0, ctx.Err()
 		}
 		if r.err != nil {
-			if err := flush(); err != nil {
-				return published, err
-			}
-			return published, fmt.Errorf("couldn't read events: %w", r.err)
+			return 0, flushThen(flush, fmt.Errorf("couldn't read events: %w", r.err))
 		}
 		items := r.page.Results
 		if fw.auto {
 			if dd := detect(items); dd != unknownOrder && dd != d {
 				fw.learnOrder(items)
-				return published, flushThen(flush, errResync)
+				return 0, flushThen(flush, errResync)
 			}
 		}
 		chron := items
@@ -287,11 +291,11 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 		switch {
 		case first && anchored:
 			if len(chron) == 0 || !pos.published(chron[0].Created.Time, chron[0].ID) {
-				return published, flushThen(flush, errResync)
+				return 0, flushThen(flush, errResync)
 			}
 		case first:
 			if d == newestFirst && r.start+len(items) < r.page.Count {
-				return published, flushThen(flush, errResync)
+				return 0, flushThen(flush, errResync)
 			}
 		default:
 			m := -1
@@ -302,7 +306,7 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 				}
 			}
 			if m < 0 {
-				return published, flushThen(flush, errResync)
+				return 0, flushThen(flush, errResync)
 			}
 			from = m + 1
 			if m > 0 {
@@ -319,9 +323,9 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 			}
 			pos.advance(e.Created.Time, e.ID)
 			batch = append(batch, e)
-			if len(batch) >= maxBatch {
+			if len(batch) >= pl.size {
 				if err := flush(); err != nil {
-					return published, err
+					return 0, err
 				}
 			}
 		}
@@ -332,10 +336,9 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 		}
 	}
 	if err := flush(); err != nil {
-		return published, err
+		return 0, err
 	}
-	fw.setHint(lastOff)
-	return published, ctx.Err()
+	return lastOff, ctx.Err()
 }
 
 func flushThen(flush func() error, err error) error {
@@ -349,50 +352,4 @@ func (fw *Forwarder) addDups(n int) {
 	fw.mu.Lock()
 	fw.dups += uint64(n)
 	fw.mu.Unlock()
-}
-
-// publish sends a batch in order and advances (and stores) the position past every event that
-// is acknowledged together with all events before it.
-func (fw *Forwarder) publish(ctx context.Context, batch []veil.Event) (int, error) {
-	msgs := make([]*nats.Msg, len(batch))
-	for i := range batch {
-		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.opts.ControllerURL, &batch[i])
-	}
-	n, perr := fw.pub.publish(ctx, msgs)
-	if n > 0 {
-		fw.mu.Lock()
-		p := fw.pos.clone()
-		for i, e := range batch[:n] {
-			p.advance(e.Created.Time, e.ID)
-			fw.published[e.Type]++
-			if i >= n-recentLen {
-				fw.recent[fw.recentN%recentLen] = RecentEvent{ID: e.ID, Type: e.Type, Subject: msgs[i].Subject, Created: e.Created.Time}
-				fw.recentN++
-			}
-			if !e.Created.After(p.TailCreated) && p.Ahead > 0 {
-				p.Ahead--
-			}
-		}
-		fw.pos = p
-		fw.lastPub = time.Now()
-		fw.backlog = max(0, fw.backlog-n)
-		fw.mu.Unlock()
-		// Acknowledged events are published: store that even when ctx was just cancelled.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err := fw.cp.Save(sctx, p)
-		cancel()
-		if err != nil {
-			if errors.Is(err, ErrCheckpointConflict) {
-				return n, err
-			}
-			fw.fail(fmt.Errorf("couldn't store position: %w", err))
-		}
-	}
-	if perr != nil {
-		fw.mu.Lock()
-		fw.pubErrors++
-		fw.mu.Unlock()
-		return n, perr
-	}
-	return n, nil
 }

@@ -34,6 +34,9 @@ type Options struct {
 	Logger        log.Logger
 	// Checkpoint overrides the store chosen by Events.Checkpoint (tests, embedding).
 	Checkpoint Checkpoint
+	// Concurrency is how many pages a catch-up reads at once: the controller's max_concurrency
+	// (the client's own limit applies anyway). 0 means 4.
+	Concurrency int
 }
 
 // Status is what the status page shows of one controller's forwarding.
@@ -315,6 +318,14 @@ func (fw *Forwarder) learnOrder(items []veil.Event) {
 	fw.mu.Lock()
 	fw.order = d
 	fw.mu.Unlock()
+}
+
+// concurrency is how many pages a catch-up reads at once.
+func (fw *Forwarder) concurrency() int {
+	if fw.opts.Concurrency > 0 {
+		return fw.opts.Concurrency
+	}
+	return catchUpPages
 }
 
 // dir is the order to work with; oldest first (what we ask for) until shown otherwise.

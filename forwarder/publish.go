@@ -64,9 +64,10 @@ func createdText(e *veil.Event) string {
 	return e.Created.UTC().Format(time.RFC3339Nano)
 }
 
-// publisher sends a batch in order and reports how many leading events are safely published.
+// publisher sends a batch in order without waiting; the returned wait reports how many leading
+// messages are safely published, so that sending the next batch overlaps waiting for this one.
 type publisher interface {
-	publish(ctx context.Context, msgs []*nats.Msg) (int, error)
+	send(msgs []*nats.Msg) (wait func(ctx context.Context) (int, error))
 }
 
 // jsPublisher publishes asynchronously to JetStream; an event counts only once it and all before
@@ -76,7 +77,7 @@ type jsPublisher struct {
 	timeout time.Duration
 }
 
-func (p *jsPublisher) publish(ctx context.Context, msgs []*nats.Msg) (int, error) {
+func (p *jsPublisher) send(msgs []*nats.Msg) func(context.Context) (int, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	var sendErr error
 	for _, m := range msgs {
@@ -87,20 +88,24 @@ func (p *jsPublisher) publish(ctx context.Context, msgs []*nats.Msg) (int, error
 		}
 		futures = append(futures, f)
 	}
-	timer := time.NewTimer(p.timeout)
-	defer timer.Stop()
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return i, fmt.Errorf("publish not acknowledged: %w", err)
-		case <-timer.C:
-			return i, errors.New("publish not acknowledged within publish_timeout")
-		case <-ctx.Done():
-			return i, ctx.Err()
+	return func(ctx context.Context) (int, error) {
+		// The client times futures out by itself (publish_timeout); this timer only guards
+		// against a future that never resolves.
+		timer := time.NewTimer(p.timeout)
+		defer timer.Stop()
+		for i, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return i, fmt.Errorf("publish not acknowledged: %w", err)
+			case <-timer.C:
+				return i, errors.New("publish not acknowledged within publish_timeout")
+			case <-ctx.Done():
+				return i, ctx.Err()
+			}
 		}
+		return len(futures), sendErr
 	}
-	return len(futures), sendErr
 }
 
 // corePublisher is at-most-once: a flush after the batch is all the confirmation core NATS gives.
@@ -109,20 +114,22 @@ type corePublisher struct {
 	timeout time.Duration
 }
 
-func (p *corePublisher) publish(ctx context.Context, msgs []*nats.Msg) (int, error) {
+func (p *corePublisher) send(msgs []*nats.Msg) func(context.Context) (int, error) {
 	if !p.nc.IsConnected() {
-		return 0, nats.ErrDisconnected
+		return func(context.Context) (int, error) { return 0, nats.ErrDisconnected }
 	}
 	for i, m := range msgs {
 		if err := p.nc.PublishMsg(m); err != nil {
-			return i, fmt.Errorf("couldn't publish: %w", err)
+			return func(context.Context) (int, error) { return i, fmt.Errorf("couldn't publish: %w", err) }
 		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	if err := p.nc.FlushWithContext(fctx); err != nil {
-		// At most once: the messages left, so they count as published even unconfirmed.
-		return len(msgs), fmt.Errorf("couldn't confirm publishing (core NATS, at most once): %w", err)
+	return func(ctx context.Context) (int, error) {
+		fctx, cancel := context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+		if err := p.nc.FlushWithContext(fctx); err != nil {
+			// At most once: the messages left, so they count as published even unconfirmed.
+			return len(msgs), fmt.Errorf("couldn't confirm publishing (core NATS, at most once): %w", err)
+		}
+		return len(msgs), nil
 	}
-	return len(msgs), nil
 }

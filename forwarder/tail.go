@@ -17,8 +17,8 @@ type eventPager interface {
 const (
 	pageLimit = 100 // the platform's cap
 	step      = pageLimit - 1
-	// catchUpPages is how many pages are read concurrently during a catch-up; the client's own
-	// concurrency and rate limits still apply on top.
+	// catchUpPages is how many pages are read concurrently during a catch-up unless
+	// Options.Concurrency says otherwise; the client's own concurrency and rate limits still apply.
 	catchUpPages = 4
 	// prefetchPages bounds what is held in memory: at most this many pages of 100 events.
 	prefetchPages = 20
@@ -75,12 +75,12 @@ type pageResult struct {
 
 type pageSpan struct{ start, limit int }
 
-func fetchPages(ctx context.Context, p eventPager, ordering string, spans func(yield func(pageSpan) bool)) *pageFetcher {
+func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency int, spans func(yield func(pageSpan) bool)) *pageFetcher {
 	ctx, cancel := context.WithCancel(ctx)
-	// Up to catchUpPages requests are in flight and up to prefetchPages pages wait for the
+	// Up to concurrency requests are in flight and up to prefetchPages pages wait for the
 	// consumer, so reading goes on while a batch is being published.
-	f := &pageFetcher{out: make(chan chan pageResult, prefetchPages), cancel: cancel}
-	sem := make(chan struct{}, catchUpPages)
+	f := &pageFetcher{out: make(chan chan pageResult, max(prefetchPages, concurrency)), cancel: cancel}
+	sem := make(chan struct{}, concurrency)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -88,7 +88,7 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, spans func(y
 		for sp := range spans {
 			res := make(chan pageResult, 1)
 			select {
-			case f.out <- res: // blocks while catchUpPages pages are pending
+			case f.out <- res: // blocks while prefetchPages pages are pending
 			case <-ctx.Done():
 				return
 			}
