@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -274,4 +275,50 @@ func TestStatusListsRecentEventsNewestFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPositionStopsAtTheFirstUnacknowledgedEvent proves that with several batches in flight the
+// position (in memory and stored) advances exactly to the last event acknowledged together with
+// all earlier ones when the stream starts refusing messages, and that nothing is lost or
+// duplicated once it accepts them again.
+func TestPositionStopsAtTheFirstUnacknowledgedEvent(t *testing.T) {
+	const accepted, total = 47, 140
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
+	r.ev.PollInterval = 20 * time.Millisecond
+	r.nc.JetStream.MaxPending = 20 // batches of 5, several in flight when the stream fills up
+	nc, err := nats.Connect(r.nats.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	limit := func(maxMsgs int64) {
+		t.Helper()
+		if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"},
+			Duplicates: time.Hour, Storage: jetstream.FileStorage, MaxMsgs: maxMsgs, Discard: jetstream.DiscardNew}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit(accepted)
+	ids := r.sim.AddEvents(total, veiltest.EventSpec{})
+	fw, stop := r.run()
+	defer stop()
+	for fw.Status().LastError == "" && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a few refused retries
+	st := fw.Status()
+	if st.Published != accepted || len(st.PositionIDs) == 0 || st.PositionIDs[len(st.PositionIDs)-1] != ids[accepted-1] {
+		t.Fatalf("published %d up to %v, want %d up to %s (error %q)", st.Published, st.PositionIDs, accepted, ids[accepted-1], st.LastError)
+	}
+	cp, _ := NewFileCheckpoint(r.ev.Checkpoint.Dir, "prod")
+	stored, ok, err := cp.Load(ctx)
+	if err != nil || !ok || !stored.Created.Equal(st.Position) || stored.IDs[len(stored.IDs)-1] != ids[accepted-1] {
+		t.Fatalf("stored position %+v (ok %v, err %v), want the %d-th event", stored, ok, err, accepted)
+	}
+	limit(-1)
+	rec := subscribe(t, r.nats.url())
+	exactlyOnceInOrder(t, "prod", ids, rec.waitFor(t, total, 15*time.Second))
 }
