@@ -159,6 +159,8 @@ func (d *daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller,
 			ct.forwarder, err = forwarder.New(forwarder.Options{
 				Controller: cc.Name, ControllerURL: cc.URL, Client: client,
 				Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.logger,
+				// Catch-up may read as many pages at once as the controller admits requests.
+				Concurrency: cc.MaxConcurrency,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
