@@ -1078,7 +1078,9 @@ func TestGuestCheckerStaysWithinBudget(t *testing.T) {
 		if float64(count) <= budget*1.05 || failed {
 			continue
 		}
-		s := watch.longest(reqs[j].Start, reqs[i].Start)
+		// A stall that ended just before the window still delivers its late requests into it:
+		// the handlers run a little after the watchdog does.
+		s := watch.longest(reqs[j].Start.Add(-100*time.Millisecond), reqs[i].Start)
 		stalled = max(stalled, s)
 		if limit := 1 + budget*(time.Second+s).Seconds(); float64(count) > limit {
 			failed = true
