@@ -1266,3 +1266,28 @@ func TestGuestNanos(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestRescheduleOfADownAgentWaitsForItsPing: checks due before the ping of an agent that
+// missed its last one are not sent; they must not bring the VM back to a worker before the ping,
+// or it would cycle through the workers doing nothing until then.
+func TestGuestRescheduleOfADownAgentWaitsForItsPing(t *testing.T) {
+	g := NewGuestChecker("x", nil, guestTestConfig(), func() []veil.Domain { return nil }, nil)
+	now := time.Now()
+	for _, c := range []struct {
+		name string
+		down bool
+		want time.Time
+	}{
+		{"agent down: next visit at the ping", true, now.Add(time.Second)},
+		{"agent up: fsinfo and time when due", false, now.Add(-time.Second)},
+	} {
+		v := &guestVM{id: c.name, agentDown: c.down, nextPing: now.Add(time.Second),
+			nextFS: now.Add(-time.Second), nextTime: now.Add(-time.Second), os: &veil.GuestOSInfo{}}
+		g.mu.Lock()
+		g.reschedule(v, now, checkPlan{})
+		g.mu.Unlock()
+		if got := v.due(); !got.Equal(c.want) {
+			t.Errorf("%s: next visit in %s, want %s", c.name, got.Sub(now), c.want.Sub(now))
+		}
+	}
+}
