@@ -68,6 +68,7 @@ type collectionStatus struct {
 type guestStatus struct {
 	Eligible      int       `json:"eligible"`
 	Checked       int       `json:"checked"`
+	Unsupported   int       `json:"unsupported"`
 	SweepDuration seconds   `json:"sweep_duration_seconds"`
 	LastSweep     time.Time `json:"last_sweep,omitzero"`
 	LastError     string    `json:"last_error,omitempty"`
@@ -165,7 +166,7 @@ func controllerView(name, url string, inv collector.InventoryStatus) controllerS
 }
 
 func guestView(g collector.GuestStatus) *guestStatus {
-	return &guestStatus{Eligible: g.Eligible, Checked: g.Checked, SweepDuration: seconds(g.SweepDuration), LastSweep: g.LastSweep, LastError: g.LastError}
+	return &guestStatus{Eligible: g.Eligible, Checked: g.Checked, Unsupported: g.Unsupported, SweepDuration: seconds(g.SweepDuration), LastSweep: g.LastSweep, LastError: g.LastError}
 }
 
 func eventsView(f forwarder.Status) *eventsStatus {
