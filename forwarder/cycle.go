@@ -114,24 +114,44 @@ func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, co
 }
 
 // observe remembers how many events follow the position and which is the newest, so that a
-// later loss (retention deleting them unread) can be counted exactly.
+// later loss (retention deleting them unread) can be counted exactly. The tail and the boundary
+// must come from one view of the journal: when the tail is not on the page already read, the
+// event next to the boundary is read before and after it, and an observation across a shift
+// (events added or deleted meanwhile) is dropped in favour of the previous one.
 func (fw *Forwarder) observe(ctx context.Context, pos *Position, d direction, b, count, o int, items []veil.Event) {
 	if count == 0 {
 		return
 	}
-	tailOff, ahead := 0, b
+	anchorOff, tailOff, ahead := b, 0, b
 	if d == oldestFirst {
-		tailOff, ahead = count-1, count-b
+		anchorOff, tailOff, ahead = b-1, count-1, count-b
 	}
-	var tail veil.Event
-	if i := tailOff - o; i >= 0 && i < len(items) {
-		tail = items[i]
-	} else {
-		e, _, ok, err := fw.probe(ctx, tailOff)
-		if err != nil || !ok {
+	onPage := func(off int) (veil.Event, bool) {
+		if i := off - o; i >= 0 && i < len(items) {
+			return items[i], true
+		}
+		return veil.Event{}, false
+	}
+	read := func(off int) (veil.Event, bool) {
+		if e, ok := onPage(off); ok {
+			return e, true
+		}
+		e, _, ok, err := fw.probe(ctx, off)
+		return e, err == nil && ok
+	}
+	tail, ok := onPage(tailOff)
+	if !ok {
+		before, ok := read(anchorOff)
+		if !ok {
 			return
 		}
-		tail = e
+		if tail, ok = read(tailOff); !ok {
+			return
+		}
+		after, _, ok, err := fw.probe(ctx, anchorOff)
+		if err != nil || !ok || after.ID != before.ID {
+			return
+		}
 	}
 	pos.Ahead, pos.TailID, pos.TailCreated = ahead, tail.ID, tail.Created.Time
 	fw.mu.Lock()

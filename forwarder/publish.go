@@ -1,6 +1,7 @@
 package forwarder
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,36 +29,39 @@ func sanitizeToken(s string) string {
 }
 
 // message builds the NATS message of one event: subject, CloudEvents binary headers, raw body.
+// The header map is sized once and its values share one backing array: this runs for every
+// event of a catch-up.
 func message(prefix, controller, controllerURL string, e *veil.Event) *nats.Msg {
 	class := "none"
+	subject := ""
 	if len(e.Entities) > 0 {
-		class = e.Entities[0].Class
+		class, subject = e.Entities[0].Class, e.Entities[0].UUID
 	}
-	m := nats.NewMsg(prefix + "." + sanitizeToken(controller) + "." + sanitizeToken(e.Type) + "." + sanitizeToken(class))
 	id := controller + "." + e.ID
-	m.Header.Set(nats.MsgIdHdr, id)
-	m.Header.Set("Content-Type", "application/json")
-	m.Header.Set("ce-specversion", "1.0")
-	m.Header.Set("ce-id", id)
-	m.Header.Set("ce-source", controllerURL)
-	m.Header.Set("ce-type", prefix+"."+e.Type)
-	m.Header.Set("ce-time", createdText(e))
-	if len(e.Entities) > 0 && e.Entities[0].UUID != "" {
-		m.Header.Set("ce-subject", e.Entities[0].UUID)
+	v := [...]string{id, "application/json", "1.0", id, controllerURL, prefix + "." + e.Type, createdText(e), subject}
+	vals := v[:]
+	h := make(nats.Header, len(v))
+	for i, k := range [...]string{nats.MsgIdHdr, "Content-Type", "ce-specversion", "ce-id", "ce-source", "ce-type", "ce-time", "ce-subject"} {
+		if vals[i] != "" || k != "ce-subject" {
+			h[k] = vals[i : i+1 : i+1]
+		}
 	}
-	m.Data = e.Raw
-	return m
+	return &nats.Msg{
+		Subject: prefix + "." + sanitizeToken(controller) + "." + sanitizeToken(e.Type) + "." + sanitizeToken(class),
+		Header:  h,
+		Data:    e.Raw,
+	}
 }
 
 // createdText is created as the API gave it when it can be found in the raw body, so that
 // precision survives; otherwise RFC 3339 with the parsed value.
 func createdText(e *veil.Event) string {
-	const key = `"created":`
-	if i := strings.Index(string(e.Raw), key); i >= 0 {
-		rest := strings.TrimLeft(string(e.Raw[i+len(key):]), " ")
+	key := []byte(`"created":`)
+	if i := bytes.Index(e.Raw, key); i >= 0 {
+		rest := bytes.TrimLeft(e.Raw[i+len(key):], " ")
 		if len(rest) > 1 && rest[0] == '"' {
-			if j := strings.IndexByte(rest[1:], '"'); j >= 0 {
-				return rest[1 : 1+j]
+			if j := bytes.IndexByte(rest[1:], '"'); j >= 0 {
+				return string(rest[1 : 1+j])
 			}
 		}
 	}
