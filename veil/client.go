@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // Defaults of Config.
@@ -43,7 +41,7 @@ type Client struct {
 	maxBytes  int64
 	observer  Observer
 	userAgent string
-	limiter   *rate.Limiter // nil: no rate limit
+	pacer     *pacer        // nil: no rate limit
 	slots     chan struct{} // requests in flight
 	pageSlots int           // pages a List fetches ahead
 
@@ -97,8 +95,7 @@ func newClient(cfg Config) (*Client, error) {
 	c.slots = make(chan struct{}, conc)
 	c.pageSlots = conc
 	if cfg.MaxRequestsPerSecond > 0 {
-		// Burst 1: the rate is never exceeded, not even after a quiet period.
-		c.limiter = rate.NewLimiter(rate.Limit(cfg.MaxRequestsPerSecond), 1)
+		c.pacer = newPacer(cfg.MaxRequestsPerSecond)
 	}
 	if cfg.HTTPClient != nil {
 		hc := *cfg.HTTPClient
@@ -249,12 +246,12 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 	defer func() { <-c.slots }()
 	// The rate limiter is consulted after taking a slot, so the send follows the permit at once
 	// and the rate holds at the wire.
-	if c.limiter != nil {
-		if err := c.limiter.Wait(ctx); err != nil {
+	if c.pacer != nil {
+		if err := c.pacer.wait(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, 0, 0, ctx.Err()
 			}
-			// Wait fails at once when the permit would come after ctx's deadline.
+			// The permit would come after ctx's deadline.
 			return nil, 0, 0, fmt.Errorf("%w: %w", errRateWait, context.DeadlineExceeded)
 		}
 	}

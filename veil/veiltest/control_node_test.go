@@ -8,7 +8,7 @@ import (
 )
 
 func TestSetNodeStatusShowsInListAndJournal(t *testing.T) {
-	s := New(Options{Seed: 3, Nodes: 2, VMs: 2, })
+	s := New(Options{Seed: 3, Nodes: 2, VMs: 2})
 	defer s.Close()
 	id := s.NodeIDs()[1]
 	before := s.EventCount()
