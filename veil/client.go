@@ -44,6 +44,7 @@ type Client struct {
 	pacer     *pacer        // nil: no rate limit
 	slots     chan struct{} // requests in flight
 	pageSlots int           // pages a List fetches ahead
+	hints     pageHints     // the last count of each collection read whole
 
 	mu    sync.RWMutex
 	token string // without the "jwt " prefix

@@ -31,24 +31,81 @@ const MaxPageSize = 100
 // the objects are not); an object present throughout is yielded unless removals before it
 // shifted it onto a page already read. Other types may repeat an object that shifted pages.
 func list[T any](ctx context.Context, c *Client, path string, q Query) iter.Seq2[T, error] {
-	return listSized[T](ctx, c, path, q, nil)
+	return listPages[T](ctx, c, path, q, listOptions{ahead: c.pageSlots})
 }
 
-// listSized is list that also tells sized the count of the first page, before yielding.
-func listSized[T any](ctx context.Context, c *Client, path string, q Query, sized func(count int)) iter.Seq2[T, error] {
+// listOptions tune listPages for its caller.
+type listOptions struct {
+	// ahead bounds the pages requested and not yet taken by the caller. More than the client's
+	// slots keeps a request queued for each slot, so a slot freed while the page it carried is
+	// decoded is taken again at once.
+	ahead int
+	// sized is told the count of the first page, before anything is yielded.
+	sized func(count int)
+	// remember: start the pages the previous read of the same collection found together with
+	// the first, instead of waiting one round trip for the count. A caller that reads the
+	// whole collection anyway loses nothing when it guessed too many.
+	remember bool
+}
+
+// listPages is list with options.
+func listPages[T any](ctx context.Context, c *Client, path string, q Query, o listOptions) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		var zero T
 		ctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		defer func() { cancel(); wg.Wait() }()
 
-		first, err := listPage[T](ctx, c, path, 0, MaxPageSize, q)
-		if err != nil {
-			yield(zero, err)
+		type fetched struct {
+			page Page[T]
+			err  error
+		}
+		var pending []chan fetched // in offset order
+		fetch := func(ctx context.Context, offset int) {
+			ch := make(chan fetched, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := listPage[T](ctx, c, path, offset, MaxPageSize, q)
+				ch <- fetched{p, err}
+			}()
+			pending = append(pending, ch)
+		}
+
+		var key string
+		var guess pageHint
+		if o.remember {
+			key = hintKey(path, q)
+			guess = c.hints.get(key)
+		}
+		// Pages guessed from the previous read go in a context of their own, so they can be
+		// called off when the server pages differently now.
+		gctx, gcancel := context.WithCancel(ctx)
+		defer gcancel()
+		fetch(ctx, 0)
+		if guess.stride > 0 {
+			for off := guess.stride; off < guess.count && len(pending) < o.ahead; off += guess.stride {
+				fetch(gctx, off)
+			}
+		}
+
+		f := <-pending[0]
+		pending = pending[1:]
+		if f.err != nil {
+			yield(zero, f.err)
 			return
 		}
-		if sized != nil {
-			sized(first.Count)
+		first := f.page
+		stride, total := len(first.Results), first.Count
+		if o.remember {
+			h := pageHint{count: first.Count}
+			if first.Count > stride {
+				h.stride = stride
+			}
+			c.hints.set(key, h)
+		}
+		if o.sized != nil {
+			o.sized(first.Count)
 		}
 		var seen map[string]struct{}
 		if _, ok := any(zero).(identified); ok {
@@ -73,27 +130,17 @@ func listSized[T any](ctx context.Context, c *Client, path string, q Query, size
 		if !emit(first.Results) {
 			return
 		}
-		stride, total := len(first.Results), first.Count
 		if stride == 0 || total <= stride {
-			return
+			return // the guessed pages, if any, lie beyond the end
 		}
-
-		type fetched struct {
-			page Page[T]
-			err  error
+		if len(pending) > 0 && stride != guess.stride {
+			gcancel() // at offsets of another stride: start again from the first page's
+			pending = nil
 		}
-		var pending []chan fetched // in offset order
-		next, ended := stride, false
+		next, ended := stride*(len(pending)+1), false
 		for {
-			for !ended && len(pending) < c.pageSlots && next < total {
-				ch := make(chan fetched, 1)
-				wg.Add(1)
-				go func(offset int) {
-					defer wg.Done()
-					p, err := listPage[T](ctx, c, path, offset, MaxPageSize, q)
-					ch <- fetched{p, err}
-				}(next)
-				pending = append(pending, ch)
+			for !ended && len(pending) < o.ahead && next < total {
+				fetch(ctx, next)
 				next += stride
 			}
 			if len(pending) == 0 {
@@ -114,6 +161,45 @@ func listSized[T any](ctx context.Context, c *Client, path string, q Query, size
 			}
 		}
 	}
+}
+
+// pageHint is what the last read of a collection found: its count, and the page stride the
+// server used (0 when it fitted on one page).
+type pageHint struct {
+	count, stride int
+}
+
+// maxHints bounds the collections whose last count a client remembers (a caller may vary the
+// query without end).
+const maxHints = 64
+
+type pageHints struct {
+	mu sync.Mutex
+	m  map[string]pageHint
+}
+
+func (h *pageHints) get(key string) pageHint {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[key]
+}
+
+func (h *pageHints) set(key string, v pageHint) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[string]pageHint)
+	}
+	if _, ok := h.m[key]; ok || len(h.m) < maxHints {
+		h.m[key] = v
+	}
+}
+
+func hintKey(path string, q Query) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
 }
 
 func listPage[T any](ctx context.Context, c *Client, path string, offset, limit int, q Query) (Page[T], error) {
@@ -190,8 +276,12 @@ const maxPrealloc = 1 << 17
 // copied again and again as the slice grows.
 func listAll[T any](ctx context.Context, c *Client, path string, q Query) ([]T, error) {
 	var out []T
-	sized := func(n int) { out = make([]T, 0, min(max(n, 0), maxPrealloc)) }
-	for v, err := range listSized[T](ctx, c, path, q, sized) {
+	o := listOptions{
+		ahead:    2 * c.pageSlots,
+		sized:    func(n int) { out = make([]T, 0, min(max(n, 0), maxPrealloc)) },
+		remember: true,
+	}
+	for v, err := range listPages[T](ctx, c, path, q, o) {
 		if err != nil {
 			return nil, err
 		}
