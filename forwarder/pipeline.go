@@ -23,18 +23,24 @@ const (
 // goroutine awaits the batches in order and advances (and stores) the position past every event
 // acknowledged together with all events before it. At most max_pending events are unacknowledged.
 type pipeline struct {
-	fw     *Forwarder
-	size   int // events per batch
-	queue  chan sentBatch
-	failed chan struct{} // closed once the acknowledger stopped on err
-	done   chan struct{}
-	err    error // written by the acknowledger before closing failed
-	acked  int   // read after done
+	fw   *Forwarder
+	size int // events per batch
+	// atMostOnce (core NATS): what left for the server counts as published, confirmed or not,
+	// also after a failure, so that nothing is sent twice.
+	atMostOnce bool
+	queue      chan sentBatch
+	failed     chan struct{} // closed once the acknowledger stopped on err
+	done       chan struct{}
+	err        error // written by the acknowledger before closing failed
+	// lateErr is a conflict met while draining at most once; read after done.
+	lateErr error
+	acked   int // read after done
 }
 
 type sentBatch struct {
 	events []veil.Event
 	msgs   []*nats.Msg
+	sent   int
 	wait   func(context.Context) (int, error)
 }
 
@@ -48,14 +54,16 @@ func (fw *Forwarder) startPipeline(ctx context.Context) *pipeline {
 	}
 	size := max(1, min(pending/4, maxBatchEvents))
 	depth := min(max(0, pending/size-2), 8)
-	p := &pipeline{fw: fw, size: size, queue: make(chan sentBatch, depth),
+	p := &pipeline{fw: fw, size: size, atMostOnce: fw.opts.Conn.js == nil, queue: make(chan sentBatch, depth),
 		failed: make(chan struct{}), done: make(chan struct{})}
 	go p.acknowledge(ctx)
 	return p
 }
 
-// send publishes a batch and queues it for acknowledgement; it blocks while the queue is full and
-// fails once the acknowledger has failed, so that nothing more is sent after a failure.
+// send publishes a batch and queues it for acknowledgement; it blocks while the queue is full
+// and fails once the acknowledger has failed, so that nothing more is sent after a failure. A
+// batch that was sent is always queued (the acknowledger drains the queue after a failure), so
+// that what left at most once is accounted in order.
 func (p *pipeline) send(batch []veil.Event) error {
 	select {
 	case <-p.failed:
@@ -67,13 +75,10 @@ func (p *pipeline) send(batch []veil.Event) error {
 	for i := range batch {
 		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.opts.ControllerURL, &batch[i])
 	}
-	b := sentBatch{events: batch, msgs: msgs, wait: fw.pub.send(msgs)}
-	select {
-	case p.queue <- b:
-		return nil
-	case <-p.failed:
-		return p.err
-	}
+	b := sentBatch{events: batch, msgs: msgs}
+	b.sent, b.wait = fw.pub.send(msgs)
+	p.queue <- b
+	return nil
 }
 
 // close waits until every batch sent is acknowledged (or the acknowledger failed) and returns how
@@ -81,6 +86,9 @@ func (p *pipeline) send(batch []veil.Event) error {
 func (p *pipeline) close() (int, error) {
 	close(p.queue)
 	<-p.done
+	if p.lateErr != nil {
+		return p.acked, p.lateErr
+	}
 	return p.acked, p.err
 }
 
@@ -91,7 +99,15 @@ func (p *pipeline) acknowledge(ctx context.Context) {
 	var pos Position
 	for b := range p.queue {
 		if p.err != nil {
-			continue // drain: after a failure nothing more advances
+			// Drain: after a failure nothing more advances, except what already left at most once.
+			if p.atMostOnce && b.sent > 0 {
+				pos = fw.acknowledged(b.events[:b.sent], b.msgs[:b.sent])
+				p.acked += b.sent
+				if err := fw.savePosition(ctx, pos); err != nil {
+					p.lateErr = err
+				}
+			}
+			continue
 		}
 		n, err := b.wait(ctx)
 		if n > 0 {

@@ -70,8 +70,9 @@ func createdText(e *veil.Event) string {
 
 // publisher sends a batch in order without waiting; the returned wait reports how many leading
 // messages are safely published, so that sending the next batch overlaps waiting for this one.
+// sent is how many messages left for the server.
 type publisher interface {
-	send(msgs []*nats.Msg) (wait func(ctx context.Context) (int, error))
+	send(msgs []*nats.Msg) (sent int, wait func(ctx context.Context) (int, error))
 }
 
 // jsPublisher publishes asynchronously to JetStream; an event counts only once it and all before
@@ -81,7 +82,7 @@ type jsPublisher struct {
 	timeout time.Duration
 }
 
-func (p *jsPublisher) send(msgs []*nats.Msg) func(context.Context) (int, error) {
+func (p *jsPublisher) send(msgs []*nats.Msg) (int, func(context.Context) (int, error)) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	var sendErr error
 	for _, m := range msgs {
@@ -92,7 +93,7 @@ func (p *jsPublisher) send(msgs []*nats.Msg) func(context.Context) (int, error) 
 		}
 		futures = append(futures, f)
 	}
-	return func(ctx context.Context) (int, error) {
+	return len(futures), func(ctx context.Context) (int, error) {
 		// The client times futures out by itself (publish_timeout); this timer only guards
 		// against a future that never resolves.
 		timer := time.NewTimer(p.timeout)
@@ -118,16 +119,16 @@ type corePublisher struct {
 	timeout time.Duration
 }
 
-func (p *corePublisher) send(msgs []*nats.Msg) func(context.Context) (int, error) {
+func (p *corePublisher) send(msgs []*nats.Msg) (int, func(context.Context) (int, error)) {
 	if !p.nc.IsConnected() {
-		return func(context.Context) (int, error) { return 0, nats.ErrDisconnected }
+		return 0, func(context.Context) (int, error) { return 0, nats.ErrDisconnected }
 	}
 	for i, m := range msgs {
 		if err := p.nc.PublishMsg(m); err != nil {
-			return func(context.Context) (int, error) { return i, fmt.Errorf("couldn't publish: %w", err) }
+			return i, func(context.Context) (int, error) { return i, fmt.Errorf("couldn't publish: %w", err) }
 		}
 	}
-	return func(ctx context.Context) (int, error) {
+	return len(msgs), func(ctx context.Context) (int, error) {
 		fctx, cancel := context.WithTimeout(ctx, p.timeout)
 		defer cancel()
 		if err := p.nc.FlushWithContext(fctx); err != nil {
