@@ -166,12 +166,12 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 	logged := fw.gapLogged
 	fw.gapLogged = true
 	fw.mu.Unlock()
-	lost, exact := 0, false
+	lost, exact, left := 0, false, 0
+	var err error
 	if pos.TailID != "" {
 		// remaining = events still listed that are not newer than the tail we saw.
 		notNewer := func(e veil.Event) bool { return !e.Created.After(pos.TailCreated) }
 		var x, remaining int
-		var err error
 		var ok bool
 		var at veil.Event
 		var count int
@@ -195,9 +195,13 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 		if err == nil && ok && at.Created.Equal(pos.TailCreated) {
 			exact = true
 			lost = max(0, pos.Ahead-remaining)
+			left = min(pos.Ahead, remaining)
 		} else if err == nil {
 			lost = pos.Ahead // the tail is gone too: at least this many
 		}
+	}
+	if err != nil {
+		return // the journal could not be read: count on a later cycle
 	}
 	if lost > 0 || !exact {
 		fw.mu.Lock()
@@ -211,10 +215,11 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 			}
 		}
 	}
-	// Account once: later cycles start from the new position.
-	pos.Ahead = 0
+	// Account once: what is left unread up to the tail is what a later deletion (the outage goes
+	// on) can still lose.
+	pos.Ahead = left
 	fw.mu.Lock()
-	fw.pos.Ahead = 0
+	fw.pos.Ahead = left
 	fw.mu.Unlock()
 }
 

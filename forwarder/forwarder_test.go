@@ -113,27 +113,42 @@ func natsOutage() time.Duration {
 }
 
 // TestGapPastRetentionCountedExactly keeps NATS away while retention deletes events the forwarder
-// has seen but could not publish: exactly those are counted as lost, nothing else is.
+// has seen but could not publish: exactly those are counted as lost, nothing else is, also when
+// deletions go on after the loss was first counted.
 func TestGapPastRetentionCountedExactly(t *testing.T) {
-	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", EventsRetention: 200, InitialTasks: -1}, "auto", "earliest")
-	rec := subscribe(t, r.nats.url())
-	first := r.sim.AddEvents(50, veiltest.EventSpec{})
-	fw, stop := r.run()
-	t.Cleanup(stop)
-	rec.waitFor(t, 50, 10*time.Second)
-	r.nats.stop()
-	seen := r.sim.AddEvents(100, veiltest.EventSpec{}) // read (and counted) but not publishable
-	time.Sleep(500 * time.Millisecond)
-	// 190 more: the journal keeps the newest 200, so the 50 published and the oldest 40 of
-	// `seen` are deleted; the newest of `seen` survives, which makes the count exact.
-	after := r.sim.AddEvents(140, veiltest.EventSpec{})
-	time.Sleep(300 * time.Millisecond)
-	r.nats.start()
-	want := append(append(append([]string{}, first...), seen[40:]...), after...)
-	got := rec.waitFor(t, len(want), 20*time.Second)
-	exactlyOnceInOrder(t, "prod", want, got)
-	if g := fw.Status().Gaps; g != 40 {
-		t.Fatalf("gaps counted %d, want exactly 40", g)
+	tests := []struct {
+		name  string
+		waves []int // events added while NATS is away, after the 100 seen
+	}{
+		{"one wave of deletions", []int{140}},
+		{"deletions go on after the first count", []int{120, 20}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", EventsRetention: 200, InitialTasks: -1}, "auto", "earliest")
+			rec := subscribe(t, r.nats.url())
+			first := r.sim.AddEvents(50, veiltest.EventSpec{})
+			fw, stop := r.run()
+			t.Cleanup(stop)
+			rec.waitFor(t, 50, 10*time.Second)
+			r.nats.stop()
+			seen := r.sim.AddEvents(100, veiltest.EventSpec{}) // read (and counted) but not publishable
+			time.Sleep(500 * time.Millisecond)
+			// 140 more in all: the journal keeps the newest 200, so the 50 published and the oldest
+			// 40 of `seen` are deleted; the newest of `seen` survives, which makes the count exact.
+			var after []string
+			for _, n := range tt.waves {
+				after = append(after, r.sim.AddEvents(n, veiltest.EventSpec{})...)
+				time.Sleep(300 * time.Millisecond)
+			}
+			r.nats.start()
+			want := append(append(append([]string{}, first...), seen[40:]...), after...)
+			got := rec.waitFor(t, len(want), 20*time.Second)
+			exactlyOnceInOrder(t, "prod", want, got)
+			if g := fw.Status().Gaps; g != 40 {
+				t.Fatalf("gaps counted %d, want exactly 40", g)
+			}
+		})
 	}
 }
 
