@@ -1,0 +1,74 @@
+package veil
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestListAllGuessesPagesFromTheLastRead reads a collection whose size and page clamp change
+// between reads: every read must return exactly the collection, whatever the previous read found.
+func TestListAllGuessesPagesFromTheLastRead(t *testing.T) {
+	var mu sync.Mutex
+	n, clamp := 0, 100
+	var reqs atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqs.Add(1)
+		mu.Lock()
+		count, lim := n, clamp
+		mu.Unlock()
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		off, _ := strconv.Atoi(r.URL.Query().Get("offset"))
+		limit = min(limit, lim)
+		res := []map[string]any{}
+		for i := off; i < min(off+limit, count); i++ {
+			res = append(res, map[string]any{"id": fmt.Sprintf("vm-%05d", i)})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": count, "results": res})
+	}))
+	defer srv.Close()
+	c, err := New(Config{URL: srv.URL, Token: "t", MaxConcurrency: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name     string
+		n, clamp int
+		maxReqs  int64
+	}{
+		{"first read", 1050, 100, 11},
+		{"same again", 1050, 100, 11},
+		{"server clamps lower", 1050, 30, 35 + 12},
+		{"shrunk to one page", 20, 30, 1 + 2*3 + 1},
+		{"grown again", 700, 100, 7},
+		{"shrunk by pages", 250, 100, 3 + 2*3},
+		{"grown by pages", 2000, 100, 20},
+		{"emptied", 0, 100, 1 + 2*3},
+	} {
+		mu.Lock()
+		n, clamp = step.n, step.clamp
+		mu.Unlock()
+		reqs.Store(0)
+		got, err := c.Domains(context.Background(), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if len(got) != step.n {
+			t.Fatalf("%s: %d domains, want %d", step.name, len(got), step.n)
+		}
+		for i, d := range got {
+			if want := fmt.Sprintf("vm-%05d", i); d.ID != want {
+				t.Fatalf("%s: domain %d is %s, want %s", step.name, i, d.ID, want)
+			}
+		}
+		if r := reqs.Load(); r > step.maxReqs {
+			t.Errorf("%s: %d requests, want at most %d", step.name, r, step.maxReqs)
+		}
+	}
+}
