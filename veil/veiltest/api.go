@@ -302,10 +302,21 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	b.Write(enc)
 }
 
-func marshalAll[T any](xs []T, f func(T) any) [][]byte {
-	out := make([][]byte, len(xs))
+// wireAll builds the wire form of xs; call it under s.mu. The values share nothing with the
+// state, so they are encoded (encodeAll) after the lock is released: a large page (datapools
+// listing hundreds of connected nodes each) must not hold up every other request.
+func wireAll[T any](xs []T, f func(T) any) []any {
+	out := make([]any, len(xs))
 	for i, x := range xs {
-		out[i], _ = json.Marshal(f(x))
+		out[i] = f(x)
+	}
+	return out
+}
+
+func encodeAll(vs []any) [][]byte {
+	out := make([][]byte, len(vs))
+	for i, v := range vs {
+		out[i], _ = json.Marshal(v)
 	}
 	return out
 }
@@ -322,9 +333,9 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	s.st.advance(s.now())
 	count := len(s.st.nodes)
 	lo, hi := p.window(count)
-	items := marshalAll(s.st.nodes[lo:hi], func(n *node) any { return n.wire() })
+	wire := wireAll(s.st.nodes[lo:hi], func(n *node) any { return n.wire() })
 	s.mu.Unlock()
-	writePage(w, r, count, p, items)
+	writePage(w, r, count, p, encodeAll(wire))
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
@@ -347,9 +358,9 @@ func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	count := len(s.st.clusters)
 	lo, hi := p.window(count)
-	items := marshalAll(s.st.clusters[lo:hi], func(c *cluster) any { return s.st.clusterWire(c, false) })
+	wire := wireAll(s.st.clusters[lo:hi], func(c *cluster) any { return s.st.clusterWire(c, false) })
 	s.mu.Unlock()
-	writePage(w, r, count, p, items)
+	writePage(w, r, count, p, encodeAll(wire))
 }
 
 func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
@@ -372,9 +383,9 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	count := len(s.st.pools)
 	lo, hi := p.window(count)
-	items := marshalAll(s.st.pools[lo:hi], func(d *datapool) any { return s.st.poolWire(d) })
+	wire := wireAll(s.st.pools[lo:hi], func(d *datapool) any { return s.st.poolWire(d) })
 	s.mu.Unlock()
-	writePage(w, r, count, p, items)
+	writePage(w, r, count, p, encodeAll(wire))
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request, id string) {
