@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -25,6 +26,13 @@ func BenchmarkCatchUp(b *testing.B) {
 				r := newRig(b, veiltest.Options{EventsOrder: order, InitialTasks: -1}, order, "earliest")
 				r.sim.AddEvents(backlog, veiltest.EventSpec{})
 				r.sim.SetLatency(latency, 0)
+				// The client's limit is what the platform sees: the same as the forwarder's
+				// concurrency, as the daemon wires it (controllers[].max_concurrency).
+				var err error
+				r.cli, err = veil.New(veil.Config{URL: r.sim.URL, Token: r.sim.Token, MaxConcurrency: catchUpPages, MaxRetries: 5, RetryBaseDelay: 5 * time.Millisecond})
+				if err != nil {
+					b.Fatal(err)
+				}
 				fw := r.forwarder()
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
@@ -41,6 +49,9 @@ func BenchmarkCatchUp(b *testing.B) {
 				rate := backlog / el.Seconds()
 				b.ReportMetric(rate, "events/s")
 				b.ReportMetric(el.Seconds(), "s/backlog")
+				if n := r.sim.InFlightMax(); n > fw.concurrency() {
+					b.Fatalf("%d requests in flight at the platform, budget %d", n, fw.concurrency())
+				}
 				if latency > 0 {
 					floor := float64(pageLimit) / latency.Seconds() * float64(fw.concurrency())
 					b.ReportMetric(floor, "floor_events/s")
