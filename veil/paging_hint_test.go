@@ -46,7 +46,9 @@ func TestListAllGuessesPagesFromTheLastRead(t *testing.T) {
 		{"same again", 1050, 100, 11},
 		{"server clamps lower", 1050, 30, 35 + 12},
 		{"shrunk to one page", 20, 30, 1 + 2*3 + 1},
-		{"grown again", 700, 100, 7},
+		// The last read guessed one page of 30; the pages after the first may be asked before
+		// the first answers with the new page size, so a few more than 7 are allowed.
+		{"grown again", 700, 100, 7 + 3},
 		{"shrunk by pages", 250, 100, 3 + 2*3},
 		{"grown by pages", 2000, 100, 20},
 		{"emptied", 0, 100, 1 + 2*3},
