@@ -177,7 +177,6 @@ type rig struct {
 	cli  *veil.Client
 	ev   config.Events
 	nc   config.NATS
-	dir  string
 }
 
 func newRig(t testing.TB, simOpts veiltest.Options, order, start string) *rig {
