@@ -5,14 +5,17 @@ import (
 	"time"
 )
 
-// pacer lets requests go at most one per interval, measured between the moments they are
-// really let go. A token bucket reserves future permits for every waiter, so waiters that wake
-// late (a stalled process, a busy core) all go at once and exceed the rate the controller was
-// promised; the pacer lets one waiter at a time sleep and stamps the time it woke.
+// pacer lets requests go one per interval. A token bucket reserves future permits for every
+// waiter, so waiters that wake late (a stalled process, a busy core) all go at once and exceed
+// the rate the controller was promised. The pacer lets one waiter at a time sleep until its slot
+// on a fixed schedule (so timer overshoot does not accumulate and slow the rate down); when it
+// has fallen more than one interval behind, the schedule restarts one interval after the last
+// real release instead of catching up in a burst.
 type pacer struct {
 	turn     chan struct{} // a lock that a context can give up on
 	interval time.Duration
-	last     time.Time
+	sched    time.Time // the slot of the last release
+	actual   time.Time // when it really went
 }
 
 func newPacer(perSecond float64) *pacer {
@@ -28,8 +31,16 @@ func (p *pacer) wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 	defer func() { <-p.turn }()
-	if d := time.Until(p.last.Add(p.interval)); d > 0 {
-		if dl, ok := ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
+	now := time.Now()
+	next := p.sched.Add(p.interval)
+	if now.Sub(next) > p.interval {
+		next = p.actual.Add(p.interval)
+		if next.Before(now) {
+			next = now
+		}
+	}
+	if d := next.Sub(now); d > 0 {
+		if dl, ok := ctx.Deadline(); ok && next.After(dl) {
 			return errRateWait
 		}
 		t := time.NewTimer(d)
@@ -40,6 +51,6 @@ func (p *pacer) wait(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	p.last = time.Now()
+	p.sched, p.actual = next, time.Now()
 	return nil
 }

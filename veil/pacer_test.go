@@ -62,3 +62,32 @@ func TestPacerGivesUpWhenThePermitIsPastTheDeadline(t *testing.T) {
 		t.Errorf("cancelled context: err = %v", err)
 	}
 }
+
+// TestPacerDoesNotBurstAfterAStall: a waiter that comes back long after its slot is let go at
+// once, but the next one still waits a full interval after it.
+func TestPacerDoesNotBurstAfterAStall(t *testing.T) {
+	p := newPacer(100) // 10 ms
+	for range 3 {
+		if err := p.wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the process "stalls": five slots pass unused
+	back := time.Now()
+	if err := p.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	prev := p.sched
+	if prev.Before(back) {
+		t.Errorf("the late waiter was slotted %s before it came back: the schedule catches up", back.Sub(prev))
+	}
+	if err := p.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if gap := p.sched.Sub(prev); gap < p.interval {
+		t.Errorf("the release after a stall was slotted %s after the previous one, want >= %s: a catch-up burst", gap, p.interval)
+	}
+	if p.actual.Before(p.sched) {
+		t.Errorf("released at %s, before its slot %s", p.actual, p.sched)
+	}
+}
