@@ -198,12 +198,12 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 
 	for _, order := range []string{"oldest_first", "newest_first"} {
 		c := "BenchmarkCatchUp/" + order
-		rate, ratio := r.get(c, "events/s"), r.get(c, "ratio_to_floor", "ratio-to-floor")
+		rate, ratio := r.get(c, "events/s"), r.get(c, "ratio", "ratio_to_floor", "ratio-to-floor")
 		figs = append(figs, figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, ratio)), "page floor", ratio, ">=", 0.9))
 	}
 
 	d := "BenchmarkSteadyStateDelay"
-	tgt := median(r.get(d, "target_p99_ms"))
+	tgt := median(r.get(d, "target_ms", "target_p99_ms"))
 	if math.IsNaN(tgt) {
 		tgt = 350 // poll_interval 250ms + 100ms, as that benchmark runs
 	}
