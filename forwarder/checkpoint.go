@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -127,9 +128,16 @@ func (f *fileCheckpoint) Save(_ context.Context, p Position) error {
 	if err := os.Rename(tmp.Name(), f.path); err != nil {
 		return fmt.Errorf("couldn't replace position: %w", err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+	// Without the directory fsync a crash can undo the rename: report it like any other failure,
+	// so the save is retried.
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("couldn't sync checkpoint dir: %w", err)
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if err := errors.Join(serr, cerr); err != nil {
+		return fmt.Errorf("couldn't sync checkpoint dir: %w", err)
 	}
 	return nil
 }
@@ -139,8 +147,19 @@ func (f *fileCheckpoint) Save(_ context.Context, p Position) error {
 type kvCheckpoint struct {
 	kv  jetstream.KeyValue
 	key string
-	mu  sync.Mutex
-	rev uint64 // revision this instance last read or wrote; 0 = key absent
+	// instance tells this process's writes from another instance's: a write applied whose reply
+	// was lost leaves rev stale, and the next compare-and-set must not read as a conflict.
+	instance string
+	mu       sync.Mutex
+	rev      uint64 // revision this instance last read or wrote; 0 = key absent
+	seq      uint64 // writes attempted by this instance
+}
+
+// kvRecord is what the bucket holds: the position and which write of which instance stored it.
+type kvRecord struct {
+	Position
+	Writer string `json:"writer,omitempty"`
+	Seq    uint64 `json:"seq,omitempty"`
 }
 
 // PositionsBucket is the key-value bucket of the nats_kv position store.
@@ -155,7 +174,7 @@ func NewKVCheckpoint(ctx context.Context, conn *Conn, controller string) (Checkp
 	if err != nil {
 		return nil, fmt.Errorf("couldn't open bucket %s: %w", PositionsBucket, err)
 	}
-	return &kvCheckpoint{kv: kv, key: sanitizeToken(controller)}, nil
+	return &kvCheckpoint{kv: kv, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
 }
 
 func (k *kvCheckpoint) Load(ctx context.Context) (Position, bool, error) {
@@ -170,35 +189,80 @@ func (k *kvCheckpoint) Load(ctx context.Context) (Position, bool, error) {
 		return Position{}, false, fmt.Errorf("couldn't read position: %w", err)
 	}
 	k.rev = e.Revision()
-	var p Position
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
+	var r kvRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return Position{}, false, fmt.Errorf("couldn't decode position: %w", err)
 	}
-	return p, true, nil
+	return r.Position, true, nil
 }
 
 func (k *kvCheckpoint) Save(ctx context.Context, p Position) error {
-	b, err := json.Marshal(p)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seq++
+	b, err := json.Marshal(kvRecord{Position: p, Writer: k.instance, Seq: k.seq})
 	if err != nil {
 		return err
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var rev uint64
-	if k.rev == 0 {
-		rev, err = k.kv.Create(ctx, k.key, b)
-	} else {
-		rev, err = k.kv.Update(ctx, k.key, b, k.rev)
-	}
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.Is(err, jetstream.ErrKeyExists) ||
-			errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			strings.Contains(err.Error(), "wrong last sequence") {
+	rev, err := k.put(ctx, b)
+	if isCASFailure(err) {
+		// An earlier write of ours may have been applied with its reply lost (disconnect,
+		// timeout): if the key holds it, its revision is ours to write over.
+		own, gerr := k.ownsKey(ctx)
+		if gerr != nil {
+			return fmt.Errorf("couldn't store position: %w", gerr)
+		}
+		if !own {
 			return fmt.Errorf("%w (bucket %s, key %s)", ErrCheckpointConflict, PositionsBucket, k.key)
 		}
+		rev, err = k.put(ctx, b)
+		if isCASFailure(err) {
+			return fmt.Errorf("%w (bucket %s, key %s)", ErrCheckpointConflict, PositionsBucket, k.key)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("couldn't store position: %w", err)
 	}
 	k.rev = rev
 	return nil
+}
+
+// put writes b with compare-and-set on the revision this instance knows.
+func (k *kvCheckpoint) put(ctx context.Context, b []byte) (uint64, error) {
+	if k.rev == 0 {
+		return k.kv.Create(ctx, k.key, b)
+	}
+	return k.kv.Update(ctx, k.key, b, k.rev)
+}
+
+// ownsKey reads the key and says whether its latest value is one this instance wrote; if so it
+// adopts that revision.
+func (k *kvCheckpoint) ownsKey(ctx context.Context) (bool, error) {
+	e, err := k.kv.Get(ctx, k.key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil // deleted by someone else
+	}
+	if err != nil {
+		return false, fmt.Errorf("couldn't read position back: %w", err)
+	}
+	var r kvRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return false, nil // not ours: we only write what decodes
+	}
+	if r.Writer != k.instance || r.Seq > k.seq {
+		return false, nil
+	}
+	k.rev = e.Revision()
+	return true, nil
+}
+
+// isCASFailure says whether err is the server refusing a compare-and-set (the revision moved).
+func isCASFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		strings.Contains(err.Error(), "wrong last sequence")
 }
