@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,7 +18,15 @@ const (
 	// saveEvery bounds how many acknowledged events may wait for the next position write while
 	// later batches are still pending; the position is always written once nothing is pending.
 	saveEvery = 1000
+	// A position that could not be stored is retried with this backoff before anything more is
+	// acknowledged: publishing on while the store fails only widens what a restart sends again.
+	saveRetryMin = 100 * time.Millisecond
+	saveRetryMax = 5 * time.Second
 )
+
+// errReconnected stops a pipeline whose connection was replaced while batches were unresolved:
+// their tail may be lost, and sending more would store later events before those are retried.
+var errReconnected = errors.New("NATS reconnected while publishes were unacknowledged; resending from the acknowledged position")
 
 // pipeline publishes batches without waiting for each one's acknowledgement: an acknowledger
 // goroutine awaits the batches in order and advances (and stores) the position past every event
@@ -28,6 +37,7 @@ type pipeline struct {
 	// atMostOnce (core NATS): what left for the server counts as published, confirmed or not,
 	// also after a failure, so that nothing is sent twice.
 	atMostOnce bool
+	nc         *nats.Conn
 	queue      chan sentBatch
 	failed     chan struct{} // closed once the acknowledger stopped on err
 	done       chan struct{}
@@ -35,6 +45,14 @@ type pipeline struct {
 	// lateErr is a conflict met while draining at most once; read after done.
 	lateErr error
 	acked   int // read after done
+
+	// Sender side: sendErr, once set, stops sending; epoch is the reconnect count every batch
+	// not yet resolved was sent under; sent counts batches sent, resolved those the
+	// acknowledger saw fully acknowledged.
+	sendErr  error
+	epoch    uint64
+	sent     int64
+	resolved atomic.Int64
 }
 
 type sentBatch struct {
@@ -54,21 +72,34 @@ func (fw *Forwarder) startPipeline(ctx context.Context) *pipeline {
 	}
 	size := max(1, min(pending/4, maxBatchEvents))
 	depth := min(max(0, pending/size-2), 8)
-	p := &pipeline{fw: fw, size: size, atMostOnce: fw.opts.Conn.js == nil, queue: make(chan sentBatch, depth),
-		failed: make(chan struct{}), done: make(chan struct{})}
+	p := &pipeline{fw: fw, size: size, atMostOnce: fw.opts.Conn.js == nil, nc: fw.opts.Conn.nc,
+		queue: make(chan sentBatch, depth), failed: make(chan struct{}), done: make(chan struct{})}
+	p.epoch = reconnects(p.nc)
 	go p.acknowledge(ctx)
 	return p
 }
 
-// send publishes a batch and queues it for acknowledgement; it blocks while the queue is full
-// and fails once the acknowledger has failed, so that nothing more is sent after a failure. A
-// batch that was sent is always queued (the acknowledger drains the queue after a failure), so
-// that what left at most once is accounted in order.
+// send publishes a batch and queues it for acknowledgement; it blocks while the queue is full.
+// Nothing more is sent once a batch could not be sent whole, the acknowledger has failed, or the
+// connection was replaced while earlier batches were unresolved: each of these may leave events
+// unsent that must go out before later ones. A batch that was sent is always queued (the
+// acknowledger drains the queue after a failure), so that what left at most once is accounted
+// in order.
 func (p *pipeline) send(batch []veil.Event) error {
+	if p.sendErr != nil {
+		return p.sendErr
+	}
 	select {
 	case <-p.failed:
 		return p.err
 	default:
+	}
+	if r := reconnects(p.nc); r != p.epoch {
+		if p.resolved.Load() != p.sent {
+			p.sendErr = errReconnected
+			return p.sendErr
+		}
+		p.epoch = r // nothing in flight: the new connection is a clean start
 	}
 	fw := p.fw
 	msgs := make([]*nats.Msg, len(batch))
@@ -76,9 +107,24 @@ func (p *pipeline) send(batch []veil.Event) error {
 		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.opts.ControllerURL, &batch[i])
 	}
 	b := sentBatch{events: batch, msgs: msgs}
-	b.sent, b.wait = fw.pub.send(msgs)
+	var err error
+	b.sent, b.wait, err = fw.pub.send(msgs, p.epoch)
+	p.sent++
 	p.queue <- b
+	if err != nil {
+		p.sendErr = err
+		return err
+	}
 	return nil
+}
+
+// reconnects is how many times nc connected again; a change means a new connection, and what
+// was written to the old one may be lost.
+func reconnects(nc *nats.Conn) uint64 {
+	if nc == nil {
+		return 0
+	}
+	return nc.Stats().Reconnects
 }
 
 // close waits until every batch sent is acknowledged (or the acknowledger failed) and returns how
@@ -110,6 +156,9 @@ func (p *pipeline) acknowledge(ctx context.Context) {
 			continue
 		}
 		n, err := b.wait(ctx)
+		if err == nil {
+			p.resolved.Add(1)
+		}
 		if n > 0 {
 			pos = fw.acknowledged(b.events[:n], b.msgs[:n])
 			p.acked += n
@@ -156,19 +205,28 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg) Positio
 	return p.clone()
 }
 
-// savePosition stores an acknowledged position. Only a conflict (another instance owns the
-// position) is returned: any other failure is retried with the next save.
+// savePosition stores an acknowledged position, retrying any failure but a conflict (another
+// instance owns the position, returned) until it is stored or ctx is done. It does not return
+// before: a journal gone quiet brings no later save, and a stale stored position would publish
+// again, after a restart, events the duplicate window may no longer catch. Each failure is
+// counted in veil_events_publish_errors_total and shown in Status.LastError.
 func (fw *Forwarder) savePosition(ctx context.Context, p Position) error {
-	// Acknowledged events are published: store that even when ctx was just cancelled.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	err := fw.cp.Save(sctx, p)
-	cancel()
-	if err == nil {
-		return nil
+	delay := saveRetryMin
+	for {
+		// Acknowledged events are published: store that even when ctx was just cancelled.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := fw.cp.Save(sctx, p)
+		cancel()
+		if err == nil || errors.Is(err, ErrCheckpointConflict) {
+			return err
+		}
+		fw.mu.Lock()
+		fw.pubErrors++
+		fw.mu.Unlock()
+		fw.fail(fmt.Errorf("position not stored, publishing paused until it is: %w", err))
+		if !sleep(ctx, delay) {
+			return nil
+		}
+		delay = min(2*delay, saveRetryMax)
 	}
-	if errors.Is(err, ErrCheckpointConflict) {
-		return err
-	}
-	fw.fail(fmt.Errorf("couldn't store position: %w", err))
-	return nil
 }

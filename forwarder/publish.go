@@ -70,9 +70,11 @@ func createdText(e *veil.Event) string {
 
 // publisher sends a batch in order without waiting; the returned wait reports how many leading
 // messages are safely published, so that sending the next batch overlaps waiting for this one.
-// sent is how many messages left for the server.
+// sent is how many messages left for the server; err says why the others did not. Sending stops
+// once the connection's reconnect count is no longer epoch: messages written to the old
+// connection may be lost, and the rest must not overtake them.
 type publisher interface {
-	send(msgs []*nats.Msg) (sent int, wait func(ctx context.Context) (int, error))
+	send(msgs []*nats.Msg, epoch uint64) (sent int, wait func(ctx context.Context) (int, error), err error)
 }
 
 // jsPublisher publishes asynchronously to JetStream; an event counts only once it and all before
@@ -82,10 +84,15 @@ type jsPublisher struct {
 	timeout time.Duration
 }
 
-func (p *jsPublisher) send(msgs []*nats.Msg) (int, func(context.Context) (int, error)) {
+func (p *jsPublisher) send(msgs []*nats.Msg, epoch uint64) (int, func(context.Context) (int, error), error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	var sendErr error
+	nc := p.js.Conn()
 	for _, m := range msgs {
+		if reconnects(nc) != epoch {
+			sendErr = errReconnected
+			break
+		}
 		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(m.Header.Get(nats.MsgIdHdr)))
 		if err != nil {
 			sendErr = fmt.Errorf("couldn't publish: %w", err)
@@ -110,7 +117,7 @@ func (p *jsPublisher) send(msgs []*nats.Msg) (int, func(context.Context) (int, e
 			}
 		}
 		return len(futures), sendErr
-	}
+	}, sendErr
 }
 
 // corePublisher is at-most-once: a flush after the batch is all the confirmation core NATS gives.
@@ -119,13 +126,19 @@ type corePublisher struct {
 	timeout time.Duration
 }
 
-func (p *corePublisher) send(msgs []*nats.Msg) (int, func(context.Context) (int, error)) {
+func (p *corePublisher) send(msgs []*nats.Msg, epoch uint64) (int, func(context.Context) (int, error), error) {
+	failed := func(i int, err error) (int, func(context.Context) (int, error), error) {
+		return i, func(context.Context) (int, error) { return i, err }, err
+	}
 	if !p.nc.IsConnected() {
-		return 0, func(context.Context) (int, error) { return 0, nats.ErrDisconnected }
+		return failed(0, nats.ErrDisconnected)
 	}
 	for i, m := range msgs {
+		if reconnects(p.nc) != epoch {
+			return failed(i, errReconnected)
+		}
 		if err := p.nc.PublishMsg(m); err != nil {
-			return i, func(context.Context) (int, error) { return i, fmt.Errorf("couldn't publish: %w", err) }
+			return failed(i, fmt.Errorf("couldn't publish: %w", err))
 		}
 	}
 	return len(msgs), func(ctx context.Context) (int, error) {
@@ -136,5 +149,5 @@ func (p *corePublisher) send(msgs []*nats.Msg) (int, func(context.Context) (int,
 			return len(msgs), fmt.Errorf("couldn't confirm publishing (core NATS, at most once): %w", err)
 		}
 		return len(msgs), nil
-	}
+	}, nil
 }

@@ -3,10 +3,13 @@ package forwarder
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-kit/log"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -149,5 +152,251 @@ func mustFailNotConflict(t *testing.T, err error) {
 	t.Helper()
 	if err == nil || errors.Is(err, ErrCheckpointConflict) {
 		t.Fatalf("Save with a lost reply: err=%v, want a plain failure", err)
+	}
+}
+
+// brokenCheckpoint fails every Save while broken, like a full disk or an unreachable bucket.
+type brokenCheckpoint struct {
+	Checkpoint
+	broken   atomic.Bool
+	failures atomic.Int32
+}
+
+func (b *brokenCheckpoint) Save(ctx context.Context, p Position) error {
+	if b.broken.Load() {
+		b.failures.Add(1)
+		return errors.New("no space left on device")
+	}
+	return b.Checkpoint.Save(ctx, p)
+}
+
+// TestFailedSaveIsRetriedWhileTheJournalIsQuiet proves that a position that could not be stored
+// is stored once the store works again, with no new event to trigger a save, and that the
+// failure is shown in the status and counted meanwhile.
+func TestFailedSaveIsRetriedWhileTheJournalIsQuiet(t *testing.T) {
+	tests := []struct {
+		name   string
+		events int
+	}{
+		{"one batch", 3},
+		{"several batches", 40},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
+			r.ev.PollInterval = 20 * time.Millisecond
+			r.nc.JetStream.MaxPending = 20 // batches of 5
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			file, err := NewFileCheckpoint(r.ev.Checkpoint.Dir, "prod")
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustSave(t, file, Position{Known: true}) // stored before: Run does not save at start
+			cp := &brokenCheckpoint{Checkpoint: file}
+			cp.broken.Store(true)
+			ids := r.sim.AddEvents(tt.events, veiltest.EventSpec{})
+			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), Checkpoint: cp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- fw.Run(rctx) }()
+			defer func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+			for (cp.failures.Load() < 3 || !strings.Contains(fw.Status().LastError, "no space left")) && ctx.Err() == nil {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%d failed saves, status error %q", cp.failures.Load(), fw.Status().LastError)
+			}
+			if got, _, _ := file.Load(ctx); len(got.IDs) != 0 {
+				t.Fatalf("stored %v while the store was broken", got.IDs)
+			}
+			fw.mu.Lock()
+			counted := fw.pubErrors
+			fw.mu.Unlock()
+			if counted < 3 {
+				t.Errorf("veil_events_publish_errors_total %d after %d failed saves", counted, cp.failures.Load())
+			}
+
+			cp.broken.Store(false) // no event is added from here on
+			want := ids[len(ids)-1]
+			for ctx.Err() == nil {
+				if got, _, _ := file.Load(ctx); len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got, _, err := file.Load(ctx); err != nil || len(got.IDs) == 0 || got.IDs[len(got.IDs)-1] != want {
+				t.Fatalf("stored %+v (err %v), want up to %s once the store works", got, err, want)
+			}
+			if st := fw.Status(); st.Published != uint64(tt.events) {
+				t.Errorf("published %d, want %d", st.Published, tt.events)
+			}
+		})
+	}
+}
+
+// TestKVLostReplyDoesNotStopForwarding proves end to end that a position write applied on the
+// server whose reply was lost neither stops the forwarder nor loses or repeats an event.
+func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
+	r.ev.PollInterval = 20 * time.Millisecond
+	rec := subscribe(t, r.nats.url())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cp, err := NewKVCheckpoint(ctx, r.conn, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvcp := cp.(*kvCheckpoint)
+	lost := &lostReplyKV{KeyValue: kvcp.kv}
+	kvcp.kv = lost
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), Checkpoint: cp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.Run(ctx) }()
+	var want []string
+	for round := range 3 {
+		lost.lose.Store(1) // the next position write is applied, its reply lost
+		want = append(want, r.sim.AddEvents(5, veiltest.EventSpec{})...)
+		for fw.Status().Published < uint64(len(want)) && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if st := fw.Status(); st.Stopped || st.Published != uint64(len(want)) {
+			t.Fatalf("round %d: published %d of %d, stopped %v (%s)", round, st.Published, len(want), st.Stopped, st.LastError)
+		}
+	}
+	exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 10*time.Second))
+	other, _ := NewKVCheckpoint(ctx, r.conn, "prod")
+	for ctx.Err() == nil {
+		if got, _, _ := other.Load(ctx); len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want[len(want)-1] {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the position of the last event was never stored")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// gatedPublisher holds every batch's acknowledgement until the gate opens, so that batches stay
+// unresolved for as long as a test needs.
+type gatedPublisher struct {
+	publisher
+	gate chan struct{}
+}
+
+func (g *gatedPublisher) send(msgs []*nats.Msg, epoch uint64) (int, func(context.Context) (int, error), error) {
+	n, wait, err := g.publisher.send(msgs, epoch)
+	return n, func(ctx context.Context) (int, error) {
+		<-g.gate
+		return wait(ctx)
+	}, err
+}
+
+// TestReconnectStopsSendingWhileBatchesAreUnresolved proves that once the NATS connection was
+// replaced, a pipeline sends nothing more while a batch sent before is unresolved (its tail may
+// be lost, and later events must not be stored first), and sends on when nothing was in flight.
+func TestReconnectStopsSendingWhileBatchesAreUnresolved(t *testing.T) {
+	tests := []struct {
+		name     string
+		inFlight bool // a batch is sent and unresolved when the connection is replaced
+		wantErr  error
+		stored   uint64 // messages in the stream at the end
+	}{
+		{"a batch in flight across the reconnect stops the next send", true, errReconnected, 3},
+		{"nothing in flight across the reconnect sends on", false, nil, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			r.sim.AddEvents(6, veiltest.EventSpec{})
+			pg, err := r.cli.EventsPage(ctx, 0, 6, "created")
+			if err != nil || len(pg.Results) != 6 {
+				t.Fatalf("events: %v (%d)", err, len(pg.Results))
+			}
+			fw := r.forwarder()
+			gate := make(chan struct{})
+			fw.pub = &gatedPublisher{publisher: fw.pub, gate: gate}
+			pl := fw.startPipeline(ctx)
+			first, second := pg.Results[:3], pg.Results[3:]
+			if tt.inFlight {
+				if err := pl.send(first); err != nil {
+					t.Fatal(err)
+				}
+				waitStored(ctx, t, r, 3)
+			}
+			before := reconnects(r.conn.nc)
+			r.nats.stop()
+			r.nats.start()
+			for (reconnects(r.conn.nc) == before || !r.conn.Connected()) && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+			waitStored(ctx, t, r, map[bool]uint64{true: 3, false: 0}[tt.inFlight]) // JetStream is back
+			batch := second
+			if !tt.inFlight {
+				batch = first
+			}
+			if err := pl.send(batch); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("send after the reconnect: %v, want %v", err, tt.wantErr)
+			}
+			if tt.wantErr != nil {
+				if err := pl.send(second); !errors.Is(err, tt.wantErr) {
+					t.Fatalf("a later send: %v, want %v", err, tt.wantErr)
+				}
+			}
+			close(gate)
+			pl.close()
+			waitStored(ctx, t, r, tt.stored)
+			time.Sleep(100 * time.Millisecond)
+			if n := streamMsgs(ctx, t, r); n != tt.stored {
+				t.Fatalf("%d messages stored, want %d", n, tt.stored)
+			}
+		})
+	}
+}
+
+func streamMsgs(ctx context.Context, t *testing.T, r *rig) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(r.nats.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctx, "VEIL_EVENTS")
+	if err != nil {
+		return ^uint64(0)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return ^uint64(0)
+	}
+	return info.State.Msgs
+}
+
+// waitStored waits until the stream answers and holds n messages.
+func waitStored(ctx context.Context, t *testing.T, r *rig, n uint64) {
+	t.Helper()
+	for streamMsgs(ctx, t, r) != n {
+		if ctx.Err() != nil {
+			t.Fatalf("stream never held %d messages (holds %d)", n, streamMsgs(context.Background(), t, r))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
