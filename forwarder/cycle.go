@@ -224,8 +224,11 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 }
 
 // read publishes the new events in chronological order, reading pages concurrently through a
-// bounded window; each page overlaps the previous one by one event, which proves that nothing
-// between them was skipped while the list moved.
+// bounded window. Each page overlaps what was read before it by one row, which proves that nothing
+// between them was skipped, plus a slack of rows on the side the list moves (older events: new
+// ones push them to higher offsets newest first, retention pulls them to lower offsets oldest
+// first), so that the list moving between two reads shifts the overlap inside the page instead of
+// past it.
 func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, anchored bool) (int, error) {
 	pl := fw.startPipeline(ctx)
 	next, err := fw.readPages(ctx, pos, b, count, anchored, pl)
@@ -243,31 +246,43 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 // where the next cycle expects the boundary.
 func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, anchored bool, pl *pipeline) (int, error) {
 	d := fw.dir()
+	sl := newSlack(fw.slack)
+	defer func() { fw.slack = sl.load() }()
+	// Each span names the offset at where the row it must overlap (the anchor, or the previous
+	// page's newest row) was when the plan was made; the slack in force when a span is planned
+	// decides how far the page reaches past it.
 	var spans func(yield func(pageSpan) bool)
 	if d == oldestFirst {
-		s := 0
+		at := -1
 		if anchored {
-			s = b - 1
+			at = b - 1
 		}
 		spans = func(yield func(pageSpan) bool) {
-			for ; ; s += step {
-				if !yield(pageSpan{s, pageLimit}) || s+pageLimit >= count {
+			s := 0
+			if at >= 0 {
+				s = max(0, at-sl.load())
+			}
+			for {
+				if !yield(pageSpan{start: s, limit: pageLimit, at: at}) || s+pageLimit >= count {
 					return
 				}
+				at = s + pageLimit - 1
+				s = at - sl.load()
 			}
 		}
 	} else {
-		end := count
+		at, end := -1, count // unanchored: the first page must reach the oldest event
 		if anchored {
-			end = b + 1
+			at, end = b, b+1
 		}
 		spans = func(yield func(pageSpan) bool) {
 			for {
+				end += sl.load()
 				start := max(0, end-pageLimit)
-				if !yield(pageSpan{start, end - start}) || start == 0 {
+				if !yield(pageSpan{start: start, limit: end - start, at: at}) || start == 0 {
 					return
 				}
-				end = start + 1
+				at, end = start, start+1
 			}
 		}
 	}
@@ -282,6 +297,10 @@ func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, 
 		err := pl.send(batch)
 		batch = make([]veil.Event, 0, pl.size) // the acknowledger owns the one sent
 		return err
+	}
+	resync := func() error {
+		sl.widen()
+		return flushThen(flush, errResync)
 	}
 	prevID := ""
 	first := true
@@ -304,26 +323,34 @@ func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, 
 			}
 		}
 		chron := items
+		// planned is where the overlap would be in chron had the list not moved.
+		planned := r.at - r.start
 		if d == newestFirst {
 			chron = make([]veil.Event, len(items))
 			for i := range items {
 				chron[len(items)-1-i] = items[i]
 			}
+			planned = r.start + len(items) - 1 - r.at
 		}
-		// Contiguity: the first page starts at the anchor (a published event) or at the very
-		// start of the list; each later page contains the previous page's newest event.
-		from := 0
+		// Contiguity: the first page begins among published events (then no new event can come
+		// before what it holds) or at the very start of the list; each later page contains the
+		// previous page's newest event. m is where the overlap was found.
+		m := -1
 		switch {
 		case first && anchored:
 			if len(chron) == 0 || !pos.published(chron[0].Created.Time, chron[0].ID) {
-				return 0, flushThen(flush, errResync)
+				return 0, resync()
+			}
+			for i := range chron {
+				if pos.published(chron[i].Created.Time, chron[i].ID) {
+					m = i // the anchor: the newest published event
+				}
 			}
 		case first:
 			if d == newestFirst && r.start+len(items) < r.page.Count {
-				return 0, flushThen(flush, errResync)
+				return 0, resync() // grown past the slack: the oldest event is not on the page
 			}
 		default:
-			m := -1
 			for i := range chron {
 				if chron[i].ID == prevID {
 					m = i
@@ -331,20 +358,30 @@ func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, 
 				}
 			}
 			if m < 0 {
-				return 0, flushThen(flush, errResync)
+				return 0, resync()
 			}
-			from = m + 1
-			if m > 0 {
-				fw.addDups(m)
+		}
+		if m >= 0 && r.at >= 0 {
+			sl.observe(max(m-planned, planned-m))
+			if m > planned {
+				// Read again beyond the planned overlap: a page read before the previous one saw
+				// the list before it moved.
+				fw.addDups(m - planned)
 			}
 		}
 		first = false
 		if len(chron) > 0 {
 			prevID = chron[len(chron)-1].ID
 		}
-		for _, e := range chron[from:] {
+		for i, e := range chron {
 			if pos.published(e.Created.Time, e.ID) {
-				continue // the anchor, or a tie already published
+				continue // the overlap, or a tie already published
+			}
+			if i < m && !(pos.Known && e.Created.Equal(pos.Created)) {
+				// Before the overlap only an event sharing the position's instant can be new (the
+				// platform's order among ties may change between reads); anything else listed
+				// there is older than the position.
+				continue
 			}
 			pos.advance(e.Created.Time, e.ID)
 			batch = append(batch, e)

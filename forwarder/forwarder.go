@@ -79,9 +79,11 @@ type Forwarder struct {
 	auto     bool
 	cp       Checkpoint
 
-	mu        sync.Mutex
-	pos       Position // acknowledged
-	hint      int      // expected offset of the boundary
+	mu   sync.Mutex
+	pos  Position // acknowledged
+	hint int      // expected offset of the boundary
+	// slack is the pages' overlap the last cycle ended with (tail.go); only Run's goroutine uses it.
+	slack     int
 	backlog   int
 	published map[string]uint64
 	pubErrors uint64
@@ -208,6 +210,7 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 	if poll <= 0 {
 		poll = 5 * time.Second
 	}
+	resyncs := 0 // in a row
 	for {
 		start := time.Now()
 		n, err := fw.cycle(ctx)
@@ -221,11 +224,21 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		}
 		fw.mu.Unlock()
 		wait := poll
+		if errors.Is(err, errResync) {
+			resyncs++
+		} else {
+			resyncs = 0
+		}
 		switch {
 		case errors.Is(err, ErrCheckpointConflict):
 			return fw.stop(err)
 		case errors.Is(err, errResync):
+			// The reader widened its overlap: retry at once, then back off, so that a journal
+			// moving faster than it can be read is not hammered.
 			wait = 0
+			if resyncs > 1 {
+				wait = min(poll, 10*time.Millisecond<<min(resyncs-2, 10))
+			}
 		case err != nil:
 			fw.fail(err)
 			wait = min(poll, time.Second)

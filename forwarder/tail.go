@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -16,13 +17,47 @@ type eventPager interface {
 
 const (
 	pageLimit = 100 // the platform's cap
-	step      = pageLimit - 1
 	// catchUpPages is how many pages are read concurrently during a catch-up unless
 	// Options.Concurrency says otherwise; the client's own concurrency and rate limits still apply.
 	catchUpPages = 4
 	// prefetchPages bounds what is held in memory: at most this many pages of 100 events.
 	prefetchPages = 20
+	// Slack bounds, in rows: what a page overlaps beyond the one row that proves contiguity.
+	// It costs that share of every page read, so it stays small while the list holds still and
+	// never reaches a page, which would leave no room for progress.
+	minSlack   = 2
+	startSlack = 10
+	maxSlack   = pageLimit / 2
 )
+
+// slack is how far pages reach past the row they must overlap, on the side the list moves. It
+// follows the shifts observed: at once up to twice the largest, slowly back down, doubled when a
+// shift went past it. The consumer of pages observes, the planner of spans (another goroutine)
+// loads.
+type slack struct{ n atomic.Int32 }
+
+func newSlack(n int) *slack {
+	s := &slack{}
+	if n <= 0 {
+		n = startSlack
+	}
+	s.n.Store(int32(min(max(n, minSlack), maxSlack)))
+	return s
+}
+
+func (s *slack) load() int { return int(s.n.Load()) }
+
+// observe takes the shift (rows) between where a row was expected and where it was found.
+func (s *slack) observe(shift int) {
+	need, cur := min(2*shift+minSlack, maxSlack), s.load()
+	if need < cur {
+		need = max(need, cur*7/8)
+	}
+	s.n.Store(int32(need))
+}
+
+// widen follows a shift larger than the slack.
+func (s *slack) widen() { s.n.Store(int32(min(2*s.load(), maxSlack))) }
 
 // errResync says the journal moved under the reader (offsets shifted); locate again.
 var errResync = errors.New("journal shifted while reading; resynchronising")
@@ -68,12 +103,14 @@ type pageFetcher struct {
 }
 
 type pageResult struct {
-	start, limit int
-	page         veil.Page[veil.Event]
-	err          error
+	start, limit, at int
+	page             veil.Page[veil.Event]
+	err              error
 }
 
-type pageSpan struct{ start, limit int }
+// pageSpan is one page to read; at is the offset where the row it must overlap was expected
+// (-1: none).
+type pageSpan struct{ start, limit, at int }
 
 func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency int, spans func(yield func(pageSpan) bool)) *pageFetcher {
 	ctx, cancel := context.WithCancel(ctx)
@@ -103,7 +140,7 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency 
 				defer f.wg.Done()
 				defer func() { <-sem }()
 				pg, err := p.EventsPage(ctx, sp.start, sp.limit, ordering)
-				res <- pageResult{start: sp.start, limit: sp.limit, page: pg, err: err}
+				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, page: pg, err: err}
 			}()
 		}
 	}()
