@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/go-kit/log/level"
 
@@ -40,6 +41,10 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 		}
 		return 0, nil
 	}
+	// Should reading fail (the list moved past the overlap), the next cycle looks where the
+	// boundary just was rather than searching the whole list, which under a moving list takes
+	// long enough for the list to move again.
+	fw.setHint(b)
 	return fw.read(ctx, pos, b, count, anchored)
 }
 
@@ -89,7 +94,7 @@ func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, co
 	case j < 0 && o+len(items) >= count:
 		b = count
 	case j == 0:
-		b, err = fw.search(ctx, 0, o, pred)
+		b, o, items, err = fw.walkDown(ctx, o, items, pred)
 	default:
 		b, err = fw.search(ctx, o+len(items), count, pred)
 	}
@@ -111,6 +116,34 @@ func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, co
 		fw.observe(ctx, pos, d, b, count, o, items)
 	}
 	return b, count, anchored, nil
+}
+
+// walkDown looks for the boundary below a page that begins past it, a page at a time, before
+// searching: retention moves the boundary down (oldest first) between two cycles by about what it
+// deletes meanwhile, which a few pages cover, while a search's dozen reads one after the other
+// take long enough for the list to move past what it found. It returns the last page read.
+func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
+	for range 4 {
+		if o == 0 {
+			return 0, o, items, nil
+		}
+		o = max(0, o-(pageLimit-1))
+		pg, err := fw.pager.EventsPage(ctx, o, pageLimit, fw.ordering)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
+		}
+		items = pg.Results
+		j := slices.IndexFunc(items, pred)
+		switch {
+		case j > 0 || j == 0 && o == 0:
+			return o + j, o, items, nil
+		case j < 0:
+			// Past this page now: the list moved back up between the two reads.
+			return o + len(items), o, items, nil
+		}
+	}
+	b, err := fw.search(ctx, 0, o, pred)
+	return b, o, items, err
 }
 
 // observe remembers how many events follow the position and which is the newest, so that a
