@@ -96,7 +96,7 @@ func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, co
 	case j == 0:
 		b, o, items, err = fw.walkDown(ctx, o, items, pred)
 	default:
-		b, err = fw.search(ctx, o+len(items), count, pred)
+		b, o, items, err = fw.walkUp(ctx, o, items, count, pred)
 	}
 	if err != nil {
 		return 0, 0, false, err
@@ -143,6 +143,27 @@ func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pr
 		}
 	}
 	b, err := fw.search(ctx, 0, o, pred)
+	return b, o, items, err
+}
+
+// walkUp is walkDown's counterpart for a boundary past the page read: newest first, arrivals
+// move it up while it is looked for.
+func (fw *Forwarder) walkUp(ctx context.Context, o int, items []veil.Event, count int, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
+	for range 4 {
+		o += max(1, len(items)-1)
+		pg, err := fw.pager.EventsPage(ctx, o, pageLimit, fw.ordering)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
+		}
+		items, count = pg.Results, pg.Count
+		if j := slices.IndexFunc(items, pred); j >= 0 {
+			return o + j, o, items, nil
+		}
+		if o+len(items) >= count {
+			return count, o, items, nil
+		}
+	}
+	b, err := fw.search(ctx, o+len(items), count, pred)
 	return b, o, items, err
 }
 

@@ -1,0 +1,130 @@
+package forwarder
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// TestProgressWhileTheListMovesAtEveryRequest runs the forwarder against a journal that moves
+// between any two of its requests (a steady event rate with 20 ms per request; oldest first at the
+// retention cap every new event deletes the oldest one) and proves that it keeps up while the
+// list moves: at least half of everything due is published before the rate stops, everything
+// within a bound after, exactly once and in order, and no gap is counted. Before pages overlapped
+// by a slack, each of these cases published nothing until the rate stopped (and at the retention
+// cap the forwarder's own stall deleted its events unread).
+func TestProgressWhileTheListMovesAtEveryRequest(t *testing.T) {
+	tests := []struct {
+		name      string
+		order     string
+		retention int
+		backlog   int
+		start     string
+		rate      float64
+	}{
+		{"newest first from the latest event, 100 events/s", "newest_first", 0, 200, "latest", 100},
+		{"newest first reading a 2,000 backlog while 500 events/s arrive", "newest_first", 0, 2000, "earliest", 500},
+		{"oldest first reading a 2,000 backlog while 500 events/s arrive", "oldest_first", 0, 2000, "earliest", 500},
+		{"oldest first at a retention cap of 3,000 with 500 events/s deleting from the head", "oldest_first", 3000, 3000, "latest", 500},
+	}
+	const run = 3 * time.Second
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: tt.order, EventsRetention: tt.retention, InitialTasks: -1}, tt.order, tt.start)
+			rec := subscribe(t, r.nats.url())
+			r.sim.AddEvents(tt.backlog, veiltest.EventSpec{})
+			before := journalIDs(t, r)
+			r.sim.SetLatency(20*time.Millisecond, 0)
+			fw, stop := r.run()
+			t.Cleanup(stop)
+			if tt.start == "latest" {
+				for fw.Status().Position.IsZero() {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			r.sim.SetEventRate(tt.rate)
+			time.Sleep(run)
+			during := fw.Status().Published
+			r.sim.SetEventRate(0)
+
+			r.sim.SetLatency(0, 0)
+			after := journalIDs(t, r)
+			want := after
+			if tt.start == "latest" {
+				last := before[len(before)-1]
+				i := slices.Index(after, last)
+				if i < 0 {
+					t.Fatalf("the newest event before the run (%s) is gone: the run outgrew the retention", last)
+				}
+				want = after[i+1:]
+			} else if tt.retention == 0 && !slices.Equal(after[:len(before)], before) {
+				t.Fatal("the journal changed its history")
+			}
+			if len(want) < int(tt.rate*run.Seconds())/2 {
+				t.Fatalf("only %d events due; the simulator's rate did not run", len(want))
+			}
+			got := rec.waitFor(t, len(want), 5*time.Second)
+			exactlyOnceInOrder(t, "prod", want, got)
+			if during < uint64(len(want)/2) {
+				t.Errorf("published %d of %d events while the list moved: no progress", during, len(want))
+			}
+			if s := fw.Status(); s.Gaps != 0 {
+				t.Errorf("%d events counted lost; nothing was deleted unread", s.Gaps)
+			}
+		})
+	}
+}
+
+// journalIDs reads the whole journal oldest first while it holds still.
+func journalIDs(t *testing.T, r *rig) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for off := 0; ; off += pageLimit {
+		pg, err := r.cli.EventsPage(ctx, off, pageLimit, "created")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range pg.Results {
+			ids = append(ids, e.ID)
+		}
+		if len(pg.Results) == 0 || off+pageLimit >= pg.Count {
+			return ids
+		}
+	}
+}
+
+// TestSlackStaysWithinAPage proves the overlap grows with the shifts seen and after a resync but
+// always leaves room for progress, and shrinks back while the list holds still.
+func TestSlackStaysWithinAPage(t *testing.T) {
+	tests := []struct {
+		name  string
+		start int
+		do    func(s *slack)
+		min   int
+		max   int
+	}{
+		{"starts at the default", 0, func(*slack) {}, startSlack, startSlack},
+		{"grows at once to twice a shift", startSlack, func(s *slack) { s.observe(15) }, 32, 32},
+		{"never reaches a page whatever the shift", startSlack, func(s *slack) { s.observe(10 * pageLimit) }, maxSlack, maxSlack},
+		{"doubles on a resync, capped", maxSlack - 1, func(s *slack) { s.widen(); s.widen() }, maxSlack, maxSlack},
+		{"shrinks back while nothing moves", maxSlack, func(s *slack) {
+			for range 100 {
+				s.observe(0)
+			}
+		}, minSlack, minSlack},
+		{"shrinks slowly", 40, func(s *slack) { s.observe(0) }, 35, 35},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSlack(tt.start)
+			tt.do(s)
+			if n := s.load(); n < tt.min || n > tt.max || n >= pageLimit-1 {
+				t.Fatalf("slack %d, want %d..%d (and below a page)", n, tt.min, tt.max)
+			}
+		})
+	}
+}
