@@ -37,7 +37,9 @@ type Inventory struct {
 	descs      *inventoryDescs
 	tasks      *taskTracker
 
-	refreshMu sync.Mutex // one Refresh at a time
+	// refreshMu keeps one Refresh at a time and is held while it waits for the API; mu is
+	// held only to read or swap the state below, so readers never wait for the controller.
+	refreshMu sync.Mutex
 
 	mu           sync.RWMutex
 	snap         snapshot
@@ -186,53 +188,97 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			results <- result{name: name, err: err, d: time.Since(t0), set: set}
 		}()
 	}
+	// Gather every result before taking inv.mu: scrapes, the status page and the guest
+	// checker read the snapshot meanwhile and must not wait for a slow controller.
+	done := make([]result, 0, len(inv.enabled))
+	for range inv.enabled {
+		done = append(done, <-results)
+	}
+	finished := time.Now()
+
 	var errs []error
 	auth := false
+	for _, r := range done {
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("couldn't get %s: %w", r.name, r.err))
+			auth = auth || errors.Is(r.err, veil.ErrUnauthorized) || errors.Is(r.err, veil.ErrForbidden)
+		}
+	}
+	err := errors.Join(errs...)
+	msg := ""
+	if auth {
+		msg = fmt.Sprintf("controller %s rejected the token (401/403): check token/token_file; it is re-read before the next attempt", inv.controller)
+	} else if err != nil {
+		msg = err.Error()
+	}
+	next := refreshStateUp
+	switch {
+	case auth:
+		next = refreshStateAuth
+	case err != nil:
+		next = refreshStateDown
+	}
+
 	inv.mu.Lock()
-	next := inv.snap
-	for range inv.enabled {
-		r := <-results
+	snap := inv.snap
+	for _, r := range done {
 		run := inv.runs[r.name]
 		run.duration = r.d
 		if r.err != nil {
 			run.success, run.err = false, r.err.Error()
-			errs = append(errs, fmt.Errorf("couldn't get %s: %w", r.name, r.err))
-			auth = auth || errors.Is(r.err, veil.ErrUnauthorized) || errors.Is(r.err, veil.ErrForbidden)
 			continue
 		}
-		r.set(&next)
-		run.success, run.err, run.lastSuccess = true, "", time.Now()
+		r.set(&snap)
+		run.success, run.err, run.lastSuccess = true, "", finished
 	}
-	inv.snap = next
-	err := errors.Join(errs...)
-	wasUp, wasAuth, first := inv.up, inv.authFailed, !inv.refreshed
+	inv.snap = snap
+	prev := refreshStateNone
+	switch {
+	case !inv.refreshed:
+	case inv.authFailed:
+		prev = refreshStateAuth
+	case inv.up:
+		prev = refreshStateUp
+	default:
+		prev = refreshStateDown
+	}
 	inv.up = err == nil
 	inv.authFailed = auth
 	inv.refreshed = true
 	inv.lastAttempt = start
-	inv.lastDuration = time.Since(start)
-	inv.lastError = ""
-	if auth {
-		inv.lastError = fmt.Sprintf("controller %s rejected the token (401/403): check token/token_file; it is re-read before the next attempt", inv.controller)
-	} else if err != nil {
-		inv.lastError = err.Error()
-	}
-	msg := inv.lastError
+	inv.lastDuration = finished.Sub(start)
+	inv.lastError = msg
 	inv.mu.Unlock()
 
-	// One log line per state change, not per failed request.
-	switch {
-	case auth && !wasAuth:
+	// One log line per state change, not per failed refresh: a token that keeps failing or
+	// a controller that stays down is logged when it starts and when it recovers.
+	if next == prev {
+		return err
+	}
+	switch next {
+	case refreshStateAuth:
 		level.Error(inv.logger).Log("msg", msg)
-	case err != nil && (wasUp || first || wasAuth):
+	case refreshStateDown:
 		level.Warn(inv.logger).Log("msg", "controller down: inventory refresh failed, serving the last good data", "err", err)
-	case err == nil && !wasUp && !first:
-		level.Info(inv.logger).Log("msg", "controller back up: inventory refresh succeeded")
-	case err == nil && first:
-		level.Info(inv.logger).Log("msg", "first inventory refresh done", "duration", inv.lastDuration)
+	case refreshStateUp:
+		if prev == refreshStateNone {
+			level.Info(inv.logger).Log("msg", "first inventory refresh done", "duration", finished.Sub(start))
+		} else {
+			level.Info(inv.logger).Log("msg", "controller back up: inventory refresh succeeded")
+		}
 	}
 	return err
 }
+
+// refreshState is what the last refresh found, for logging only its changes.
+type refreshState int
+
+const (
+	refreshStateNone refreshState = iota // no refresh finished yet
+	refreshStateUp
+	refreshStateDown
+	refreshStateAuth // the token was rejected
+)
 
 // collect reads one collection and returns how to store it in the snapshot.
 func (inv *Inventory) collect(ctx context.Context, name string) (func(*snapshot), error) {

@@ -576,3 +576,153 @@ func writeText(buf *bytes.Buffer, mf *dto.MetricFamily) {
 func fmtSscan(s string, v *float64) (int, error) { return fmt.Sscan(s, v) }
 
 func regexpQuote(s string) string { return regexp.QuoteMeta(s) }
+
+// TestReadersDoNotWaitForARefresh: while a refresh waits for a slow controller, a scrape, the
+// status page and the guest checker's Domains read the previous snapshot at once. The proof
+// does not time anything: every reader returns while no request of the refresh has been
+// answered yet (the simulator logs a request when it answers, after its 1 s latency).
+func TestReadersDoNotWaitForARefresh(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	wantSeries := testutil.CollectAndCount(f.inv)
+	// The handlers of the first refresh may still be returning: start from none in flight.
+	deadline := time.Now().Add(10 * time.Second)
+	for f.sim.ResetRequests(); f.sim.InFlightMax() != 0; f.sim.ResetRequests() {
+		if time.Now().After(deadline) {
+			t.Fatal("the simulator never went idle")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.sim.SetLatency(time.Second, 0)
+
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- f.refresh(t) }()
+	for f.sim.InFlightMax() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the refresh sent no request")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	readers := []struct {
+		name string
+		read func() error
+	}{
+		{"Collect", func() error {
+			if n := testutil.CollectAndCount(f.inv); n != wantSeries {
+				return fmt.Errorf("%d series, want the previous snapshot's %d", n, wantSeries)
+			}
+			return nil
+		}},
+		{"Status", func() error {
+			if st := f.inv.Status(); !st.Ready || !st.Up || st.Domains != 3 {
+				return fmt.Errorf("status %+v, want the previous snapshot", st)
+			}
+			return nil
+		}},
+		{"Domains", func() error {
+			if n := len(f.inv.Domains()); n != 3 {
+				return fmt.Errorf("%d domains, want 3", n)
+			}
+			return nil
+		}},
+		{"Ready", func() error {
+			if !f.inv.Ready() {
+				return fmt.Errorf("not ready")
+			}
+			return nil
+		}},
+	}
+	for _, r := range readers {
+		if err := r.read(); err != nil {
+			t.Errorf("%s: %v", r.name, err)
+		}
+		if answered := len(f.sim.Requests()); answered != 0 {
+			t.Errorf("%s returned only after %d requests of the refresh were answered: it waited for the refresh", r.name, answered)
+		}
+	}
+	select {
+	case err := <-refreshed:
+		t.Fatalf("the refresh finished before the readers were checked (err %v): the test proves nothing", err)
+	default:
+	}
+	if err := <-refreshed; err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	if len(f.sim.Requests()) == 0 {
+		t.Error("the refresh finished without an answered request")
+	}
+}
+
+// TestConcurrentRefreshesAreSafe: two refreshes at once (Run and a caller) leave a consistent
+// snapshot and the race detector quiet.
+func TestConcurrentRefreshesAreSafe(t *testing.T) {
+	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() { errs <- f.refresh(t) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("refresh: %v", err)
+		}
+	}
+	if st := f.inv.Status(); !st.Up || st.Domains != 3 || st.Nodes != 2 {
+		t.Errorf("status after concurrent refreshes: %+v", st)
+	}
+}
+
+// TestRefreshLogsOnlyStateChanges: a controller that keeps rejecting the token or keeps
+// failing is logged once when it starts and once when it recovers, not at every refresh.
+func TestRefreshLogsOnlyStateChanges(t *testing.T) {
+	const (
+		first  = "first inventory refresh done"
+		token  = "rejected the token"
+		down   = "controller down"
+		backUp = "controller back up"
+	)
+	tests := []struct {
+		name  string
+		steps []string // ok, auth (401), forbidden (403), down (503)
+		want  []string // the log lines in order, by a substring
+	}{
+		{"token keeps failing", []string{"ok", "auth", "auth", "auth", "ok"}, []string{first, token, backUp}},
+		{"token fails from the start", []string{"auth", "auth", "ok", "ok"}, []string{token, backUp}},
+		{"403 keeps failing", []string{"ok", "forbidden", "forbidden", "ok"}, []string{first, token, backUp}},
+		{"controller stays down", []string{"ok", "down", "down", "down", "ok", "ok"}, []string{first, down, backUp}},
+		{"down then token", []string{"ok", "down", "auth", "auth", "down", "ok"}, []string{first, down, token, down, backUp}},
+		{"first refresh fails", []string{"down", "down", "ok"}, []string{down, backUp}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, smallInventory, testCollect(), veil.Config{})
+			for i, step := range tt.steps {
+				switch step {
+				case "ok":
+					f.sim.ClearFaults()
+				case "auth":
+					f.sim.SetFaults(veiltest.Fault{Kind: "status", Status: 401})
+				case "forbidden":
+					f.sim.SetFaults(veiltest.Fault{Kind: "status", Status: 403})
+				case "down":
+					f.sim.SetFaults(veiltest.Fault{Kind: "status", Status: 503})
+				}
+				if err := f.refresh(t); (err == nil) != (step == "ok") {
+					t.Fatalf("step %d (%s): refresh error %v", i, step, err)
+				}
+			}
+			lines := strings.Split(strings.TrimSpace(f.logs.String()), "\n")
+			if len(lines) != len(tt.want) {
+				t.Fatalf("want %d log lines %q, got %d:\n%s", len(tt.want), tt.want, len(lines), f.logs.String())
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(lines[i], w) {
+					t.Errorf("line %d = %q, want %q", i, lines[i], w)
+				}
+			}
+		})
+	}
+}
