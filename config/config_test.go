@@ -180,3 +180,50 @@ func TestLoadResolvesRelativePathsAgainstConfigDir(t *testing.T) {
 }
 
 func fmtAll(cfg *Config) string { return fmt.Sprintf("%v %+v %s", cfg, *cfg, cfg.Controllers[0].Token) }
+
+// TestInvalidURLErrorHidesPassword: a rejected controller or NATS URL is quoted in the error
+// with its userinfo masked, whether url.Parse accepts it or not, and the host is still shown
+// so that the person can find the line.
+func TestInvalidURLErrorHidesPassword(t *testing.T) {
+	const pw = "pa55w0rd"
+	tests := []struct {
+		name string
+		key  string // controllers[0].url or nats.url
+		url  string
+		want string // quoted in the error instead
+	}{
+		{"controller with a wrong scheme", "controllers[0].url", "ftp://admin:" + pw + "@veil.example.com", `"ftp://xxxxx@veil.example.com"`},
+		{"controller without a host", "controllers[0].url", "https://admin:" + pw + "@", `"https://xxxxx@"`},
+		{"controller url.Parse rejects", "controllers[0].url", "https://admin:" + pw + "%zz@veil.example.com", `"https://xxxxx@veil.example.com"`},
+		{"controller without a scheme", "controllers[0].url", "admin:" + pw + "@veil.example.com", `"xxxxx@veil.example.com"`},
+		{"nats with a wrong scheme", "nats.url", "http://user:" + pw + "@127.0.0.1:4222", `"http://xxxxx@127.0.0.1:4222"`},
+		{"nats password with a slash", "nats.url", "nats://user:" + pw[:4] + "/" + pw[4:] + "@127.0.0.1:4222", `"nats://xxxxx@127.0.0.1:4222"`},
+		{"nats password with an at sign, no host", "nats.url", "nats://user:" + pw[:4] + "@" + pw[4:] + "@", `"nats://xxxxx@"`},
+		{"nats password with a space", "nats.url", "nats://user:" + pw + " @127.0.0.1:4222", `"nats://xxxxx@127.0.0.1:4222"`},
+		{"nats without a scheme", "nats.url", "user:" + pw + "@127.0.0.1:4222", `"xxxxx@127.0.0.1:4222"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctrl, nats := "https://veil.example.com", "nats://127.0.0.1:4222"
+			if tt.key == "nats.url" {
+				nats = tt.url
+			} else {
+				ctrl = tt.url
+			}
+			yml := fmt.Sprintf("controllers:\n  - {name: a, url: '%s', token: t}\nevents: {enabled: true}\nnats: {url: '%s'}\n", ctrl, nats)
+			_, err := Parse([]byte(yml))
+			if err == nil {
+				t.Fatal("accepted, want an error")
+			}
+			msg := err.Error()
+			for _, leak := range []string{pw, pw[:4], pw[4:]} {
+				if strings.Contains(msg, leak) {
+					t.Errorf("error shows the password (%q): %s", leak, msg)
+				}
+			}
+			if !strings.Contains(msg, tt.key) || !strings.Contains(msg, tt.want) {
+				t.Errorf("error %q does not name %s with %s", msg, tt.key, tt.want)
+			}
+		})
+	}
+}
