@@ -137,36 +137,37 @@ func reconnectDelay(attempts int) time.Duration {
 	return min(d, 5*time.Second)
 }
 
-// ensureStream creates the stream (create_stream) or checks that it exists and covers our subjects.
+// ensureStream creates the stream when it does not exist (create_stream) and otherwise only
+// checks it: the stream is usually provisioned with its own limits (deploy/nats/stream.json:
+// max_age, max_bytes, ...), which an update from here would reset to unlimited.
 func (c *Conn) ensureStream(ctx context.Context) error {
 	name := c.cfg.JetStream.Stream
 	subject := c.cfg.SubjectPrefix + ".>"
+	dw := c.cfg.JetStream.DuplicateWindow
+	if dw <= 0 {
+		dw = time.Hour
+	}
 	// The server may still be recovering its store right after a restart: retry briefly.
 	var lastErr error
 	for attempt := 0; attempt < 50; attempt++ {
-		var err error
-		if c.cfg.JetStream.CreateStream {
-			dw := c.cfg.JetStream.DuplicateWindow
-			if dw <= 0 {
-				dw = time.Hour
+		s, err := c.js.Stream(ctx, name)
+		if err == nil {
+			return c.checkStream(s.CachedInfo().Config, subject, dw)
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if !c.cfg.JetStream.CreateStream {
+				return fmt.Errorf("stream %s does not exist and nats.jetstream.create_stream is false", name)
 			}
-			_, err = c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			_, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
 				Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage,
 			})
-		} else {
-			var s jetstream.Stream
-			s, err = c.js.Stream(ctx, name)
-			if err == nil && !covers(s.CachedInfo().Config.Subjects, subject) {
-				return fmt.Errorf("stream %s does not capture subjects %q", name, subject)
+			if err == nil {
+				level.Info(c.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw)
+				return nil
 			}
-		}
-		if err == nil {
-			return nil
+			// Already in use: another instance created it meanwhile; check it on the next round.
 		}
 		lastErr = err
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			break
-		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("couldn't set up stream %s: %w", name, ctx.Err())
@@ -176,13 +177,51 @@ func (c *Conn) ensureStream(ctx context.Context) error {
 	return fmt.Errorf("couldn't set up stream %s: %w", name, lastErr)
 }
 
+// checkStream verifies an existing stream without changing it. Subjects not captured would lose
+// every event: an error. A duplicate window shorter than configured narrows what a restart can
+// resend without duplicates, but still works: a warning.
+func (c *Conn) checkStream(sc jetstream.StreamConfig, subject string, dw time.Duration) error {
+	if !covers(sc.Subjects, subject) {
+		return fmt.Errorf("stream %s does not capture subjects %q (its subjects: %q); add them to the stream or change nats.subject_prefix",
+			sc.Name, subject, sc.Subjects)
+	}
+	if sc.Duplicates < dw {
+		level.Warn(c.logger).Log("msg", "stream's duplicate window is shorter than nats.jetstream.duplicate_window: events resent after a longer outage or restart may be delivered twice; the stream is left unchanged",
+			"stream", sc.Name, "stream_duplicate_window", sc.Duplicates, "duplicate_window", dw)
+	}
+	return nil
+}
+
+// covers reports whether one of the stream's subjects captures every subject want matches.
 func covers(subjects []string, want string) bool {
 	for _, s := range subjects {
-		if s == want || s == ">" {
+		if subsetOf(want, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// subsetOf reports whether every subject matched by the filter sub is matched by the filter of.
+func subsetOf(sub, of string) bool {
+	a, b := strings.Split(sub, "."), strings.Split(of, ".")
+	for i, t := range b {
+		if t == ">" {
+			return i < len(a) // ">" needs at least one token
+		}
+		if i >= len(a) {
+			return false
+		}
+		switch {
+		case t == "*":
+			if a[i] == ">" {
+				return false
+			}
+		case t != a[i]:
+			return false
+		}
+	}
+	return len(a) == len(b)
 }
 
 func startEmbedded(cfg config.Embedded) (*server.Server, error) {
