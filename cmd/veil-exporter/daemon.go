@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"time"
@@ -207,27 +209,41 @@ func (d *daemon) apply(cfg *config.Config) error {
 	old, oldConn := d.cfg, d.conn
 	d.mu.RUnlock()
 
-	conn := oldConn
-	natsChanged := old == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || old.Events.Enabled != cfg.Events.Enabled
-	if natsChanged {
-		conn = nil
+	// d.conn is always open: a new connection is needed only when forwarding and NATS changed
+	// (or the last connection was lost in a failed reload).
+	var conn *forwarder.Conn
+	fresh := false
+	if cfg.Events.Enabled {
+		conn = oldConn
+		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS)
 	}
-	if cfg.Events.Enabled && conn == nil {
-		if oldConn != nil && cfg.NATS.Embedded.Enabled {
-			// The embedded server listens on an address: the old one must go first.
+	tornDown := false
+	if fresh {
+		if oldConn != nil && sharesEmbedded(old.NATS, cfg.NATS) {
+			// Two embedded servers cannot share a port or a store: the old one must go first,
+			// and comes back should the new configuration fail.
 			d.stopControllers()
+			d.mu.Lock()
+			d.conn = nil
+			d.mu.Unlock()
 			oldConn.Close()
-			oldConn = nil
+			oldConn, tornDown = nil, true
 		}
 		var err error
-		if conn, err = forwarder.Connect(d.ctx, cfg.NATS, log.With(d.logger, "component", "nats")); err != nil {
+		if conn, err = d.connect(cfg.NATS); err != nil {
+			if tornDown {
+				d.restore(old)
+			}
 			return fmt.Errorf("couldn't connect to NATS: %w", err)
 		}
 	}
 	ctrls, err := d.build(cfg, conn)
 	if err != nil {
-		if conn != nil && conn != oldConn {
+		if fresh {
 			conn.Close()
+		}
+		if tornDown {
+			d.restore(old)
 		}
 		return err
 	}
@@ -250,6 +266,69 @@ func (d *daemon) apply(cfg *config.Config) error {
 	d.reloadOK.Set(1)
 	d.reloadTime.SetToCurrentTime()
 	return nil
+}
+
+// connect opens the NATS connection of n.
+func (d *daemon) connect(n config.NATS) (*forwarder.Conn, error) {
+	if n.Embedded.Enabled {
+		// A taken port shows in the embedded server only as a start timeout; say why at once.
+		if err := probeListen(n.Embedded.Listen); err != nil {
+			return nil, fmt.Errorf("nats.embedded.listen: %w", err)
+		}
+	}
+	return forwarder.Connect(d.ctx, n, log.With(d.logger, "component", "nats"))
+}
+
+func probeListen(addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return nil // any free port will do
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// sharesEmbedded says whether the embedded servers of a and b would collide: the same port, or
+// the same JetStream store (the server does not lock it).
+func sharesEmbedded(a, b config.NATS) bool {
+	if !a.Embedded.Enabled || !b.Embedded.Enabled {
+		return false
+	}
+	_, pa, errA := net.SplitHostPort(a.Embedded.Listen)
+	_, pb, errB := net.SplitHostPort(b.Embedded.Listen)
+	samePort := errA != nil || errB != nil || (pa == pb && pa != "0")
+	return samePort || filepath.Clean(a.Embedded.StoreDir) == filepath.Clean(b.Embedded.StoreDir)
+}
+
+// restore starts cfg (the configuration that ran before a failed reload stopped it) again on a
+// fresh connection. Should that connection fail too, collection goes on without forwarding until
+// a reload succeeds, and /-/healthy says so.
+func (d *daemon) restore(cfg *config.Config) {
+	run := cfg
+	conn, err := d.connect(cfg.NATS)
+	if err != nil {
+		level.Error(d.logger).Log("msg", "couldn't reconnect the previous NATS configuration; events are not forwarded until a reload succeeds", "err", err)
+		c := *cfg
+		c.Events.Enabled = false
+		run, conn = &c, nil
+	}
+	ctrls, err := d.build(run, conn)
+	if err != nil {
+		// It built before; only a file that has gone since (ca_file) can fail it now.
+		level.Error(d.logger).Log("msg", "couldn't restart the previous configuration", "err", err)
+		if conn != nil {
+			conn.Close()
+		}
+		ctrls, conn = nil, nil
+	}
+	for _, ct := range ctrls {
+		ct.start(d.ctx, d.logger)
+	}
+	d.mu.Lock()
+	d.controllers, d.conn = ctrls, conn
+	d.mu.Unlock()
 }
 
 func hasController(cfg *config.Config, name string) bool {
