@@ -19,11 +19,14 @@ const namespace = "veil"
 // forwarder; one set of Descs keeps their HELP identical, which the registry requires.
 var (
 	collectorSuccessDesc = prometheus.NewDesc("veil_collector_success",
-		"1 if the last run of the collector succeeded.", []string{"controller", "collector"}, nil)
+		"1 if the last background run of the collector succeeded (inventory collections every collect.interval, guest sweeps, event polls); a scrape reads the cached result and never runs a collector.",
+		[]string{"controller", "collector"}, nil)
 	collectorDurationDesc = prometheus.NewDesc("veil_collector_duration_seconds",
-		"Duration of the last run of the collector.", []string{"controller", "collector"}, nil)
+		"Duration of the last background run of the collector; cached, a scrape never runs a collector.",
+		[]string{"controller", "collector"}, nil)
 	collectorLastSuccessDesc = prometheus.NewDesc("veil_collector_last_success_timestamp_seconds",
-		"Unix time of the last successful run of the collector; 0 if it never succeeded.", []string{"controller", "collector"}, nil)
+		"Unix time of the last successful background run of the collector, so time() minus it is the age of the cached data; 0 if it never succeeded.",
+		[]string{"controller", "collector"}, nil)
 )
 
 // CollectorStatusMetrics sends veil_collector_success, veil_collector_duration_seconds and

@@ -109,7 +109,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		client:     client,
 		cfg:        cfg,
 		logger:     log.With(logger, "controller", controller),
-		descs:      newInventoryDescs(controller, cfg.Interval),
+		descs:      newInventoryDescs(controller, refreshInterval(cfg.Interval)),
 		tasks:      newTaskTracker(maxTaskNames),
 		runs:       map[string]*collectionRun{},
 	}
@@ -138,10 +138,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 
 // Run refreshes at once and then every collect.interval until ctx is done.
 func (inv *Inventory) Run(ctx context.Context) {
-	interval := inv.cfg.Interval
-	if interval <= 0 {
-		interval = 30 * time.Second
-	}
+	interval := refreshInterval(inv.cfg.Interval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -155,6 +152,15 @@ func (inv *Inventory) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// refreshInterval is collect.interval, or 30s when unset (config.Load never leaves it unset),
+// so that Run and the HELP texts agree.
+func refreshInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 30 * time.Second
+	}
+	return d
 }
 
 // Refresh reads every enabled collection concurrently (within the client's limits) and

@@ -26,12 +26,14 @@ type inventoryDescs struct {
 
 func newInventoryDescs(controller string, interval time.Duration) *inventoryDescs {
 	cl := prometheus.Labels{"controller": controller}
-	cached := " Refreshed in the background every " + interval.String() + "."
+	// A scrape shows cached data: the HELP says how old it can be and what a failure does.
+	every := " Refreshed in the background every " + interval.String()
+	cached := every + "; the last good data is kept while the controller fails."
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(namespace+"_"+name, help+cached, labels, cl)
 	}
 	return &inventoryDescs{
-		up: prometheus.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded."+cached, nil, cl),
+		up: prometheus.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded; while it is 0 the inventory series keep the last good data."+every+".", nil, cl),
 
 		nodeInfo:           d("node_info", "Node description; value 1.", "node_id", "node", "cluster", "management_ip"),
 		nodeStatus:         d("node_status", "Current status of the node; value 1.", "node_id", "status"),
@@ -65,9 +67,13 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 		domainMemUsage: d("domain_memory_usage_ratio", "Memory usage of the VM, 0..1, when the platform reports it.", "domain_id"),
 		domainAgent:    d("domain_guest_agent_connected", "1 if the QEMU guest agent of the VM answers the platform.", "domain_id"),
 
-		tasks:         d("tasks", "Tasks of the platform by status.", "status"),
-		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total", "Tasks seen finishing since the exporter started, by operation and final status.", []string{"name", "status"}, cl),
-		taskDuration:  prometheus.NewDesc("veil_task_duration_seconds", "Execution time of tasks seen finishing since the exporter started.", []string{"name"}, cl),
+		tasks: d("tasks", "Tasks of the platform by status.", "status"),
+		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total",
+			"Tasks seen finishing since the exporter started, by operation and final status; counted at each inventory refresh, every "+interval.String()+".",
+			[]string{"name", "status"}, cl),
+		taskDuration: prometheus.NewDesc("veil_task_duration_seconds",
+			"Execution time of tasks seen finishing since the exporter started; counted at each inventory refresh, every "+interval.String()+".",
+			[]string{"name"}, cl),
 	}
 }
 

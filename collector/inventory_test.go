@@ -726,3 +726,42 @@ func TestRefreshLogsOnlyStateChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpSaysDataIsCached: the families a scrape serves from a background run say how often
+// that run happens, so nobody reads them as live values.
+func TestHelpSaysDataIsCached(t *testing.T) {
+	cc := testCollect()
+	cc.Interval = 45 * time.Second
+	inv, err := NewInventory("test", &veil.Client{}, cc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := config.Default().Guest
+	gc.PingInterval = 17 * time.Second
+	guest := NewGuestChecker("test", &veil.Client{}, gc, inv.Domains, nil)
+	tests := []struct {
+		family string
+		desc   *prometheus.Desc
+		want   []string
+	}{
+		{"veil_up", inv.descs.up, []string{"every 45s", "last good data"}},
+		{"veil_domain_info", inv.descs.domainInfo, []string{"every 45s", "last good data is kept while the controller fails"}},
+		{"veil_tasks_finished_total", inv.descs.tasksFinished, []string{"counted at each inventory refresh, every 45s"}},
+		{"veil_task_duration_seconds", inv.descs.taskDuration, []string{"counted at each inventory refresh, every 45s"}},
+		{"veil_guest_ping_duration_seconds", guest.descs.pingDuration, []string{"every 17s"}},
+		{"veil_collector_success", collectorSuccessDesc, []string{"background run", "cached"}},
+		{"veil_collector_duration_seconds", collectorDurationDesc, []string{"background run", "cached"}},
+		{"veil_collector_last_success_timestamp_seconds", collectorLastSuccessDesc, []string{"background run", "age of the cached data"}},
+	}
+	for _, tt := range tests {
+		s := tt.desc.String()
+		if !strings.Contains(s, `"`+tt.family+`"`) {
+			t.Errorf("desc %s is not %s", s, tt.family)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(s, w) {
+				t.Errorf("%s HELP does not say %q: %s", tt.family, w, s)
+			}
+		}
+	}
+}
