@@ -20,11 +20,6 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Locating while NATS is away keeps the view of the journal fresh, so that events deleted
-	// before NATS returns can be counted.
-	if !fw.opts.Conn.Connected() {
-		return 0, errors.New("NATS is not connected")
-	}
 	d := fw.dir()
 	newCount := b
 	if d == oldestFirst {
@@ -33,6 +28,12 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	fw.mu.Lock()
 	fw.backlog = newCount
 	fw.mu.Unlock()
+	// Locating while NATS is away keeps the view of the journal fresh, so that events deleted
+	// before NATS returns can be counted, and the backlog grows while nothing can be published
+	// (which is when its alert matters).
+	if !fw.opts.Conn.Connected() {
+		return 0, errors.New("NATS is not connected")
+	}
 	if newCount <= 0 {
 		if d == newestFirst {
 			fw.setHint(0)
@@ -59,14 +60,14 @@ func (fw *Forwarder) setHint(h int) {
 // event next to b exists (otherwise reading starts at the very start of the list). It also
 // notices events lost at the source and records what is needed to count future losses.
 func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, count int, anchored bool, err error) {
-	o := max(0, hint-pageLimit/2)
-	pg, err := fw.pager.EventsPage(ctx, o, pageLimit, fw.ordering)
+	o := max(0, hint-fw.page/2)
+	pg, err := fw.pager.EventsPage(ctx, o, fw.page, fw.ordering)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
 	}
 	if o > 0 && len(pg.Results) == 0 { // the list shrank below the hint
 		o = 0
-		if pg, err = fw.pager.EventsPage(ctx, 0, pageLimit, fw.ordering); err != nil {
+		if pg, err = fw.pager.EventsPage(ctx, 0, fw.page, fw.ordering); err != nil {
 			return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
 		}
 	}
@@ -127,8 +128,8 @@ func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pr
 		if o == 0 {
 			return 0, o, items, nil
 		}
-		o = max(0, o-(pageLimit-1))
-		pg, err := fw.pager.EventsPage(ctx, o, pageLimit, fw.ordering)
+		o = max(0, o-(fw.page-1))
+		pg, err := fw.pager.EventsPage(ctx, o, fw.page, fw.ordering)
 		if err != nil {
 			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
 		}
@@ -151,7 +152,7 @@ func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pr
 func (fw *Forwarder) walkUp(ctx context.Context, o int, items []veil.Event, count int, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
 	for range 4 {
 		o += max(1, len(items)-1)
-		pg, err := fw.pager.EventsPage(ctx, o, pageLimit, fw.ordering)
+		pg, err := fw.pager.EventsPage(ctx, o, fw.page, fw.ordering)
 		if err != nil {
 			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
 		}
@@ -300,7 +301,8 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 // where the next cycle expects the boundary.
 func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, anchored bool, pl *pipeline) (int, error) {
 	d := fw.dir()
-	sl := newSlack(fw.slack)
+	page := fw.page
+	sl := newSlack(fw.slack, page)
 	defer func() { fw.slack = sl.load() }()
 	// Each span names the offset at where the row it must overlap (the anchor, or the previous
 	// page's newest row) was when the plan was made; the slack in force when a span is planned
@@ -317,10 +319,10 @@ func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, 
 				s = max(0, at-sl.load())
 			}
 			for {
-				if !yield(pageSpan{start: s, limit: pageLimit, at: at}) || s+pageLimit >= count {
+				if !yield(pageSpan{start: s, limit: page, at: at}) || s+page >= count {
 					return
 				}
-				at = s + pageLimit - 1
+				at = s + page - 1
 				s = at - sl.load()
 			}
 		}
@@ -332,7 +334,7 @@ func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, 
 		spans = func(yield func(pageSpan) bool) {
 			for {
 				end += sl.load()
-				start := max(0, end-pageLimit)
+				start := max(0, end-page)
 				if !yield(pageSpan{start: start, limit: end - start, at: at}) || start == 0 {
 					return
 				}

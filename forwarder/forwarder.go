@@ -74,6 +74,7 @@ type Forwarder struct {
 	logger   log.Logger
 	pager    eventPager
 	pub      publisher
+	page     int // events per page read (events.page_size)
 	ordering string
 	order    direction
 	auto     bool
@@ -121,6 +122,7 @@ func New(opts Options) (*Forwarder, error) {
 		return nil, errors.New("forwarder: no platform client")
 	}
 	fw.pager = opts.Client
+	fw.page = pageSize(opts.Events.PageSize, fw.logger)
 	switch opts.Events.Order {
 	case "", "auto":
 		fw.ordering, fw.order, fw.auto = "created", unknownOrder, true
@@ -242,13 +244,26 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		case err != nil:
 			fw.fail(err)
 			wait = min(poll, time.Second)
-		case n >= pageLimit:
+		case n >= fw.page:
 			wait = 0 // catching up: there may be more already
 		}
 		if !sleep(ctx, wait) {
 			return nil
 		}
 	}
+}
+
+// pageSize is the page size to read with: events.page_size (0: the platform's cap of 100), no
+// smaller than a page that can both overlap the previous one and progress.
+func pageSize(n int, logger log.Logger) int {
+	switch {
+	case n <= 0 || n > pageLimit:
+		return pageLimit
+	case n < minPage:
+		level.Warn(logger).Log("msg", "events.page_size too small to overlap pages and progress; using the smallest that can", "page_size", n, "using", minPage)
+		return minPage
+	}
+	return n
 }
 
 func (fw *Forwarder) loadPosition(ctx context.Context) (Position, bool, error) {
@@ -290,14 +305,14 @@ func (fw *Forwarder) initialPosition(ctx context.Context) (Position, error) {
 	if fw.opts.Events.Start == "earliest" {
 		return Position{}, nil
 	}
-	pg, err := fw.pager.EventsPage(ctx, 0, pageLimit, fw.ordering)
+	pg, err := fw.pager.EventsPage(ctx, 0, fw.page, fw.ordering)
 	if err != nil {
 		return Position{}, fmt.Errorf("couldn't read events: %w", err)
 	}
 	fw.learnOrder(pg.Results)
 	items := pg.Results
 	if fw.order != newestFirst && pg.Count > len(items) {
-		if pg, err = fw.pager.EventsPage(ctx, max(0, pg.Count-pageLimit), pageLimit, fw.ordering); err != nil {
+		if pg, err = fw.pager.EventsPage(ctx, max(0, pg.Count-fw.page), fw.page, fw.ordering); err != nil {
 			return Position{}, fmt.Errorf("couldn't read events: %w", err)
 		}
 		items = pg.Results

@@ -3,6 +3,8 @@ package forwarder
 import (
 	"context"
 	"math/rand/v2"
+	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -171,3 +173,72 @@ func TestStartLatestPublishesNothingOld(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestPageSizeIsHonoured reads with events.page_size 7: every page asked of the platform holds
+// at most 7 events, and every event still arrives exactly once in order, with arrivals during
+// the read and ties across page boundaries.
+func TestPageSizeIsHonoured(t *testing.T) {
+	tests := []struct {
+		name  string
+		order string
+		run   func(t *testing.T, r *rig) []string
+	}{
+		{"oldest first with arrivals", "oldest_first", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(300, veiltest.EventSpec{})
+			_, stop := r.run()
+			t.Cleanup(stop)
+			return append(want, feed(r.sim, 3, 10*time.Millisecond, time.Second, veiltest.EventSpec{})()...)
+		}},
+		{"newest first with arrivals", "newest_first", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(300, veiltest.EventSpec{})
+			_, stop := r.run()
+			t.Cleanup(stop)
+			return append(want, feed(r.sim, 3, 10*time.Millisecond, time.Second, veiltest.EventSpec{})()...)
+		}},
+		{"ties spanning many pages, newest first", "newest_first", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(20, veiltest.EventSpec{})
+			want = append(want, r.sim.AddEvents(30, veiltest.EventSpec{SameCreated: true})...)
+			_, stop := r.run()
+			t.Cleanup(stop)
+			time.Sleep(200 * time.Millisecond)
+			return append(want, r.sim.AddEvents(25, veiltest.EventSpec{SameCreated: true})...)
+		}},
+		{"ties spanning many pages, oldest first", "oldest_first", func(t *testing.T, r *rig) []string {
+			want := r.sim.AddEvents(20, veiltest.EventSpec{})
+			want = append(want, r.sim.AddEvents(30, veiltest.EventSpec{SameCreated: true})...)
+			_, stop := r.run()
+			t.Cleanup(stop)
+			time.Sleep(200 * time.Millisecond)
+			return append(want, r.sim.AddEvents(25, veiltest.EventSpec{SameCreated: true})...)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: tt.order, InitialTasks: -1}, tt.order, "earliest")
+			r.ev.PageSize = 7
+			rec := subscribe(t, r.nats.url())
+			want := tt.run(t, r)
+			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 30*time.Second))
+			sevens := 0
+			for _, q := range r.sim.Requests() {
+				if q.Path != "/api/events/" {
+					continue
+				}
+				v, err := url.ParseQuery(q.Query)
+				if err != nil {
+					t.Fatal(err)
+				}
+				limit, err := strconv.Atoi(v.Get("limit"))
+				if err != nil || limit > 7 {
+					t.Fatalf("events requested with limit %q, want at most 7", v.Get("limit"))
+				}
+				if limit == 7 {
+					sevens++
+				}
+			}
+			if sevens == 0 {
+				t.Fatal("no page of 7 was read")
+			}
+		})
+	}
+}

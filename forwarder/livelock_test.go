@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-kit/log"
+
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -102,29 +104,47 @@ func journalIDs(t *testing.T, r *rig) []string {
 func TestSlackStaysWithinAPage(t *testing.T) {
 	tests := []struct {
 		name  string
+		page  int // 0: pageLimit
 		start int
 		do    func(s *slack)
 		min   int
 		max   int
 	}{
-		{"starts at the default", 0, func(*slack) {}, startSlack, startSlack},
-		{"grows at once to twice a shift", startSlack, func(s *slack) { s.observe(15) }, 32, 32},
-		{"never reaches a page whatever the shift", startSlack, func(s *slack) { s.observe(10 * pageLimit) }, maxSlack, maxSlack},
-		{"doubles on a resync, capped", maxSlack - 1, func(s *slack) { s.widen(); s.widen() }, maxSlack, maxSlack},
-		{"shrinks back while nothing moves", maxSlack, func(s *slack) {
+		{"starts at the default", 0, 0, func(*slack) {}, startSlack, startSlack},
+		{"grows at once to twice a shift", 0, startSlack, func(s *slack) { s.observe(15) }, 32, 32},
+		{"never reaches a page whatever the shift", 0, startSlack, func(s *slack) { s.observe(10 * pageLimit) }, pageLimit / 2, pageLimit / 2},
+		{"doubles on a resync, capped", 0, pageLimit/2 - 1, func(s *slack) { s.widen(); s.widen() }, pageLimit / 2, pageLimit / 2},
+		{"shrinks back while nothing moves", 0, pageLimit / 2, func(s *slack) {
 			for range 100 {
 				s.observe(0)
 			}
 		}, minSlack, minSlack},
-		{"shrinks slowly", 40, func(s *slack) { s.observe(0) }, 35, 35},
+		{"shrinks slowly", 0, 40, func(s *slack) { s.observe(0) }, 35, 35},
+		{"a small page starts within half a page", 7, 0, func(*slack) {}, 3, 3},
+		{"a small page never fills with slack", 7, startSlack, func(s *slack) { s.observe(100); s.widen() }, 3, 3},
+		{"the smallest page keeps the least slack and one row of progress", minPage, 0, func(s *slack) { s.widen() }, minSlack, minSlack},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSlack(tt.start)
+			page := tt.page
+			if page == 0 {
+				page = pageLimit
+			}
+			s := newSlack(tt.start, page)
 			tt.do(s)
-			if n := s.load(); n < tt.min || n > tt.max || n >= pageLimit-1 {
+			if n := s.load(); n < tt.min || n > tt.max || n >= page-1 {
 				t.Fatalf("slack %d, want %d..%d (and below a page)", n, tt.min, tt.max)
 			}
 		})
+	}
+}
+
+// TestPageSizeFromConfig proves which page size events.page_size gives: the default and the cap
+// at the platform's 100, and never a page too small to overlap and progress.
+func TestPageSizeFromConfig(t *testing.T) {
+	for _, tt := range []struct{ cfg, want int }{{0, pageLimit}, {7, 7}, {100, 100}, {250, pageLimit}, {1, minPage}, {minPage, minPage}} {
+		if got := pageSize(tt.cfg, log.NewNopLogger()); got != tt.want {
+			t.Errorf("page_size %d: reads pages of %d, want %d", tt.cfg, got, tt.want)
+		}
 	}
 }

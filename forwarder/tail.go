@@ -16,32 +16,38 @@ type eventPager interface {
 }
 
 const (
-	pageLimit = 100 // the platform's cap
+	pageLimit = 100 // the platform's cap, and the page size unless events.page_size says otherwise
+	// minPage is the smallest page that proves contiguity and still progresses: one row
+	// overlapping the previous page, the least slack, and one new row.
+	minPage = minSlack + 2
 	// catchUpPages is how many pages are read concurrently during a catch-up unless
 	// Options.Concurrency says otherwise; the client's own concurrency and rate limits still apply.
 	catchUpPages = 4
-	// prefetchPages bounds what is held in memory: at most this many pages of 100 events.
+	// prefetchPages bounds what is held in memory: at most this many pages.
 	prefetchPages = 20
 	// Slack bounds, in rows: what a page overlaps beyond the one row that proves contiguity.
 	// It costs that share of every page read, so it stays small while the list holds still and
-	// never reaches a page, which would leave no room for progress.
+	// never goes past half a page, which leaves room for progress.
 	minSlack   = 2
 	startSlack = 10
-	maxSlack   = pageLimit / 2
 )
 
 // slack is how far pages reach past the row they must overlap, on the side the list moves. It
 // follows the shifts observed: at once up to twice the largest, slowly back down, doubled when a
 // shift went past it. The consumer of pages observes, the planner of spans (another goroutine)
 // loads.
-type slack struct{ n atomic.Int32 }
+type slack struct {
+	n   atomic.Int32
+	max int // half a page
+}
 
-func newSlack(n int) *slack {
-	s := &slack{}
+// newSlack starts at n (0: the default) for pages of page rows (at least minPage).
+func newSlack(n, page int) *slack {
+	s := &slack{max: max(page/2, minSlack)}
 	if n <= 0 {
 		n = startSlack
 	}
-	s.n.Store(int32(min(max(n, minSlack), maxSlack)))
+	s.n.Store(int32(min(max(n, minSlack), s.max)))
 	return s
 }
 
@@ -49,7 +55,7 @@ func (s *slack) load() int { return int(s.n.Load()) }
 
 // observe takes the shift (rows) between where a row was expected and where it was found.
 func (s *slack) observe(shift int) {
-	need, cur := min(2*shift+minSlack, maxSlack), s.load()
+	need, cur := min(2*shift+minSlack, s.max), s.load()
 	if need < cur {
 		need = max(need, cur*7/8)
 	}
@@ -57,7 +63,7 @@ func (s *slack) observe(shift int) {
 }
 
 // widen follows a shift larger than the slack.
-func (s *slack) widen() { s.n.Store(int32(min(2*s.load(), maxSlack))) }
+func (s *slack) widen() { s.n.Store(int32(min(2*s.load(), s.max))) }
 
 // errResync says the journal moved under the reader (offsets shifted); locate again.
 var errResync = errors.New("journal shifted while reading; resynchronising")
