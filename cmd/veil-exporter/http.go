@@ -21,7 +21,7 @@ func (d *daemon) handler(telemetryPath string) http.Handler {
 	mux.HandleFunc("/-/healthy", d.serveHealthy)
 	mux.HandleFunc("/-/ready", d.serveReady)
 	mux.HandleFunc("/-/reload", d.serveReload)
-	mux.HandleFunc("/{$}", d.serveStatus)
+	mux.HandleFunc("GET /{$}", d.serveStatus) // GET also answers HEAD; other methods get 405
 	return mux
 }
 
@@ -31,25 +31,47 @@ func (l promLogger) Println(v ...any) {
 	level.Error(l.d.logger).Log("msg", "error gathering metrics", "err", fmt.Sprint(v...))
 }
 
-// serveHealthy says whether every inventory loop is making progress.
+// serveHealthy is the liveness check: 503 with the reason when the daemon cannot recover
+// without a restart (or a reload). A controller that is down is not such a reason.
 func (d *daemon) serveHealthy(w http.ResponseWriter, r *http.Request) {
-	d.mu.RLock()
-	ctrls, cfg := d.controllers, d.cfg
-	d.mu.RUnlock()
-	// A loop that has not attempted a refresh in three intervals plus a request timeout is stuck.
-	for _, ct := range ctrls {
-		st := ct.inventory.Status()
-		limit := 3*cfg.Collect.Interval + ct.cfg.Timeout
-		if !st.LastAttempt.IsZero() && time.Since(st.LastAttempt) > limit {
-			http.Error(w, fmt.Sprintf("controller %s: no inventory refresh for %s", ct.cfg.Name, time.Since(st.LastAttempt).Round(time.Second)), http.StatusServiceUnavailable)
-			return
-		}
-		if st.LastAttempt.IsZero() && time.Since(d.started) > limit {
-			http.Error(w, fmt.Sprintf("controller %s: inventory never refreshed", ct.cfg.Name), http.StatusServiceUnavailable)
-			return
-		}
+	if reason := d.unhealthy(time.Now()); reason != "" {
+		http.Error(w, reason, http.StatusServiceUnavailable)
+		return
 	}
 	fmt.Fprintln(w, "Healthy")
+}
+
+// unhealthy says why the daemon is not live at now, or "".
+func (d *daemon) unhealthy(now time.Time) string {
+	d.mu.RLock()
+	ctrls, cfg, conn, reloadErr := d.controllers, d.cfg, d.conn, d.reloadError
+	d.mu.RUnlock()
+	if len(ctrls) == 0 || cfg == nil {
+		if reloadErr != "" {
+			return "no controller runs; last reload: " + reloadErr
+		}
+		return "no controller runs"
+	}
+	if cfg.Events.Enabled && conn == nil {
+		return "events are not forwarded: the NATS connection was lost in a failed reload"
+	}
+	for _, ct := range ctrls {
+		// A loop that has not attempted a refresh in three intervals plus a request timeout is stuck.
+		st := ct.inventory.Status()
+		limit := 3*cfg.Collect.Interval + ct.cfg.Timeout
+		if !st.LastAttempt.IsZero() && now.Sub(st.LastAttempt) > limit {
+			return fmt.Sprintf("controller %s: no inventory refresh for %s", ct.cfg.Name, now.Sub(st.LastAttempt).Round(time.Second))
+		}
+		if st.LastAttempt.IsZero() && now.Sub(d.started) > limit {
+			return fmt.Sprintf("controller %s: inventory never refreshed", ct.cfg.Name)
+		}
+		if ct.forwarder != nil {
+			if fs := ct.forwarder.Status(); fs.Stopped {
+				return fmt.Sprintf("controller %s: event forwarder stopped: %s", ct.cfg.Name, fs.LastError)
+			}
+		}
+	}
+	return ""
 }
 
 // serveReady: every first refresh done, and NATS connected when forwarding.
@@ -57,6 +79,10 @@ func (d *daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 	d.mu.RLock()
 	ctrls, conn, cfg := d.controllers, d.conn, d.cfg
 	d.mu.RUnlock()
+	if len(ctrls) == 0 {
+		http.Error(w, "no controller runs", http.StatusServiceUnavailable)
+		return
+	}
 	for _, ct := range ctrls {
 		if !ct.inventory.Ready() {
 			http.Error(w, fmt.Sprintf("controller %s: first inventory refresh not done", ct.cfg.Name), http.StatusServiceUnavailable)

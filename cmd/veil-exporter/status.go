@@ -118,7 +118,10 @@ func (s seconds) String() string {
 func (d *daemon) status() statusData {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	s := statusData{Version: d.version, Started: d.started, ConfigFile: d.configFile, LastReload: d.lastReload, LastReloadError: d.reloadError}
+	s := statusData{
+		Version: d.version, Started: d.started, ConfigFile: d.configFile, LastReload: d.lastReload, LastReloadError: d.reloadError,
+		Controllers: make([]controllerStatus, 0, len(d.controllers)), // [] rather than null when none run
+	}
 	if d.conn != nil {
 		s.NATS = natsView(d.conn.Status())
 	}
