@@ -97,6 +97,7 @@ type Forwarder struct {
 	cycleDur  time.Duration
 	lastOK    time.Time
 	gapLogged bool
+	failures  failureLog
 	// recent is a ring of the last acknowledged events; recentN counts all ever added.
 	recent  [recentLen]RecentEvent
 	recentN int
@@ -221,10 +222,17 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		}
 		fw.mu.Lock()
 		fw.cycleDur, fw.cycleOK = time.Since(start), err == nil
+		var recovered bool
+		var failures int
+		var since time.Time
 		if err == nil {
 			fw.lastOK, fw.lastErr = time.Now(), ""
+			recovered, failures, since = fw.failures.recovered()
 		}
 		fw.mu.Unlock()
+		if recovered {
+			level.Info(fw.logger).Log("msg", "event forwarding recovered", "failures", failures, "failing_for", time.Since(since).Round(time.Millisecond))
+		}
 		wait := poll
 		if errors.Is(err, errResync) {
 			resyncs++
@@ -278,11 +286,54 @@ func (fw *Forwarder) stop(err error) error {
 	return fmt.Errorf("forwarder %s: %w", fw.opts.Controller, err)
 }
 
+// fail records a failure to be retried. It logs only the first of a run of failures and then a
+// reminder every failureLogEvery: during an outage every retry (once a second) fails alike.
 func (fw *Forwarder) fail(err error) {
-	level.Warn(fw.logger).Log("msg", "event forwarding failed; retrying", "err", err)
+	now := time.Now()
 	fw.mu.Lock()
 	fw.lastErr = err.Error()
+	first, remind, n, since := fw.failures.failed(now)
 	fw.mu.Unlock()
+	switch {
+	case first:
+		level.Warn(fw.logger).Log("msg", "event forwarding failed; retrying (repeated at most every "+failureLogEvery.String()+" while it goes on)", "err", err)
+	case remind:
+		level.Warn(fw.logger).Log("msg", "event forwarding still failing; retrying", "err", err, "failures", n, "failing_for", now.Sub(since).Round(time.Second))
+	}
+}
+
+// failureLogEvery is how often a run of failures is logged again.
+const failureLogEvery = 5 * time.Minute
+
+// failureLog decides which failures of a run are worth a log line.
+type failureLog struct {
+	failing      bool
+	since, shown time.Time // first failure of the run, last line logged
+	n            int       // failures in the run
+}
+
+// failed counts a failure at now: first is the run's first, remind says a reminder is due.
+func (f *failureLog) failed(now time.Time) (first, remind bool, n int, since time.Time) {
+	f.n++
+	if !f.failing {
+		f.failing, f.since, f.shown = true, now, now
+		return true, false, f.n, f.since
+	}
+	if now.Sub(f.shown) >= failureLogEvery {
+		f.shown = now
+		return false, true, f.n, f.since
+	}
+	return false, false, f.n, f.since
+}
+
+// recovered ends a run of failures; ok is false when there was none.
+func (f *failureLog) recovered() (ok bool, n int, since time.Time) {
+	if !f.failing {
+		return false, 0, time.Time{}
+	}
+	ok, n, since = true, f.n, f.since
+	*f = failureLog{}
+	return ok, n, since
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
