@@ -164,15 +164,17 @@ func New(opts Options) (*Forwarder, error) {
 		}
 	}
 	c := prometheus.Labels{"controller": opts.Controller}
+	// The veil_events_* values change as the forwarder polls the journal, not when scraped.
+	const polled = " Updated by the event forwarder every events.poll_interval (more often while catching up)."
 	fw.descs = descs{
-		published: prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged.", []string{"type"}, c),
-		pubErrors: prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts (retried).", nil, c),
-		dups:      prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published.", nil, c),
-		gaps:      prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read.", nil, c),
-		lastPub:   prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event.", nil, c),
-		backlog:   prometheus.NewDesc("veil_events_backlog", "Events known but not yet published.", nil, c),
-		position:  prometheus.NewDesc("veil_events_position_timestamp_seconds", "Created time of the stored position.", nil, c),
-		natsUp:    prometheus.NewDesc("veil_nats_connected", "1 if the NATS connection is up.", nil, c),
+		published: prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged, by type (info, warning, error; any other type counts as other)."+polled, []string{"type"}, c),
+		pubErrors: prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts and position writes (retried)."+polled, nil, c),
+		dups:      prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published."+polled, nil, c),
+		gaps:      prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read."+polled, nil, c),
+		lastPub:   prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event."+polled, nil, c),
+		backlog:   prometheus.NewDesc("veil_events_backlog", "Events known but not yet published; also counted while NATS is unreachable."+polled, nil, c),
+		position:  prometheus.NewDesc("veil_events_position_timestamp_seconds", "Created time of the stored position."+polled, nil, c),
+		natsUp:    prometheus.NewDesc("veil_nats_connected", "1 if the event forwarder's NATS connection is up, read at scrape time.", nil, c),
 	}
 	return fw, nil
 }

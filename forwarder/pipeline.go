@@ -190,7 +190,7 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg) Positio
 	p := fw.pos.clone()
 	for i, e := range events {
 		p.advance(e.Created.Time, e.ID)
-		fw.published[e.Type]++
+		fw.published[typeLabel(e.Type)]++
 		if !e.Created.After(p.TailCreated) && p.Ahead > 0 {
 			p.Ahead--
 		}
@@ -203,6 +203,16 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg) Positio
 	fw.lastPub = time.Now()
 	fw.backlog = max(0, fw.backlog-len(events))
 	return p.clone()
+}
+
+// typeLabel bounds the type label of veil_events_published_total to the platform's three types:
+// the raw type is free text from the API (the subject still carries it, sanitized).
+func typeLabel(t string) string {
+	switch t {
+	case "info", "warning", "error":
+		return t
+	}
+	return "other"
 }
 
 // savePosition stores an acknowledged position, retrying any failure but a conflict (another
