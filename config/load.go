@@ -351,8 +351,8 @@ func (v *validator) events(e *Events) {
 	if e.PollInterval <= 0 {
 		v.add("events.poll_interval", "must be > 0")
 	}
-	if e.PageSize < 1 || e.PageSize > 100 {
-		v.add("events.page_size", "%d is out of range 1..100", e.PageSize)
+	if e.PageSize < 4 || e.PageSize > 100 { // a page repeats a row of the previous one and keeps a margin: below 4 it cannot advance
+		v.add("events.page_size", "%d is out of range 4..100", e.PageSize)
 	}
 	v.enum("events.order", e.Order, "auto", "newest_first", "oldest_first")
 	v.enum("events.start", e.Start, "latest", "earliest")

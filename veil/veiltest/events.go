@@ -118,18 +118,22 @@ func (st *state) randomEvent(created time.Time, spec EventSpec) *event {
 	var ents []eventEntity
 	msg := spec.Message
 	user := "system"
+	templates := eventMessages[typ]
+	if len(templates) == 0 { // a type of the caller's own: a message that fits any
+		templates = []string{"%s: " + typ + " event"}
+	}
 	switch {
 	case class == "" && len(st.domains) > 0 || class == "domain" && len(st.domains) > 0:
 		d := st.domains[st.rng.IntN(len(st.domains))]
 		ents = []eventEntity{{d.id, "domain"}}
 		if msg == "" {
-			msg = fmt.Sprintf(eventMessages[typ][st.rng.IntN(len(eventMessages[typ]))], "Virtual machine "+d.name)
+			msg = fmt.Sprintf(templates[st.rng.IntN(len(templates))], "Virtual machine "+d.name)
 		}
 	case (class == "" || class == "node") && len(st.nodes) > 0:
 		n := st.nodes[st.rng.IntN(len(st.nodes))]
 		ents = []eventEntity{{n.id, "node"}}
 		if msg == "" {
-			msg = fmt.Sprintf(eventMessages[typ][st.rng.IntN(len(eventMessages[typ]))], "Node "+n.name)
+			msg = fmt.Sprintf(templates[st.rng.IntN(len(templates))], "Node "+n.name)
 		}
 	case class != "" && class != "none":
 		ents = []eventEntity{{st.uuid(), class}}
