@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +53,7 @@ type daemon struct {
 // controller is everything that runs for one platform controller.
 type controller struct {
 	cfg       config.Controller
+	settings  settings // what it was built from; a reload keeps it while these stay equal
 	inventory *collector.Inventory
 	guest     *collector.GuestChecker // nil when guest checks are off
 	forwarder *forwarder.Forwarder    // nil when events are off
@@ -136,44 +139,88 @@ func newClient(c config.Controller, observer veil.Observer) (*veil.Client, error
 	})
 }
 
-// build constructs (without starting) the controllers of cfg. The inventory, guest checker and
-// forwarder add the controller to their log lines themselves.
+// settings is everything of a configuration that shapes one controller's loops. A reload keeps
+// a running controller whose settings are equal (and whose NATS connection is kept), so its
+// counters, guest series and readiness carry on.
+type settings struct {
+	Controller config.Controller
+	CA         string // content of tls.ca_file: a replaced CA file takes effect on reload
+	Collect    config.Collect
+	Guest      config.Guest  // zero when guest checks are off
+	Events     config.Events // zero when events are off
+	NATS       config.NATS   // zero when events are off
+}
+
+func settingsOf(cfg *config.Config, cc config.Controller) settings {
+	s := settings{Controller: cc, Collect: cfg.Collect}
+	if cfg.Guest.Enabled {
+		s.Guest = cfg.Guest
+	}
+	if cfg.Events.Enabled {
+		s.Events, s.NATS = cfg.Events, cfg.NATS
+	}
+	if cc.TLS.CAFile != "" {
+		// An unreadable file differs from any content that built before, so the controller is
+		// rebuilt and the reload refused with newClient's error.
+		pem, err := os.ReadFile(cc.TLS.CAFile)
+		if err != nil {
+			s.CA = "unreadable: " + err.Error()
+		} else {
+			s.CA = string(pem)
+		}
+	}
+	return s
+}
+
+// build constructs (without starting) the controllers of cfg.
 func (d *daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller, error) {
 	var out []*controller
 	for _, cc := range cfg.Controllers {
-		api := d.apiMetrics[cc.Name]
-		if api == nil {
-			api = collector.NewAPIMetrics(cc.Name)
-		}
-		client, err := newClient(cc, api.Observe)
+		ct, err := d.buildController(cfg, cc, conn)
 		if err != nil {
-			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+			return nil, err
 		}
-		inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, d.logger)
-		if err != nil {
-			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
-		}
-		ct := &controller{cfg: cc, inventory: inv}
-		if cfg.Guest.Enabled {
-			ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, d.logger)
-		}
-		if cfg.Events.Enabled {
-			ct.forwarder, err = forwarder.New(forwarder.Options{
-				Controller: cc.Name, ControllerURL: cc.URL, Client: client,
-				Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.logger,
-				// Catch-up may read as many pages at once as the controller admits requests.
-				Concurrency: cc.MaxConcurrency,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
-			}
-		}
-		d.mu.Lock()
-		d.apiMetrics[cc.Name] = api
-		d.mu.Unlock()
 		out = append(out, ct)
 	}
 	return out, nil
+}
+
+// buildController constructs (without starting) controller cc of cfg. The inventory, guest
+// checker and forwarder add the controller to their log lines themselves.
+func (d *daemon) buildController(cfg *config.Config, cc config.Controller, conn *forwarder.Conn) (*controller, error) {
+	d.mu.RLock()
+	api := d.apiMetrics[cc.Name]
+	d.mu.RUnlock()
+	if api == nil {
+		api = collector.NewAPIMetrics(cc.Name)
+	}
+	client, err := newClient(cc, api.Observe)
+	if err != nil {
+		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+	}
+	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, d.logger)
+	if err != nil {
+		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+	}
+	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv}
+	if cfg.Guest.Enabled {
+		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, d.logger)
+	}
+	if cfg.Events.Enabled {
+		ct.forwarder, err = forwarder.New(forwarder.Options{
+			Controller: cc.Name, ControllerURL: cc.URL, Client: client,
+			Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.logger,
+			// Catch-up may read as many pages at once as the controller admits requests.
+			Concurrency: cc.MaxConcurrency,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+		}
+	}
+	d.mu.Lock()
+	d.apiMetrics[cc.Name] = api
+	d.mu.Unlock()
+	return ct, nil
 }
 
 func (ct *controller) start(parent context.Context, logger log.Logger) {
@@ -203,8 +250,14 @@ func (ct *controller) stop() {
 	ct.done.Wait()
 }
 
-// apply replaces the running configuration with cfg; on error the old one keeps running.
-func (d *daemon) apply(cfg *config.Config) error {
+// changes says what a successful apply did to the controllers, by name.
+type changes struct{ kept, started, stopped []string }
+
+// apply replaces the running configuration with cfg; on error the old one keeps running. A
+// controller whose settings did not change keeps running untouched unless its NATS connection
+// is replaced; the others are stopped (a forwarder saves its position) before their
+// successors start.
+func (d *daemon) apply(cfg *config.Config) (changes, error) {
 	d.mu.RLock()
 	old, oldConn := d.cfg, d.conn
 	d.mu.RUnlock()
@@ -234,28 +287,61 @@ func (d *daemon) apply(cfg *config.Config) error {
 			if tornDown {
 				d.restore(old)
 			}
-			return fmt.Errorf("couldn't connect to NATS: %w", err)
+			return changes{}, fmt.Errorf("couldn't connect to NATS: %w", err)
 		}
 	}
-	ctrls, err := d.build(cfg, conn)
-	if err != nil {
-		if fresh {
-			conn.Close()
+
+	d.mu.RLock()
+	running := d.controllers
+	d.mu.RUnlock()
+	keep := map[string]*controller{}
+	if !fresh {
+		// Every forwarder of a kept controller publishes on conn, which stays.
+		for _, ct := range running {
+			keep[ct.cfg.Name] = ct
 		}
-		if tornDown {
-			d.restore(old)
-		}
-		return err
 	}
-	d.stopControllers()
+	var ch changes
+	next := make([]*controller, 0, len(cfg.Controllers))
+	var built []*controller
+	for _, cc := range cfg.Controllers {
+		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
+			next = append(next, ct)
+			ch.kept = append(ch.kept, cc.Name)
+			continue
+		}
+		ct, err := d.buildController(cfg, cc, conn)
+		if err != nil {
+			if fresh {
+				conn.Close()
+			}
+			if tornDown {
+				d.restore(old)
+			}
+			return changes{}, err
+		}
+		next = append(next, ct)
+		built = append(built, ct)
+		ch.started = append(ch.started, cc.Name)
+	}
+	var retired []*controller
+	for _, ct := range running {
+		if !slices.Contains(next, ct) {
+			retired = append(retired, ct)
+			ch.stopped = append(ch.stopped, ct.cfg.Name)
+		}
+	}
+	// The retired ones serve their last data until the swap below, so a kept controller's
+	// series and readiness never pause.
+	stopAll(retired)
 	if oldConn != nil && oldConn != conn {
 		oldConn.Close()
 	}
-	for _, ct := range ctrls {
+	for _, ct := range built {
 		ct.start(d.ctx, d.logger)
 	}
 	d.mu.Lock()
-	d.cfg, d.controllers, d.conn = cfg, ctrls, conn
+	d.cfg, d.controllers, d.conn = cfg, next, conn
 	for name := range d.apiMetrics {
 		if !hasController(cfg, name) {
 			delete(d.apiMetrics, name)
@@ -265,7 +351,7 @@ func (d *daemon) apply(cfg *config.Config) error {
 	d.mu.Unlock()
 	d.reloadOK.Set(1)
 	d.reloadTime.SetToCurrentTime()
-	return nil
+	return ch, nil
 }
 
 // connect opens the NATS connection of n.
@@ -345,6 +431,11 @@ func (d *daemon) stopControllers() {
 	ctrls := d.controllers
 	d.controllers = nil
 	d.mu.Unlock()
+	stopAll(ctrls)
+}
+
+// stopAll stops ctrls side by side.
+func stopAll(ctrls []*controller) {
 	var wg sync.WaitGroup
 	for _, ct := range ctrls {
 		wg.Add(1)
@@ -358,8 +449,9 @@ func (d *daemon) reload() error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	cfg, err := config.Load(d.configFile)
+	var ch changes
 	if err == nil {
-		err = d.apply(cfg)
+		ch, err = d.apply(cfg)
 	}
 	if err != nil {
 		d.reloadOK.Set(0)
@@ -369,7 +461,8 @@ func (d *daemon) reload() error {
 		level.Error(d.logger).Log("msg", "configuration reload refused, the previous configuration keeps running", "err", err)
 		return err
 	}
-	level.Info(d.logger).Log("msg", "configuration reloaded", "controllers", len(cfg.Controllers))
+	level.Info(d.logger).Log("msg", "configuration reloaded", "controllers", len(cfg.Controllers),
+		"kept", strings.Join(ch.kept, ","), "started", strings.Join(ch.started, ","), "stopped", strings.Join(ch.stopped, ","))
 	return nil
 }
 

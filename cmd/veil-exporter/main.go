@@ -153,7 +153,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d := newDaemon(ctx, f.configFile, logger, ver, rev)
-	if err := d.apply(cfg); err != nil {
+	if _, err := d.apply(cfg); err != nil {
 		return err
 	}
 	defer d.stop()
