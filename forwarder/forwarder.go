@@ -79,6 +79,7 @@ type Forwarder struct {
 	order    direction
 	auto     bool
 	cp       Checkpoint
+	source   string // ce-source: the controller URL without userinfo
 
 	mu   sync.Mutex
 	pos  Position // acknowledged
@@ -118,7 +119,7 @@ func New(opts Options) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[string]uint64{}}
+		published: map[string]uint64{}, source: eventSource(opts.ControllerURL)}
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
 	}

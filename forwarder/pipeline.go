@@ -104,7 +104,7 @@ func (p *pipeline) send(batch []veil.Event) error {
 	fw := p.fw
 	msgs := make([]*nats.Msg, len(batch))
 	for i := range batch {
-		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.opts.ControllerURL, &batch[i])
+		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.source, &batch[i])
 	}
 	b := sentBatch{events: batch, msgs: msgs}
 	var err error

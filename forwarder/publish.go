@@ -53,6 +53,25 @@ func message(prefix, controller, controllerURL string, e *veil.Event) *nats.Msg 
 	}
 }
 
+// eventSource is the controller URL without userinfo, for ce-source: a URL written as
+// https://user:pass@host must not hand its credentials to every subscriber of the stream. The
+// rest stays byte for byte as configured, and a URL that does not parse is cut the same way
+// (config rejects those, but nothing here may echo a password).
+func eventSource(controllerURL string) string {
+	start := 0
+	if i := strings.Index(controllerURL, "://"); i >= 0 {
+		start = i + len("://")
+	}
+	end := len(controllerURL)
+	if i := strings.IndexAny(controllerURL[start:], "/?#"); i >= 0 {
+		end = start + i
+	}
+	if at := strings.LastIndexByte(controllerURL[start:end], '@'); at >= 0 {
+		return controllerURL[:start] + controllerURL[start+at+1:]
+	}
+	return controllerURL
+}
+
 // createdText is created as the API gave it when it can be found in the raw body, so that
 // precision survives; otherwise RFC 3339 with the parsed value.
 func createdText(e *veil.Event) string {

@@ -322,3 +322,57 @@ func TestPositionStopsAtTheFirstUnacknowledgedEvent(t *testing.T) {
 	rec := subscribe(t, r.nats.url())
 	exactlyOnceInOrder(t, "prod", ids, rec.waitFor(t, total, 15*time.Second))
 }
+
+// TestEventSourceCarriesNoCredentials: ce-source goes to every subscriber of the stream, so the
+// userinfo of a controller URL must not reach it; the rest of the URL is kept as written.
+func TestEventSourceCarriesNoCredentials(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"plain URL unchanged", "https://veil.example.com", "https://veil.example.com"},
+		{"user and password stripped", "https://admin:s3cret@veil.example.com", "https://veil.example.com"},
+		{"user only stripped", "https://admin@veil.example.com:8443/api", "https://veil.example.com:8443/api"},
+		{"escaped @ in the password", "https://admin:p%40ss@veil.example.com/", "https://veil.example.com/"},
+		{"raw @ in the password", "https://admin:p@ss@veil.example.com", "https://veil.example.com"},
+		{"@ in path and query kept", "https://veil.example.com/a@b?x=c@d#e@f", "https://veil.example.com/a@b?x=c@d#e@f"},
+		{"unparseable URL cut too", "https://admin:s3cret%zz@veil example.com", "https://veil example.com"},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := eventSource(tt.in); got != tt.want {
+				t.Errorf("eventSource(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+
+	t.Run("published ce-source", func(t *testing.T) {
+		r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+		rec := subscribe(t, r.nats.url())
+		r.sim.AddEvents(3, veiltest.EventSpec{})
+		host := strings.TrimPrefix(r.sim.URL, "http://")
+		fw, err := New(Options{Controller: "prod", ControllerURL: "http://admin:s3cret@" + host, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- fw.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		if got := rec.waitFor(t, 3, 10*time.Second); len(got) != 3 {
+			t.Fatalf("received %d events, want 3", len(got))
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, m := range rec.msgs {
+			if got := m.Headers().Get("ce-source"); got != r.sim.URL {
+				t.Errorf("ce-source %q, want %q", got, r.sim.URL)
+			}
+			for k, vs := range m.Headers() {
+				for _, v := range vs {
+					if strings.Contains(v, "s3cret") || strings.Contains(v, "admin") {
+						t.Errorf("header %s carries the credentials: %q", k, v)
+					}
+				}
+			}
+		}
+	})
+}
