@@ -259,9 +259,10 @@ type changes struct{ kept, started, stopped []string }
 // successors start.
 func (d *daemon) apply(cfg *config.Config) (changes, error) {
 	d.mu.RLock()
-	old, oldConn := d.cfg, d.conn
+	old, oldConn, running := d.cfg, d.conn, d.controllers
 	d.mu.RUnlock()
 
+	var ch changes
 	// d.conn is always open: a new connection is needed only when forwarding and NATS changed
 	// (or the last connection was lost in a failed reload).
 	var conn *forwarder.Conn
@@ -281,6 +282,10 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 			d.mu.Unlock()
 			oldConn.Close()
 			oldConn, tornDown = nil, true
+			for _, ct := range running {
+				ch.stopped = append(ch.stopped, ct.cfg.Name)
+			}
+			running = nil
 		}
 		var err error
 		if conn, err = d.connect(cfg.NATS); err != nil {
@@ -291,9 +296,6 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 		}
 	}
 
-	d.mu.RLock()
-	running := d.controllers
-	d.mu.RUnlock()
 	keep := map[string]*controller{}
 	if !fresh {
 		// Every forwarder of a kept controller publishes on conn, which stays.
@@ -301,7 +303,6 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 			keep[ct.cfg.Name] = ct
 		}
 	}
-	var ch changes
 	next := make([]*controller, 0, len(cfg.Controllers))
 	var built []*controller
 	for _, cc := range cfg.Controllers {

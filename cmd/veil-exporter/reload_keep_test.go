@@ -1,0 +1,340 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// twoControllers is the configuration of TestReloadKeepsUnchangedControllers: alpha and beta
+// collect, check guests and forward through an embedded NATS server.
+type twoControllers struct {
+	alphaURL, betaURL, tok, dir, listen string
+	noBeta                              bool
+	betaExtra                           string // more keys of beta's entry
+	jetstreamExtra                      string // more keys of nats.jetstream
+}
+
+func (c twoControllers) yaml() string {
+	ctrls := controllerYAML("alpha", c.alphaURL, c.tok)
+	if !c.noBeta {
+		ctrls += controllerYAML("beta", c.betaURL, c.tok) + c.betaExtra
+	}
+	return "controllers:\n" + ctrls +
+		"collect:\n  interval: 1s\n" +
+		"guest:\n  enabled: true\n  ping_interval: 1s\n" +
+		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: file, dir: %q}\n", c.dir) +
+		fmt.Sprintf("nats:\n  jetstream: {stream: VEIL_EVENTS, create_stream: true%s}\n  embedded: {enabled: true, listen: %q, store_dir: %q}\n",
+			c.jetstreamExtra, c.listen, filepath.Join(c.dir, "nats"))
+}
+
+// sumSeries adds the values of the series of family name that carry controller ctrl; ok is
+// false when there is none.
+func sumSeries(exposition, name, ctrl string) (sum float64, ok bool) {
+	label := `controller="` + ctrl + `"`
+	for _, line := range strings.Split(exposition, "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		end := strings.LastIndexByte(line, '}')
+		if end < 0 || !strings.Contains(line[:end], label) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
+		if err != nil {
+			continue
+		}
+		sum, ok = sum+v, true
+	}
+	return sum, ok
+}
+
+// watcher scrapes /metrics and /-/ready as fast as it can and records, for the controllers it
+// watches, a guest series lost or a counter gone down (first time of each), and every not-ready.
+type watcher struct {
+	base  string
+	ctrls []string
+	stop  chan struct{}
+	done  sync.WaitGroup
+
+	mu       sync.Mutex
+	scrapes  int
+	problems []string
+	seen     map[string]bool // of problems, each reported once
+	notReady int
+}
+
+func (w *watcher) problem(key, msg string) {
+	if !w.seen[key] {
+		w.seen[key] = true
+		w.problems = append(w.problems, msg)
+	}
+}
+
+// counters are the families that must never go down while a controller keeps running.
+var keptCounters = []string{"veil_events_published_total", "veil_tasks_finished_total", "veil_api_requests_total"}
+
+func watch(base string, ctrls []string) *watcher {
+	w := &watcher{base: base, ctrls: ctrls, stop: make(chan struct{}), seen: map[string]bool{}}
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		last := map[string]float64{}
+		for {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			code, _, err := fetch(w.base + "/-/ready")
+			_, m, err2 := fetch(w.base + "/metrics")
+			w.mu.Lock()
+			if err != nil || err2 != nil {
+				w.problem("scrape", fmt.Sprintf("scrape failed: %v %v", err, err2))
+				w.mu.Unlock()
+				continue
+			}
+			w.scrapes++
+			if code != http.StatusOK {
+				w.notReady++
+			}
+			for _, c := range w.ctrls {
+				if _, ok := sumSeries(m, "veil_guest_ping_success", c); !ok {
+					w.problem(c+" guest", c+": no veil_guest_ping_success series")
+				}
+				for _, name := range keptCounters {
+					v, ok := sumSeries(m, name, c)
+					key := c + " " + name
+					if !ok || v < last[key] {
+						w.problem(key, fmt.Sprintf("%s went from %g to %g (present %v)", key, last[key], v, ok))
+					}
+					last[key] = v
+				}
+			}
+			w.mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+func (w *watcher) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.scrapes
+}
+
+// finish stops the watcher and returns how many scrapes it made, what went wrong and how many
+// /-/ready answers were not 200.
+func (w *watcher) finish() (scrapes int, problems []string, notReady int) {
+	close(w.stop)
+	w.done.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.scrapes, w.problems, w.notReady
+}
+
+func fetch(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// TestReloadKeepsUnchangedControllers: a reload leaves running, untouched, every controller whose
+// settings did not change (its counters keep counting, its guest series never vanish, the
+// daemon stays ready); a changed controller is rebuilt alone, a removed one disappears, a NATS
+// change rebuilds every forwarder, and a refused reload touches nothing.
+func TestReloadKeepsUnchangedControllers(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(c twoControllers) string // the file reloaded
+		// wantCode of POST /-/reload; kept never lose a series or see a counter go down, even
+		// while the reload runs; rebuilt restart their event counters; gone have no series after.
+		wantCode            int
+		kept, rebuilt, gone []string
+		readyThroughout     bool
+		wantLog             string
+	}{
+		{
+			name:            "unchanged file keeps every controller running",
+			change:          func(c twoControllers) string { return c.yaml() },
+			wantCode:        200,
+			kept:            []string{"alpha", "beta"},
+			readyThroughout: true,
+			wantLog:         `kept=alpha,beta started= stopped=`,
+		},
+		{
+			name: "changed controller is rebuilt alone",
+			change: func(c twoControllers) string {
+				c.betaExtra = "    timeout: 7s\n"
+				return c.yaml()
+			},
+			wantCode: 200,
+			kept:     []string{"alpha"},
+			rebuilt:  []string{"beta"},
+			wantLog:  `kept=alpha started=beta stopped=beta`,
+		},
+		{
+			name: "removed controller stops and its series vanish",
+			change: func(c twoControllers) string {
+				c.noBeta = true
+				return c.yaml()
+			},
+			wantCode:        200,
+			kept:            []string{"alpha"},
+			gone:            []string{"beta"},
+			readyThroughout: true,
+			wantLog:         `kept=alpha started= stopped=beta`,
+		},
+		{
+			name: "changed NATS rebuilds every forwarder",
+			change: func(c twoControllers) string {
+				c.jetstreamExtra = ", publish_timeout: 3s"
+				return c.yaml()
+			},
+			wantCode: 200,
+			rebuilt:  []string{"alpha", "beta"},
+			wantLog:  `kept= started=alpha,beta stopped=alpha,beta`,
+		},
+		{
+			name:            "refused reload keeps everything",
+			change:          func(c twoControllers) string { return c.yaml() + "colour: red\n" },
+			wantCode:        500,
+			kept:            []string{"alpha", "beta"},
+			readyThroughout: true,
+			wantLog:         `configuration reload refused`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := veiltest.Options{Token: secretToken, VMs: 3, RunningFraction: 1, AgentFraction: 1, InitialEvents: 30, EventsOrder: "oldest_first"}
+			opts.Seed = 5
+			simA := veiltest.New(opts)
+			defer simA.Close()
+			opts.Seed = 6
+			simB := veiltest.New(opts)
+			defer simB.Close()
+			tok := filepath.Join(dir, "token")
+			if err := os.WriteFile(tok, []byte(secretToken), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := twoControllers{alphaURL: simA.URL, betaURL: simB.URL, tok: tok, dir: dir, listen: freeAddr(t)}
+			cfgFile := filepath.Join(dir, "veil.yaml")
+			if err := os.WriteFile(cfgFile, []byte(cfg.yaml()), 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			d := startDaemon(t, cfgFile)
+			d.waitReady(t)
+			published := func(ctrl string) float64 {
+				_, m := d.get(t, "/metrics")
+				v, _ := sumSeries(m, "veil_events_published_total", ctrl)
+				return v
+			}
+			// A task finishes on each controller, so that veil_tasks_finished_total has a series.
+			for _, sim := range []*veiltest.Server{simA, simB} {
+				finishTask(t, sim)
+			}
+			// base is what each controller published before the reload: the initial events and
+			// those of the task.
+			base := map[string]float64{}
+			for c, sim := range map[string]*veiltest.Server{"alpha": simA, "beta": simB} {
+				waitFor(t, c+"'s events published, guests pinged and a task counted", func() bool {
+					_, m := d.get(t, "/metrics")
+					v, _ := sumSeries(m, "veil_events_published_total", c)
+					_, pinged := sumSeries(m, "veil_guest_ping_success", c)
+					_, counted := sumSeries(m, "veil_tasks_finished_total", c)
+					base[c] = v
+					return v == float64(sim.EventCount()) && pinged && counted
+				})
+			}
+
+			if err := os.WriteFile(cfgFile, []byte(tt.change(cfg)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			w := watch(d.base, tt.kept)
+			waitFor(t, "a scrape before the reload", func() bool { return w.count() > 0 })
+			code, body := d.do(t, http.MethodPost, "/-/reload")
+			after := w.count()
+			// Long enough for a rebuilt controller to show: a fresh inventory is not ready and a
+			// fresh guest checker has no series until its first refresh and pings.
+			time.Sleep(300 * time.Millisecond)
+			waitFor(t, "scrapes after the reload", func() bool { return w.count() >= after+3 })
+			_, problems, notReady := w.finish()
+			if code != tt.wantCode {
+				t.Fatalf("reload = %d %s, want %d", code, body, tt.wantCode)
+			}
+			for _, p := range problems {
+				t.Errorf("kept controller interrupted: %s", p)
+			}
+			if tt.readyThroughout && notReady > 0 {
+				t.Errorf("/-/ready failed %d times around the reload", notReady)
+			}
+			if !strings.Contains(d.logs.String(), tt.wantLog) {
+				t.Errorf("logs lack %q:\n%s", tt.wantLog, d.logs.String())
+			}
+			d.waitReady(t)
+
+			_, m := d.get(t, "/metrics")
+			for _, c := range tt.gone {
+				if strings.Contains(m, `controller="`+c+`"`) {
+					t.Errorf("series of removed controller %s remain", c)
+				}
+			}
+			for _, c := range tt.rebuilt {
+				if v := published(c); v >= base[c] {
+					t.Errorf("%s's veil_events_published_total = %g after the reload, want it restarted below %g", c, v, base[c])
+				}
+			}
+
+			// Every controller that runs goes on forwarding: a kept one adds to its count, a
+			// rebuilt one resumes from its checkpoint and counts only what is new.
+			const more = 5
+			simA.AddEvents(more, veiltest.EventSpec{Type: "info"})
+			simB.AddEvents(more, veiltest.EventSpec{Type: "info"})
+			for _, c := range tt.kept {
+				waitFor(t, c+" keeps counting", func() bool { return published(c) == base[c]+more })
+			}
+			for _, c := range tt.rebuilt {
+				waitFor(t, c+" counts anew", func() bool { return published(c) == more })
+			}
+			// A removed controller's earlier events stay in the stream; its new ones never come.
+			want := int(base["alpha"]+base["beta"]) + more*(2-len(tt.gone))
+			got := 0
+			waitFor(t, "every event on NATS once", func() bool { got = streamMsgs(cfg.listen, "VEIL_EVENTS"); return got == want })
+		})
+	}
+}
+
+// finishTask starts a short task on sim (a node's ballooning).
+func finishTask(t *testing.T, sim *veiltest.Server) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, sim.URL+"/api/nodes/"+sim.NodeIDs()[0]+"/ballooning/", strings.NewReader(`{"ballooning": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "jwt "+secretToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		t.Fatalf("ballooning task: %s", resp.Status)
+	}
+}
