@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -336,5 +338,63 @@ func finishTask(t *testing.T, sim *veiltest.Server) {
 	resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		t.Fatalf("ballooning task: %s", resp.Status)
+	}
+}
+
+// TestSettingsOf: what a reload compares to keep a controller counts only what shapes it.
+func TestSettingsOf(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	write := func(content string) {
+		if err := os.WriteFile(ca, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := func() *config.Config {
+		c := config.Default()
+		c.Controllers = []config.Controller{
+			{Name: "alpha", URL: "https://a", TokenFile: "/t", TLS: config.TLS{CAFile: ca}},
+			{Name: "beta", URL: "https://b", TokenFile: "/t"},
+		}
+		return &c
+	}
+	tests := []struct {
+		name     string
+		change   func(c *config.Config) // applied to a second configuration (and files) before comparing alpha
+		wantSame bool
+	}{
+		{"identical configurations", func(*config.Config) {}, true},
+		{"another controller's entry does not matter", func(c *config.Config) { c.Controllers[1].Timeout = time.Minute }, true},
+		{"own entry matters", func(c *config.Config) { c.Controllers[0].MaxConcurrency = 3 }, false},
+		{"collect matters", func(c *config.Config) { c.Collect.Interval = time.Minute }, false},
+		{"guest settings matter while guest checks are on", func(c *config.Config) { c.Guest.PingInterval = time.Minute }, false},
+		{"events settings matter while events are on", func(c *config.Config) { c.Events.PollInterval = time.Minute }, false},
+		{"nats settings matter while events are on", func(c *config.Config) { c.NATS.SubjectPrefix = "other" }, false},
+		{"a replaced ca_file matters", func(*config.Config) { write("other CA") }, false},
+		{"an unreadable ca_file matters", func(*config.Config) { os.Remove(ca) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			write("CA")
+			a := base()
+			before := settingsOf(a, a.Controllers[0])
+			b := base()
+			tt.change(b)
+			if same := reflect.DeepEqual(before, settingsOf(b, b.Controllers[0])); same != tt.wantSame {
+				t.Errorf("settings equal = %v, want %v", same, tt.wantSame)
+			}
+		})
+	}
+
+	// Sections that are off do not matter, whatever they say.
+	off := func(guest, events bool) *config.Config {
+		c := base()
+		c.Guest.Enabled, c.Events.Enabled = guest, events
+		return c
+	}
+	a, b := off(false, false), off(false, false)
+	b.Guest.PingInterval, b.Events.PollInterval, b.NATS.URL = time.Minute, time.Minute, "nats://elsewhere:4222"
+	if !reflect.DeepEqual(settingsOf(a, a.Controllers[0]), settingsOf(b, b.Controllers[0])) {
+		t.Error("guest, events or nats settings count although guest checks and events are off")
 	}
 }
