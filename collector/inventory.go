@@ -201,6 +201,11 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		done = append(done, <-results)
 	}
 	finished := time.Now()
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// Cut short because the exporter is stopping this controller (shutdown, reload): that
+		// says nothing about the controller, so keep the last state and the last good data.
+		return ctx.Err()
+	}
 
 	var errs []error
 	auth := false
