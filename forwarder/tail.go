@@ -27,8 +27,10 @@ const (
 	prefetchPages = 20
 	// Slack bounds, in rows: what a page overlaps beyond the one row that proves contiguity.
 	// It costs that share of every page read, so it stays small while the list holds still and
-	// never goes past half a page, which leaves room for progress.
-	minSlack   = 2
+	// never goes past half a page, which leaves room for progress. The least is one row: a
+	// shift seen widens it at once (observe), so a still list pays only that row, not a margin
+	// for shifts it does not have (a catch-up of a still backlog reads 1% more pages per row).
+	minSlack   = 1
 	startSlack = 10
 )
 
