@@ -112,7 +112,9 @@ func (p *jsPublisher) send(msgs []*nats.Msg, epoch uint64) (int, func(context.Co
 			sendErr = errReconnected
 			break
 		}
-		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(m.Header.Get(nats.MsgIdHdr)))
+		// The message carries Nats-Msg-Id already (message): jetstream.WithMsgID would only
+		// look it up and set it again, an option closure and a header write per event.
+		f, err := p.js.PublishMsgAsync(m)
 		if err != nil {
 			sendErr = fmt.Errorf("couldn't publish: %w", err)
 			break

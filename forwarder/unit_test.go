@@ -376,3 +376,38 @@ func TestEventSourceCarriesNoCredentials(t *testing.T) {
 		}
 	})
 }
+
+// TestRepublishedEventIsDroppedByTheStream proves that the Nats-Msg-Id header message() sets is
+// what JetStream deduplicates on: the same events published again (a restart before the position
+// was stored) are acknowledged as duplicates and stored once.
+func TestRepublishedEventIsDroppedByTheStream(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+	fw := r.forwarder()
+	events := []veil.Event{{ID: "e1", Type: "info", Raw: json.RawMessage(`{"id":"e1"}`)}, {ID: "e2", Type: "error", Raw: json.RawMessage(`{"id":"e2"}`)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for round := range 2 {
+		msgs := make([]*nats.Msg, len(events))
+		for i := range events {
+			msgs[i] = message("veil.events", "prod", fw.source, &events[i])
+		}
+		sent, wait, err := fw.pub.send(msgs, reconnects(r.conn.nc))
+		if err != nil || sent != len(msgs) {
+			t.Fatalf("round %d: sent %d, %v", round, sent, err)
+		}
+		if n, err := wait(ctx); err != nil || n != len(msgs) {
+			t.Fatalf("round %d: acknowledged %d, %v", round, n, err)
+		}
+	}
+	s, err := r.conn.js.Stream(ctx, "VEIL_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(len(events)) {
+		t.Fatalf("stream holds %d messages after publishing %d events twice, want %d", info.State.Msgs, len(events), len(events))
+	}
+}
