@@ -44,8 +44,10 @@ cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   echo "stopped; state kept in $STATE"
+  exit "$1"
 }
-trap cleanup INT TERM EXIT
+trap 'cleanup 0' INT TERM   # Ctrl-C is how a demo ends
+trap 'cleanup $?' EXIT
 
 ./bin/veil-sim --listen "$SIM_ADDR" --token "$TOKEN" --seed 1 --nodes 12 --clusters 2 --datapools 6 \
   --vms 300 --initial-events 200 --event-rate 2 --latency 5ms >"$STATE/veil-sim.log" 2>&1 &
@@ -78,3 +80,4 @@ Press Ctrl-C to stop both.
 TXT
 wait -n "${pids[@]}" || true
 echo "a process exited; see the logs in $STATE"
+exit 1
