@@ -195,22 +195,8 @@ func TestPageSizeIsHonoured(t *testing.T) {
 			t.Cleanup(stop)
 			return append(want, feed(r.sim, 3, 10*time.Millisecond, time.Second, veiltest.EventSpec{})()...)
 		}},
-		{"ties spanning many pages, newest first", "newest_first", func(t *testing.T, r *rig) []string {
-			want := r.sim.AddEvents(20, veiltest.EventSpec{})
-			want = append(want, r.sim.AddEvents(30, veiltest.EventSpec{SameCreated: true})...)
-			_, stop := r.run()
-			t.Cleanup(stop)
-			time.Sleep(200 * time.Millisecond)
-			return append(want, r.sim.AddEvents(25, veiltest.EventSpec{SameCreated: true})...)
-		}},
-		{"ties spanning many pages, oldest first", "oldest_first", func(t *testing.T, r *rig) []string {
-			want := r.sim.AddEvents(20, veiltest.EventSpec{})
-			want = append(want, r.sim.AddEvents(30, veiltest.EventSpec{SameCreated: true})...)
-			_, stop := r.run()
-			t.Cleanup(stop)
-			time.Sleep(200 * time.Millisecond)
-			return append(want, r.sim.AddEvents(25, veiltest.EventSpec{SameCreated: true})...)
-		}},
+		{"ties spanning many pages, newest first", "newest_first", tiesAcrossPages},
+		{"ties spanning many pages, oldest first", "oldest_first", tiesAcrossPages},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -241,4 +227,15 @@ func TestPageSizeIsHonoured(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tiesAcrossPages: groups of events sharing one created instant, larger than a page, before
+// and while the forwarder runs.
+func tiesAcrossPages(t *testing.T, r *rig) []string {
+	want := r.sim.AddEvents(20, veiltest.EventSpec{})
+	want = append(want, r.sim.AddEvents(30, veiltest.EventSpec{SameCreated: true})...)
+	_, stop := r.run()
+	t.Cleanup(stop)
+	time.Sleep(200 * time.Millisecond)
+	return append(want, r.sim.AddEvents(25, veiltest.EventSpec{SameCreated: true})...)
 }

@@ -129,33 +129,18 @@ func (s *Server) resolve(segs []string) handlers {
 		case n == 3 && segs[2] == "ballooning":
 			return handlers{"PUT": func(w http.ResponseWriter, r *http.Request) { s.ballooning(w, r, segs[1]) }}
 		}
-	case "clusters":
+	case "clusters", "data-pools", "tasks", "events":
+		// Read-only collections: a list and a detail.
+		list, get := map[string]http.HandlerFunc{
+			"clusters": s.listClusters, "data-pools": s.listPools, "tasks": s.listTasks, "events": s.listEvents,
+		}[segs[0]], map[string]func(http.ResponseWriter, *http.Request, string){
+			"clusters": s.getCluster, "data-pools": s.getPool, "tasks": s.getTask, "events": s.getEvent,
+		}[segs[0]]
 		switch n {
 		case 1:
-			return handlers{"GET": s.listClusters}
+			return handlers{"GET": list}
 		case 2:
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getCluster(w, r, segs[1]) }}
-		}
-	case "data-pools":
-		switch n {
-		case 1:
-			return handlers{"GET": s.listPools}
-		case 2:
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getPool(w, r, segs[1]) }}
-		}
-	case "tasks":
-		switch n {
-		case 1:
-			return handlers{"GET": s.listTasks}
-		case 2:
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getTask(w, r, segs[1]) }}
-		}
-	case "events":
-		switch n {
-		case 1:
-			return handlers{"GET": s.listEvents}
-		case 2:
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getEvent(w, r, segs[1]) }}
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { get(w, r, segs[1]) }}
 		}
 	case "domains":
 		switch {
