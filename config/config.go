@@ -2,7 +2,11 @@
 // strict parsing, validation and secrets.
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/prometheus/common/model"
+)
 
 // Config is the whole configuration file (DESIGN.md §4).
 type Config struct {
@@ -41,6 +45,11 @@ type Collect struct {
 	Tasks         bool          `yaml:"tasks"`
 	DomainInclude string        `yaml:"domain_include"`
 	DomainExclude string        `yaml:"domain_exclude"`
+	// BackupTaskPattern is a regexp on task names: the tasks that are backups of their VM.
+	BackupTaskPattern string `yaml:"backup_task_pattern"`
+	// BackupLookback is how far back the task journal is read at start for the last backups
+	// (Prometheus duration syntax: 7d, 36h).
+	BackupLookback model.Duration `yaml:"backup_lookback"`
 }
 
 // Guest configures guest-agent checks.
@@ -53,6 +62,12 @@ type Guest struct {
 	CommandTimeout time.Duration `yaml:"command_timeout"`
 	Concurrency    int           `yaml:"concurrency"`
 	FSTypesExclude []string      `yaml:"fs_types_exclude"`
+	// FSMountpointsExclude is a regexp on mount points left out of the filesystem metrics.
+	FSMountpointsExclude string `yaml:"fs_mountpoints_exclude"`
+	// NetworkInterval is how often guest-network-get-interfaces counters are read.
+	NetworkInterval time.Duration `yaml:"network_interval"`
+	// NetworkInterfacesExclude is a regexp on guest interface names left out.
+	NetworkInterfacesExclude string `yaml:"network_interfaces_exclude"`
 }
 
 // Events configures the event forwarder.
@@ -125,12 +140,18 @@ func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 // Default returns the configuration with every default of DESIGN.md §4 and no controllers.
 func Default() Config {
 	return Config{
-		Collect: Collect{Interval: 30 * time.Second, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true},
+		Collect: Collect{
+			Interval: 30 * time.Second, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true,
+			BackupTaskPattern: `(?i)backup|резерв`, BackupLookback: model.Duration(7 * 24 * time.Hour),
+		},
 		Guest: Guest{
 			Enabled: true, PingInterval: 30 * time.Second, OSInfoInterval: 10 * time.Minute,
 			FSInfoInterval: time.Minute, TimeInterval: 5 * time.Minute, CommandTimeout: 5 * time.Second,
-			Concurrency:    8,
-			FSTypesExclude: []string{"tmpfs", "devtmpfs", "overlay", "squashfs", "proc", "sysfs", "cgroup", "cgroup2"},
+			Concurrency:              8,
+			FSTypesExclude:           []string{"tmpfs", "devtmpfs", "overlay", "squashfs", "proc", "sysfs", "cgroup", "cgroup2"},
+			FSMountpointsExclude:     `^/(dev|proc|run|sys|snap|var/lib/(docker|kubelet|containers))($|/)`,
+			NetworkInterval:          time.Minute,
+			NetworkInterfacesExclude: `^lo$`,
 		},
 		Events: Events{
 			Enabled: true, PollInterval: 5 * time.Second, PageSize: 100, Order: "auto", Start: "latest",

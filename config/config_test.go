@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -226,5 +227,37 @@ func TestInvalidURLErrorHidesPassword(t *testing.T) {
 				t.Errorf("error %q does not name %s with %s", msg, tt.key, tt.want)
 			}
 		})
+	}
+}
+
+func TestBackupAndGuestNetworkSettings(t *testing.T) {
+	d := Default()
+	if got := time.Duration(d.Collect.BackupLookback); got != 7*24*time.Hour {
+		t.Errorf("default backup_lookback = %v, want 168h", got)
+	}
+	if !regexp.MustCompile(d.Collect.BackupTaskPattern).MatchString("Резервное копирование ВМ x") ||
+		!regexp.MustCompile(d.Collect.BackupTaskPattern).MatchString("Backup of the virtual machine x.") {
+		t.Errorf("default backup_task_pattern %q misses a backup task", d.Collect.BackupTaskPattern)
+	}
+	for _, mp := range []string{"/var/lib/kubelet/pods/x", "/run/user/0", "/dev/shm"} {
+		if !regexp.MustCompile(d.Guest.FSMountpointsExclude).MatchString(mp) {
+			t.Errorf("default fs_mountpoints_exclude keeps %s", mp)
+		}
+	}
+	for _, mp := range []string{"/", "/var", "/home", "/srv/data", "/devices"} {
+		if regexp.MustCompile(d.Guest.FSMountpointsExclude).MatchString(mp) {
+			t.Errorf("default fs_mountpoints_exclude drops %s", mp)
+		}
+	}
+	c, err := Parse([]byte("controllers: [{name: a, url: http://x, token: t}]\ncollect: {backup_lookback: 36h}\nguest: {network_interval: 2m, network_interfaces_exclude: '^(lo|docker.*)$'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(c.Collect.BackupLookback) != 36*time.Hour || c.Guest.NetworkInterval != 2*time.Minute {
+		t.Errorf("parsed %v %v", c.Collect.BackupLookback, c.Guest.NetworkInterval)
+	}
+	_, err = Parse([]byte("controllers: [{name: a, url: http://x, token: t}]\ncollect: {backup_task_pattern: '('}\nguest: {fs_mountpoints_exclude: '['}\n"))
+	if err == nil || !strings.Contains(err.Error(), "collect.backup_task_pattern") || !strings.Contains(err.Error(), "guest.fs_mountpoints_exclude") {
+		t.Errorf("bad regexps: err = %v", err)
 	}
 }

@@ -325,6 +325,12 @@ func (v *validator) collect(c *Collect) {
 	if _, err := regexp.Compile(c.DomainExclude); err != nil {
 		v.add("collect.domain_exclude", "invalid regexp: %v", err)
 	}
+	if _, err := regexp.Compile(c.BackupTaskPattern); err != nil {
+		v.add("collect.backup_task_pattern", "invalid regexp: %v", err)
+	}
+	if c.BackupLookback < 0 {
+		v.add("collect.backup_lookback", "must be >= 0")
+	}
 }
 
 func (v *validator) guest(g *Guest) {
@@ -337,6 +343,7 @@ func (v *validator) guest(g *Guest) {
 		{"guest.fsinfo_interval", g.FSInfoInterval},
 		{"guest.time_interval", g.TimeInterval},
 		{"guest.command_timeout", g.CommandTimeout},
+		{"guest.network_interval", g.NetworkInterval},
 	} {
 		if d.val <= 0 {
 			v.add(d.key, "must be > 0")
@@ -344,6 +351,12 @@ func (v *validator) guest(g *Guest) {
 	}
 	if g.Concurrency < 1 {
 		v.add("guest.concurrency", "must be >= 1")
+	}
+	if _, err := regexp.Compile(g.FSMountpointsExclude); err != nil {
+		v.add("guest.fs_mountpoints_exclude", "invalid regexp: %v", err)
+	}
+	if _, err := regexp.Compile(g.NetworkInterfacesExclude); err != nil {
+		v.add("guest.network_interfaces_exclude", "invalid regexp: %v", err)
 	}
 }
 

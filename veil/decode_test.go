@@ -240,3 +240,14 @@ func TestSimulatorQuirksDecode(t *testing.T) {
 		t.Errorf("no domain without an agent among %d", len(domains))
 	}
 }
+
+func TestDomainTagsAsStringsOrObjects(t *testing.T) {
+	var d veil.Domain
+	if err := json.Unmarshal([]byte(`{"id":"a","tags":["prod",{"colour":"#ff0000","verbose_name":"db"}]}`), &d); err != nil {
+		t.Fatal(err)
+	}
+	want := []veil.Tag{{Name: "prod"}, {Name: "db", Colour: "#ff0000"}}
+	if len(d.Tags) != 2 || d.Tags[0] != want[0] || d.Tags[1] != want[1] {
+		t.Fatalf("tags = %+v, want %+v", d.Tags, want)
+	}
+}

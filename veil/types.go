@@ -2,6 +2,7 @@ package veil
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -110,10 +111,35 @@ type Domain struct {
 	CPUUsedPercentUser *Number    `json:"cpu_used_percent_user"`
 	MemUsedPercentUser *Number    `json:"mem_used_percent_user"`
 	VdisksCount        Number     `json:"vdisks_count"`
+	Tags               []Tag      `json:"tags"`
 	// Detail only.
 	OSType    string `json:"os_type"`
 	OSVersion string `json:"os_version"`
 	Cluster   Ref    `json:"cluster"`
+}
+
+// Tag is a label an operator put on an object; the platform sends a tag as a string or as
+// {"colour","verbose_name"}.
+type Tag struct {
+	Name   string
+	Colour string
+}
+
+func (t *Tag) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*t = Tag{Name: s}
+		return nil
+	}
+	var o struct {
+		VerboseName string `json:"verbose_name"`
+		Colour      string `json:"colour"`
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return fmt.Errorf("cannot decode %s as a tag", short(b))
+	}
+	*t = Tag{Name: o.VerboseName, Colour: o.Colour}
+	return nil
 }
 
 // Task is an operation of the platform (GET /api/tasks/).
