@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/dashboards"
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -94,20 +96,17 @@ func start(t *testing.T, dir, name string, args ...string) {
 
 func waitHTTP(t *testing.T, u string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.EventuallyNil(t, timeout, func() error {
 		resp, err := http.Get(u)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after %s (last error %v)", u, timeout, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	}, "%s to answer 200", u)
 }
 
 func get(t *testing.T, u string) []byte {
@@ -237,18 +236,13 @@ nats:
 
 	// Every family of the contract (DESIGN.md §5) is exported once the loops have run.
 	var metrics []byte
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 30*time.Second, func() error {
 		metrics = get(t, "http://"+webAddr+"/metrics")
-		missing := missingFamilies(metrics)
-		if len(missing) == 0 {
-			break
+		if missing := missingFamilies(metrics); len(missing) > 0 {
+			return fmt.Errorf("missing %v", missing)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("families missing from /metrics after 30s: %v", missing)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	}, "every contract family on /metrics")
 
 	// promtool check metrics: the exposition follows Prometheus' naming and unit conventions.
 	check := exec.Command(promtool, "check", "metrics")
@@ -277,17 +271,10 @@ scrape_configs:
 	waitHTTP(t, promURL+"/-/ready", 30*time.Second)
 
 	// Wait for enough samples for rate() over the dashboards' windows.
-	deadline = time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, func() bool {
 		r, err := promQuery(promURL, `count_over_time(veil_up[1m]) >= 8`)
-		if err == nil && len(r.Data.Result) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Prometheus has fewer than 8 veil_up samples after 60s (%v)", err)
-		}
-		time.Sleep(time.Second)
-	}
+		return err == nil && len(r.Data.Result) > 0
+	}, "8 veil_up samples in Prometheus")
 
 	t.Run("rules load", func(t *testing.T) {
 		var rules struct {

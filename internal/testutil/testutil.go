@@ -31,6 +31,23 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 	}
 }
 
+// EventuallyNil polls check until it returns nil and fails the test when timeout passes first,
+// reporting the last error check returned (what was still wrong).
+func EventuallyNil(t testing.TB, timeout time.Duration, check func() error, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %v", timeout, fmt.Sprintf(format, args...), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // SyncBuffer is a log sink that tests read while loggers write.
 type SyncBuffer struct {
 	mu sync.Mutex
