@@ -22,9 +22,9 @@ const (
 	// last backups: 10,000 tasks, even if the controller ignores the ordering.
 	maxLookbackPages = 100
 	// maxPendingTasks bounds the finished tasks kept for a refresh that failed after its scan.
-	maxPendingTasks  = 10000
-	taskPageSize     = 100
-	otherKind        = "other"
+	maxPendingTasks = 10000
+	taskPageSize    = 100
+	otherKind       = "other"
 )
 
 // taskStatuses are the statuses counted in veil_tasks; a fixed list keeps the label bounded.
@@ -47,7 +47,7 @@ type taskTracker struct {
 	counted   map[string]time.Time // id -> created, for tasks at or after the watermark
 	pending   []pendingTask        // seen finished, not yet handed to a successful refresh
 	kinds     map[string]bool
-	templates []kindTemplate // kinds with placeholders, the most fixed text first
+	templates []kindTemplate        // kinds with placeholders, the most fixed text first
 	finished  map[[2]string]float64 // {kind, status}
 	durations map[string]*taskHistogram
 }
