@@ -80,9 +80,14 @@ func nameChar(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.I
 
 // wholeWordSpans finds name in s where it is not part of a longer word.
 func wholeWordSpans(s, name, repl string) []span {
+	// Case-insensitive where lowering keeps byte offsets ("WIN_TEST" is the VM win_test).
+	hay, needle := s, name
+	if ls, ln := strings.ToLower(s), strings.ToLower(name); len(ls) == len(s) && len(ln) == len(name) {
+		hay, needle = ls, ln
+	}
 	var out []span
-	for from := 0; from <= len(s)-len(name); {
-		i := strings.Index(s[from:], name)
+	for from := 0; from <= len(hay)-len(needle); {
+		i := strings.Index(hay[from:], needle)
 		if i < 0 {
 			break
 		}
