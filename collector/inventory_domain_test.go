@@ -55,4 +55,3 @@ func TestGuestInfoOnlyWhenTheAgentReports(t *testing.T) {
 		t.Errorf("%d of 30 VMs report a guest: the test proves little", with)
 	}
 }
-
