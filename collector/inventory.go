@@ -310,6 +310,7 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		}
 	}
 	inv.snap = snap
+	inv.forgetNames(start)
 	prev := refreshStateNone
 	switch {
 	case !inv.refreshed:
@@ -489,7 +490,6 @@ func (inv *Inventory) collect(ctx context.Context, name string, start time.Time)
 		read, err := inv.tasks.refresh(ctx, inv.client)
 		return func(s *snapshot) {
 			s.taskCounts = read.counts
-			inv.forgetNames(start)
 			inv.tasks.record(read.fresh, inv.nameOf)
 			inv.backups.observe(time.Now(), read.fresh)
 		}, err
