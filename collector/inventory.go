@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
+	"sort"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -22,6 +25,15 @@ const (
 	collDatapools = "datapools"
 	collDomains   = "domains"
 	collTasks     = "tasks"
+)
+
+const (
+	// unavailableRetryEvery: a collection the controller lacks (404, 403, 405) is asked for
+	// again at every this many refreshes only.
+	unavailableRetryEvery = 10
+	// nameRetention keeps the name of an object gone from the inventory this long, so that
+	// the task deleting a VM, seen after the VM, still finds its name to replace.
+	nameRetention = time.Hour
 )
 
 // Inventory keeps the latest good snapshot of one controller's nodes, clusters, datapools,
@@ -36,6 +48,7 @@ type Inventory struct {
 	enabled    []string
 	descs      *inventoryDescs
 	tasks      *taskTracker
+	backups    *backupTracker
 
 	// refreshMu keeps one Refresh at a time and is held while it waits for the API; mu is
 	// held only to read or swap the state below, so readers never wait for the controller.
@@ -44,6 +57,7 @@ type Inventory struct {
 	mu           sync.RWMutex
 	snap         snapshot
 	runs         map[string]*collectionRun
+	names        map[string]knownName // uuid -> name of nodes, clusters, datapools, domains
 	up           bool
 	refreshed    bool
 	authFailed   bool // the last refresh got 401/403: reload the token before the next
@@ -67,6 +81,14 @@ type collectionRun struct {
 	duration    time.Duration
 	lastSuccess time.Time
 	err         string
+	unavailable bool // the controller lacks the collection (404, 403, 405)
+	skip        int  // refreshes left before an unavailable collection is asked again
+}
+
+// knownName is an object's name and when the inventory last listed it.
+type knownName struct {
+	name string
+	seen time.Time
 }
 
 // CollectionStatus is the state of one collection (nodes, domains, ...).
@@ -75,6 +97,8 @@ type CollectionStatus struct {
 	Success     bool
 	Duration    time.Duration
 	LastSuccess time.Time
+	// Unavailable: the controller lacks the collection (404, 403, 405); not an outage.
+	Unavailable bool
 	Error       string
 }
 
@@ -110,10 +134,22 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		cfg:        cfg,
 		logger:     log.With(logger, "controller", controller),
 		descs:      newInventoryDescs(controller, refreshInterval(cfg.Interval)),
-		tasks:      newTaskTracker(maxTaskNames),
 		runs:       map[string]*collectionRun{},
+		names:      map[string]knownName{},
 	}
 	var err error
+	var backupRe *regexp.Regexp
+	if cfg.BackupTaskPattern != "" {
+		if backupRe, err = regexp.Compile(cfg.BackupTaskPattern); err != nil {
+			return nil, fmt.Errorf("invalid backup_task_pattern: %w", err)
+		}
+	}
+	lookback := time.Duration(cfg.BackupLookback)
+	if backupRe == nil {
+		lookback = 0 // nothing to look back for
+	}
+	inv.tasks = newTaskTracker(maxTaskKinds, lookback)
+	inv.backups = newBackupTracker(backupRe, lookback)
 	if cfg.DomainInclude != "" {
 		if inv.include, err = regexp.Compile(cfg.DomainInclude); err != nil {
 			return nil, fmt.Errorf("invalid domain_include: %w", err)
@@ -164,14 +200,24 @@ func refreshInterval(d time.Duration) time.Duration {
 }
 
 // Refresh reads every enabled collection concurrently (within the client's limits) and
-// replaces the snapshot of each one that succeeded. It returns the failures joined.
+// replaces the snapshot of each one that succeeded. It returns the failures joined; a
+// collection the controller lacks (404, 403, 405) is not one: it is marked unavailable and
+// asked again at every unavailableRetryEvery-th refresh only.
 func (inv *Inventory) Refresh(ctx context.Context) error {
 	inv.refreshMu.Lock()
 	defer inv.refreshMu.Unlock()
 
-	inv.mu.RLock()
+	inv.mu.Lock()
 	reload := inv.authFailed
-	inv.mu.RUnlock()
+	toRun := make([]string, 0, len(inv.enabled))
+	for _, name := range inv.enabled {
+		if r := inv.runs[name]; r.unavailable && r.skip > 0 {
+			r.skip--
+			continue
+		}
+		toRun = append(toRun, name)
+	}
+	inv.mu.Unlock()
 	if reload {
 		// The token file may have been rotated since the 401; read it before trying again.
 		if err := inv.client.ReloadToken(); err != nil {
@@ -186,18 +232,18 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		d    time.Duration
 		set  func(*snapshot)
 	}
-	results := make(chan result, len(inv.enabled))
-	for _, name := range inv.enabled {
+	results := make(chan result, len(toRun))
+	for _, name := range toRun {
 		go func() {
 			t0 := time.Now()
-			set, err := inv.collect(ctx, name)
+			set, err := inv.collect(ctx, name, start)
 			results <- result{name: name, err: err, d: time.Since(t0), set: set}
 		}()
 	}
 	// Gather every result before taking inv.mu: scrapes, the status page and the guest
 	// checker read the snapshot meanwhile and must not wait for a slow controller.
-	done := make([]result, 0, len(inv.enabled))
-	for range inv.enabled {
+	done := make([]result, 0, len(toRun))
+	for range toRun {
 		done = append(done, <-results)
 	}
 	finished := time.Now()
@@ -206,13 +252,22 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		// says nothing about the controller, so keep the last state and the last good data.
 		return ctx.Err()
 	}
+	// Tasks last: their kinds are derived with the names this refresh has just read.
+	sort.SliceStable(done, func(i, j int) bool { return done[i].name != collTasks && done[j].name == collTasks })
 
-	var errs []error
+	fails := make([]failure, len(done))
 	auth := false
-	for _, r := range done {
-		if r.err != nil {
+	for i, r := range done {
+		fails[i] = classify(r.name, r.err)
+		auth = auth || fails[i] == failAuth
+	}
+	var errs []error
+	for i, r := range done {
+		if fails[i] == failUnavailable && auth && errors.Is(r.err, veil.ErrForbidden) {
+			fails[i] = failAuth // a token rejected everywhere is not a collection it lacks
+		}
+		if fails[i] == failAuth || fails[i] == failDown {
 			errs = append(errs, fmt.Errorf("couldn't get %s: %w", r.name, r.err))
-			auth = auth || errors.Is(r.err, veil.ErrUnauthorized) || errors.Is(r.err, veil.ErrForbidden)
 		}
 	}
 	err := errors.Join(errs...)
@@ -230,19 +285,32 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		next = refreshStateDown
 	}
 
+	var gone, back []result // collections that became unavailable, or available again
 	inv.mu.Lock()
 	snap := inv.snap
-	for _, r := range done {
+	for i, r := range done {
 		run := inv.runs[r.name]
 		run.duration = r.d
-		if r.err != nil {
-			run.success, run.err = false, r.err.Error()
-			continue
+		switch fails[i] {
+		case failNone:
+			if run.unavailable {
+				back = append(back, r)
+			}
+			r.set(&snap)
+			run.success, run.err, run.lastSuccess, run.unavailable = true, "", finished, false
+		case failUnavailable:
+			if !run.unavailable {
+				gone = append(gone, r)
+			}
+			// The controller says it has no such collection: its old data is not current.
+			clearCollection(r.name, &snap)
+			run.success, run.err, run.unavailable, run.skip = false, r.err.Error(), true, unavailableRetryEvery-1
+		default:
+			run.success, run.err, run.unavailable = false, r.err.Error(), false
 		}
-		r.set(&snap)
-		run.success, run.err, run.lastSuccess = true, "", finished
 	}
 	inv.snap = snap
+	inv.forgetNames(start)
 	prev := refreshStateNone
 	switch {
 	case !inv.refreshed:
@@ -259,7 +327,16 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	inv.lastAttempt = start
 	inv.lastDuration = finished.Sub(start)
 	inv.lastError = msg
+	interval := refreshInterval(inv.cfg.Interval)
 	inv.mu.Unlock()
+
+	for _, r := range gone {
+		level.Warn(inv.logger).Log("msg", "collection not available on this controller (not an outage); asked again every "+(interval*unavailableRetryEvery).String(),
+			"collection", r.name, "reason", r.err)
+	}
+	for _, r := range back {
+		level.Info(inv.logger).Log("msg", "collection available again", "collection", r.name)
+	}
 
 	// One log line per state change, not per failed refresh: a token that keeps failing or
 	// a controller that stays down is logged when it starts and when it recovers.
@@ -291,28 +368,131 @@ const (
 	refreshStateAuth // the token was rejected
 )
 
-// collect reads one collection and returns how to store it in the snapshot.
-func (inv *Inventory) collect(ctx context.Context, name string) (func(*snapshot), error) {
+// failure is how one collection's read failed.
+type failure int
+
+const (
+	failNone        failure = iota
+	failUnavailable         // the controller lacks it or the token may not read it: not an outage
+	failAuth                // the token was rejected
+	failDown                // the controller failed
+)
+
+// coreCollection: a controller that does not serve nodes or domains is not working, whatever
+// it answers; any other collection may be missing (the vendor's mock has no /api/tasks/).
+func coreCollection(name string) bool { return name == collNodes || name == collDomains }
+
+func classify(name string, err error) failure {
+	if err == nil {
+		return failNone
+	}
+	if errors.Is(err, veil.ErrUnauthorized) {
+		return failAuth
+	}
+	if coreCollection(name) {
+		if errors.Is(err, veil.ErrForbidden) {
+			return failAuth
+		}
+		return failDown
+	}
+	var apiErr *veil.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.StatusCode {
+		case http.StatusNotFound, http.StatusForbidden, http.StatusMethodNotAllowed:
+			return failUnavailable
+		}
+	}
+	return failDown
+}
+
+// clearCollection drops the data of a collection the controller no longer serves.
+func clearCollection(name string, s *snapshot) {
+	switch name {
+	case collNodes:
+		s.nodes = nil
+	case collClusters:
+		s.clusters = nil
+	case collDatapools:
+		s.datapools = nil
+	case collDomains:
+		s.domains, s.domainsTotal = nil, 0
+	case collTasks:
+		s.taskCounts = nil
+	}
+}
+
+// learnName records the names of objects just listed; inv.mu is held. Names of objects gone
+// are kept for nameRetention, for the tasks that removed them.
+func (inv *Inventory) learnName(now time.Time, id, name string) {
+	inv.names[id] = knownName{name, now}
+}
+
+// forgetNames drops names not listed for nameRetention; inv.mu is held.
+func (inv *Inventory) forgetNames(now time.Time) {
+	for id, n := range inv.names {
+		if now.Sub(n.seen) > nameRetention {
+			delete(inv.names, id)
+		}
+	}
+}
+
+// nameOf looks up a name for the task kinds; inv.mu is held.
+func (inv *Inventory) nameOf(id string) (string, bool) {
+	n, ok := inv.names[id]
+	return n.name, ok
+}
+
+// collect reads one collection and returns how to store it in the snapshot; the returned
+// function runs with inv.mu held. start is when the refresh began.
+func (inv *Inventory) collect(ctx context.Context, name string, start time.Time) (func(*snapshot), error) {
 	switch name {
 	case collNodes:
 		v, err := inv.client.Nodes(ctx)
-		return func(s *snapshot) { s.nodes = v }, err
+		return func(s *snapshot) {
+			s.nodes = v
+			for i := range v {
+				inv.learnName(start, v[i].ID, v[i].VerboseName)
+			}
+		}, err
 	case collClusters:
 		v, err := inv.client.Clusters(ctx)
-		return func(s *snapshot) { s.clusters = v }, err
+		return func(s *snapshot) {
+			s.clusters = v
+			for i := range v {
+				inv.learnName(start, v[i].ID, v[i].VerboseName)
+			}
+		}, err
 	case collDatapools:
 		v, err := inv.client.Datapools(ctx)
-		return func(s *snapshot) { s.datapools = v }, err
+		return func(s *snapshot) {
+			s.datapools = v
+			for i := range v {
+				inv.learnName(start, v[i].ID, v[i].VerboseName)
+			}
+		}, err
 	case collDomains:
 		v, err := inv.client.Domains(ctx, nil)
 		if err != nil {
 			return nil, err
 		}
 		filtered := inv.filterDomains(v)
-		return func(s *snapshot) { s.domains, s.domainsTotal = filtered, len(v) }, nil
+		return func(s *snapshot) {
+			s.domains, s.domainsTotal = filtered, len(v)
+			present := make(map[string]bool, len(v))
+			for i := range v {
+				// Every VM, filtered out or not: its name must not reach a task kind either.
+				inv.learnName(start, v[i].ID, v[i].VerboseName)
+				present[v[i].ID] = true
+			}
+			inv.backups.forget(present, start)
+		}, nil
 	case collTasks:
-		counts, err := inv.tasks.refresh(ctx, inv.client)
-		return func(s *snapshot) { s.taskCounts = counts }, err
+		read, err := inv.tasks.refresh(ctx, inv.client)
+		return func(s *snapshot) {
+			s.taskCounts = read.counts
+			inv.tasks.record(read.fresh, inv.nameOf)
+			inv.backups.observe(time.Now(), read.fresh)
+		}, err
 	}
 	return nil, fmt.Errorf("unknown collection %q", name)
 }
@@ -374,8 +554,25 @@ func (inv *Inventory) Status() InventoryStatus {
 	for _, name := range inv.enabled {
 		r := inv.runs[name]
 		st.Collections = append(st.Collections, CollectionStatus{
-			Name: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess, Error: r.err,
+			Name: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess, Unavailable: r.unavailable, Error: r.err,
 		})
 	}
 	return st
+}
+
+// RunStatus reports the last run of each enabled collection (nodes, clusters, datapools,
+// domains, tasks; backups are part of tasks) for the daemon's veil_collector_* families and
+// the status page. It implements runstatus.Reporter.
+func (inv *Inventory) RunStatus() []runstatus.Status {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	out := make([]runstatus.Status, 0, len(inv.enabled))
+	for _, name := range inv.enabled {
+		r := inv.runs[name]
+		out = append(out, runstatus.Status{
+			Collector: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess,
+			Unavailable: r.unavailable, Error: r.err,
+		})
+	}
+	return out
 }

@@ -1,7 +1,9 @@
 package collector
 
 import (
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +22,8 @@ type inventoryDescs struct {
 	datapoolInfo, datapoolStatus, datapoolSize, datapoolUsed, datapoolFree *prometheus.Desc
 
 	domainInfo, domainStatus, domainPower, domainCPUs, domainMemory, domainCPUUsage, domainMemUsage, domainAgent *prometheus.Desc
+
+	domainGuestInfo, lastBackupTime, lastBackupSuccess *prometheus.Desc
 
 	tasks, tasksFinished, taskDuration *prometheus.Desc
 }
@@ -58,7 +62,7 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 		datapoolUsed:   d("datapool_used_bytes", "Used space of the datapool.", "datapool_id"),
 		datapoolFree:   d("datapool_free_bytes", "Free space of the datapool.", "datapool_id"),
 
-		domainInfo:     d("domain_info", "VM description; value 1.", "domain_id", "domain", "node_id", "template", "thin", "parent_id"),
+		domainInfo:     d("domain_info", "VM description; value 1; tags are the VM's tag names, sorted and joined by commas.", "domain_id", "domain", "node_id", "template", "thin", "parent_id", "tags"),
 		domainStatus:   d("domain_status", "Current status of the VM; value 1.", "domain_id", "status"),
 		domainPower:    d("domain_power_state", "Current power state of the VM (undefined, off, suspended, on); value 1.", "domain_id", "state"),
 		domainCPUs:     d("domain_cpus", "vCPUs of the VM.", "domain_id"),
@@ -67,13 +71,21 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 		domainMemUsage: d("domain_memory_usage_ratio", "Memory usage of the VM, 0..1, when the platform reports it.", "domain_id"),
 		domainAgent:    d("domain_guest_agent_connected", "1 if the QEMU guest agent of the VM answers the platform.", "domain_id"),
 
+		domainGuestInfo: d("domain_guest_info", "Hostname and primary IPv4 address the VM's guest agent reports to the platform (guest_utils of the VM list); value 1, only while the agent reports one of them.", "domain_id", "hostname", "ip"),
+		lastBackupTime: prometheus.NewDesc("veil_domain_last_backup_timestamp_seconds",
+			"Unix time the newest successful backup of the VM finished, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every "+interval.String()+".",
+			[]string{"domain_id"}, cl),
+		lastBackupSuccess: prometheus.NewDesc("veil_domain_last_backup_success",
+			"1 if the newest finished backup of the VM succeeded, 0 if it failed, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every "+interval.String()+".",
+			[]string{"domain_id"}, cl),
+
 		tasks: d("tasks", "Tasks of the platform by status.", "status"),
 		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total",
-			"Tasks seen finishing since the exporter started, by operation and final status; counted at each inventory refresh, every "+interval.String()+".",
-			[]string{"name", "status"}, cl),
+			"Tasks seen finishing since the exporter started, by kind (the task name with each object's name replaced by its class, e.g. 'Starting the virtual machine {domain}.'; at most 100 kinds, then other) and final status; counted at each inventory refresh, every "+interval.String()+".",
+			[]string{"kind", "status"}, cl),
 		taskDuration: prometheus.NewDesc("veil_task_duration_seconds",
-			"Execution time of tasks seen finishing since the exporter started; counted at each inventory refresh, every "+interval.String()+".",
-			[]string{"name"}, cl),
+			"Execution time of tasks seen finishing since the exporter started, by kind (as in veil_tasks_finished_total); counted at each inventory refresh, every "+interval.String()+".",
+			[]string{"kind"}, cl),
 	}
 }
 
@@ -85,27 +97,24 @@ var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "
 func (inv *Inventory) Describe(ch chan<- *prometheus.Desc) {
 	d := inv.descs
 	for _, desc := range []*prometheus.Desc{
-		d.up, collectorSuccessDesc, collectorDurationDesc, collectorLastSuccessDesc,
+		d.up,
 		d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning,
 		d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage,
 		d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree,
 		d.domainInfo, d.domainStatus, d.domainPower, d.domainCPUs, d.domainMemory, d.domainCPUUsage, d.domainMemUsage, d.domainAgent,
+		d.domainGuestInfo, d.lastBackupTime, d.lastBackupSuccess,
 		d.tasks, d.tasksFinished, d.taskDuration,
 	} {
 		ch <- desc
 	}
 }
 
-// Collect turns the latest snapshot into const metrics; it never calls the API.
+// Collect turns the latest snapshot into const metrics; it never calls the API. The
+// veil_collector_* families of the collections are the daemon's, from RunStatus.
 func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 	inv.mu.RLock()
 	snap := inv.snap
 	up := inv.up
-	runs := make([]CollectionStatus, 0, len(inv.enabled))
-	for _, name := range inv.enabled {
-		r := inv.runs[name]
-		runs = append(runs, CollectionStatus{Name: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess})
-	}
 	inv.mu.RUnlock()
 
 	d := inv.descs
@@ -116,9 +125,6 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(d.up, boolFloat(up))
-	for _, r := range runs {
-		CollectorStatusMetrics(ch, inv.controller, r.Name, r.Success, r.Duration, r.LastSuccess)
-	}
 
 	for i := range snap.nodes {
 		n := &snap.nodes[i]
@@ -163,7 +169,7 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 		if v.Parent != nil {
 			parent = v.Parent.ID
 		}
-		gauge(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent)
+		gauge(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, tagsLabel(v.Tags))
 		gauge(d.domainStatus, 1, v.ID, v.Status)
 		gauge(d.domainPower, 1, v.ID, powerState(v.UserPowerState))
 		gauge(d.domainCPUs, float64(v.CPUCount), v.ID)
@@ -175,9 +181,22 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 			gauge(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
 		}
 		gauge(d.domainAgent, boolFloat(v.GuestUtils.QemuState), v.ID)
+		if g := &v.GuestUtils; g.Hostname != "" || len(g.IPv4) > 0 {
+			ip := ""
+			if len(g.IPv4) > 0 {
+				ip = g.IPv4[0] // the platform lists the primary address first
+			}
+			gauge(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
+		}
 	}
 
-	if snap.taskCounts != nil {
+	if snap.taskCounts != nil { // tasks read: absent while the collection is off or unavailable
+		for _, b := range inv.backups.of(snap.domains) {
+			if !b.success.IsZero() {
+				gauge(d.lastBackupTime, unixSeconds(b.success), b.id)
+			}
+			gauge(d.lastBackupSuccess, boolFloat(b.succeeded), b.id)
+		}
 		for _, s := range taskStatuses {
 			gauge(d.tasks, snap.taskCounts[s], s)
 		}
@@ -197,4 +216,22 @@ func powerState(n veil.Number) string {
 		return powerStates[veil.PowerUndefined]
 	}
 	return powerStates[i]
+}
+
+// tagsLabel is the tags label of veil_domain_info: the tag names sorted and joined by commas.
+func tagsLabel(tags []veil.Tag) string {
+	switch len(tags) {
+	case 0:
+		return ""
+	case 1:
+		return tags[0].Name
+	}
+	names := make([]string, 0, len(tags))
+	for _, t := range tags {
+		if t.Name != "" {
+			names = append(names, t.Name)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
 }

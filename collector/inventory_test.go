@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -136,7 +137,7 @@ var smallInventory = veiltest.Options{Seed: 7, Nodes: 2, Clusters: 1, Datapools:
 // goldenFamilies are compared with testdata/inventory.prom; the timing families change on
 // every run and are checked separately.
 var goldenFamilies = []string{
-	"veil_up", "veil_collector_success",
+	"veil_up",
 	"veil_node_info", "veil_node_status", "veil_node_cpus", "veil_node_memory_bytes",
 	"veil_node_cpu_usage_ratio", "veil_node_memory_usage_ratio", "veil_node_domains", "veil_node_domains_running",
 	"veil_cluster_info", "veil_cluster_status", "veil_cluster_cpus", "veil_cluster_memory_bytes", "veil_cluster_nodes",
@@ -144,7 +145,7 @@ var goldenFamilies = []string{
 	"veil_datapool_info", "veil_datapool_status", "veil_datapool_size_bytes", "veil_datapool_used_bytes", "veil_datapool_free_bytes",
 	"veil_domain_info", "veil_domain_status", "veil_domain_power_state", "veil_domain_cpus", "veil_domain_memory_bytes",
 	"veil_domain_cpu_usage_ratio", "veil_domain_memory_usage_ratio", "veil_domain_guest_agent_connected",
-	"veil_tasks",
+	"veil_domain_guest_info", "veil_tasks",
 }
 
 // TestExpositionMatchesGolden compares the metrics of a small seeded inventory with
@@ -186,9 +187,13 @@ func TestExpositionMatchesGolden(t *testing.T) {
 		t.Error(err)
 	}
 	for _, name := range []string{collNodes, collClusters, collDatapools, collDomains, collTasks} {
-		if v := value(t, f.inv, "veil_collector_last_success_timestamp_seconds", `collector="`+name+`"`); v == "0" {
-			t.Errorf("collector %s: last success timestamp not set", name)
+		if r := runOf(t, f.inv, name); !r.Success || r.LastSuccess.IsZero() || r.Unavailable || r.Error != "" {
+			t.Errorf("collector %s: run %+v, want a success with its time", name, r)
 		}
+	}
+	// The daemon emits veil_collector_* from RunStatus: the inventory must not emit them too.
+	if s := series(t, f.inv, "veil_collector_"); len(s) != 0 {
+		t.Errorf("inventory emits veil_collector_* itself: %q", s)
 	}
 }
 
@@ -302,11 +307,11 @@ func TestBrokenControllerKeepsLastData(t *testing.T) {
 			if v := value(t, f.inv, "veil_up"); v != "0" {
 				t.Errorf("veil_up = %s, want 0", v)
 			}
-			if v := value(t, f.inv, "veil_collector_success", `collector="domains"`); v != "0" {
-				t.Errorf("domains success = %s, want 0", v)
+			if r := runOf(t, f.inv, collDomains); r.Success || r.Unavailable || r.Error == "" {
+				t.Errorf("domains run %+v, want a failure (not unavailable) with its error", r)
 			}
-			if v := value(t, f.inv, "veil_collector_success", `collector="nodes"`); v != "1" {
-				t.Errorf("nodes success = %s, want 1: one failing collection must not fail the others", v)
+			if r := runOf(t, f.inv, collNodes); !r.Success {
+				t.Errorf("nodes run %+v, want a success: one failing collection must not fail the others", r)
 			}
 			if after := series(t, f.inv, "veil_domain_"); strings.Join(after, "\n") != strings.Join(before, "\n") {
 				t.Errorf("last good domain data not kept:\nbefore %q\nafter %q", before, after)
@@ -524,8 +529,13 @@ func TestDisabledCollectionsAreNotRequested(t *testing.T) {
 			t.Errorf("disabled collection requested: %s", r.Path)
 		}
 	}
-	if s := series(t, f.inv, "veil_collector_success", `collector="domains"`); len(s) != 0 {
-		t.Errorf("disabled collector reported: %q", s)
+	for _, r := range f.inv.RunStatus() {
+		if r.Collector != collNodes && r.Collector != collDatapools {
+			t.Errorf("disabled collector reported: %+v", r)
+		}
+	}
+	if n := len(f.inv.RunStatus()); n != 2 {
+		t.Errorf("%d runs reported, want nodes and datapools", n)
 	}
 }
 
@@ -565,6 +575,18 @@ func TestAPIMetricsCountRequestsByEndpoint(t *testing.T) {
 	if s := series(t, f.api, "veil_api_request_duration_seconds_count", `endpoint="/api/nodes/"`); len(s) != 1 {
 		t.Errorf("no duration for nodes: %q", s)
 	}
+}
+
+// runOf is the run status of one collection.
+func runOf(t *testing.T, inv *Inventory, name string) runstatus.Status {
+	t.Helper()
+	for _, r := range inv.RunStatus() {
+		if r.Collector == name {
+			return r
+		}
+	}
+	t.Fatalf("no run status for %s in %+v", name, inv.RunStatus())
+	return runstatus.Status{}
 }
 
 func writeText(buf *bytes.Buffer, mf *dto.MetricFamily) {
@@ -748,6 +770,9 @@ func TestHelpSaysDataIsCached(t *testing.T) {
 		{"veil_domain_info", inv.descs.domainInfo, []string{"every 45s", "last good data is kept while the controller fails"}},
 		{"veil_tasks_finished_total", inv.descs.tasksFinished, []string{"counted at each inventory refresh, every 45s"}},
 		{"veil_task_duration_seconds", inv.descs.taskDuration, []string{"counted at each inventory refresh, every 45s"}},
+		{"veil_domain_guest_info", inv.descs.domainGuestInfo, []string{"every 45s"}},
+		{"veil_domain_last_backup_timestamp_seconds", inv.descs.lastBackupTime, []string{"Cached", "every 45s", "backup_lookback"}},
+		{"veil_domain_last_backup_success", inv.descs.lastBackupSuccess, []string{"Cached", "every 45s"}},
 		{"veil_guest_ping_duration_seconds", guest.descs.pingDuration, []string{"every 17s"}},
 		{"veil_collector_success", collectorSuccessDesc, []string{"background run", "cached"}},
 		{"veil_collector_duration_seconds", collectorDurationDesc, []string{"background run", "cached"}},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -11,12 +13,18 @@ import (
 )
 
 const (
-	// maxTaskNames bounds the name label of the task families; further names become "other".
-	maxTaskNames = 100
+	// maxTaskKinds bounds the kind label of the task families; further kinds become "other".
+	maxTaskKinds = 100
 	// maxTaskPages bounds one scan of the task journal (100 tasks a page): a task that runs for
 	// longer than this many newer tasks take to appear is given up.
 	maxTaskPages = 50
-	otherName    = "other"
+	// maxLookbackPages bounds the first scan, which reads collect.backup_lookback back for the
+	// last backups: 10,000 tasks, even if the controller ignores the ordering.
+	maxLookbackPages = 100
+	// maxPendingTasks bounds the finished tasks kept for a refresh that failed after its scan.
+	maxPendingTasks = 10000
+	taskPageSize    = 100
+	otherKind       = "other"
 )
 
 // taskStatuses are the statuses counted in veil_tasks; a fixed list keeps the label bounded.
@@ -30,15 +38,25 @@ var taskDurationBuckets = []float64{0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1
 // scan, or else of the newest task. Ids counted at or after the watermark are remembered, so
 // no task is counted twice, and a task that was running when seen is counted when it ends.
 type taskTracker struct {
-	maxNames int
+	maxKinds int
+	lookback time.Duration // how far back the first scan reads; 0: one page
 
 	mu        sync.Mutex
 	primed    bool // the first scan only marks history as seen
 	watermark time.Time
 	counted   map[string]time.Time // id -> created, for tasks at or after the watermark
-	names     map[string]bool
-	finished  map[[2]string]float64 // {name, status}
+	pending   []pendingTask        // seen finished, not yet handed to a successful refresh
+	kinds     map[string]bool
+	templates []kindTemplate        // kinds with placeholders, the most fixed text first
+	finished  map[[2]string]float64 // {kind, status}
 	durations map[string]*taskHistogram
+}
+
+// pendingTask is a task seen finished for the first time; history marks the first scan's,
+// which finished before the exporter started and are not counted.
+type pendingTask struct {
+	veil.Task
+	history bool
 }
 
 type taskHistogram struct {
@@ -47,18 +65,25 @@ type taskHistogram struct {
 	buckets []uint64 // cumulative is computed at scrape time
 }
 
-func newTaskTracker(maxNames int) *taskTracker {
+func newTaskTracker(maxKinds int, lookback time.Duration) *taskTracker {
 	return &taskTracker{
-		maxNames:  maxNames,
+		maxKinds:  maxKinds,
+		lookback:  lookback,
 		counted:   map[string]time.Time{},
-		names:     map[string]bool{},
+		kinds:     map[string]bool{},
 		finished:  map[[2]string]float64{},
 		durations: map[string]*taskHistogram{},
 	}
 }
 
+// taskRead is one refresh of the task collection.
+type taskRead struct {
+	counts map[string]float64 // by status
+	fresh  []pendingTask      // tasks seen finished for the first time
+}
+
 // refresh counts tasks per status and scans for newly finished tasks.
-func (t *taskTracker) refresh(ctx context.Context, c *veil.Client) (map[string]float64, error) {
+func (t *taskTracker) refresh(ctx context.Context, c *veil.Client) (taskRead, error) {
 	type res struct {
 		status string
 		count  int
@@ -81,42 +106,60 @@ func (t *taskTracker) refresh(ctx context.Context, c *veil.Client) (map[string]f
 		}
 		counts[r.status] = float64(r.count)
 	}
-	if firstErr != nil {
-		return nil, firstErr
-	}
 	if scanErr != nil {
-		return nil, scanErr
+		return taskRead{}, scanErr
 	}
-	return counts, nil
+	if firstErr != nil {
+		return taskRead{}, firstErr
+	}
+	t.mu.Lock()
+	fresh := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	return taskRead{counts: counts, fresh: fresh}, nil
 }
 
-// scan reads the journal newest first down to the watermark and counts finished tasks. On an
-// error nothing is counted and the watermark stays, so the next scan sees the same tasks.
+// scan reads the journal newest first down to the watermark and keeps the tasks seen
+// finished for the first time in t.pending, until a refresh succeeds. On an error nothing is
+// kept and the watermark stays, so the next scan sees the same tasks. The first scan reads
+// back t.lookback (bounded) so that the last backups before the start are known; its tasks
+// are history, not counted.
 func (t *taskTracker) scan(ctx context.Context, c *veil.Client) error {
 	t.mu.Lock()
 	primed, watermark := t.primed, t.watermark
 	t.mu.Unlock()
 
 	pages := maxTaskPages
+	var cutoff time.Time // the first scan stops at a page older than this
 	if !primed {
-		pages = 1 // history before the start is not counted: the newest page sets the watermark
+		pages = 1
+		if t.lookback > 0 {
+			pages, cutoff = maxLookbackPages, time.Now().Add(-t.lookback)
+		}
 	}
 	q := url.Values{"ordering": {"-created"}}
 	var seen []veil.Task
 	reached := false
 	for p := 0; p < pages && !reached; p++ {
-		page, err := veil.ListPage[veil.Task](ctx, c, "/api/tasks/", p*100, 100, q)
+		page, err := veil.ListPage[veil.Task](ctx, c, "/api/tasks/", p*taskPageSize, taskPageSize, q)
 		if err != nil {
 			return fmt.Errorf("couldn't read tasks: %w", err)
 		}
+		var oldest time.Time
 		for _, task := range page.Results {
 			if !watermark.IsZero() && task.Created.Before(watermark) {
 				reached = true
 				break
 			}
+			if oldest.IsZero() || task.Created.Before(oldest) {
+				oldest = task.Created.Time
+			}
 			seen = append(seen, task)
 		}
-		if len(page.Results) == 0 || (p+1)*100 >= page.Count {
+		if !cutoff.IsZero() && oldest.Before(cutoff) {
+			break
+		}
+		if len(page.Results) == 0 || (p+1)*taskPageSize >= page.Count {
 			break
 		}
 	}
@@ -139,8 +182,8 @@ func (t *taskTracker) scan(ctx context.Context, c *veil.Client) error {
 			continue
 		}
 		t.counted[task.ID] = task.Created.Time
-		if primed {
-			t.count(task)
+		if len(t.pending) < maxPendingTasks {
+			t.pending = append(t.pending, pendingTask{*task, !primed})
 		}
 	}
 	switch {
@@ -158,17 +201,32 @@ func (t *taskTracker) scan(ctx context.Context, c *veil.Client) error {
 	return nil
 }
 
-// count records one finished task; t.mu is held.
-func (t *taskTracker) count(task *veil.Task) {
-	name := task.Name
-	if name == "" {
-		name = "unknown"
+// record counts tasks seen finishing under their kind (history excepted); names gives the
+// inventory's names.
+func (t *taskTracker) record(tasks []pendingTask, names func(id string) (string, bool)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range tasks {
+		if !tasks[i].history {
+			t.count(&tasks[i].Task, names)
+		}
 	}
-	if !t.names[name] {
-		if len(t.names) >= t.maxNames {
-			name = otherName
-		} else {
-			t.names[name] = true
+}
+
+// count records one finished task; t.mu is held.
+func (t *taskTracker) count(task *veil.Task, names func(id string) (string, bool)) {
+	name, ok := taskKind(task.Name, parseEntities(task.Entities), names, t.templates)
+	switch {
+	case !ok:
+		name = otherKind
+	case !t.kinds[name] && len(t.kinds) >= t.maxKinds:
+		name = otherKind
+	case !t.kinds[name]:
+		t.kinds[name] = true
+		if tmpl, ok := newKindTemplate(name); ok {
+			// Most fixed text first: the most specific template wins.
+			i := sort.Search(len(t.templates), func(i int) bool { return t.templates[i].fixed < tmpl.fixed })
+			t.templates = slices.Insert(t.templates, i, tmpl)
 		}
 	}
 	t.finished[[2]string{name, task.Status}]++
