@@ -106,9 +106,10 @@ type panel struct {
 }
 
 type target struct {
-	RefID      string          `json:"refId"`
-	Expr       string          `json:"expr"`
-	Datasource json.RawMessage `json:"datasource"`
+	RefID        string          `json:"refId"`
+	Expr         string          `json:"expr"`
+	LegendFormat string          `json:"legendFormat"`
+	Datasource   json.RawMessage `json:"datasource"`
 }
 
 type variable struct {
