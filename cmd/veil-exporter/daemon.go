@@ -126,7 +126,7 @@ func newClient(c config.Controller, observer veil.Observer) (*veil.Client, error
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tlsCfg
 	tr.MaxIdleConnsPerHost = c.MaxConcurrency
-	return veil.New(veil.Config{
+	client, err := veil.New(veil.Config{
 		URL:                  c.URL,
 		Token:                string(c.Token),
 		TokenFile:            c.TokenFile,
@@ -137,6 +137,12 @@ func newClient(c config.Controller, observer veil.Observer) (*veil.Client, error
 		Observer:             observer,
 		UserAgent:            "veil-exporter",
 	})
+	if err != nil && c.URL != "" && strings.Contains(err.Error(), c.URL) {
+		// The client may quote the URL it refuses; the configuration check masks it first, this
+		// keeps it masked should that ever change.
+		return nil, errors.New(strings.ReplaceAll(err.Error(), c.URL, config.RedactURL(c.URL)))
+	}
+	return client, err
 }
 
 // settings is everything of a configuration that shapes one controller's loops. A reload keeps

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"net/url"
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
 )
 
@@ -126,7 +126,7 @@ func (d *daemon) status() statusData {
 		s.NATS = natsView(d.conn.Status())
 	}
 	for _, ct := range d.controllers {
-		cs := controllerView(ct.cfg.Name, redact(ct.cfg.URL), ct.inventory.Status())
+		cs := controllerView(ct.cfg.Name, config.RedactURL(ct.cfg.URL), ct.inventory.Status())
 		if ct.guest != nil {
 			cs.Guest = guestView(ct.guest.Status())
 		}
@@ -141,7 +141,7 @@ func (d *daemon) status() statusData {
 func natsView(c forwarder.ConnStatus) *natsStatus {
 	// The forwarder already strips credentials; redacting again costs nothing and keeps a
 	// password out of the page should that ever change.
-	return &natsStatus{URL: redact(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError}
+	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError}
 }
 
 func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {
@@ -186,14 +186,6 @@ func eventsView(f forwarder.Status) *eventsStatus {
 		e.Recent = append(e.Recent, recentEvent{Created: r.Created, Type: r.Type, Subject: r.Subject, ID: r.ID})
 	}
 	return e
-}
-
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	return p.Redacted()
 }
 
 // ago says how long before now t was, to the precision a person reads at a glance.

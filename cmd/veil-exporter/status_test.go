@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -256,7 +257,7 @@ func TestStatusJSONKeysAreSnakeCase(t *testing.T) {
 }
 
 // natsWithPassword runs a nats-server with JetStream that demands a user and password.
-func natsWithPassword(t *testing.T, user, password string) string {
+func natsWithPassword(t *testing.T, user, password string) *server.Server {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
@@ -270,18 +271,22 @@ func natsWithPassword(t *testing.T, user, password string) string {
 		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(srv.Shutdown)
-	return srv.Addr().String()
+	return srv
 }
 
 // TestStatusPageWithEvents runs the daemon against the simulator and a password-protected
-// NATS: the page and its JSON show every section and the events just forwarded, and neither
-// they, the metrics nor the logs hold the token or the NATS password.
+// NATS named in a server list: the page and its JSON show every section and the events just
+// forwarded, and neither they, the metrics nor the logs (a disconnect included) hold the token
+// or the NATS password.
 func TestStatusPageWithEvents(t *testing.T) {
 	const natsPassword = "n4ts-pa55word-xyz"
 	dir := t.TempDir()
 	sim := veiltest.New(veiltest.Options{Seed: 3, Token: secretToken, VMs: 5, InitialEvents: 30, EventsOrder: "oldest_first"})
 	defer sim.Close()
-	natsAddr := natsWithPassword(t, "veil", natsPassword)
+	natsSrv := natsWithPassword(t, "veil", natsPassword)
+	// The list's first server is not there; the client moves on to the second.
+	natsAddr := natsSrv.Addr().String()
+	natsURL := fmt.Sprintf("nats://%s,nats://veil:%s@%s", freeAddr(t), natsPassword, natsAddr)
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte(secretToken), 0o600)
 	cfgFile := filepath.Join(dir, "veil.yaml")
@@ -289,7 +294,7 @@ func TestStatusPageWithEvents(t *testing.T) {
 		"collect:\n  interval: 1s\n" +
 		"guest:\n  enabled: true\n  ping_interval: 1s\n" +
 		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: file, dir: %s}\n", dir) +
-		fmt.Sprintf("nats:\n  url: nats://veil:%s@%s\n", natsPassword, natsAddr)
+		fmt.Sprintf("nats:\n  url: %q\n", natsURL)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -326,8 +331,8 @@ func TestStatusPageWithEvents(t *testing.T) {
 	if c.State != "up" || !st.NATS.Connected || c.Events.Subject != "veil.events.alpha.>" || len(c.Events.Recent) == 0 {
 		t.Errorf("json status: %s", js)
 	}
-	if !strings.HasPrefix(st.NATS.URL, "nats://") || strings.Contains(st.NATS.URL, "veil@") {
-		t.Errorf("nats url %q keeps its credentials", st.NATS.URL)
+	if want := "nats://xxxxx@" + natsAddr; !strings.HasPrefix(st.NATS.URL, "nats://") || !strings.HasSuffix(st.NATS.URL, want) || strings.Contains(st.NATS.URL, "veil@") {
+		t.Errorf("nats url %q, want the list ending in %s", st.NATS.URL, want)
 	}
 
 	code, page := d.get(t, "/")
@@ -351,6 +356,12 @@ func TestStatusPageWithEvents(t *testing.T) {
 	}
 
 	_, metrics := d.get(t, "/metrics")
+	// A lost server is logged with the URL list.
+	natsSrv.Shutdown()
+	testutil.Eventually(t, 15*time.Second, func() bool { return strings.Contains(d.logs.String(), "NATS disconnected") }, "the disconnect logged")
+	if !strings.Contains(d.logs.String(), "xxxxx@"+natsAddr) {
+		t.Errorf("the disconnect line lacks the redacted URL list:\n%s", d.logs.String())
+	}
 	d.stop()
 	d.stop = func() {}
 	for what, text := range map[string]string{"/": page, "json status": js, "/metrics": metrics, "logs": d.logs.String()} {
