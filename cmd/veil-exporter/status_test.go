@@ -364,6 +364,25 @@ func TestStatusPageWithEvents(t *testing.T) {
 	}
 	d.stop()
 	d.stop = func() {}
+	// One key scheme: every line names its component; those of a controller's parts name it.
+	perController := map[string]bool{"inventory": true, "guest": true, "events": true}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(d.logs.String()), "\n") {
+		m := regexp.MustCompile(` component=(\S+)`).FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("log line without component: %s", line)
+			continue
+		}
+		seen[m[1]] = true
+		if perController[m[1]] && !strings.Contains(line, " controller=alpha") {
+			t.Errorf("%s log line without controller: %s", m[1], line)
+		}
+	}
+	for _, c := range []string{"daemon", "web", "inventory", "nats"} {
+		if !seen[c] {
+			t.Errorf("no log line of component %s:\n%s", c, d.logs.String())
+		}
+	}
 	for what, text := range map[string]string{"/": page, "json status": js, "/metrics": metrics, "logs": d.logs.String()} {
 		for _, secret := range []string{secretToken, natsPassword} {
 			if strings.Contains(text, secret) {
