@@ -82,6 +82,7 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver, r
 		collector.NewBuildInfo(ver, rev),
 		d.reloadOK, d.reloadTime,
 		controllersCollector{d},
+		newRunStatusCollector(d.runs),
 	)
 	return d
 }

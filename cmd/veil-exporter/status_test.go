@@ -30,9 +30,10 @@ func fullStatus() statusData {
 				LastRefresh: pageNow.Add(-3 * time.Second), RefreshDuration: seconds(200 * time.Millisecond),
 				Nodes: 3, Clusters: 1, Datapools: 2, VMs: 37, VMsTotal: 40, Tasks: map[string]int{"SUCCESS": 16, "FAILED": 4},
 			},
-			Collections: []collectionStatus{
-				{Name: "nodes", Success: true, Duration: seconds(20 * time.Millisecond), LastSuccess: pageNow.Add(-3 * time.Second)},
-				{Name: "tasks", Error: "couldn't get tasks: timeout"},
+			Collectors: []collectorStatus{
+				{Collector: "nodes", State: "ok", Success: true, Duration: seconds(20 * time.Millisecond), LastSuccess: pageNow.Add(-3 * time.Second)},
+				{Collector: "tasks", State: "failing", Error: "couldn't get tasks: timeout"},
+				{Collector: "datapools", State: "unavailable", Error: "the controller answered 404"},
 			},
 			Guest: &guestStatus{Eligible: 31, Checked: 29, SweepDuration: seconds(5 * time.Second), LastSweep: pageNow.Add(-10 * time.Second), LastError: "guest-ping on vm-1: timeout"},
 			Events: &eventsStatus{
@@ -66,7 +67,7 @@ func TestStatusPageRendering(t *testing.T) {
 		{
 			name: "every table and row is labelled",
 			want: []string{
-				"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collections</caption>", "<caption>Guest checks</caption>",
+				"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collectors</caption>", "<caption>Guest checks</caption>",
 				"<caption>Events</caption>", "<caption>Recent events</caption>",
 				"<th>Nodes</th>", "<th>Clusters</th>", "<th>Datapools</th>", "<th>VMs (exported/total)</th>", "<th>Tasks by status</th>",
 				"<th>Event position</th>", "<th>Order</th>", "<th>Backlog</th>", "<th>Published</th>", "<th>Last published</th>",
@@ -122,9 +123,18 @@ func TestStatusPageRendering(t *testing.T) {
 			name: "zero times read never",
 			edit: func(s *statusData) {
 				s.Controllers[0].Events.LastPublished = time.Time{}
-				s.Controllers[0].Collections[1].LastSuccess = time.Time{}
+				s.Controllers[0].Collectors[1].LastSuccess = time.Time{}
 			},
 			want: []string{`<th>Last published</th><td><span class="dim">never</span>`, `<td class="n">—</td><td><span class="dim">never</span>`},
+		},
+		{
+			name: "collectors read ok, failing with the error in red, or not available neutrally",
+			want: []string{
+				`<td>nodes</td><td><span class="badge ok">ok</span>`,
+				`<td>tasks</td><td><span class="badge bad">failing</span></td><td class="n">—</td><td><span class="dim">never</span></td><td><span class="err">couldn&#39;t get tasks: timeout</span>`,
+				`<td>datapools</td><td><span class="badge na" title="the controller does not offer this collection; retried at a slower pace">not available</span></td><td class="n">—</td><td><span class="dim">never</span></td><td><span class="dim">the controller answered 404</span>`,
+			},
+			notWant: []string{`<span class="err">the controller answered 404`},
 		},
 		{
 			name: "a stopped forwarder says another instance owns the position",
@@ -238,7 +248,7 @@ func TestStatusJSONKeysAreSnakeCase(t *testing.T) {
 		}
 	}
 	walk("", v)
-	for _, k := range []string{"controllers", "nats", "inventory", "collections", "guest", "events", "recent", "vms_total",
+	for _, k := range []string{"controllers", "nats", "inventory", "collectors", "collector", "state", "guest", "events", "recent", "vms_total",
 		"refresh_duration_seconds", "position_ids", "duplicates_dropped", "last_published", "subject", "created", "id"} {
 		if !seen[k] {
 			t.Errorf("no key %q in %s", k, b)
@@ -339,7 +349,7 @@ func TestStatusPageWithEvents(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("status page: %d", code)
 	}
-	for _, want := range []string{"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collections</caption>",
+	for _, want := range []string{"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collectors</caption>",
 		"<caption>Guest checks</caption>", "<caption>Events</caption>", "<caption>Recent events</caption>",
 		`<h2>alpha <span class="badge ok">up</span>`, "<code>veil.events.alpha.&gt;</code>", `<span class="badge ok">connected</span>`,
 		"<td>domains</td>", "eligible VMs"} {
@@ -364,6 +374,9 @@ func TestStatusPageWithEvents(t *testing.T) {
 	}
 	d.stop()
 	d.stop = func() {}
+	if strings.Contains(d.logs.String(), "error gathering metrics") {
+		t.Errorf("a scrape failed in part:\n%s", d.logs.String())
+	}
 	// One key scheme: every line names its component; those of a controller's parts name it.
 	perController := map[string]bool{"inventory": true, "guest": true, "events": true}
 	seen := map[string]bool{}
