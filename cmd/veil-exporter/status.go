@@ -36,14 +36,14 @@ type natsStatus struct {
 }
 
 type controllerStatus struct {
-	Name        string             `json:"name"`
-	URL         string             `json:"url"`
-	State       string             `json:"state"` // up, down or starting (first refresh not done)
-	Error       string             `json:"error,omitempty"`
-	Inventory   inventoryStatus    `json:"inventory"`
-	Collectors  []collectorStatus  `json:"collectors"` // the run status of each collector
-	Guest       *guestStatus       `json:"guest,omitempty"`  // nil when guest checks are off
-	Events      *eventsStatus      `json:"events,omitempty"` // nil when events are off
+	Name       string            `json:"name"`
+	URL        string            `json:"url"`
+	State      string            `json:"state"` // up, down or starting (first refresh not done)
+	Error      string            `json:"error,omitempty"`
+	Inventory  inventoryStatus   `json:"inventory"`
+	Collectors []collectorStatus `json:"collectors"`       // the run status of each collector
+	Guest      *guestStatus      `json:"guest,omitempty"`  // nil when guest checks are off
+	Events     *eventsStatus     `json:"events,omitempty"` // nil when events are off
 }
 
 type inventoryStatus struct {
