@@ -330,13 +330,13 @@ func TestStatusPageWithEvents(t *testing.T) {
 		} `json:"controllers"`
 	}
 	var js string
-	waitFor(t, "30 events published", func() bool {
+	testutil.Eventually(t, 15*time.Second, func() bool {
 		_, js = d.get(t, "/?format=json")
 		if err := json.Unmarshal([]byte(js), &st); err != nil {
 			t.Fatalf("status JSON: %v\n%s", err, js)
 		}
 		return len(st.Controllers) == 1 && st.Controllers[0].Events.Published >= 30
-	})
+	}, "30 events published")
 	c := st.Controllers[0]
 	if c.State != "up" || !st.NATS.Connected || c.Events.Subject != "veil.events.alpha.>" || len(c.Events.Recent) == 0 {
 		t.Errorf("json status: %s", js)
