@@ -59,7 +59,8 @@ fuzz:
 	  echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./veil || exit 1; \
 	done
 
-## demo: the simulator + the exporter with an embedded NATS server; Ctrl-C stops both.
+## demo: the simulator + the exporter with an embedded NATS server (+ Prometheus with the alert
+## rules when installed); Ctrl-C stops them all.
 demo: build
 	bash scripts/demo.sh
 
