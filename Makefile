@@ -6,7 +6,7 @@ REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 PKGS      := ./...
 
-.PHONY: all build test vet race fuzz-seed rules-test fuzz demo bench lint clean
+.PHONY: all build test test-deps vet race fuzz-seed rules-test fuzz demo bench bench-reference lint clean
 
 all: build
 
@@ -16,7 +16,31 @@ build:
 
 ## test: everything CI runs: vet, unit + integration + end-to-end tests with the race
 ## detector (fuzz targets run their seed corpora as ordinary tests), alert-rule unit tests.
-test: vet race rules-test
+## It first installs what the tests need (test-deps), so a fresh machine with Go runs it.
+test: test-deps
+	$(MAKE) vet race rules-test
+
+## test-deps: promtool and prometheus (alert-rule tests, end-to-end test), chromium (status page
+## in the end-to-end test), and every module incl. tools (so `make lint` then works offline).
+## As root on Debian/Ubuntu it installs the missing packages; otherwise it stops and prints the
+## command to run.
+TEST_PKGS = $(shell command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || echo prometheus) \
+            $(shell command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || echo chromium)
+test-deps:
+	@set -e; pkgs="$(strip $(TEST_PKGS))"; \
+	if [ -n "$$pkgs" ]; then \
+	  cmd="apt-get update && apt-get install -y --no-install-recommends $$pkgs"; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make test: installing $$pkgs"; \
+	    export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \
+	    apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; \
+	  else \
+	    echo "make test needs the packages $$pkgs (promtool, prometheus, chromium). Install them, then run make test again:" >&2; \
+	    echo "  sudo sh -c '$$cmd'" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	$(GO) mod download
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -35,16 +59,25 @@ fuzz:
 	  echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./veil || exit 1; \
 	done
 
-## demo: the simulator + the exporter with an embedded NATS server; Ctrl-C stops both.
+## demo: the simulator + the exporter with an embedded NATS server (+ Prometheus with the alert
+## rules when installed); Ctrl-C stops them all.
 demo: build
 	bash scripts/demo.sh
 
-## bench: every performance goal as a ratio to its floor measured in the same run.
+## bench: every performance goal as a ratio to its floor measured in the same run; the results
+## go to bench/out/ (ignored). bench-reference makes the last run the committed reference.
 bench:
 	bash scripts/bench.sh
 
+bench-reference:
+	@test -f bench/out/results.json || { echo "no bench/out/results.json: run make bench first" >&2; exit 1; }
+	cp bench/out/results.json bench/results.json
+	@echo "bench/results.json is now the reference run; commit it on purpose"
+
+## lint: gofmt, vet and staticcheck (pinned by the tool directive in go.mod; offline once the
+## modules are downloaded, as make test does).
 lint: vet
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
 
 clean:
 	rm -rf $(BIN) bench/out

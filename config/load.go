@@ -258,7 +258,7 @@ func (v *validator) controller(p string, c *Controller, seen map[string]bool) {
 	if c.URL == "" {
 		v.add(p+".url", "required")
 	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		v.add(p+".url", "%q is not an http(s) URL with a host", redactURL(c.URL))
+		v.add(p+".url", "%q is not an http(s) URL with a host", RedactURL(c.URL))
 	} else if u.RawQuery != "" || u.Fragment != "" {
 		v.add(p+".url", "must not have a query or fragment")
 	}
@@ -386,8 +386,13 @@ func (v *validator) enum(p, val string, allowed ...string) {
 
 func (v *validator) nats(n *NATS) {
 	if !n.Embedded.Enabled {
-		if u, err := url.Parse(n.URL); err != nil || u.Host == "" || !oneOf(u.Scheme, "nats", "tls", "ws", "wss") {
-			v.add("nats.url", "%q is not a nats://, tls://, ws:// or wss:// URL with a host", redactURL(n.URL))
+		// A comma-separated list names several servers of one cluster; each must be a URL. The
+		// whole list is quoted, redacted as one: a ',' in a password would split it.
+		for _, one := range strings.Split(n.URL, ",") {
+			if u, err := url.Parse(strings.TrimSpace(one)); err != nil || u.Host == "" || !oneOf(u.Scheme, "nats", "tls", "ws", "wss") {
+				v.add("nats.url", "%q is not a nats://, tls://, ws:// or wss:// URL (or a comma-separated list of them) with a host", RedactURL(n.URL))
+				break
+			}
 		}
 	} else if _, _, err := net.SplitHostPort(n.Embedded.Listen); err != nil {
 		v.add("nats.embedded.listen", "%q is not host:port", n.Embedded.Listen)
@@ -433,35 +438,6 @@ func (v *validator) nats(n *NATS) {
 	if n.Embedded.Enabled && n.Embedded.StoreDir == "" {
 		v.add("nats.embedded.store_dir", "required when the embedded server is enabled")
 	}
-}
-
-// redactURL masks whatever could be credentials in a URL quoted in an error: everything between
-// the scheme and the last '@'. It works on the raw text because a URL rejected by url.Parse
-// may still carry a password (nats://user:pa%ss@host), and an unescaped '@', '/' or '#' in a
-// password would make url.URL.Redacted keep part of it.
-func redactURL(raw string) string {
-	at := strings.LastIndexByte(raw, '@')
-	if at < 0 {
-		return raw
-	}
-	prefix := ""
-	if i := strings.Index(raw, "://"); i > 0 && i < at && validScheme(raw[:i]) {
-		prefix = raw[:i+3]
-	}
-	return prefix + "xxxxx" + raw[at:]
-}
-
-// validScheme follows RFC 3986: a letter, then letters, digits, '+', '-' or '.'.
-func validScheme(s string) bool {
-	for i, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z':
-		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
-		default:
-			return false
-		}
-	}
-	return s != ""
 }
 
 func oneOf(s string, set ...string) bool {

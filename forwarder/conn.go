@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +46,7 @@ func Connect(ctx context.Context, cfg config.NATS, logger log.Logger) (*Conn, er
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}
-	c := &Conn{cfg: cfg, logger: logger, url: redactURL(cfg.URL)}
+	c := &Conn{cfg: cfg, logger: logger, url: config.RedactURL(cfg.URL)}
 	if cfg.Embedded.Enabled {
 		srv, err := startEmbedded(cfg.Embedded)
 		if err != nil {
@@ -279,19 +278,6 @@ func (c *Conn) shutdownServer() {
 		c.srv.Shutdown()
 		c.srv.WaitForShutdown()
 	}
-}
-
-// redactURL drops user info from a (possibly comma-separated) NATS URL list.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if err != nil {
-			return "<unparsable url>"
-		}
-		return raw
-	}
-	u.User = nil
-	return u.String()
 }
 
 // redactErr keeps the password out of error texts.

@@ -121,4 +121,4 @@ fi
 
 echo
 go run ./bench/report -commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet -- veil collector 2>/dev/null || echo -dirty)" \
-  -sizes "${SIZES// /,}" -out bench/results.json "$RAW"
+  -sizes "${SIZES// /,}" -out "$OUT/results.json" "$RAW"

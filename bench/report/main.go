@@ -330,7 +330,7 @@ func printTable(w io.Writer, title string, figs []Figure) {
 }
 
 func main() {
-	out := flag.String("out", "bench/results.json", "where to write the JSON results (empty: nowhere)")
+	out := flag.String("out", "bench/out/results.json", "where to write the JSON results (empty: nowhere); make bench-reference copies them to the committed bench/results.json")
 	commit := flag.String("commit", "", "commit measured")
 	sizesFlag := flag.String("sizes", "1000,10000,50000", "VM counts of the growth figures")
 	mainSize := flag.Int("size", 10000, "VM count of the goals")

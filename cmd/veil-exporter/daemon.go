@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -32,7 +31,8 @@ import (
 type daemon struct {
 	ctx        context.Context // of the whole process
 	configFile string
-	logger     log.Logger
+	logger     log.Logger // component=daemon
+	base       log.Logger // without component: each component's logger adds its own
 	version    string
 	registry   *prometheus.Registry
 	started    time.Time
@@ -61,9 +61,11 @@ type controller struct {
 	done      sync.WaitGroup
 }
 
+// newDaemon runs on logger, which names no component: the daemon's own lines say
+// component=daemon, each controller's inventory, guest checker and forwarder theirs.
 func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver, rev string) *daemon {
 	d := &daemon{
-		ctx: ctx, configFile: configFile, logger: logger, version: ver,
+		ctx: ctx, configFile: configFile, logger: log.With(logger, "component", "daemon"), base: logger, version: ver,
 		registry:   prometheus.NewRegistry(),
 		started:    time.Now(),
 		apiMetrics: map[string]*collector.APIMetrics{},
@@ -80,6 +82,7 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver, r
 		collector.NewBuildInfo(ver, rev),
 		d.reloadOK, d.reloadTime,
 		controllersCollector{d},
+		newRunStatusCollector(d.runs),
 	)
 	return d
 }
@@ -126,7 +129,7 @@ func newClient(c config.Controller, observer veil.Observer) (*veil.Client, error
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tlsCfg
 	tr.MaxIdleConnsPerHost = c.MaxConcurrency
-	return veil.New(veil.Config{
+	client, err := veil.New(veil.Config{
 		URL:                  c.URL,
 		Token:                string(c.Token),
 		TokenFile:            c.TokenFile,
@@ -137,6 +140,12 @@ func newClient(c config.Controller, observer veil.Observer) (*veil.Client, error
 		Observer:             observer,
 		UserAgent:            "veil-exporter",
 	})
+	if err != nil && c.URL != "" && strings.Contains(err.Error(), c.URL) {
+		// The client may quote the URL it refuses; the configuration check masks it first, this
+		// keeps it masked should that ever change.
+		return nil, errors.New(strings.ReplaceAll(err.Error(), c.URL, config.RedactURL(c.URL)))
+	}
+	return client, err
 }
 
 // settings is everything of a configuration that shapes one controller's loops. A reload keeps
@@ -185,8 +194,9 @@ func (d *daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller,
 	return out, nil
 }
 
-// buildController constructs (without starting) controller cc of cfg. The inventory, guest
-// checker and forwarder add the controller to their log lines themselves.
+// buildController constructs (without starting) controller cc of cfg. Every log line carries
+// controller and component (inventory, guest, events): the component is set here where the
+// package does not set it itself; the packages add the controller.
 func (d *daemon) buildController(cfg *config.Config, cc config.Controller, conn *forwarder.Conn) (*controller, error) {
 	d.mu.RLock()
 	api := d.apiMetrics[cc.Name]
@@ -198,18 +208,18 @@ func (d *daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, d.logger)
+	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, log.With(d.base, "component", "inventory"))
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
 	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv}
 	if cfg.Guest.Enabled {
-		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, d.logger)
+		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, log.With(d.base, "component", "guest"))
 	}
 	if cfg.Events.Enabled {
 		ct.forwarder, err = forwarder.New(forwarder.Options{
 			Controller: cc.Name, ControllerURL: cc.URL, Client: client,
-			Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.logger,
+			Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.base, // adds component=events
 			// Catch-up may read as many pages at once as the controller admits requests.
 			Concurrency: cc.MaxConcurrency,
 		})
@@ -363,7 +373,7 @@ func (d *daemon) connect(n config.NATS) (*forwarder.Conn, error) {
 			return nil, fmt.Errorf("nats.embedded.listen: %w", err)
 		}
 	}
-	return forwarder.Connect(d.ctx, n, log.With(d.logger, "component", "nats"))
+	return forwarder.Connect(d.ctx, n, log.With(d.base, "component", "nats"))
 }
 
 func probeListen(addr string) error {
@@ -477,31 +487,3 @@ func (d *daemon) stop() {
 		conn.Close()
 	}
 }
-
-// slogFor routes the exporter-toolkit's slog output into the go-kit logger.
-func slogFor(l log.Logger) *slog.Logger { return slog.New(kitHandler{l}) }
-
-type kitHandler struct{ l log.Logger }
-
-func (h kitHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h kitHandler) Handle(_ context.Context, r slog.Record) error {
-	kv := []any{"msg", r.Message}
-	r.Attrs(func(a slog.Attr) bool { kv = append(kv, a.Key, a.Value.String()); return true })
-	switch {
-	case r.Level >= slog.LevelError:
-		return level.Error(h.l).Log(kv...)
-	case r.Level >= slog.LevelWarn:
-		return level.Warn(h.l).Log(kv...)
-	case r.Level >= slog.LevelInfo:
-		return level.Info(h.l).Log(kv...)
-	}
-	return level.Debug(h.l).Log(kv...)
-}
-func (h kitHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	kv := make([]any, 0, 2*len(as))
-	for _, a := range as {
-		kv = append(kv, a.Key, a.Value.String())
-	}
-	return kitHandler{log.With(h.l, kv...)}
-}
-func (h kitHandler) WithGroup(string) slog.Handler { return h }

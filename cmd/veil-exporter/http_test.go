@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -105,7 +106,7 @@ func TestHealthyFailsWhenForwarderStops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var kv jetstream.KeyValue
-	waitFor(t, "the position stored", func() bool {
+	testutil.Eventually(t, 15*time.Second, func() bool {
 		if kv == nil {
 			kv, _ = js.KeyValue(ctx, forwarder.PositionsBucket)
 		}
@@ -114,7 +115,7 @@ func TestHealthyFailsWhenForwarderStops(t *testing.T) {
 		}
 		_, err := kv.Get(ctx, "alpha")
 		return err == nil
-	})
+	}, "the position stored")
 	if code, body := d.get(t, "/-/healthy"); code != 200 {
 		t.Fatalf("/-/healthy while forwarding = %d %s", code, body)
 	}
@@ -126,7 +127,7 @@ func TestHealthyFailsWhenForwarderStops(t *testing.T) {
 	sim.AddEvents(3, veiltest.EventSpec{Type: "info"})
 	var code int
 	var body string
-	waitFor(t, "/-/healthy to fail", func() bool { code, body = d.get(t, "/-/healthy"); return code == 503 })
+	testutil.Eventually(t, 15*time.Second, func() bool { code, body = d.get(t, "/-/healthy"); return code == 503 }, "/-/healthy to fail")
 	if !strings.Contains(body, "controller alpha: event forwarder stopped") {
 		t.Errorf("/-/healthy = %d %q, want the stopped forwarder named", code, body)
 	}

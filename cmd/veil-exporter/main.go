@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/exporter-toolkit/web"
+	sloggokit "github.com/tjhop/slog-gokit"
 
 	"github.com/veil-exporter/veil-exporter/config"
 )
@@ -94,7 +96,11 @@ func buildVersion() (ver, rev string) {
 	return ver, rev
 }
 
-func newLogger(w io.Writer, lvl, format string) (log.Logger, error) {
+// newLoggers returns the go-kit logger everything of ours logs to (no component yet: each
+// part adds its own) and, on the same output and level, the slog logger the exporter-toolkit
+// wants. The bridge is slog-gokit (as Prometheus used while it moved to slog): it keeps
+// groups (group.key=value), and Enabled answers by the level.
+func newLoggers(w io.Writer, lvl, format string) (log.Logger, *slog.Logger, error) {
 	var l log.Logger
 	switch format {
 	case "logfmt":
@@ -102,23 +108,42 @@ func newLogger(w io.Writer, lvl, format string) (log.Logger, error) {
 	case "json":
 		l = log.NewJSONLogger(log.NewSyncWriter(w))
 	default:
-		return nil, fmt.Errorf("--log.format %q is not logfmt or json", format)
+		return nil, nil, fmt.Errorf("--log.format %q is not logfmt or json", format)
 	}
 	var opt level.Option
+	var sl slog.Level
 	switch lvl {
 	case "debug":
-		opt = level.AllowDebug()
+		opt, sl = level.AllowDebug(), slog.LevelDebug
 	case "info":
-		opt = level.AllowInfo()
+		opt, sl = level.AllowInfo(), slog.LevelInfo
 	case "warn":
-		opt = level.AllowWarn()
+		opt, sl = level.AllowWarn(), slog.LevelWarn
 	case "error":
-		opt = level.AllowError()
+		opt, sl = level.AllowError(), slog.LevelError
 	default:
-		return nil, fmt.Errorf("--log.level %q is not debug, info, warn or error", lvl)
+		return nil, nil, fmt.Errorf("--log.level %q is not debug, info, warn or error", lvl)
 	}
 	l = level.NewFilter(l, opt)
-	return log.With(l, "ts", log.DefaultTimestampUTC, "caller", log.DefaultCaller), nil
+	kit := log.With(l, "ts", log.DefaultTimestampUTC, "caller", log.DefaultCaller)
+	// The bridge adds the slog call site as caller itself, and the record's time as "time".
+	bridge := sloggokit.NewGoKitHandler(tsKey{l}, sl)
+	return kit, slog.New(bridge).With("component", "web"), nil
+}
+
+// tsKey renames the bridge's "time" to the "ts" (UTC) of every other line.
+type tsKey struct{ next log.Logger }
+
+func (t tsKey) Log(kv ...any) error {
+	out := make([]any, 0, len(kv))
+	for i := 0; i+1 < len(kv); i += 2 {
+		if ts, ok := kv[i+1].(time.Time); ok && kv[i] == slog.TimeKey {
+			out = append([]any{"ts", ts.UTC()}, out...)
+			continue
+		}
+		out = append(out, kv[i], kv[i+1])
+	}
+	return t.next.Log(out...)
 }
 
 // run is the whole daemon; onListen (tests) learns the bound address.
@@ -135,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	if f.configCheck {
 		return checkConfig(f, stdout)
 	}
-	logger, err := newLogger(stderr, f.logLevel, f.logFormat)
+	logger, webLogger, err := newLoggers(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
 	}
@@ -148,11 +173,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 			return fmt.Errorf("invalid --web.config.file: %w", err)
 		}
 	}
-	level.Info(logger).Log("msg", "starting veil-exporter", "version", ver, "revision", rev, "controllers", len(cfg.Controllers))
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d := newDaemon(ctx, f.configFile, logger, ver, rev)
+	level.Info(d.logger).Log("msg", "starting veil-exporter", "version", ver, "revision", rev, "controllers", len(cfg.Controllers))
+
 	if _, err := d.apply(cfg); err != nil {
 		return err
 	}
@@ -183,15 +208,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	errc := make(chan error, 1)
 	go func() {
 		webFlags := &web.FlagConfig{WebListenAddresses: &[]string{f.listenAddress}, WebSystemdSocket: new(bool), WebConfigFile: &f.webConfigFile}
-		errc <- web.Serve(l, srv, webFlags, slogFor(logger))
+		errc <- web.Serve(l, srv, webFlags, webLogger)
 	}()
-	level.Info(logger).Log("msg", "listening", "address", l.Addr().String(), "telemetry_path", f.telemetryPath)
+	level.Info(d.logger).Log("msg", "listening", "address", l.Addr().String(), "telemetry_path", f.telemetryPath)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("HTTP server: %w", err)
 	case <-ctx.Done():
 	}
-	level.Info(logger).Log("msg", "shutting down")
+	level.Info(d.logger).Log("msg", "shutting down")
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	_ = srv.Shutdown(sctx)

@@ -9,29 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 const secretToken = "s3cr3t-sim-token"
 
@@ -89,14 +72,14 @@ func TestFlagsVersionAndConfigCheck(t *testing.T) {
 
 type daemonUnderTest struct {
 	base string
-	logs *lockedBuffer
+	logs *testutil.SyncBuffer
 	stop func()
 }
 
 func startDaemon(t *testing.T, configFile string) *daemonUnderTest {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &lockedBuffer{}
+	logs := &testutil.SyncBuffer{}
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
@@ -140,26 +123,7 @@ func (d *daemonUnderTest) do(t *testing.T, method, path string) (int, string) {
 
 func (d *daemonUnderTest) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if code, _ := d.get(t, "/-/ready"); code == 200 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("not ready; logs:\n%s", d.logs.String())
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testutil.Eventually(t, 15*time.Second, func() bool { code, _ := d.get(t, "/-/ready"); return code == 200 }, "ready; logs:\n%s", d.logs)
 }
 
 // TestDaemonEndToEnd runs the daemon in-process against two simulators: endpoints, the status
@@ -230,10 +194,10 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	// Break alpha: beta stays up, alpha keeps its last data with veil_up 0, then recovers.
 	simA.SetFaults(veiltest.Fault{Kind: "status", Status: 500})
-	waitFor(t, "alpha down", func() bool {
+	testutil.Eventually(t, 15*time.Second, func() bool {
 		_, m := d.get(t, "/metrics")
 		return strings.Contains(m, `veil_up{controller="alpha"} 0`)
-	})
+	}, "alpha down")
 	_, metrics = d.get(t, "/metrics")
 	if !strings.Contains(metrics, `veil_up{controller="beta"} 1`) {
 		t.Error("beta affected by alpha's failure")
@@ -242,10 +206,10 @@ func TestDaemonEndToEnd(t *testing.T) {
 		t.Errorf("alpha's last data not kept: %d domain_info series", n)
 	}
 	simA.ClearFaults()
-	waitFor(t, "alpha back up", func() bool {
+	testutil.Eventually(t, 15*time.Second, func() bool {
 		_, m := d.get(t, "/metrics")
 		return strings.Contains(m, `veil_up{controller="alpha"} 1`)
-	})
+	}, "alpha back up")
 
 	_, page = d.get(t, "/")
 	_, js := d.get(t, "/?format=json")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -91,11 +92,14 @@ func watch(base string, ctrls []string) *watcher {
 	go func() {
 		defer w.done.Done()
 		last := map[string]float64{}
+		// Paced, not synchronised: a scrape every few milliseconds leaves CPU to the daemon.
+		pace := time.NewTicker(2 * time.Millisecond)
+		defer pace.Stop()
 		for {
 			select {
 			case <-w.stop:
 				return
-			default:
+			case <-pace.C:
 			}
 			code, _, err := fetch(w.base + "/-/ready")
 			_, m, err2 := fetch(w.base + "/metrics")
@@ -123,7 +127,6 @@ func watch(base string, ctrls []string) *watcher {
 				}
 			}
 			w.mu.Unlock()
-			time.Sleep(2 * time.Millisecond)
 		}
 	}()
 	return w
@@ -255,27 +258,35 @@ func TestReloadKeepsUnchangedControllers(t *testing.T) {
 			// those of the task.
 			base := map[string]float64{}
 			for c, sim := range map[string]*veiltest.Server{"alpha": simA, "beta": simB} {
-				waitFor(t, c+"'s events published, guests pinged and a task counted", func() bool {
+				testutil.Eventually(t, 15*time.Second, func() bool {
 					_, m := d.get(t, "/metrics")
 					v, _ := sumSeries(m, "veil_events_published_total", c)
 					_, pinged := sumSeries(m, "veil_guest_ping_success", c)
 					_, counted := sumSeries(m, "veil_tasks_finished_total", c)
 					base[c] = v
 					return v == float64(sim.EventCount()) && pinged && counted
-				})
+				}, "%s", c+"'s events published, guests pinged and a task counted")
 			}
 
 			if err := os.WriteFile(cfgFile, []byte(tt.change(cfg)), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			w := watch(d.base, tt.kept)
-			waitFor(t, "a scrape before the reload", func() bool { return w.count() > 0 })
+			testutil.Eventually(t, 15*time.Second, func() bool { return w.count() > 0 }, "a scrape before the reload")
 			code, body := d.do(t, http.MethodPost, "/-/reload")
 			after := w.count()
-			// Long enough for a rebuilt controller to show: a fresh inventory is not ready and a
-			// fresh guest checker has no series until its first refresh and pings.
-			time.Sleep(300 * time.Millisecond)
-			waitFor(t, "scrapes after the reload", func() bool { return w.count() >= after+3 })
+			// A rebuilt controller has a gap from the swap (which the reload's answer follows)
+			// until its fresh inventory and guest checker have run: the watcher goes on until the
+			// rebuilt ones are whole again, so a kept one rebuilt by mistake shows in its scrapes.
+			testutil.Eventually(t, 15*time.Second, func() bool {
+				_, m := d.get(t, "/metrics")
+				for _, c := range tt.rebuilt {
+					if _, ok := sumSeries(m, "veil_guest_ping_success", c); !ok {
+						return false
+					}
+				}
+				return w.count() >= after+3
+			}, "the rebuilt controllers back and scrapes after the reload")
 			_, problems, notReady := w.finish()
 			if code != tt.wantCode {
 				t.Fatalf("reload = %d %s, want %d", code, body, tt.wantCode)
@@ -309,15 +320,15 @@ func TestReloadKeepsUnchangedControllers(t *testing.T) {
 			simA.AddEvents(more, veiltest.EventSpec{Type: "info"})
 			simB.AddEvents(more, veiltest.EventSpec{Type: "info"})
 			for _, c := range tt.kept {
-				waitFor(t, c+" keeps counting", func() bool { return published(c) == base[c]+more })
+				testutil.Eventually(t, 15*time.Second, func() bool { return published(c) == base[c]+more }, "%s", c+" keeps counting")
 			}
 			for _, c := range tt.rebuilt {
-				waitFor(t, c+" counts anew", func() bool { return published(c) == more })
+				testutil.Eventually(t, 15*time.Second, func() bool { return published(c) == more }, "%s", c+" counts anew")
 			}
 			// A removed controller's earlier events stay in the stream; its new ones never come.
 			want := int(base["alpha"]+base["beta"]) + more*(2-len(tt.gone))
 			got := 0
-			waitFor(t, "every event on NATS once", func() bool { got = streamMsgs(cfg.listen, "VEIL_EVENTS"); return got == want })
+			testutil.Eventually(t, 15*time.Second, func() bool { got = streamMsgs(cfg.listen, "VEIL_EVENTS"); return got == want }, "every event on NATS once")
 		})
 	}
 }

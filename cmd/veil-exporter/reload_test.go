@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -115,7 +116,7 @@ func TestFailedReloadKeepsForwarding(t *testing.T) {
 				t.Helper()
 				want := sim.EventCount()
 				var got int
-				waitFor(t, what, func() bool { got = streamMsgs(listen, "VEIL_EVENTS"); return got == want })
+				testutil.Eventually(t, 15*time.Second, func() bool { got = streamMsgs(listen, "VEIL_EVENTS"); return got == want }, "%s", what)
 			}
 			forwarded("the initial events on NATS")
 

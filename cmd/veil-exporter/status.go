@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"net/url"
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
 
 // The status page and its JSON (?format=json) share these types. They are converted from the
@@ -35,14 +36,14 @@ type natsStatus struct {
 }
 
 type controllerStatus struct {
-	Name        string             `json:"name"`
-	URL         string             `json:"url"`
-	State       string             `json:"state"` // up, down or starting (first refresh not done)
-	Error       string             `json:"error,omitempty"`
-	Inventory   inventoryStatus    `json:"inventory"`
-	Collections []collectionStatus `json:"collections"`
-	Guest       *guestStatus       `json:"guest,omitempty"`  // nil when guest checks are off
-	Events      *eventsStatus      `json:"events,omitempty"` // nil when events are off
+	Name       string            `json:"name"`
+	URL        string            `json:"url"`
+	State      string            `json:"state"` // up, down or starting (first refresh not done)
+	Error      string            `json:"error,omitempty"`
+	Inventory  inventoryStatus   `json:"inventory"`
+	Collectors []collectorStatus `json:"collectors"`       // the run status of each collector
+	Guest      *guestStatus      `json:"guest,omitempty"`  // nil when guest checks are off
+	Events     *eventsStatus     `json:"events,omitempty"` // nil when events are off
 }
 
 type inventoryStatus struct {
@@ -57,12 +58,27 @@ type inventoryStatus struct {
 	Tasks           map[string]int `json:"tasks"`     // by status
 }
 
-type collectionStatus struct {
-	Name        string    `json:"name"`
+// collectorStatus is one runstatus.Status: the last run of one collector of the controller.
+type collectorStatus struct {
+	Collector string `json:"collector"`
+	// State is ok, failing or unavailable (the controller lacks this collection: not an
+	// outage, so the page shows it neutrally).
+	State       string    `json:"state"`
 	Success     bool      `json:"success"`
 	Duration    seconds   `json:"duration_seconds"`
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	Error       string    `json:"error,omitempty"`
+}
+
+func collectorView(s runstatus.Status) collectorStatus {
+	c := collectorStatus{Collector: s.Collector, State: "failing", Success: s.Success, Duration: seconds(s.Duration), LastSuccess: s.LastSuccess, Error: s.Error}
+	switch {
+	case s.Success:
+		c.State = "ok"
+	case s.Unavailable:
+		c.State = "unavailable"
+	}
+	return c
 }
 
 type guestStatus struct {
@@ -126,7 +142,15 @@ func (d *daemon) status() statusData {
 		s.NATS = natsView(d.conn.Status())
 	}
 	for _, ct := range d.controllers {
-		cs := controllerView(ct.cfg.Name, redact(ct.cfg.URL), ct.inventory.Status())
+		cs := controllerView(ct.cfg.Name, config.RedactURL(ct.cfg.URL), ct.inventory.Status())
+		if rs := reporters(ct); len(rs) > 0 {
+			cs.Collectors = cs.Collectors[:0]
+			for _, r := range rs {
+				for _, st := range r.RunStatus() {
+					cs.Collectors = append(cs.Collectors, collectorView(st))
+				}
+			}
+		}
 		if ct.guest != nil {
 			cs.Guest = guestView(ct.guest.Status())
 		}
@@ -141,7 +165,7 @@ func (d *daemon) status() statusData {
 func natsView(c forwarder.ConnStatus) *natsStatus {
 	// The forwarder already strips credentials; redacting again costs nothing and keeps a
 	// password out of the page should that ever change.
-	return &natsStatus{URL: redact(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError}
+	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError}
 }
 
 func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {
@@ -152,7 +176,9 @@ func controllerView(name, url string, inv collector.InventoryStatus) controllerS
 			Nodes: inv.Nodes, Clusters: inv.Clusters, Datapools: inv.Datapools,
 			VMs: inv.Domains, VMsTotal: inv.DomainsTotal, Tasks: inv.Tasks,
 		},
-		Collections: make([]collectionStatus, 0, len(inv.Collections)),
+		// Until the components report runstatus (status() then replaces this), the
+		// inventory's own collections.
+		Collectors: make([]collectorStatus, 0, len(inv.Collections)),
 	}
 	switch {
 	case inv.Up:
@@ -161,9 +187,9 @@ func controllerView(name, url string, inv collector.InventoryStatus) controllerS
 		cs.State, cs.Error = "down", inv.LastError
 	}
 	for _, c := range inv.Collections {
-		cs.Collections = append(cs.Collections, collectionStatus{
-			Name: c.Name, Success: c.Success, Duration: seconds(c.Duration), LastSuccess: c.LastSuccess, Error: c.Error,
-		})
+		cs.Collectors = append(cs.Collectors, collectorView(runstatus.Status{
+			Collector: c.Name, Success: c.Success, Duration: c.Duration, LastSuccess: c.LastSuccess, Error: c.Error,
+		}))
 	}
 	return cs
 }
@@ -186,14 +212,6 @@ func eventsView(f forwarder.Status) *eventsStatus {
 		e.Recent = append(e.Recent, recentEvent{Created: r.Created, Type: r.Type, Subject: r.Subject, ID: r.ID})
 	}
 	return e
-}
-
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	return p.Redacted()
 }
 
 // ago says how long before now t was, to the precision a person reads at a glance.

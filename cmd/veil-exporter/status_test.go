@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -29,9 +30,10 @@ func fullStatus() statusData {
 				LastRefresh: pageNow.Add(-3 * time.Second), RefreshDuration: seconds(200 * time.Millisecond),
 				Nodes: 3, Clusters: 1, Datapools: 2, VMs: 37, VMsTotal: 40, Tasks: map[string]int{"SUCCESS": 16, "FAILED": 4},
 			},
-			Collections: []collectionStatus{
-				{Name: "nodes", Success: true, Duration: seconds(20 * time.Millisecond), LastSuccess: pageNow.Add(-3 * time.Second)},
-				{Name: "tasks", Error: "couldn't get tasks: timeout"},
+			Collectors: []collectorStatus{
+				{Collector: "nodes", State: "ok", Success: true, Duration: seconds(20 * time.Millisecond), LastSuccess: pageNow.Add(-3 * time.Second)},
+				{Collector: "tasks", State: "failing", Error: "couldn't get tasks: timeout"},
+				{Collector: "datapools", State: "unavailable", Error: "the controller answered 404"},
 			},
 			Guest: &guestStatus{Eligible: 31, Checked: 29, SweepDuration: seconds(5 * time.Second), LastSweep: pageNow.Add(-10 * time.Second), LastError: "guest-ping on vm-1: timeout"},
 			Events: &eventsStatus{
@@ -65,7 +67,7 @@ func TestStatusPageRendering(t *testing.T) {
 		{
 			name: "every table and row is labelled",
 			want: []string{
-				"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collections</caption>", "<caption>Guest checks</caption>",
+				"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collectors</caption>", "<caption>Guest checks</caption>",
 				"<caption>Events</caption>", "<caption>Recent events</caption>",
 				"<th>Nodes</th>", "<th>Clusters</th>", "<th>Datapools</th>", "<th>VMs (exported/total)</th>", "<th>Tasks by status</th>",
 				"<th>Event position</th>", "<th>Order</th>", "<th>Backlog</th>", "<th>Published</th>", "<th>Last published</th>",
@@ -121,9 +123,18 @@ func TestStatusPageRendering(t *testing.T) {
 			name: "zero times read never",
 			edit: func(s *statusData) {
 				s.Controllers[0].Events.LastPublished = time.Time{}
-				s.Controllers[0].Collections[1].LastSuccess = time.Time{}
+				s.Controllers[0].Collectors[1].LastSuccess = time.Time{}
 			},
 			want: []string{`<th>Last published</th><td><span class="dim">never</span>`, `<td class="n">—</td><td><span class="dim">never</span>`},
+		},
+		{
+			name: "collectors read ok, failing with the error in red, or not available neutrally",
+			want: []string{
+				`<td>nodes</td><td><span class="badge ok">ok</span>`,
+				`<td>tasks</td><td><span class="badge bad">failing</span></td><td class="n">—</td><td><span class="dim">never</span></td><td><span class="err">couldn&#39;t get tasks: timeout</span>`,
+				`<td>datapools</td><td><span class="badge na" title="the controller does not offer this collection; retried at a slower pace">not available</span></td><td class="n">—</td><td><span class="dim">never</span></td><td><span class="dim">the controller answered 404</span>`,
+			},
+			notWant: []string{`<span class="err">the controller answered 404`},
 		},
 		{
 			name: "a stopped forwarder says another instance owns the position",
@@ -237,7 +248,7 @@ func TestStatusJSONKeysAreSnakeCase(t *testing.T) {
 		}
 	}
 	walk("", v)
-	for _, k := range []string{"controllers", "nats", "inventory", "collections", "guest", "events", "recent", "vms_total",
+	for _, k := range []string{"controllers", "nats", "inventory", "collectors", "collector", "state", "guest", "events", "recent", "vms_total",
 		"refresh_duration_seconds", "position_ids", "duplicates_dropped", "last_published", "subject", "created", "id"} {
 		if !seen[k] {
 			t.Errorf("no key %q in %s", k, b)
@@ -256,7 +267,7 @@ func TestStatusJSONKeysAreSnakeCase(t *testing.T) {
 }
 
 // natsWithPassword runs a nats-server with JetStream that demands a user and password.
-func natsWithPassword(t *testing.T, user, password string) string {
+func natsWithPassword(t *testing.T, user, password string) *server.Server {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
@@ -270,18 +281,22 @@ func natsWithPassword(t *testing.T, user, password string) string {
 		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(srv.Shutdown)
-	return srv.Addr().String()
+	return srv
 }
 
 // TestStatusPageWithEvents runs the daemon against the simulator and a password-protected
-// NATS: the page and its JSON show every section and the events just forwarded, and neither
-// they, the metrics nor the logs hold the token or the NATS password.
+// NATS named in a server list: the page and its JSON show every section and the events just
+// forwarded, and neither they, the metrics nor the logs (a disconnect included) hold the token
+// or the NATS password.
 func TestStatusPageWithEvents(t *testing.T) {
 	const natsPassword = "n4ts-pa55word-xyz"
 	dir := t.TempDir()
 	sim := veiltest.New(veiltest.Options{Seed: 3, Token: secretToken, VMs: 5, InitialEvents: 30, EventsOrder: "oldest_first"})
 	defer sim.Close()
-	natsAddr := natsWithPassword(t, "veil", natsPassword)
+	natsSrv := natsWithPassword(t, "veil", natsPassword)
+	// The list's first server is not there; the client moves on to the second.
+	natsAddr := natsSrv.Addr().String()
+	natsURL := fmt.Sprintf("nats://%s,nats://veil:%s@%s", freeAddr(t), natsPassword, natsAddr)
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte(secretToken), 0o600)
 	cfgFile := filepath.Join(dir, "veil.yaml")
@@ -289,7 +304,7 @@ func TestStatusPageWithEvents(t *testing.T) {
 		"collect:\n  interval: 1s\n" +
 		"guest:\n  enabled: true\n  ping_interval: 1s\n" +
 		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: file, dir: %s}\n", dir) +
-		fmt.Sprintf("nats:\n  url: nats://veil:%s@%s\n", natsPassword, natsAddr)
+		fmt.Sprintf("nats:\n  url: %q\n", natsURL)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -315,26 +330,26 @@ func TestStatusPageWithEvents(t *testing.T) {
 		} `json:"controllers"`
 	}
 	var js string
-	waitFor(t, "30 events published", func() bool {
+	testutil.Eventually(t, 15*time.Second, func() bool {
 		_, js = d.get(t, "/?format=json")
 		if err := json.Unmarshal([]byte(js), &st); err != nil {
 			t.Fatalf("status JSON: %v\n%s", err, js)
 		}
 		return len(st.Controllers) == 1 && st.Controllers[0].Events.Published >= 30
-	})
+	}, "30 events published")
 	c := st.Controllers[0]
 	if c.State != "up" || !st.NATS.Connected || c.Events.Subject != "veil.events.alpha.>" || len(c.Events.Recent) == 0 {
 		t.Errorf("json status: %s", js)
 	}
-	if !strings.HasPrefix(st.NATS.URL, "nats://") || strings.Contains(st.NATS.URL, "veil@") {
-		t.Errorf("nats url %q keeps its credentials", st.NATS.URL)
+	if want := "nats://xxxxx@" + natsAddr; !strings.HasPrefix(st.NATS.URL, "nats://") || !strings.HasSuffix(st.NATS.URL, want) || strings.Contains(st.NATS.URL, "veil@") {
+		t.Errorf("nats url %q, want the list ending in %s", st.NATS.URL, want)
 	}
 
 	code, page := d.get(t, "/")
 	if code != 200 {
 		t.Fatalf("status page: %d", code)
 	}
-	for _, want := range []string{"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collections</caption>",
+	for _, want := range []string{"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collectors</caption>",
 		"<caption>Guest checks</caption>", "<caption>Events</caption>", "<caption>Recent events</caption>",
 		`<h2>alpha <span class="badge ok">up</span>`, "<code>veil.events.alpha.&gt;</code>", `<span class="badge ok">connected</span>`,
 		"<td>domains</td>", "eligible VMs"} {
@@ -351,8 +366,36 @@ func TestStatusPageWithEvents(t *testing.T) {
 	}
 
 	_, metrics := d.get(t, "/metrics")
+	// A lost server is logged with the URL list.
+	natsSrv.Shutdown()
+	testutil.Eventually(t, 15*time.Second, func() bool { return strings.Contains(d.logs.String(), "NATS disconnected") }, "the disconnect logged")
+	if !strings.Contains(d.logs.String(), "xxxxx@"+natsAddr) {
+		t.Errorf("the disconnect line lacks the redacted URL list:\n%s", d.logs.String())
+	}
 	d.stop()
 	d.stop = func() {}
+	if strings.Contains(d.logs.String(), "error gathering metrics") {
+		t.Errorf("a scrape failed in part:\n%s", d.logs.String())
+	}
+	// One key scheme: every line names its component; those of a controller's parts name it.
+	perController := map[string]bool{"inventory": true, "guest": true, "events": true}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(d.logs.String()), "\n") {
+		m := regexp.MustCompile(` component=(\S+)`).FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("log line without component: %s", line)
+			continue
+		}
+		seen[m[1]] = true
+		if perController[m[1]] && !strings.Contains(line, " controller=alpha") {
+			t.Errorf("%s log line without controller: %s", m[1], line)
+		}
+	}
+	for _, c := range []string{"daemon", "web", "inventory", "nats"} {
+		if !seen[c] {
+			t.Errorf("no log line of component %s:\n%s", c, d.logs.String())
+		}
+	}
 	for what, text := range map[string]string{"/": page, "json status": js, "/metrics": metrics, "logs": d.logs.String()} {
 		for _, secret := range []string{secretToken, natsPassword} {
 			if strings.Contains(text, secret) {
