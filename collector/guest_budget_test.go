@@ -242,3 +242,41 @@ func TestGuestRescheduleOfADownAgentWaitsForItsPing(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestCheckerWaitingForBudgetIsNoTimeout: a budget far below what the VMs ask for makes
+// checks wait for the client's rate limiter, much longer than command_timeout; the timeout
+// times the guest on the wire only, so no timeout is recorded and no agent is marked down.
+func TestGuestCheckerWaitingForBudgetIsNoTimeout(t *testing.T) {
+	const budget = 20.0
+	cfg := guestTestConfig()
+	cfg.Concurrency = 8 // eight workers share one permit every 50ms: the last waits 400ms
+	cfg.CommandTimeout = 300 * time.Millisecond
+	cfg.FSInfoInterval, cfg.TimeInterval, cfg.NetworkInterval = time.Hour, time.Hour, time.Hour
+	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(20), cfg: cfg, rate: budget, concurrency: 8})
+	ids := e.eligibleIDs()
+	e.waitSweeps(2, 30*time.Second)
+	st := e.gc.Status()
+	if floor := time.Duration(float64(len(ids)) / budget * float64(time.Second)); st.SweepDuration < floor*9/10 {
+		t.Fatalf("sweep took %s, under the %s the budget allows: the budget did not hold the checks back", st.SweepDuration, floor)
+	}
+	for k, v := range e.series() {
+		if strings.HasPrefix(k, "veil_guest_command_errors_total{") {
+			t.Errorf("%s = %v: waiting for the budget was counted as a failure", k, v)
+		}
+	}
+	for _, id := range ids {
+		if v, ok := e.value("veil_guest_ping_success", "domain_id", id); !ok || v != 1 {
+			t.Errorf("ping_success of %s = %v (present %v), want 1", id, v, ok)
+		}
+	}
+	e.gc.mu.Lock()
+	for id, v := range e.gc.vms {
+		if v.agentDown {
+			t.Errorf("agent of %s marked down", id)
+		}
+	}
+	e.gc.mu.Unlock()
+	if rs := e.runStatus(); !rs.Success {
+		t.Errorf("RunStatus = %+v, want success", rs)
+	}
+}

@@ -3,6 +3,7 @@ package collector
 // Guest checker tests: which VMs are checked and which series they get.
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -217,5 +218,90 @@ func TestGuestCheckerDropsSeriesOfVMsThatLeave(t *testing.T) {
 				t.Errorf("%d guest commands sent to %s after it left", n, gone)
 			}
 		})
+	}
+}
+
+// TestGuestCheckerExportsNetworkCounters: every checked VM has the eight counters of each
+// interface guest-network-get-interfaces reports, except those network_interfaces_exclude
+// names (lo by default), read once per network_interval, not at every ping.
+func TestGuestCheckerExportsNetworkCounters(t *testing.T) {
+	cfg := guestTestConfig()
+	cfg.NetworkInterval = time.Second // five pings per network read
+	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(4), cfg: cfg})
+	ids := e.eligibleIDs()
+	families := []string{"receive_bytes", "receive_packets", "receive_errors", "receive_drop",
+		"transmit_bytes", "transmit_packets", "transmit_errors", "transmit_drop"}
+	perVM := func(s map[string]float64, id, family string) map[string]float64 {
+		out := map[string]float64{}
+		prefix := "veil_guest_network_" + family + "_total{"
+		for k, v := range s {
+			if strings.HasPrefix(k, prefix) && strings.Contains(k, `domain_id="`+id+`"`) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	e.eventually("network counters of every VM", 10*time.Second, func() bool {
+		s := e.series()
+		for _, id := range ids {
+			if len(perVM(s, id, "receive_bytes")) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	s := e.series()
+	for _, id := range ids {
+		for _, f := range families {
+			got := perVM(s, id, f)
+			if len(got) != 1 {
+				t.Errorf("%s of %s: %d series %v, want one (the VM's interface, lo excluded)", f, id, len(got), got)
+			}
+			for k, v := range got {
+				if strings.Contains(k, `interface="lo"`) || !strings.Contains(k, `controller="sim"`) {
+					t.Errorf("series %s", k)
+				}
+				if (f == "receive_bytes" || f == "transmit_packets") && v <= 0 {
+					t.Errorf("%s = %v, want the guest's count", k, v)
+				}
+			}
+		}
+	}
+	// The type is counter: what Prometheus needs to take a guest's reboot for a reset.
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "veil_guest_network_") && mf.GetType().String() != "COUNTER" {
+			t.Errorf("%s is a %s", mf.GetName(), mf.GetType())
+		}
+	}
+	e.sim.ResetRequests()
+	e.waitSweeps(6, 10*time.Second)
+	sent := guestCmdsSent(t, e.sim.Requests())
+	for _, id := range ids {
+		pings, reads := countCmd(sent[id], guestCmdPing), countCmd(sent[id], guestCmdInterfaces)
+		if reads < 1 || reads > pings/5+1 {
+			t.Errorf("VM %s: %d interface reads for %d pings, want one per network_interval (5 pings)", id, reads, pings)
+		}
+	}
+}
+
+// TestGuestCheckerNetworkInterfacesExclude: an exclusion that matches every interface leaves
+// no network series at all.
+func TestGuestCheckerNetworkInterfacesExclude(t *testing.T) {
+	cfg := guestTestConfig()
+	cfg.NetworkInterfacesExclude = `.`
+	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(2), cfg: cfg})
+	e.sim.ResetRequests()
+	e.waitSweeps(3, 10*time.Second)
+	if n := countCmd(slices.Concat(slices.Collect(maps.Values(guestCmdsSent(t, e.sim.Requests())))...), guestCmdInterfaces); n == 0 {
+		t.Fatal("no interface read: the test proves nothing")
+	}
+	for k := range e.series() {
+		if strings.HasPrefix(k, "veil_guest_network_") {
+			t.Errorf("excluded interface exported: %s", k)
+		}
 	}
 }
