@@ -157,7 +157,6 @@ func TestGuestErrorsAreTyped(t *testing.T) {
 	}
 }
 
-
 // TestGuestTimeoutTimesTheWireNotTheQueue: a guest command's timeout starts when the request
 // goes, so calls queued behind a tight rate limit wait for their turn and then succeed,
 // however long the queue, instead of timing out in it.
