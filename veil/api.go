@@ -1,12 +1,11 @@
 package veil
 
-// This file is the exported surface of the client that the collector, the guest checker and
-// the forwarder are written against; the implementation lives in the other files.
+// The client's configuration, its errors and the reads of collections and details. Operations
+// are in ops.go, guest commands in guest.go, paging in paging.go.
 
 import (
 	"context"
 	"errors"
-	"iter"
 	"net/http"
 	"net/url"
 	"time"
@@ -63,30 +62,6 @@ type Page[T any] struct {
 	Results []T
 }
 
-// GuestErrorReason classifies an error from a guest command for metrics: "timeout", "agent_not_running",
-// "not_supported", "api_error" ("" for nil). A deadline (the client's or the caller's) or an API
-// message saying timeout is "timeout"; a message about the agent not running or not connected is
-// "agent_not_running"; an unknown or unsupported command is "not_supported".
-func GuestErrorReason(err error) string { return guestErrorReason(err) }
-
-// New returns a client; it fails on a bad URL or an unreadable token file.
-func New(cfg Config) (*Client, error) { return newClient(cfg) }
-
-// ReloadToken re-reads TokenFile (a no-op without one); call it after an ErrUnauthorized.
-func (c *Client) ReloadToken() error { return c.reloadToken() }
-
-// List iterates over every object of a collection path (e.g. "/api/domains/") in the list's order,
-// paging by at most 100 and fetching the pages after the first concurrently within the client's
-// limits. It yields a non-nil error at most once, as its last element.
-func List[T any](ctx context.Context, c *Client, path string, q Query) iter.Seq2[T, error] {
-	return list[T](ctx, c, path, q)
-}
-
-// ListPage reads one page of a collection: offset, limit (capped at 100) and query.
-func ListPage[T any](ctx context.Context, c *Client, path string, offset, limit int, q Query) (Page[T], error) {
-	return listPage[T](ctx, c, path, offset, limit, q)
-}
-
 // Collections and details.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 	return listAll[Node](ctx, c, "/api/nodes/", nil)
@@ -130,65 +105,4 @@ func (c *Client) EventsPage(ctx context.Context, offset, limit int, ordering str
 		q.Set("ordering", ordering)
 	}
 	return ListPage[Event](ctx, c, "/api/events/", offset, limit, q)
-}
-
-// Operations. Each is sent with ?async=1 and answers with the task envelope at once; follow the
-// task with WaitTask. Each call generates one idempotency key (UUIDv4) and reuses it on its
-// retries, so a retry never starts a second operation. When the platform recognises the key
-// of a finished operation it may answer with the object itself: Task is then zero and Entity
-// holds the object.
-func (c *Client) StartDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
-	return c.startDomain(ctx, id, force)
-}
-func (c *Client) ShutdownDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
-	return c.shutdownDomain(ctx, id, force)
-}
-func (c *Client) CloneDomain(ctx context.Context, templateID, nodeID, verboseName, datapoolID string) (*TaskEnvelope, error) {
-	return c.cloneDomain(ctx, templateID, nodeID, verboseName, datapoolID)
-}
-func (c *Client) SetTemplate(ctx context.Context, id string, template bool) (*TaskEnvelope, error) {
-	return c.setTemplate(ctx, id, template)
-}
-func (c *Client) RemoveDomain(ctx context.Context, id string, full bool) (*TaskEnvelope, error) {
-	return c.removeDomain(ctx, id, full)
-}
-func (c *Client) BackupDomain(ctx context.Context, id, datapoolID string, compress bool, limitDays int) (*TaskEnvelope, error) {
-	return c.backupDomain(ctx, id, datapoolID, compress, limitDays)
-}
-func (c *Client) SSHInject(ctx context.Context, id string, createUser bool, user, key string) (*TaskEnvelope, error) {
-	return c.sshInject(ctx, id, createUser, user, key)
-}
-func (c *Client) SetBallooning(ctx context.Context, nodeID string, on bool) (*TaskEnvelope, error) {
-	return c.setBallooning(ctx, nodeID, on)
-}
-
-// WaitTask polls a task until a final status (SUCCESS, FAILED, CANCELED, LOST, PARTIAL), calling
-// progress (may be nil) after each poll.
-func (c *Client) WaitTask(ctx context.Context, id string, every time.Duration, progress func(Task)) (*Task, error) {
-	return c.waitTask(ctx, id, every, progress)
-}
-
-// Guest commands. GuestCommand returns the raw result under the command's key.
-func (c *Client) AvailableGuestCommands(ctx context.Context, id string) ([]string, error) {
-	return c.availableGuestCommands(ctx, id)
-}
-func (c *Client) GuestCommand(ctx context.Context, id, cmd string, fargs any, timeout time.Duration) ([]byte, error) {
-	return c.guestCommand(ctx, id, cmd, fargs, timeout)
-}
-func (c *Client) GuestPing(ctx context.Context, id string, timeout time.Duration) error {
-	return c.guestPing(ctx, id, timeout)
-}
-func (c *Client) GuestOSInfo(ctx context.Context, id string, timeout time.Duration) (*GuestOSInfo, error) {
-	return c.guestOSInfo(ctx, id, timeout)
-}
-func (c *Client) GuestFSInfo(ctx context.Context, id string, timeout time.Duration) ([]GuestFilesystem, error) {
-	return c.guestFSInfo(ctx, id, timeout)
-}
-
-// GuestTime returns the guest's clock (guest-get-time).
-func (c *Client) GuestTime(ctx context.Context, id string, timeout time.Duration) (time.Time, error) {
-	return c.guestTime(ctx, id, timeout)
-}
-func (c *Client) GuestInfo(ctx context.Context, id string, timeout time.Duration) (*GuestInfo, error) {
-	return c.guestInfo(ctx, id, timeout)
 }

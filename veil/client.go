@@ -50,7 +50,8 @@ type Client struct {
 	token string // without the "jwt " prefix
 }
 
-func newClient(cfg Config) (*Client, error) {
+// New returns a client; it fails on a bad URL or an unreadable token file.
+func New(cfg Config) (*Client, error) {
 	u, err := url.Parse(strings.TrimSpace(cfg.URL))
 	if err != nil {
 		return nil, fmt.Errorf("veil: bad URL: %w", err)
@@ -108,7 +109,7 @@ func newClient(cfg Config) (*Client, error) {
 		c.hc = &http.Client{Transport: tr}
 	}
 	if cfg.TokenFile != "" {
-		if err := c.reloadToken(); err != nil {
+		if err := c.ReloadToken(); err != nil {
 			return nil, err
 		}
 	} else {
@@ -129,7 +130,8 @@ func cleanToken(s string) string {
 	return s
 }
 
-func (c *Client) reloadToken() error {
+// ReloadToken re-reads TokenFile (a no-op without one); call it after an ErrUnauthorized.
+func (c *Client) ReloadToken() error {
 	if c.tokenFile == "" {
 		return nil
 	}
@@ -173,7 +175,7 @@ type request struct {
 	query    url.Values
 	body     []byte
 	retry    bool          // safe to send again (GET, or a body with an idempotency key)
-	timeout  time.Duration // per attempt; 0 = the client's
+	timeout  time.Duration // on the wire, per attempt; 0 = the client's
 }
 
 func (r *request) String() string { return r.method + " " + r.endpoint }
@@ -198,7 +200,7 @@ func (c *Client) do(ctx context.Context, r *request) ([]byte, int, error) {
 		if status == http.StatusUnauthorized && c.tokenFile != "" && !reloaded {
 			reloaded = true
 			old := c.currentToken()
-			if c.reloadToken() == nil && c.currentToken() != old {
+			if c.ReloadToken() == nil && c.currentToken() != old {
 				attempt--
 				continue
 			}
@@ -256,8 +258,10 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 			return nil, 0, 0, fmt.Errorf("%w: %w", errRateWait, context.DeadlineExceeded)
 		}
 	}
+	// The deadline starts now, after the waits for a slot and the rate: it times the request
+	// on the wire, never the client's own queue.
 	timeout := c.timeout
-	if r.timeout > timeout {
+	if r.timeout > 0 {
 		timeout = r.timeout
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)

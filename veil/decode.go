@@ -14,6 +14,10 @@ package veil
 //     string, ...) is left at its zero value and the rest of the object is kept, except "id":
 //     an object without a readable id fails. Missing fields are zero.
 //   - Event keeps Raw, the exact bytes of the object, whatever it contains.
+//   - Detail shapes: Uptime accepts seconds (number or string) or {uptime, start_time,
+//     system_time, timezone}; Permissions an array of names or an object keyed by name; a
+//     domain or node without cpu_count takes cpu_topology.cpu_count; resource_pool is a Ref
+//     (object, uuid string) or nil for null.
 
 import (
 	"bytes"
@@ -22,6 +26,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -231,6 +236,9 @@ func tolerate(err error) error {
 func decodeValue(b []byte, v any) error {
 	err := tolerate(json.Unmarshal(b, v))
 	if err == nil {
+		if n, ok := v.(normalizer); ok {
+			n.normalize()
+		}
 		return nil
 	}
 	var te *json.UnmarshalTypeError
@@ -297,3 +305,89 @@ func (t Task) objectID() string     { return t.ID }
 func (e Event) objectID() string    { return e.ID }
 
 type identified interface{ objectID() string }
+
+func (u *Uptime) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '{' {
+		var o struct {
+			Uptime     Number `json:"uptime"`
+			StartTime  Time   `json:"start_time"`
+			SystemTime Time   `json:"system_time"`
+			Timezone   string `json:"timezone"`
+		}
+		if err := tolerate(json.Unmarshal(b, &o)); err != nil {
+			return fmt.Errorf("cannot decode %s as an uptime: %w", short(b), err)
+		}
+		*u = Uptime{Seconds: o.Uptime, StartTime: o.StartTime, SystemTime: o.SystemTime, Timezone: o.Timezone}
+		return nil
+	}
+	var n Number
+	if err := n.UnmarshalJSON(b); err != nil {
+		return fmt.Errorf("cannot decode %s as an uptime", short(b))
+	}
+	*u = Uptime{Seconds: n}
+	return nil
+}
+
+func (p *Permissions) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case string(b) == "null":
+		*p = nil
+		return nil
+	case len(b) > 0 && b[0] == '{':
+		var o map[string]json.RawMessage
+		if err := json.Unmarshal(b, &o); err != nil {
+			return fmt.Errorf("cannot decode %s as permissions", short(b))
+		}
+		out := make(Permissions, 0, len(o))
+		for k, v := range o {
+			if s := string(bytes.TrimSpace(v)); s != "false" && s != "null" {
+				out = append(out, k)
+			}
+		}
+		sort.Strings(out)
+		*p = out
+		return nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("cannot decode %s as permissions", short(b))
+	}
+	out := make(Permissions, 0, len(list))
+	for _, raw := range list {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			out = append(out, s)
+		}
+	}
+	*p = out
+	return nil
+}
+
+// normalizer is an object that fills fields from the platform's other shapes after decoding.
+type normalizer interface{ normalize() }
+
+// normalize takes the processor count from cpu_topology when the object lacks cpu_count.
+func (d *Domain) normalize() {
+	if d.CPUCount == 0 && d.CPUTopology != nil {
+		d.CPUCount = d.CPUTopology.CPUCount
+	}
+}
+
+func (n *Node) normalize() {
+	if n.CPUCount == 0 && n.CPUTopology != nil {
+		n.CPUCount = n.CPUTopology.CPUCount
+	}
+}
+
+// normalizeAll calls normalize on every element when T has it.
+func normalizeAll[T any](vs []T) {
+	var zero T
+	if _, ok := any(&zero).(normalizer); !ok {
+		return
+	}
+	for i := range vs {
+		any(&vs[i]).(normalizer).normalize()
+	}
+}

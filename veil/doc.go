@@ -5,7 +5,9 @@
 // rate and a number of requests in flight shared by all its callers, gives each request a
 // deadline, and retries GETs (and operations, which carry an idempotency key) on 5xx, 418,
 // 429 and connection failures with exponential backoff and jitter. Guest commands are never
-// retried.
+// retried; their timeout bounds the request on the wire (not the wait for the client's limits),
+// and their failures wrap ErrGuestTimeout, ErrAgentNotRunning or ErrGuestUnsupported when they
+// are one of those.
 //
 // Collections are read with List (an iterator over every object, paging concurrently) or
 // ListPage; errors of the platform are *APIError values that work with errors.Is and

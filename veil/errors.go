@@ -1,12 +1,9 @@
 package veil
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -197,62 +194,4 @@ func snippet(body []byte) string {
 		plain = string(r[:maxSnippet-1]) + "…"
 	}
 	return plain
-}
-
-// guestErrorReason classifies a guest command failure for metrics.
-func guestErrorReason(err error) string {
-	if err == nil {
-		return ""
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return "timeout"
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	var ae *APIError
-	if !errors.As(err, &ae) {
-		return "api_error"
-	}
-	msg := strings.ToLower(ae.Message + " " + ae.Snippet)
-	has := func(words ...string) bool {
-		for _, w := range words {
-			if strings.Contains(msg, w) {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case ae.StatusCode == http.StatusGatewayTimeout:
-		return "timeout"
-	case vmNotRunning(msg):
-		// The VM stopped since the caller's inventory was read: nothing inside it can answer.
-		// Checked before the timeout words, which a VM name quoted in the message may contain.
-		return "agent_not_running"
-	case has("timeout", "timed out", "time out"):
-		return "timeout"
-	case has("agent") && has("not running", "not connected", "not active", "inactive", "unavailable", "not responding", "is off", "disconnected", "no guest agent", "not installed"):
-		return "agent_not_running"
-	case ae.Field == "qemu_cmd" || has("not supported", "unsupported", "command not found", "unknown command",
-		"not allowed", "disabled", "not implemented", "is not available", "linux guests only") ||
-		has("unknown") && has("command"):
-		return "not_supported"
-	}
-	return "api_error"
-}
-
-// vmNotRunning recognises the platform's refusal because the VM itself is off ("Virtual machine
-// X is not running."), as opposed to its agent being off, in a lower-cased message.
-func vmNotRunning(msg string) bool {
-	if strings.Contains(msg, "agent") {
-		return false
-	}
-	for _, w := range []string{"is not running", "powered off", "shut off", "is stopped"} {
-		if strings.Contains(msg, w) {
-			return true
-		}
-	}
-	return false
 }

@@ -185,7 +185,7 @@ func TestRetries(t *testing.T) {
 		{"GET not retried on 404", veiltest.Fault{Path: "/api/nodes/", Kind: "status", Status: 404},
 			func(c *veil.Client) error { _, err := c.Nodes(ctx); return err }, "GET", "/api/nodes/", true, 1},
 		{"guest-command POST without key never retried", veiltest.Fault{Path: "/api/domains/*/guest-command/", Kind: "status", Status: 503},
-			func(c *veil.Client) error { return c.GuestPing(ctx, ready.ID, time.Second) }, "POST", "/api/domains/" + ready.ID + "/guest-command", true, 1},
+			func(c *veil.Client) error { _, err := c.GuestPing(ctx, ready.ID, time.Second); return err }, "POST", "/api/domains/" + ready.ID + "/guest-command", true, 1},
 		{"operation POST with key retried", veiltest.Fault{Path: "/api/domains/*/start/", Kind: "status", Status: 503, Count: 2},
 			func(c *veil.Client) error { _, err := c.StartDomain(ctx, off.ID, false); return err }, "POST", "/api/domains/" + off.ID + "/start", false, 3},
 	} {
@@ -292,7 +292,7 @@ func TestObserverSeesEveryAttempt(t *testing.T) {
 	if _, err := c.Datapools(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.GuestPing(ctx, "no-such-vm", time.Second)
+	_, _ = c.GuestPing(ctx, "no-such-vm", time.Second)
 	want := []call{{"/api/clusters/", 0}, {"/api/clusters/", 200}, {"/api/data-pools/", 429},
 		{"/api/data-pools/", 200}, {"/api/domains/{id}/guest-command/", 404}}
 	mu.Lock()

@@ -1,40 +1,82 @@
 package veil
 
+// Guest-agent commands: the raw POST /api/domains/{id}/guest-command/, typed calls for the
+// read-only commands the exporter uses, and the typed errors a failed command returns.
+
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
 	"time"
+)
+
+// Errors a failed guest command (or AvailableGuestCommands) wraps, for errors.Is. A failure that
+// is none of them (a 5xx, a refused token, an unknown domain, an undecodable answer) is an error
+// of the controller, not of the guest.
+var (
+	// ErrGuestTimeout: the guest did not answer in time (the platform said so, answered 504, or
+	// the request's deadline passed on the wire).
+	ErrGuestTimeout = errors.New("guest agent timed out")
+	// ErrAgentNotRunning: the guest agent, or the VM itself, is not running or not connected.
+	ErrAgentNotRunning = errors.New("guest agent not running")
+	// ErrGuestUnsupported: the platform refuses the command for this guest (an unknown or
+	// disabled command, a Windows guest where it allows Linux only).
+	ErrGuestUnsupported = errors.New("guest command not supported")
 )
 
 // guestMargin is how much longer than the guest's own timeout the HTTP request may take: the
 // platform answers with its timeout error only after the guest's time is up.
 const guestMargin = 2 * time.Second
 
-func (c *Client) availableGuestCommands(ctx context.Context, id string) ([]string, error) {
+// AvailableGuestCommands lists the commands the domain's guest agent offers.
+func (c *Client) AvailableGuestCommands(ctx context.Context, id string) ([]string, error) {
 	v, err := get[struct {
 		Cmds []string `json:"qemu_available_cmds"`
 	}](ctx, c, "/api/domains/{id}/available-guest-cmds/", id)
 	if err != nil {
-		return nil, err
+		return nil, guestError(err)
 	}
 	return v.Cmds, nil
 }
 
-// guestCommand POSTs {"qemu_cmd","fargs","timeout"} and returns the value under the key named
-// cmd. It is never retried: it carries no idempotency key, and the guest checker counts
-// failures itself. timeout (rounded up to whole seconds) is sent when positive; the request is
-// allowed that long plus a margin, or the client's Timeout if longer.
-func (c *Client) guestCommand(ctx context.Context, id, cmd string, fargs any, timeout time.Duration) ([]byte, error) {
+// GuestCommand POSTs {"qemu_cmd","fargs","timeout"} and returns the raw value under the key
+// named cmd. It is never retried: it carries no idempotency key, and the guest checker counts
+// failures itself.
+//
+// timeout (rounded up to whole seconds) is sent to the platform when positive, and bounds the
+// request on the wire (plus a margin for the platform's own timeout answer) from the moment it
+// is sent: the wait for the client's request slots and rate limit is not part of it, and ends
+// only with ctx. Without a timeout the client's Timeout applies on the wire.
+func (c *Client) GuestCommand(ctx context.Context, id, cmd string, fargs any, timeout time.Duration) ([]byte, error) {
+	raw, _, err := c.guestCommand(ctx, id, cmd, fargs, timeout)
+	return raw, err
+}
+
+// exchange is the timing of one request on the wire, in the local clock.
+type exchange struct {
+	Sent     time.Time // the request was written
+	Received time.Time // the first byte of the answer arrived
+}
+
+func (e exchange) roundTrip() time.Duration { return e.Received.Sub(e.Sent) }
+
+// guestCommand is GuestCommand, also returning when the request went and its answer came.
+func (c *Client) guestCommand(ctx context.Context, id, cmd string, fargs any, timeout time.Duration) ([]byte, exchange, error) {
+	var ex exchange
 	r, err := newRequest(http.MethodPost, "/api/domains/{id}/guest-command/", id)
 	if err != nil {
-		return nil, err
+		return nil, ex, err
 	}
 	if cmd == "" {
-		return nil, fmt.Errorf("veil: %s: empty command", r)
+		return nil, ex, fmt.Errorf("veil: %s: empty command", r)
 	}
 	if fargs == nil {
 		fargs = struct{}{}
@@ -42,29 +84,50 @@ func (c *Client) guestCommand(ctx context.Context, id, cmd string, fargs any, ti
 	body := map[string]any{"qemu_cmd": cmd, "fargs": fargs}
 	if timeout > 0 {
 		body["timeout"] = int(math.Ceil(timeout.Seconds()))
-		r.timeout = timeout + guestMargin
+		r.timeout = timeout + min(guestMargin, timeout)
 	}
 	if r.body, err = json.Marshal(body); err != nil {
-		return nil, fmt.Errorf("veil: %s %s: encoding fargs: %w", r, cmd, err)
+		return nil, ex, fmt.Errorf("veil: %s %s: encoding fargs: %w", r, cmd, err)
 	}
+	// The transport calls the hooks from its own goroutines. Only the last attempt counts (a
+	// guest command is sent once, but a rotated token may make it go twice).
+	var mu sync.Mutex
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) {
+			mu.Lock()
+			ex = exchange{Sent: time.Now()}
+			mu.Unlock()
+		},
+		GotFirstResponseByte: func() {
+			mu.Lock()
+			ex.Received = time.Now()
+			mu.Unlock()
+		},
+	})
 	resp, _, err := c.do(ctx, r)
+	mu.Lock()
+	got := ex
+	mu.Unlock()
+	if got.Sent.IsZero() || got.Received.Before(got.Sent) {
+		got = exchange{} // not observed: no round trip to report
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w (command %s)", err, cmd)
+		return nil, got, guestError(fmt.Errorf("%w (command %s)", err, cmd))
 	}
 	var result map[string]json.RawMessage
 	if err := json.Unmarshal(resp, &result); err != nil {
-		return nil, fmt.Errorf("veil: decoding %s (command %s): %w", r, cmd, err)
+		return nil, got, fmt.Errorf("veil: decoding %s (command %s): %w", r, cmd, err)
 	}
 	v, ok := result[cmd]
 	if !ok {
-		return nil, fmt.Errorf("veil: decoding %s: the answer has no key %q", r, cmd)
+		return nil, got, fmt.Errorf("veil: decoding %s: the answer has no key %q", r, cmd)
 	}
-	return v, nil
+	return v, got, nil
 }
 
 // guestResult runs cmd with empty fargs and decodes its result into v.
 func guestResult(ctx context.Context, c *Client, id, cmd string, timeout time.Duration, v any) error {
-	raw, err := c.guestCommand(ctx, id, cmd, nil, timeout)
+	raw, _, err := c.guestCommand(ctx, id, cmd, nil, timeout)
 	if err != nil {
 		return err
 	}
@@ -74,12 +137,18 @@ func guestResult(ctx context.Context, c *Client, id, cmd string, timeout time.Du
 	return nil
 }
 
-func (c *Client) guestPing(ctx context.Context, id string, timeout time.Duration) error {
-	_, err := c.guestCommand(ctx, id, "guest-ping", nil, timeout)
-	return err
+// GuestPing sends guest-ping and returns the round trip of the request on the wire (0 when the
+// transport could not tell).
+func (c *Client) GuestPing(ctx context.Context, id string, timeout time.Duration) (time.Duration, error) {
+	_, ex, err := c.guestCommand(ctx, id, "guest-ping", nil, timeout)
+	if ex.Sent.IsZero() {
+		return 0, err
+	}
+	return ex.roundTrip(), err
 }
 
-func (c *Client) guestOSInfo(ctx context.Context, id string, timeout time.Duration) (*GuestOSInfo, error) {
+// GuestOSInfo reads guest-get-osinfo.
+func (c *Client) GuestOSInfo(ctx context.Context, id string, timeout time.Duration) (*GuestOSInfo, error) {
 	v := new(GuestOSInfo)
 	if err := guestResult(ctx, c, id, "guest-get-osinfo", timeout, v); err != nil {
 		return nil, err
@@ -87,7 +156,8 @@ func (c *Client) guestOSInfo(ctx context.Context, id string, timeout time.Durati
 	return v, nil
 }
 
-func (c *Client) guestFSInfo(ctx context.Context, id string, timeout time.Duration) ([]GuestFilesystem, error) {
+// GuestFSInfo reads guest-get-fsinfo.
+func (c *Client) GuestFSInfo(ctx context.Context, id string, timeout time.Duration) ([]GuestFilesystem, error) {
 	var v []GuestFilesystem
 	if err := guestResult(ctx, c, id, "guest-get-fsinfo", timeout, &v); err != nil {
 		return nil, err
@@ -95,17 +165,70 @@ func (c *Client) guestFSInfo(ctx context.Context, id string, timeout time.Durati
 	return v, nil
 }
 
-// guestTime reads guest-get-time: nanoseconds since the epoch, an integer (read exactly) or,
-// leniently, a float or numeric string.
-func (c *Client) guestTime(ctx context.Context, id string, timeout time.Duration) (time.Time, error) {
-	raw, err := c.guestCommand(ctx, id, "guest-get-time", nil, timeout)
-	if err != nil {
-		return time.Time{}, err
+// GuestNetworkInterfaces reads guest-network-get-interfaces: the guest's interfaces with their
+// addresses and, when the agent reports them, their counters.
+func (c *Client) GuestNetworkInterfaces(ctx context.Context, id string, timeout time.Duration) ([]GuestNetworkInterface, error) {
+	var v []GuestNetworkInterface
+	if err := guestResult(ctx, c, id, "guest-network-get-interfaces", timeout, &v); err != nil {
+		return nil, err
 	}
-	raw = bytes.Trim(bytes.TrimSpace(raw), `"`)
+	return v, nil
+}
+
+// GuestInfo reads guest-info.
+func (c *Client) GuestInfo(ctx context.Context, id string, timeout time.Duration) (*GuestInfo, error) {
+	v := new(GuestInfo)
+	if err := guestResult(ctx, c, id, "guest-info", timeout, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// GuestClock is one reading of the guest's clock with the timing of the request that read it.
+type GuestClock struct {
+	Time     time.Time // the guest's clock
+	Sent     time.Time // the request was written (local clock)
+	Received time.Time // the answer's first byte arrived (local clock)
+}
+
+// RoundTrip is the time the request spent on the wire and at the platform.
+func (g GuestClock) RoundTrip() time.Duration { return g.Received.Sub(g.Sent) }
+
+// Offset is the guest's clock minus the local clock at the middle of the round trip, the
+// instant the guest most likely read its clock.
+func (g GuestClock) Offset() time.Duration {
+	mid := g.Sent.Add(g.RoundTrip() / 2)
+	return g.Time.Sub(mid)
+}
+
+// GuestTime reads guest-get-time: nanoseconds since the epoch, an integer (read exactly) or,
+// leniently, a float or a numeric string. When the transport could not tell when the request
+// went, Sent and Received are the start and end of the call.
+func (c *Client) GuestTime(ctx context.Context, id string, timeout time.Duration) (GuestClock, error) {
+	start := time.Now()
+	raw, ex, err := c.guestCommand(ctx, id, "guest-get-time", nil, timeout)
+	if err != nil {
+		return GuestClock{}, err
+	}
+	if ex.Sent.IsZero() {
+		ex = exchange{Sent: start, Received: time.Now()}
+	}
+	t, err := guestNanos(raw)
+	if err != nil {
+		return GuestClock{}, err
+	}
+	return GuestClock{Time: t, Sent: ex.Sent, Received: ex.Received}, nil
+}
+
+// guestNanos decodes the result of guest-get-time.
+func guestNanos(raw []byte) (time.Time, error) {
+	s := bytes.TrimSpace(raw)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = bytes.TrimSpace(s[1 : len(s)-1])
+	}
 	var n json.Number
-	if err := json.Unmarshal(raw, &n); err == nil {
-		if i, err := n.Int64(); err == nil {
+	if err := json.Unmarshal(s, &n); err == nil {
+		if i, err := n.Int64(); err == nil && i > 0 {
 			return time.Unix(0, i), nil
 		}
 		if f, err := n.Float64(); err == nil && f > 0 && f < math.MaxInt64 {
@@ -115,10 +238,72 @@ func (c *Client) guestTime(ctx context.Context, id string, timeout time.Duration
 	return time.Time{}, fmt.Errorf("veil: decoding guest-get-time result: %s is not nanoseconds", short(raw))
 }
 
-func (c *Client) guestInfo(ctx context.Context, id string, timeout time.Duration) (*GuestInfo, error) {
-	v := new(GuestInfo)
-	if err := guestResult(ctx, c, id, "guest-info", timeout, v); err != nil {
-		return nil, err
+// guestError wraps a failed guest call with ErrGuestTimeout, ErrAgentNotRunning or
+// ErrGuestUnsupported when the failure is one of those; other errors are returned as they are.
+func guestError(err error) error {
+	if kind := guestErrorKind(err); kind != nil {
+		return fmt.Errorf("%w: %w", err, kind)
 	}
-	return v, nil
+	return err
+}
+
+// guestErrorKind classifies a guest call failure from what the platform answered. A deadline
+// (the request's on the wire, or the caller's) or an API message saying timeout is a timeout;
+// a message about the agent not running or not connected, or the VM not running, is
+// ErrAgentNotRunning; an unknown or unsupported command is ErrGuestUnsupported.
+func guestErrorKind(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ErrGuestTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ErrGuestTimeout
+	}
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return nil
+	}
+	msg := strings.ToLower(ae.Message + " " + ae.Snippet)
+	has := func(words ...string) bool {
+		for _, w := range words {
+			if strings.Contains(msg, w) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case ae.StatusCode == http.StatusGatewayTimeout:
+		return ErrGuestTimeout
+	case vmNotRunning(msg):
+		// The VM stopped since the caller's inventory was read: nothing inside it can answer.
+		// Checked before the timeout words, which a VM name quoted in the message may contain.
+		return ErrAgentNotRunning
+	case has("timeout", "timed out", "time out"):
+		return ErrGuestTimeout
+	case has("agent") && has("not running", "not connected", "not active", "inactive", "unavailable", "not responding", "is off", "disconnected", "no guest agent", "not installed"):
+		return ErrAgentNotRunning
+	case ae.Field == "qemu_cmd" || has("not supported", "unsupported", "command not found", "unknown command",
+		"not allowed", "disabled", "not implemented", "is not available", "linux guests only") ||
+		has("unknown") && has("command"):
+		return ErrGuestUnsupported
+	}
+	return nil
+}
+
+// vmNotRunning recognises the platform's refusal because the VM itself is off ("Virtual machine
+// X is not running."), as opposed to its agent being off, in a lower-cased message.
+func vmNotRunning(msg string) bool {
+	if strings.Contains(msg, "agent") {
+		return false
+	}
+	for _, w := range []string{"is not running", "powered off", "shut off", "is stopped"} {
+		if strings.Contains(msg, w) {
+			return true
+		}
+	}
+	return false
 }

@@ -30,8 +30,9 @@ func TestGuestCommands(t *testing.T) {
 			t.Errorf("%s not available", want)
 		}
 	}
-	if err := c.GuestPing(ctx, vm.ID, 2*time.Second); err != nil {
-		t.Fatalf("GuestPing: %v", err)
+	rtt, err := c.GuestPing(ctx, vm.ID, 2*time.Second)
+	if err != nil || rtt <= 0 {
+		t.Fatalf("GuestPing = %v, %v; want a round trip", rtt, err)
 	}
 	osinfo, err := c.GuestOSInfo(ctx, vm.ID, 2*time.Second)
 	if err != nil || osinfo.ID == "" || osinfo.KernelRelease == "" {
@@ -56,8 +57,15 @@ func TestGuestCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if off := time.Until(gt); off < 80*time.Second || off > 100*time.Second {
+	if off := gt.Offset(); off < 89*time.Second || off > 91*time.Second {
 		t.Errorf("guest clock offset %v, want about 90s", off)
+	}
+	if gt.RoundTrip() <= 0 || gt.Received.After(time.Now()) {
+		t.Errorf("round trip %v (sent %v, received %v)", gt.RoundTrip(), gt.Sent, gt.Received)
+	}
+	nics, err := c.GuestNetworkInterfaces(ctx, vm.ID, 2*time.Second)
+	if err != nil || len(nics) == 0 || nics[0].Name == "" {
+		t.Fatalf("GuestNetworkInterfaces = %+v, %v", nics, err)
 	}
 	info, err := c.GuestInfo(ctx, vm.ID, 2*time.Second)
 	if err != nil || info.Version == "" || len(info.SupportedCommands) == 0 {
@@ -82,7 +90,9 @@ func TestGuestCommands(t *testing.T) {
 	}
 }
 
-func TestGuestErrorReason(t *testing.T) {
+// TestGuestErrorsAreTyped: each way a guest command fails against the simulator gives the typed
+// error callers test with errors.Is, and nothing else.
+func TestGuestErrorsAreTyped(t *testing.T) {
 	sim := newSim(t, veiltest.Options{Seed: 21, VMs: 60})
 	c := newClient(t, sim, nil)
 	ready := sim.DomainIDs()
@@ -108,51 +118,63 @@ func TestGuestErrorReason(t *testing.T) {
 	windows := pick(func(d veiltest.DomainInfo) bool { return !d.Linux && d.PowerState == veil.PowerOn }, used)
 	fine := pick(guestReady, used)
 
+	ping := func(ctx context.Context, id string, timeout time.Duration) error {
+		_, err := c.GuestPing(ctx, id, timeout)
+		return err
+	}
+	kinds := []error{veil.ErrGuestTimeout, veil.ErrAgentNotRunning, veil.ErrGuestUnsupported}
 	for _, tc := range []struct {
 		name string
 		call func(ctx context.Context) error
-		want string
+		want error // nil: none of the guest errors
 	}{
-		{"success has no reason", func(ctx context.Context) error { return c.GuestPing(ctx, fine, time.Second) }, ""},
-		{"agent stopped", func(ctx context.Context) error { return c.GuestPing(ctx, agentOff, time.Second) }, "agent_not_running"},
-		{"hung agent answers with a timeout", func(ctx context.Context) error { return c.GuestPing(ctx, hung, time.Second) }, "timeout"},
+		{"success", func(ctx context.Context) error { return ping(ctx, fine, time.Second) }, nil},
+		{"agent stopped", func(ctx context.Context) error { return ping(ctx, agentOff, time.Second) }, veil.ErrAgentNotRunning},
+		{"hung agent answers with a timeout", func(ctx context.Context) error { return ping(ctx, hung, time.Second) }, veil.ErrGuestTimeout},
 		{"caller's deadline", func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			return c.GuestPing(ctx, hung, 5*time.Second)
-		}, "timeout"},
+			return ping(ctx, hung, 5*time.Second)
+		}, veil.ErrGuestTimeout},
 		{"unknown command", func(ctx context.Context) error {
 			_, err := c.GuestCommand(ctx, fine, "guest-no-such-thing", nil, time.Second)
 			return err
-		}, "not_supported"},
-		{"windows guest", func(ctx context.Context) error { return c.GuestPing(ctx, windows, time.Second) }, "not_supported"},
-		{"unknown domain", func(ctx context.Context) error { return c.GuestPing(ctx, "nope", time.Second) }, "api_error"},
+		}, veil.ErrGuestUnsupported},
+		{"windows guest", func(ctx context.Context) error { return ping(ctx, windows, time.Second) }, veil.ErrGuestUnsupported},
+		{"unknown domain", func(ctx context.Context) error { return ping(ctx, "nope", time.Second) }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call(context.Background())
-			if got := veil.GuestErrorReason(err); got != tc.want {
-				t.Fatalf("GuestErrorReason(%v) = %q, want %q", err, got, tc.want)
+			if tc.name == "success" && err != nil || tc.name == "unknown domain" && err == nil {
+				t.Fatalf("err = %v", err)
+			}
+			for _, k := range kinds {
+				if got := errors.Is(err, k); got != (k == tc.want) {
+					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, k, got, k == tc.want)
+				}
 			}
 		})
 	}
 }
 
-func TestGuestErrorReasonOfPlainErrors(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{nil, ""},
-		{context.DeadlineExceeded, "timeout"},
-		{errors.New("connection refused"), "api_error"},
-		{&veil.APIError{StatusCode: 400, Message: "Guest agent is not connected"}, "agent_not_running"},
-		{&veil.APIError{StatusCode: 400, Message: "QEMU guest agent is not running"}, "agent_not_running"},
-		{&veil.APIError{StatusCode: 400, Message: "Command guest-exec not supported"}, "not_supported"},
-		{&veil.APIError{StatusCode: 500, Message: "Guest agent command timed out"}, "timeout"},
-		{&veil.APIError{StatusCode: 500, Message: "Internal server error"}, "api_error"},
-	} {
-		if got := veil.GuestErrorReason(tc.err); got != tc.want {
-			t.Errorf("GuestErrorReason(%v) = %q, want %q", tc.err, got, tc.want)
+// TestGuestTimeoutTimesTheWireNotTheQueue: a guest command's timeout starts when the request
+// goes, so calls queued behind a tight rate limit wait for their turn and then succeed,
+// however long the queue, instead of timing out in it.
+func TestGuestTimeoutTimesTheWireNotTheQueue(t *testing.T) {
+	sim := newSim(t, veiltest.Options{Seed: 22, VMs: 30})
+	c := newClient(t, sim, func(cfg *veil.Config) { cfg.MaxRequestsPerSecond = 10; cfg.MaxConcurrency = 1 })
+	vm := findDomain(t, sim, guestReady)
+	const calls = 8 // the last one waits about 0.7s for the rate, far more than its timeout
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := c.GuestPing(context.Background(), vm.ID, 100*time.Millisecond)
+			errs <- err
+		}()
+	}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Errorf("GuestPing behind the rate limit: %v", err)
 		}
 	}
 }

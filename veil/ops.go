@@ -14,9 +14,9 @@ import (
 // DefaultTaskPoll is WaitTask's interval when none is given.
 const DefaultTaskPoll = time.Second
 
-// operation sends one state-changing request with ?async=1 and an idempotency key generated
-// for this logical operation; the key is in the body of every retry, so the platform runs the
-// operation at most once and a retry is safe.
+// operation sends one state-changing request with ?async=1 and an idempotency key (UUIDv4)
+// generated for this logical operation; the key is in the body of every retry, so the platform
+// runs the operation at most once and a retry is safe.
 func (c *Client) operation(ctx context.Context, method, tmpl, id string, body map[string]any) (*TaskEnvelope, error) {
 	r, err := newRequest(method, tmpl, id)
 	if err != nil {
@@ -39,15 +39,22 @@ func (c *Client) operation(ctx context.Context, method, tmpl, id string, body ma
 	return env, nil
 }
 
-func (c *Client) startDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
+// Operations. Each is sent with ?async=1 and answers with the task envelope at once; follow the
+// task with WaitTask. When the platform recognises the idempotency key of a finished operation
+// it may answer with the object itself: Task is then zero and Entity holds the object.
+
+// StartDomain powers a domain on.
+func (c *Client) StartDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
 	return c.operation(ctx, http.MethodPost, "/api/domains/{id}/start/", id, map[string]any{"force": force})
 }
 
-func (c *Client) shutdownDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
+// ShutdownDomain powers a domain off (force: at once, without asking the guest).
+func (c *Client) ShutdownDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
 	return c.operation(ctx, http.MethodPost, "/api/domains/{id}/shutdown/", id, map[string]any{"force": force})
 }
 
-func (c *Client) cloneDomain(ctx context.Context, templateID, nodeID, verboseName, datapoolID string) (*TaskEnvelope, error) {
+// CloneDomain clones a template or domain; nodeID and datapoolID may be empty.
+func (c *Client) CloneDomain(ctx context.Context, templateID, nodeID, verboseName, datapoolID string) (*TaskEnvelope, error) {
 	body := map[string]any{"verbose_name": verboseName}
 	if nodeID != "" {
 		body["node"] = nodeID
@@ -58,15 +65,18 @@ func (c *Client) cloneDomain(ctx context.Context, templateID, nodeID, verboseNam
 	return c.operation(ctx, http.MethodPost, "/api/domains/{id}/clone/", templateID, body)
 }
 
-func (c *Client) setTemplate(ctx context.Context, id string, template bool) (*TaskEnvelope, error) {
+// SetTemplate makes a domain a template or an ordinary domain.
+func (c *Client) SetTemplate(ctx context.Context, id string, template bool) (*TaskEnvelope, error) {
 	return c.operation(ctx, http.MethodPut, "/api/domains/{id}/template/", id, map[string]any{"template": template})
 }
 
-func (c *Client) removeDomain(ctx context.Context, id string, full bool) (*TaskEnvelope, error) {
+// RemoveDomain deletes a domain (full: with its disks).
+func (c *Client) RemoveDomain(ctx context.Context, id string, full bool) (*TaskEnvelope, error) {
 	return c.operation(ctx, http.MethodPost, "/api/domains/{id}/remove/", id, map[string]any{"full": full})
 }
 
-func (c *Client) backupDomain(ctx context.Context, id, datapoolID string, compress bool, limitDays int) (*TaskEnvelope, error) {
+// BackupDomain starts a backup of a domain; datapoolID may be empty.
+func (c *Client) BackupDomain(ctx context.Context, id, datapoolID string, compress bool, limitDays int) (*TaskEnvelope, error) {
 	if id == "" {
 		return nil, fmt.Errorf("veil: POST /api/domains/backup/: empty domain id")
 	}
@@ -77,7 +87,8 @@ func (c *Client) backupDomain(ctx context.Context, id, datapoolID string, compre
 	return c.operation(ctx, http.MethodPost, "/api/domains/backup/", "", body)
 }
 
-func (c *Client) sshInject(ctx context.Context, id string, createUser bool, user, key string) (*TaskEnvelope, error) {
+// SSHInject puts an SSH key into a guest (user defaults to root).
+func (c *Client) SSHInject(ctx context.Context, id string, createUser bool, user, key string) (*TaskEnvelope, error) {
 	if user == "" {
 		user = "root" // the platform's default (spec §4.2 rule 2)
 	}
@@ -85,11 +96,14 @@ func (c *Client) sshInject(ctx context.Context, id string, createUser bool, user
 		map[string]any{"create_user": createUser, "ssh_user": user, "ssh_key": key})
 }
 
-func (c *Client) setBallooning(ctx context.Context, nodeID string, on bool) (*TaskEnvelope, error) {
+// SetBallooning turns memory ballooning of a node on or off.
+func (c *Client) SetBallooning(ctx context.Context, nodeID string, on bool) (*TaskEnvelope, error) {
 	return c.operation(ctx, http.MethodPut, "/api/nodes/{id}/ballooning/", nodeID, map[string]any{"ballooning": on})
 }
 
-func (c *Client) waitTask(ctx context.Context, id string, every time.Duration, progress func(Task)) (*Task, error) {
+// WaitTask polls a task until a final status (SUCCESS, FAILED, CANCELED, LOST, PARTIAL), calling
+// progress (may be nil) after each poll.
+func (c *Client) WaitTask(ctx context.Context, id string, every time.Duration, progress func(Task)) (*Task, error) {
 	if every <= 0 {
 		every = DefaultTaskPoll
 	}

@@ -16,7 +16,8 @@ import (
 // MaxPageSize is the largest page the client asks for (spec §8).
 const MaxPageSize = 100
 
-// list pages through a collection.
+// List iterates over every object of a collection path (e.g. "/api/domains/") in the list's
+// order. It yields a non-nil error at most once, as its last element.
 //
 // It reads the first page, then the pages after it concurrently (at most MaxConcurrency pages
 // fetched ahead of the caller, each held until the caller has taken the ones before it), and
@@ -30,7 +31,7 @@ const MaxPageSize = 100
 // Domain, Task, Event) is yielded at most once (the ids seen are remembered for the iteration,
 // the objects are not); an object present throughout is yielded unless removals before it
 // shifted it onto a page already read. Other types may repeat an object that shifted pages.
-func list[T any](ctx context.Context, c *Client, path string, q Query) iter.Seq2[T, error] {
+func List[T any](ctx context.Context, c *Client, path string, q Query) iter.Seq2[T, error] {
 	return listPages[T](ctx, c, path, q, listOptions{ahead: c.pageSlots})
 }
 
@@ -48,7 +49,7 @@ type listOptions struct {
 	remember bool
 }
 
-// listPages is list with options.
+// listPages is List with options.
 func listPages[T any](ctx context.Context, c *Client, path string, q Query, o listOptions) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		var zero T
@@ -66,7 +67,7 @@ func listPages[T any](ctx context.Context, c *Client, path string, q Query, o li
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p, err := listPage[T](ctx, c, path, offset, MaxPageSize, q)
+				p, err := ListPage[T](ctx, c, path, offset, MaxPageSize, q)
 				ch <- fetched{p, err}
 			}()
 			pending = append(pending, ch)
@@ -202,7 +203,8 @@ func hintKey(path string, q Query) string {
 	return path + "?" + q.Encode()
 }
 
-func listPage[T any](ctx context.Context, c *Client, path string, offset, limit int, q Query) (Page[T], error) {
+// ListPage reads one page of a collection: offset, limit (capped at 100) and query.
+func ListPage[T any](ctx context.Context, c *Client, path string, offset, limit int, q Query) (Page[T], error) {
 	if limit <= 0 || limit > MaxPageSize {
 		limit = MaxPageSize
 	}
@@ -238,6 +240,7 @@ func decodePage[T any](body []byte, offset int) (Page[T], error) {
 		Results []T     `json:"results"`
 	}
 	if json.Unmarshal(body, &fast) == nil && fast.Count != nil && fast.Results != nil {
+		normalizeAll(fast.Results)
 		return Page[T]{Count: int(*fast.Count), Results: fast.Results}, nil
 	}
 	return decodePageByResult[T](body, offset)

@@ -51,12 +51,36 @@ type Node struct {
 	CPUUsedPercentUser *Number `json:"cpu_used_percent_user"`
 	MemUsedPercentUser *Number `json:"mem_used_percent_user"`
 	// Detail only.
-	Version    string          `json:"version"`
-	Ballooning *bool           `json:"ballooning"`
-	Uptime     json.RawMessage `json:"uptime"`
-	Created    string          `json:"created"`
-	Modified   string          `json:"modified"`
+	Version     string       `json:"version"`
+	Ballooning  *bool        `json:"ballooning"`
+	Uptime      Uptime       `json:"uptime"`
+	CPUTopology *CPUTopology `json:"cpu_topology"`
+	Created     string       `json:"created"`
+	Modified    string       `json:"modified"`
 }
+
+// Uptime is how long something has run: the platform sends seconds (a number or a numeric
+// string) or an object {uptime, start_time, system_time, timezone}; null is zero.
+type Uptime struct {
+	Seconds    Number
+	StartTime  Time
+	SystemTime Time
+	Timezone   string
+}
+
+// CPUTopology is the processor layout of a node or a domain (detail only).
+type CPUTopology struct {
+	CPUCount   Number `json:"cpu_count"`
+	CPUSockets Number `json:"cpu_sockets"`
+	CPUCores   Number `json:"cpu_cores"`
+	CPUThreads Number `json:"cpu_threads"`
+	CPUModel   string `json:"cpu_model"`
+}
+
+// Permissions are the actions the token may take on an object: the platform sends an array of
+// names or an object whose keys are names (a key whose value is false or null is left out).
+// Sorted when read from an object.
+type Permissions []string
 
 // Cluster is a group of nodes (GET /api/clusters/).
 type Cluster struct {
@@ -112,10 +136,15 @@ type Domain struct {
 	MemUsedPercentUser *Number    `json:"mem_used_percent_user"`
 	VdisksCount        Number     `json:"vdisks_count"`
 	Tags               []Tag      `json:"tags"`
-	// Detail only.
-	OSType    string `json:"os_type"`
-	OSVersion string `json:"os_version"`
-	Cluster   Ref    `json:"cluster"`
+	ResourcePool       *Ref       `json:"resource_pool"` // nil: none (null or absent)
+	// Detail only. CPUCount is taken from CPUTopology when the detail lacks it.
+	OSType              string       `json:"os_type"`
+	OSVersion           string       `json:"os_version"`
+	Cluster             Ref          `json:"cluster"`
+	UptimeOnCurrentNode Uptime       `json:"uptime_on_current_node"`
+	UptimeTotal         Uptime       `json:"uptime_total"`
+	CPUTopology         *CPUTopology `json:"cpu_topology"`
+	Permissions         Permissions  `json:"permissions"`
 }
 
 // Tag is a label an operator put on an object; the platform sends a tag as a string or as
@@ -216,6 +245,35 @@ type GuestFilesystem struct {
 	Disk       json.RawMessage `json:"disk"`
 	UsedBytes  *Number         `json:"used-bytes"`
 	TotalBytes *Number         `json:"total-bytes"`
+}
+
+// GuestNetworkInterface is one entry of guest-network-get-interfaces. Statistics is nil when
+// the agent does not report counters; they are the guest's own and restart from zero when it
+// reboots.
+type GuestNetworkInterface struct {
+	Name            string                  `json:"name"`
+	HardwareAddress string                  `json:"hardware-address"`
+	IPAddresses     []GuestIPAddress        `json:"ip-addresses"`
+	Statistics      *GuestNetworkStatistics `json:"statistics"`
+}
+
+// GuestIPAddress is an address of a guest interface.
+type GuestIPAddress struct {
+	Type    string `json:"ip-address-type"` // ipv4 or ipv6
+	Address string `json:"ip-address"`
+	Prefix  Number `json:"prefix"`
+}
+
+// GuestNetworkStatistics are the counters of a guest interface since the guest booted.
+type GuestNetworkStatistics struct {
+	RxBytes   Number `json:"rx-bytes"`
+	RxPackets Number `json:"rx-packets"`
+	RxErrs    Number `json:"rx-errs"`
+	RxDropped Number `json:"rx-dropped"`
+	TxBytes   Number `json:"tx-bytes"`
+	TxPackets Number `json:"tx-packets"`
+	TxErrs    Number `json:"tx-errs"`
+	TxDropped Number `json:"tx-dropped"`
 }
 
 // GuestInfo is the result of guest-info.

@@ -1,0 +1,110 @@
+package collector
+
+// What the guest checker keeps of a guest's filesystems and network interfaces: only the
+// numbers its series need, filtered once when the answer arrives, so a scrape builds nothing
+// but the series themselves.
+
+import (
+	"regexp"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+type guestFS struct {
+	mountpoint, fstype, device string
+	size, used                 float64
+}
+
+// guestFilesystems keeps the entries with sizes whose type and mount point are not excluded,
+// once per (mountpoint, type, device) so that repeated mounts cannot make duplicate series.
+// Mount points matter on guests that are Kubernetes nodes: every pod's volumes are bind mounts.
+func guestFilesystems(list []veil.GuestFilesystem, typesOut []string, mountsOut *regexp.Regexp) []guestFS {
+	out := make([]guestFS, 0, len(list))
+	seen := make(map[[3]string]bool, len(list))
+	for _, f := range list {
+		if f.TotalBytes == nil || f.UsedBytes == nil || slices.Contains(typesOut, f.Type) ||
+			mountsOut != nil && mountsOut.MatchString(f.Mountpoint) {
+			continue
+		}
+		k := [3]string{f.Mountpoint, f.Type, f.Name}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, guestFS{mountpoint: f.Mountpoint, fstype: f.Type, device: f.Name,
+			size: float64(*f.TotalBytes), used: float64(*f.UsedBytes)})
+	}
+	return out
+}
+
+// The counters of guest-network-get-interfaces, in the order of guestDescs.net.
+const (
+	nicRxBytes = iota
+	nicRxPackets
+	nicRxErrors
+	nicRxDrop
+	nicTxBytes
+	nicTxPackets
+	nicTxErrors
+	nicTxDrop
+	nicCounters
+)
+
+// guestNIC is one interface of a guest: its labels, made once when the answer arrives and
+// shared by its eight series, and its counters.
+type guestNIC struct {
+	labels   []*dto.LabelPair // controller, domain_id, interface, sorted by name
+	counters [nicCounters]float64
+}
+
+// guestInterfaces keeps the interfaces that report statistics and whose name is not excluded,
+// once per name.
+func guestInterfaces(controller, id string, list []veil.GuestNetworkInterface, out *regexp.Regexp) []guestNIC {
+	nics := make([]guestNIC, 0, len(list))
+	for _, n := range list {
+		if n.Statistics == nil || n.Name == "" || out != nil && out.MatchString(n.Name) {
+			continue
+		}
+		if slices.ContainsFunc(nics, func(x guestNIC) bool { return x.labels[2].GetValue() == n.Name }) {
+			continue
+		}
+		s := n.Statistics
+		nics = append(nics, guestNIC{
+			labels: []*dto.LabelPair{
+				labelPair("controller", controller),
+				labelPair("domain_id", id),
+				labelPair("interface", n.Name),
+			},
+			counters: [nicCounters]float64{
+				float64(s.RxBytes), float64(s.RxPackets), float64(s.RxErrs), float64(s.RxDropped),
+				float64(s.TxBytes), float64(s.TxPackets), float64(s.TxErrs), float64(s.TxDropped),
+			},
+		})
+	}
+	return nics
+}
+
+// nicMetric is one counter of one guest interface, written from the stored numbers: a scrape
+// of 10,000 guests allocates no label pairs of its own for these series.
+type nicMetric struct {
+	desc *prometheus.Desc
+	nic  *guestNIC
+	i    int
+}
+
+func (m *nicMetric) Desc() *prometheus.Desc { return m.desc }
+
+func (m *nicMetric) Write(out *dto.Metric) error {
+	out.Label = m.nic.labels
+	v := m.nic.counters[m.i]
+	out.Counter = &dto.Counter{Value: &v}
+	return nil
+}
+
+func labelPair(name, value string) *dto.LabelPair {
+	return &dto.LabelPair{Name: &name, Value: &value}
+}

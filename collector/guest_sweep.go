@@ -1,0 +1,122 @@
+package collector
+
+// Full ping sweeps of the guest checker (a sweep starts with the VMs eligible at that moment and
+// ends when each has had its ping or has left), and what the checker reports of them: the run
+// status the daemon turns into veil_collector_*{collector="guest"}, and the status page's view.
+
+import (
+	"time"
+
+	"github.com/go-kit/log/level"
+
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+)
+
+// guestSweep follows full ping sweeps.
+type guestSweep struct {
+	start    time.Time
+	pending  map[string]struct{}
+	apiErrs  int // controller-side failures during this sweep
+	running  bool
+	done     bool // at least one sweep finished
+	dur      time.Duration
+	end      time.Time
+	ok       bool
+	okEnd    time.Time
+	errCount int // command errors during this sweep, for the log line
+}
+
+func (g *GuestChecker) startSweep(now time.Time) {
+	g.sweep.start = now
+	g.sweep.apiErrs, g.sweep.errCount = 0, 0
+	g.sweep.pending = make(map[string]struct{}, len(g.vms))
+	for id, v := range g.vms {
+		if !v.unsupported {
+			g.sweep.pending[id] = struct{}{}
+		}
+	}
+	// Without a VM to ping there is no sweep; sync starts one when a VM comes.
+	g.sweep.running = len(g.sweep.pending) > 0
+}
+
+// leaveSweep marks a VM as done for the current sweep and ends the sweep when it was the last.
+func (g *GuestChecker) leaveSweep(id string, now time.Time) {
+	if !g.sweep.running {
+		return
+	}
+	if _, ok := g.sweep.pending[id]; !ok {
+		return
+	}
+	delete(g.sweep.pending, id)
+	if len(g.sweep.pending) > 0 {
+		return
+	}
+	s := &g.sweep
+	s.running, s.done = false, true
+	s.dur, s.end = now.Sub(s.start), now
+	s.ok = s.apiErrs == 0
+	if s.ok {
+		s.okEnd = now
+	}
+	switch {
+	case s.apiErrs > 0:
+		level.Warn(g.logger).Log("msg", "guest sweep finished with controller errors", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", g.lastEr)
+	case s.errCount > 0:
+		level.Debug(g.logger).Log("msg", "guest sweep finished with failed guest commands", "errors", s.errCount, "duration", s.dur)
+	}
+	g.startSweep(now)
+}
+
+// RunStatus reports the guest checker as the collector "guest": a run is a full ping sweep.
+// Until the first sweep ends, the sweep under way says whether the controller answers; a sweep
+// fails when the controller (not a guest) failed during it.
+func (g *GuestChecker) RunStatus() []runstatus.Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.sweep
+	st := runstatus.Status{Collector: "guest", Success: s.apiErrs == 0, LastSuccess: s.okEnd}
+	if s.done {
+		st.Success, st.Duration = s.ok, s.dur
+	}
+	if !st.Success {
+		st.Error = g.lastEr
+	}
+	return []runstatus.Status{st}
+}
+
+// Status reports guest-check coverage and the last sweep.
+func (g *GuestChecker) Status() GuestStatus {
+	inv := g.snapshot()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	eligible, unsupported := g.coverage(inv)
+	st := GuestStatus{Eligible: len(eligible), Unsupported: unsupported, LastError: g.lastEr}
+	for _, id := range eligible {
+		if v, ok := g.vms[id]; ok && v.pinged {
+			st.Checked++
+		}
+	}
+	if g.sweep.done {
+		st.SweepDuration, st.LastSweep = g.sweep.dur, g.sweep.end
+	}
+	return st
+}
+
+// coverage returns the VMs of the snapshot that guest checks apply to, without those the
+// platform refused as not running on this snapshot, and the number it refuses commands for,
+// which it leaves out too. g.mu must be held.
+func (g *GuestChecker) coverage(inv guestInventory) ([]string, int) {
+	eligible := make([]string, 0, len(inv.eligible))
+	unsupported := 0
+	for id := range inv.eligible {
+		if gen, ok := g.stopped[id]; ok && gen == inv.gen {
+			continue
+		}
+		if v := g.vms[id]; v != nil && v.unsupported {
+			unsupported++
+			continue
+		}
+		eligible = append(eligible, id)
+	}
+	return eligible, unsupported
+}
