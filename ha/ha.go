@@ -212,7 +212,7 @@ func New(js jetstream.JetStream, opts Options) (*Coordinator, error) {
 		controllers: normalize(opts.Controllers),
 		view:        view{entries: map[string]*entry{}},
 		held:        map[string]*Lease{}, transitions: map[string]uint64{}, attempts: map[string]attempt{},
-		descs:       newDescs(),
+		descs: newDescs(),
 	}
 	return c, nil
 }
