@@ -522,11 +522,13 @@ func (c *Coordinator) renew(ctx context.Context, kv jetstream.KeyValue) {
 		}()
 	}
 	wg.Wait()
+	var gone []*Lease
 	for i, l := range leases {
 		if lost[i] {
-			c.drop(ctx, kv, l, "lost: another replica took it", false)
+			gone = append(gone, l)
 		}
 	}
+	c.drop(ctx, kv, gone, "lost: another replica took it", false)
 }
 
 // renewOne writes the lease at the revision this replica last wrote; true means it is lost.
@@ -586,56 +588,68 @@ func isCASFailure(err error) bool {
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// drop ends a held lease: invalid at once, then OnRelease, then (when del) the key is deleted at
-// this replica's revision so that the next owner can take it without waiting.
-func (c *Coordinator) drop(ctx context.Context, kv jetstream.KeyValue, l *Lease, why string, del bool) {
-	l.end()
-	c.mu.Lock()
-	if c.held[l.controller] != l {
+// drop ends held leases: all invalid at once, then OnRelease of each, then (when del) their
+// keys are deleted at this replica's revision so that the next owners can take them without
+// waiting.
+func (c *Coordinator) drop(ctx context.Context, kv jetstream.KeyValue, leases []*Lease, why string, del bool) {
+	for _, l := range leases {
+		l.end()
+	}
+	var dropped []*Lease
+	for _, l := range leases {
+		c.mu.Lock()
+		mine := c.held[l.controller] == l
+		if mine {
+			delete(c.held, l.controller)
+			c.transitions[l.controller]++
+		}
 		c.mu.Unlock()
+		if !mine {
+			continue
+		}
+		c.opts.OnRelease(l.controller)
+		level.Info(c.logger).Log("msg", "controller released", "controller", l.controller, "why", why)
+		dropped = append(dropped, l)
+	}
+	if !del {
 		return
 	}
-	delete(c.held, l.controller)
-	c.transitions[l.controller]++
-	c.mu.Unlock()
-	c.opts.OnRelease(l.controller)
-	level.Info(c.logger).Log("msg", "controller released", "controller", l.controller, "why", why)
-	if del {
-		c.deleteLease(ctx, kv, l)
-	}
-}
-
-func (c *Coordinator) deleteLease(ctx context.Context, kv jetstream.KeyValue, l *Lease) {
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	if err := kv.Delete(cctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isCASFailure(err) {
-		level.Debug(c.logger).Log("msg", "couldn't delete lease; it expires instead", "controller", l.controller, "err", err)
+	var wg sync.WaitGroup
+	for _, l := range dropped {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := kv.Delete(cctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isCASFailure(err) {
+				level.Debug(c.logger).Log("msg", "couldn't delete lease; it expires instead", "controller", l.controller, "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // stop ends every lease; with release it also deletes them and this replica's record at once.
 func (c *Coordinator) stop(kv jetstream.KeyValue, release bool) {
 	leases := c.heldLeases()
-	for _, l := range leases {
-		l.end() // all invalid at once, before any controller is waited for
-	}
-	for _, l := range leases {
-		c.drop(context.Background(), kv, l, "shutting down", false)
-	}
+	c.drop(context.Background(), kv, leases, "shutting down", false)
 	if !release {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(c.tick, time.Second))
 	defer cancel()
+	// The controllers are stopped: this replica's record and its leases go at once.
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(1 + len(leases))
 	go func() {
 		defer wg.Done()
 		_ = kv.Delete(ctx, instancePrefix+c.opts.Instance)
 	}()
 	for _, l := range leases {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.deleteLease(ctx, kv, l) }()
+		go func() {
+			defer wg.Done()
+			_ = kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
+		}()
 	}
 	wg.Wait()
 }
@@ -643,11 +657,13 @@ func (c *Coordinator) stop(kv jetstream.KeyValue, release bool) {
 // reconcile lets go of ended leases, acquires what this replica should own and hands over one
 // controller that another replica should own.
 func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
+	var expired []*Lease
 	for _, l := range c.heldLeases() {
 		if !l.Valid() {
-			c.drop(ctx, kv, l, "expired: not renewed in time", true)
+			expired = append(expired, l)
 		}
 	}
+	c.drop(ctx, kv, expired, "expired: not renewed in time", true)
 	c.mu.Lock()
 	announce := c.announce
 	c.mu.Unlock()
@@ -716,9 +732,7 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 	}
 	c.mu.Unlock()
 
-	for _, l := range removed {
-		c.drop(ctx, kv, l, "removed from the configuration", true)
-	}
+	c.drop(ctx, kv, removed, "removed from the configuration", true)
 	for _, l := range adopt {
 		c.took(l)
 	}
@@ -736,7 +750,7 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 	}
 	if handOver != nil {
 		c.lastHandOver = now
-		c.drop(ctx, kv, handOver, "handed over to "+desired[handOver.controller], true)
+		c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+desired[handOver.controller], true)
 	}
 }
 
