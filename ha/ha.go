@@ -6,7 +6,7 @@
 // # Bucket
 //
 // The bucket (Options.Bucket, created when absent with Options.Replicas, one value per key,
-// keys dropped after ten lease times without a write) holds
+// keys dropped after ten lease times, at least a minute, without a write) holds
 //
 //	leases.<controller>   {instance, controller, id, since, renewed, ttl}
 //	instances.<instance>  {instance, nonce, started, renewed, controllers}
@@ -349,6 +349,12 @@ func (c *Coordinator) openOnce(ctx context.Context) (jetstream.KeyValue, error) 
 	ctx, cancel := context.WithTimeout(ctx, max(c.tick, 2*time.Second))
 	defer cancel()
 	kv, err := c.js.KeyValue(ctx, c.opts.Bucket)
+	if err == nil {
+		// A bucket made for a much shorter lease_ttl would drop keys between two renewals.
+		if st, serr := kv.Status(ctx); serr == nil && st.TTL() > 0 && st.TTL() < 3*c.ttl {
+			level.Warn(c.logger).Log("msg", "lease bucket drops keys sooner than 3 lease times; recreate it", "bucket", c.opts.Bucket, "bucket_ttl", st.TTL(), "lease_ttl", c.ttl)
+		}
+	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return kv, err
 	}

@@ -4,7 +4,6 @@ package ha
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,13 +114,4 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs.transitions, prometheus.CounterValue, float64(r.trans), r.name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs.instances, prometheus.GaugeValue, float64(len(live)))
-}
-
-// String names the coordinator in logs.
-func (s Status) String() string {
-	var b strings.Builder
-	for _, cs := range s.Controllers {
-		b.WriteString(cs.Controller + "=" + cs.Owner + " ")
-	}
-	return strings.TrimSpace(b.String())
 }
