@@ -15,6 +15,7 @@ type Config struct {
 	Guest       Guest        `yaml:"guest"`
 	Events      Events       `yaml:"events"`
 	NATS        NATS         `yaml:"nats"`
+	HA          HA           `yaml:"ha"`
 }
 
 // Controller is one platform controller to collect from.
@@ -162,6 +163,7 @@ func Default() Config {
 			JetStream: JetStream{Enabled: true, Stream: "VEIL_EVENTS", CreateStream: true, DuplicateWindow: time.Hour, PublishTimeout: 5 * time.Second, MaxPending: 1000},
 			Embedded:  Embedded{Listen: "127.0.0.1:4222", StoreDir: "/var/lib/veil-exporter/nats"},
 		},
+		HA: defaultHA(),
 	}
 }
 

@@ -243,6 +243,7 @@ func (v *validator) config(c *Config) {
 		v.events(&c.Events)
 		v.nats(&c.NATS)
 	}
+	v.ha(c)
 }
 
 func (v *validator) controller(p string, c *Controller, seen map[string]bool) {

@@ -1,0 +1,839 @@
+// Package ha lets replicas of veil-exporter share the controllers of one configuration: each
+// controller is run (inventory, guest checks, events) by exactly one live replica, the holder
+// of its lease in a NATS JetStream key-value bucket, which a NATS cluster replicates with Raft.
+// There is no protocol of our own: every decision is a compare-and-set on the bucket.
+//
+// # Bucket
+//
+// The bucket (Options.Bucket, created when absent with Options.Replicas, one value per key,
+// keys dropped after ten lease times, at least a minute, without a write) holds
+//
+//	leases.<controller>   {instance, controller, id, since, renewed, ttl}
+//	instances.<instance>  {instance, nonce, started, renewed, controllers}
+//
+// A replica announces itself every lease_ttl/3 (Put on its instances key) and renews each lease
+// it holds as often with Update at the revision it last wrote. It acquires a controller with
+// Create when the key is absent or deleted, or Update at the revision it saw when that
+// revision has not changed for lease_ttl. Expiry is judged on the observer's monotonic clock
+// from when it first saw a revision, never on timestamps written by another host, so clock
+// skew between replicas does not matter.
+//
+// # Who owns what
+//
+// The desired owner of a controller is chosen by rendezvous hashing over the live instances
+// that announce it (live: record changed within lease_ttl), bounded so that the counts differ
+// by at most one (see assign). A replica acquires free leases it is the desired owner of, or
+// any free lease nobody took for a lease_ttl. It hands a controller over (stops it, then
+// deletes the key at its revision) when another live instance is its desired owner: one
+// controller at a time across all replicas (the one whose holder and name sort first), at most
+// one per renew period per replica, and only while no controller is without an owner; the
+// desired owner sees the deletion through its watch and takes the lease within milliseconds.
+// So a joining replica takes its share one controller at a time without gaps. Close (SIGTERM)
+// stops every controller and deletes every lease at once, so they move in well under a second;
+// a killed replica's leases expire, and move within lease_ttl plus one renew period.
+//
+// # Fencing
+//
+// A Lease is valid until lease_ttl minus a margin (lease_ttl/5) after the last renewal was
+// SENT, on the monotonic clock; its Context is cancelled then. Another replica acquires only
+// after a full lease_ttl without a change it saw, which is after the write was sent, so the
+// old holder has stopped before the new one starts, even if it was paused (SIGSTOP, a long GC,
+// a partition): Linux's monotonic clock runs on while a process is stopped, so after SIGCONT
+// Valid is false at once. A paused holder never renews over a new owner either: its Update at
+// the old revision fails, and it lets the controller go. What an owner does outside this
+// window is fenced by the stores themselves: the event position is written with
+// compare-and-set (forwarder's nats_kv store), and events carry Nats-Msg-Id, so a message a
+// stale owner still gets out is a duplicate JetStream drops.
+//
+// While no replica reaches NATS, leases cannot be renewed: every replica stops its controllers
+// after lease_ttl and exports veil_ha_leader 0 until NATS is back. That is the price of never
+// running a controller twice; a 3-node NATS cluster with bucket replicas 3 survives one node.
+//
+// # Wiring it into the daemon
+//
+//	coord, err := ha.New(js, ha.Options{
+//		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL,
+//		Instance: cfg.HA.Instance, Controllers: names, Logger: logger,
+//		OnAcquire: func(l *ha.Lease) { d.startController(l.Controller(), l) }, // work under l.Context()
+//		OnRelease: func(name string) { d.stopController(name) },                // return once stopped
+//	})
+//	registry.MustRegister(coord)      // veil_ha_leader, veil_ha_lease_transitions_total, veil_ha_instances
+//	go coord.Run(ctx)                 // retries while NATS is down; never exits on its own
+//	coord.SetControllers(names)       // on every reload (a removed controller is released)
+//	coord.Close()                     // on SIGTERM, before anything else stops: hand-over at once
+//
+// js is a jetstream.JetStream on a connection that reconnects forever (forwarder.Connect's
+// options); the daemon needs one even with events off. OnAcquire and OnRelease are called from
+// the coordinator's goroutine, one at a time: OnAcquire must not block (start goroutines and
+// return), OnRelease must return only once nothing runs for the controller any more (cancel,
+// wait), because the lease is deleted for the next owner right after it returns. A controller
+// this replica does not hold must export nothing but veil_ha_leader 0. A replica that holds
+// nothing is healthy and ready: /-/healthy and /-/ready count only held controllers, and the
+// status page shows Status().Controllers (owner and since) for all.
+//
+// For the forwarder: run it under l.Context(); check l.Valid() right before each publish batch
+// and right before saving the position, and stop (without saving) when it is false; keep
+// events.checkpoint.store nats_kv, whose compare-and-set refuses a stale owner's save.
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultBucket is the bucket of the leases when Options.Bucket is empty.
+const DefaultBucket = "VEIL_EXPORTER_LEASES"
+
+// Options configures a Coordinator.
+type Options struct {
+	Bucket   string        // default DefaultBucket
+	Replicas int           // replicas of a bucket created here; default 1
+	LeaseTTL time.Duration // default 15s
+	Instance string        // this replica's id ([A-Za-z0-9_-]); default DefaultInstance()
+	// Controllers are the names this replica is configured with (SetControllers changes them).
+	Controllers []string
+	Logger      log.Logger
+	// OnAcquire starts the controller under l.Context(); it must not block.
+	OnAcquire func(l *Lease)
+	// OnRelease stops the controller and returns once nothing runs for it any more.
+	OnRelease func(controller string)
+
+	// beforeTick, for tests, runs at the start of every renew period and may block: a paused replica.
+	beforeTick func()
+}
+
+// DefaultInstance is hostname-pid, with characters a bucket key cannot hold replaced by '_'.
+func DefaultInstance() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "veil-exporter"
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, host+"-"+strconv.Itoa(os.Getpid()))
+}
+
+// Coordinator holds and hands over this replica's leases; see the package comment.
+type Coordinator struct {
+	js                jetstream.JetStream
+	opts              Options
+	logger            log.Logger
+	ttl, tick, margin time.Duration
+	nonce             string
+	started           time.Time
+
+	kickCh    chan struct{}
+	closing   chan struct{}
+	closeOnce sync.Once
+	done      chan struct{}
+	runMu     sync.Mutex
+	running   bool
+	closed    bool
+
+	mu          sync.Mutex
+	controllers []string // sorted, unique
+	view        view
+	held        map[string]*Lease
+	transitions map[string]uint64
+	lastErr     string
+	failing     bool
+	announce    bool // controllers changed since the last announcement
+	dupWarned   bool
+
+	// Used by Run's goroutine only.
+	heartbeatRev uint64
+	heartbeatAt  time.Time
+	lastHandOver time.Time
+	attempts     map[string]attempt // by key: acquisitions whose reply was lost
+	watchStop    func()
+
+	descs descs
+}
+
+// attempt is an acquisition sent without an answer; if the bucket shows it, it was applied.
+type attempt struct {
+	id   string
+	sent time.Time
+}
+
+// New checks the options; Run starts the coordination.
+func New(js jetstream.JetStream, opts Options) (*Coordinator, error) {
+	if js == nil {
+		return nil, errors.New("ha: no JetStream")
+	}
+	if opts.Bucket == "" {
+		opts.Bucket = DefaultBucket
+	}
+	if opts.Replicas <= 0 {
+		opts.Replicas = 1
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 15 * time.Second
+	}
+	if opts.LeaseTTL < 300*time.Millisecond {
+		return nil, fmt.Errorf("ha: lease TTL %v is too short", opts.LeaseTTL)
+	}
+	if opts.Instance == "" {
+		opts.Instance = DefaultInstance()
+	}
+	if keyToken(opts.Instance) != opts.Instance {
+		return nil, fmt.Errorf("ha: instance %q must be letters, digits, '_' or '-'", opts.Instance)
+	}
+	if opts.Logger == nil {
+		opts.Logger = log.NewNopLogger()
+	}
+	if opts.OnAcquire == nil {
+		opts.OnAcquire = func(*Lease) {}
+	}
+	if opts.OnRelease == nil {
+		opts.OnRelease = func(string) {}
+	}
+	c := &Coordinator{
+		js: js, opts: opts, ttl: opts.LeaseTTL, tick: opts.LeaseTTL / 3, margin: opts.LeaseTTL / 5,
+		logger: log.With(opts.Logger, "component", "ha", "instance", opts.Instance),
+		nonce:  uuid.NewString(), started: time.Now(),
+		kickCh: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
+		controllers: normalize(opts.Controllers),
+		view:        view{entries: map[string]*entry{}},
+		held:        map[string]*Lease{}, transitions: map[string]uint64{}, attempts: map[string]attempt{},
+		descs: newDescs(),
+	}
+	return c, nil
+}
+
+func normalize(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func leaseKey(controller string) string { return leasePrefix + keyToken(controller) }
+
+// Instance is this replica's id in the bucket.
+func (c *Coordinator) Instance() string { return c.opts.Instance }
+
+// Lease is this replica's valid lease of controller, nil when it does not hold one.
+func (c *Coordinator) Lease(controller string) *Lease {
+	c.mu.Lock()
+	l := c.held[controller]
+	c.mu.Unlock()
+	if l == nil || !l.Valid() {
+		return nil
+	}
+	return l
+}
+
+// SetControllers replaces the controllers this replica is configured with (a reload): it
+// announces them, and releases held ones no longer among them.
+func (c *Coordinator) SetControllers(names []string) {
+	c.mu.Lock()
+	c.controllers = normalize(names)
+	c.announce = true
+	c.mu.Unlock()
+	c.kick()
+}
+
+// Close releases every lease at once (after OnRelease of each) and removes this replica from
+// the bucket, so the others take its controllers over at once; Run returns. For SIGTERM.
+func (c *Coordinator) Close() {
+	c.runMu.Lock()
+	c.closed = true
+	running := c.running
+	c.runMu.Unlock()
+	c.closeOnce.Do(func() { close(c.closing) })
+	if running {
+		<-c.done
+	}
+}
+
+func (c *Coordinator) kick() {
+	select {
+	case c.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// Run coordinates until ctx is done (leases are then let go here but left to expire in the
+// bucket, as if the process died) or Close is called. It opens the bucket, creating it if
+// absent, and retries for as long as NATS is unreachable.
+func (c *Coordinator) Run(ctx context.Context) {
+	c.runMu.Lock()
+	if c.closed || c.running {
+		c.runMu.Unlock()
+		return
+	}
+	c.running = true
+	c.runMu.Unlock()
+	defer close(c.done)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	kv := c.open(ctx)
+	if kv == nil {
+		return
+	}
+	c.startWatch(ctx, kv)
+	defer func() { c.watchStop() }()
+	for !c.synced() {
+		select {
+		case <-c.kickCh:
+		case <-ctx.Done():
+			return
+		case <-c.closing:
+			return
+		}
+	}
+	ticker := time.NewTicker(c.tick)
+	defer ticker.Stop()
+	c.onTick(ctx, kv)
+	for {
+		select {
+		case <-ctx.Done():
+			c.stop(kv, false)
+			return
+		case <-c.closing:
+			c.stop(kv, true)
+			return
+		case <-ticker.C:
+			c.onTick(ctx, kv)
+		case <-c.kickCh:
+			c.reconcile(ctx, kv)
+		}
+	}
+}
+
+func (c *Coordinator) synced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.view.synced
+}
+
+// open returns the bucket, creating it when absent; nil once stopped.
+func (c *Coordinator) open(ctx context.Context) jetstream.KeyValue {
+	for {
+		kv, err := c.openOnce(ctx)
+		if err == nil {
+			return kv
+		}
+		c.setErr("couldn't open bucket "+c.opts.Bucket, err)
+		t := time.NewTimer(c.tick)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-c.closing:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Coordinator) openOnce(ctx context.Context) (jetstream.KeyValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(c.tick, 2*time.Second))
+	defer cancel()
+	kv, err := c.js.KeyValue(ctx, c.opts.Bucket)
+	if err == nil {
+		// A bucket made for a much shorter lease_ttl would drop keys between two renewals.
+		if st, serr := kv.Status(ctx); serr == nil && st.TTL() > 0 && st.TTL() < 3*c.ttl {
+			level.Warn(c.logger).Log("msg", "lease bucket drops keys sooner than 3 lease times; recreate it", "bucket", c.opts.Bucket, "bucket_ttl", st.TTL(), "lease_ttl", c.ttl)
+		}
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return kv, err
+	}
+	kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      c.opts.Bucket,
+		Description: "veil-exporter: which replica runs which controller",
+		History:     1,
+		Replicas:    c.opts.Replicas,
+		Storage:     jetstream.FileStorage,
+		// Records of replicas long gone vanish; live ones are rewritten every lease_ttl/3.
+		TTL: max(10*c.ttl, time.Minute),
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return c.js.KeyValue(ctx, c.opts.Bucket)
+	}
+	if err == nil {
+		level.Info(c.logger).Log("msg", "created lease bucket", "bucket", c.opts.Bucket, "replicas", c.opts.Replicas)
+	}
+	return kv, err
+}
+
+// startWatch follows the bucket into the view, kicking the loop on every change; it restarts
+// the watch when it ends.
+func (c *Coordinator) startWatch(ctx context.Context, kv jetstream.KeyValue) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for wctx.Err() == nil {
+			w, err := kv.WatchAll(wctx)
+			if err != nil {
+				c.setErr("couldn't watch bucket "+c.opts.Bucket, err)
+				t := time.NewTimer(c.tick)
+				select {
+				case <-wctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				continue
+			}
+			c.follow(wctx, w)
+			_ = w.Stop()
+		}
+	}()
+	c.watchStop = func() { cancel(); <-done }
+}
+
+func (c *Coordinator) follow(ctx context.Context, w jetstream.KeyWatcher) {
+	ownKey := instancePrefix + c.opts.Instance
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			now := time.Now()
+			c.mu.Lock()
+			if e == nil {
+				if !c.view.synced {
+					c.view.synced, c.view.syncedAt = true, now
+				}
+			} else {
+				c.view.maxRev = max(c.view.maxRev, e.Revision())
+				c.view.apply(e.Key(), e.Revision(), e.Operation(), e.Value(), now)
+				if v := c.view.entries[e.Key()]; e.Key() == ownKey && v.inst != nil && v.inst.Nonce != c.nonce && !c.dupWarned {
+					c.dupWarned = true
+					level.Error(c.logger).Log("msg", "another replica uses the same instance id; give each replica its own ha.instance", "bucket", c.opts.Bucket)
+				}
+			}
+			c.mu.Unlock()
+			c.kick()
+		}
+	}
+}
+
+// onTick is the renew period: announce, renew, then act.
+func (c *Coordinator) onTick(ctx context.Context, kv jetstream.KeyValue) {
+	if c.opts.beforeTick != nil {
+		c.opts.beforeTick()
+	}
+	c.checkWatch(ctx, kv)
+	c.heartbeat(ctx, kv)
+	c.renew(ctx, kv)
+	c.reconcile(ctx, kv)
+}
+
+// checkWatch restarts a watch that did not deliver our own announcement of a period ago: the
+// view would otherwise go stale silently.
+func (c *Coordinator) checkWatch(ctx context.Context, kv jetstream.KeyValue) {
+	c.mu.Lock()
+	stale := c.heartbeatRev != 0 && time.Since(c.heartbeatAt) >= c.tick && c.view.maxRev < c.heartbeatRev
+	c.mu.Unlock()
+	if stale {
+		level.Warn(c.logger).Log("msg", "bucket watch fell behind; restarting it", "bucket", c.opts.Bucket)
+		c.watchStop()
+		c.startWatch(ctx, kv)
+	}
+}
+
+func (c *Coordinator) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.tick)
+}
+
+// heartbeat announces this replica and its controllers.
+func (c *Coordinator) heartbeat(ctx context.Context, kv jetstream.KeyValue) {
+	c.mu.Lock()
+	rec := instanceRecord{Instance: c.opts.Instance, Nonce: c.nonce, Started: c.started, Renewed: time.Now(), Controllers: c.controllers}
+	c.announce = false
+	c.mu.Unlock()
+	b, _ := json.Marshal(rec)
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	key := instancePrefix + c.opts.Instance
+	rev, err := kv.Put(cctx, key, b)
+	if err != nil {
+		c.mu.Lock()
+		c.announce = true
+		c.mu.Unlock()
+		c.setErr("couldn't announce this replica", err)
+		return
+	}
+	c.heartbeatRev, c.heartbeatAt = rev, time.Now()
+	c.mu.Lock()
+	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
+	recovered := c.failing
+	c.failing, c.lastErr = false, ""
+	c.mu.Unlock()
+	if recovered {
+		level.Info(c.logger).Log("msg", "lease bucket reachable again", "bucket", c.opts.Bucket)
+	}
+}
+
+func (c *Coordinator) setErr(what string, err error) {
+	msg := what + ": " + err.Error()
+	c.mu.Lock()
+	first := !c.failing
+	c.failing, c.lastErr = true, msg
+	c.mu.Unlock()
+	if first {
+		level.Warn(c.logger).Log("msg", what+"; retrying every lease_ttl/3", "bucket", c.opts.Bucket, "err", err)
+	} else {
+		level.Debug(c.logger).Log("msg", what, "err", err)
+	}
+}
+
+func (c *Coordinator) heldLeases() []*Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Lease, 0, len(c.held))
+	for _, l := range c.held {
+		out = append(out, l)
+	}
+	return out
+}
+
+// renew extends every held lease; a lease whose key moved on is let go.
+func (c *Coordinator) renew(ctx context.Context, kv jetstream.KeyValue) {
+	leases := c.heldLeases()
+	lost := make([]bool, len(leases))
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		if !l.Valid() {
+			continue // reconcile lets it go; a renewal now could only come too late
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lost[i] = c.renewOne(ctx, kv, l)
+		}()
+	}
+	wg.Wait()
+	var gone []*Lease
+	for i, l := range leases {
+		if lost[i] {
+			gone = append(gone, l)
+		}
+	}
+	c.drop(ctx, kv, gone, "lost: another replica took it", false)
+}
+
+// renewOne writes the lease at the revision this replica last wrote; true means it is lost.
+func (c *Coordinator) renewOne(ctx context.Context, kv jetstream.KeyValue, l *Lease) bool {
+	b := c.leaseValue(l.controller, l.id, l.since)
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	sent := time.Now()
+	rev, err := kv.Update(cctx, l.key, b, l.rev)
+	if isCASFailure(err) {
+		// A renewal applied with its reply lost leaves l.rev behind: the key still holds this
+		// acquisition's id, and its revision is ours to write over.
+		e, gerr := kv.Get(cctx, l.key)
+		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
+			return true
+		case gerr != nil:
+			c.setErr("couldn't renew lease", gerr)
+			return false
+		}
+		var r leaseRecord
+		if json.Unmarshal(e.Value(), &r) != nil || r.ID != l.id || r.Instance != c.opts.Instance {
+			return true
+		}
+		sent = time.Now()
+		rev, err = kv.Update(cctx, l.key, b, e.Revision())
+		if isCASFailure(err) {
+			return true
+		}
+	}
+	if err != nil {
+		c.setErr("couldn't renew lease of "+l.controller, err)
+		return false
+	}
+	l.rev = rev
+	l.extend(sent.Add(c.ttl - c.margin))
+	c.mu.Lock()
+	c.view.apply(l.key, rev, jetstream.KeyValuePut, b, time.Now())
+	c.mu.Unlock()
+	return false
+}
+
+func (c *Coordinator) leaseValue(controller, id string, since time.Time) []byte {
+	b, _ := json.Marshal(leaseRecord{Instance: c.opts.Instance, Controller: controller, ID: id,
+		Since: since, Renewed: time.Now(), TTL: c.ttl.String()})
+	return b
+}
+
+// isCASFailure says whether err is the server refusing a compare-and-set.
+func isCASFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// drop ends held leases: all invalid at once, then OnRelease of each, then (when del) their
+// keys are deleted at this replica's revision so that the next owners can take them without
+// waiting.
+func (c *Coordinator) drop(ctx context.Context, kv jetstream.KeyValue, leases []*Lease, why string, del bool) {
+	for _, l := range leases {
+		l.end()
+	}
+	var dropped []*Lease
+	for _, l := range leases {
+		c.mu.Lock()
+		mine := c.held[l.controller] == l
+		if mine {
+			delete(c.held, l.controller)
+			c.transitions[l.controller]++
+		}
+		c.mu.Unlock()
+		if !mine {
+			continue
+		}
+		c.opts.OnRelease(l.controller)
+		level.Info(c.logger).Log("msg", "controller released", "controller", l.controller, "why", why)
+		dropped = append(dropped, l)
+	}
+	if !del {
+		return
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range dropped {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := kv.Delete(cctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isCASFailure(err) {
+				level.Debug(c.logger).Log("msg", "couldn't delete lease; it expires instead", "controller", l.controller, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// stop ends every lease; with release it also deletes them and this replica's record at once.
+func (c *Coordinator) stop(kv jetstream.KeyValue, release bool) {
+	leases := c.heldLeases()
+	c.drop(context.Background(), kv, leases, "shutting down", false)
+	if !release {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(c.tick, time.Second))
+	defer cancel()
+	// The controllers are stopped: this replica's record and its leases go at once.
+	var wg sync.WaitGroup
+	wg.Add(1 + len(leases))
+	go func() {
+		defer wg.Done()
+		_ = kv.Delete(ctx, instancePrefix+c.opts.Instance)
+	}()
+	for _, l := range leases {
+		go func() {
+			defer wg.Done()
+			_ = kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
+		}()
+	}
+	wg.Wait()
+}
+
+// reconcile lets go of ended leases, acquires what this replica should own and hands over one
+// controller that another replica should own.
+func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
+	var expired []*Lease
+	for _, l := range c.heldLeases() {
+		if !l.Valid() {
+			expired = append(expired, l)
+		}
+	}
+	c.drop(ctx, kv, expired, "expired: not renewed in time", true)
+	c.mu.Lock()
+	announce := c.announce
+	c.mu.Unlock()
+	if announce {
+		c.heartbeat(ctx, kv)
+	}
+
+	now := time.Now()
+	self := c.opts.Instance
+	type acquisition struct {
+		controller string
+		e          *entry
+	}
+	var (
+		acquire  []acquisition
+		adopt    []*Lease
+		removed  []*Lease
+		handOver *Lease
+	)
+	c.mu.Lock()
+	live := c.view.liveInstances(now, c.ttl)
+	live[self] = &instanceRecord{Instance: self, Controllers: c.controllers}
+	eligible := make(map[string][]string, len(live))
+	for id, r := range live {
+		eligible[id] = r.Controllers
+	}
+	desired := assign(eligible)
+	mine := map[string]bool{}
+	anyFree := false
+	for _, ct := range c.controllers {
+		mine[ct] = true
+		if c.held[ct] != nil {
+			continue
+		}
+		key := leaseKey(ct)
+		st := c.view.lease(key, now, c.ttl)
+		if a, ok := c.attempts[key]; ok {
+			// An acquisition whose reply was lost shows up in the bucket: it is ours since it was sent.
+			if !st.free && st.e.lease.ID == a.id && a.sent.Add(c.ttl-c.margin).After(now) {
+				l := newLease(ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl-c.margin), c.kick)
+				adopt = append(adopt, l)
+				delete(c.attempts, key)
+				continue
+			}
+			if !st.free && st.e.lease.ID != a.id || now.Sub(a.sent) > c.ttl {
+				delete(c.attempts, key)
+			}
+		}
+		if !st.free {
+			continue
+		}
+		anyFree = true
+		if desired[ct] == self || now.Sub(st.freeSince) >= c.ttl {
+			acquire = append(acquire, acquisition{ct, st.e})
+		}
+	}
+	for ct, l := range c.held {
+		if !mine[ct] {
+			removed = append(removed, l)
+		}
+	}
+	if !anyFree && len(acquire) == 0 && len(adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
+		if ct := c.mover(desired, live, now); ct != "" {
+			handOver = c.held[ct]
+		}
+	}
+	c.mu.Unlock()
+
+	c.drop(ctx, kv, removed, "removed from the configuration", true)
+	for _, l := range adopt {
+		c.took(l)
+	}
+	got := make([]*Lease, len(acquire))
+	var wg sync.WaitGroup
+	for i, a := range acquire {
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i] = c.acquire(ctx, kv, a.controller, a.e) }()
+	}
+	wg.Wait()
+	for _, l := range got {
+		if l != nil {
+			c.took(l)
+		}
+	}
+	if handOver != nil {
+		c.lastHandOver = now
+		c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+desired[handOver.controller], true)
+	}
+}
+
+// mover picks the one controller to hand over now: among those held by a live replica that is
+// not their desired owner, the first by holder and name. Every replica computes the same, so
+// controllers move one at a time. It returns the controller when it is this replica's to move.
+func (c *Coordinator) mover(desired map[string]string, live map[string]*instanceRecord, now time.Time) string {
+	var bestHolder, best string
+	for ct, want := range desired {
+		holder := ""
+		if c.held[ct] != nil {
+			holder = c.opts.Instance
+		} else if st := c.view.lease(leaseKey(ct), now, c.ttl); !st.free {
+			holder = st.holder
+		}
+		if holder == "" || holder == want || live[holder] == nil {
+			continue
+		}
+		if best == "" || holder < bestHolder || holder == bestHolder && ct < best {
+			bestHolder, best = holder, ct
+		}
+	}
+	if bestHolder != c.opts.Instance || c.held[best] == nil {
+		return ""
+	}
+	return best
+}
+
+// acquire writes a lease for controller over the state e seen in the view; nil when another
+// replica was faster or NATS did not answer.
+func (c *Coordinator) acquire(ctx context.Context, kv jetstream.KeyValue, controller string, e *entry) *Lease {
+	key := leaseKey(controller)
+	id := uuid.NewString()
+	since := time.Now()
+	b := c.leaseValue(controller, id, since)
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	sent := time.Now()
+	var rev uint64
+	var err error
+	if e == nil || e.deleted {
+		rev, err = kv.Create(cctx, key, b)
+	} else {
+		rev, err = kv.Update(cctx, key, b, e.rev)
+	}
+	if isCASFailure(err) {
+		// The view was behind: read the key so that the next look is right.
+		g, gerr := kv.Get(cctx, key)
+		c.mu.Lock()
+		switch {
+		case gerr == nil:
+			c.view.apply(key, g.Revision(), g.Operation(), g.Value(), time.Now())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound) && e != nil && !e.deleted:
+			c.view.forget(key) // gone by the bucket's max age
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		c.mu.Lock()
+		c.attempts[key] = attempt{id: id, sent: sent}
+		c.mu.Unlock()
+		c.setErr("couldn't acquire lease of "+controller, err)
+		return nil
+	}
+	c.mu.Lock()
+	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
+	c.mu.Unlock()
+	return newLease(controller, key, id, since, rev, sent.Add(c.ttl-c.margin), c.kick)
+}
+
+// took makes an acquired lease held and starts the controller.
+func (c *Coordinator) took(l *Lease) {
+	c.mu.Lock()
+	c.held[l.controller] = l
+	c.transitions[l.controller]++
+	c.mu.Unlock()
+	level.Info(c.logger).Log("msg", "controller acquired", "controller", l.controller, "token", l.token)
+	c.opts.OnAcquire(l)
+}

@@ -1,0 +1,356 @@
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+)
+
+var seven = []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"}
+
+func TestControllersSpreadOverReplicasOneHolderEach(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), seven)
+	a, b, d := w.start("pod-a", nil), w.start("pod-b", nil), w.start("pod-c", nil)
+	w.waitConverged(20*time.Second, a, b, d)
+
+	// The metrics say the same: one veil_ha_leader 1 per controller across replicas, three instances.
+	leaders := map[string]float64{}
+	for _, r := range []*replica{a, b, d} {
+		testutil.Eventually(t, 5*time.Second, func() bool { return gauge(t, r.c, "veil_ha_instances", "") == 3 }, "%s to see 3 instances", r.name)
+		for _, ct := range seven {
+			leaders[ct] += gauge(t, r.c, "veil_ha_leader", ct)
+		}
+	}
+	for _, ct := range seven {
+		if leaders[ct] != 1 {
+			t.Errorf("sum of veil_ha_leader{controller=%q} over replicas = %v, want 1", ct, leaders[ct])
+		}
+	}
+	// Every replica's status page names the same owner per controller.
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		own := w.owners(a, b, d)
+		for _, r := range []*replica{a, b, d} {
+			st := r.c.Status()
+			if len(st.Instances) != 3 || len(st.Controllers) != len(seven) {
+				return false
+			}
+			for _, cs := range st.Controllers {
+				if cs.Owner != own[cs.Controller][0] || cs.Since.IsZero() || cs.Mine != (cs.Owner == r.name) {
+					return false
+				}
+			}
+		}
+		return true
+	}, "status of every replica to show the owners")
+}
+
+// gauge reads one series of c; label is the controller ("" for none).
+func gauge(t *testing.T, c prometheus.Collector, name, controller string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if controller == "" || labelValue(m, "controller") == controller {
+				if m.GetGauge() != nil {
+					return m.GetGauge().GetValue()
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func TestCloseHandsOverAtOnce(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), seven)
+	a, b, d := w.start("pod-a", nil), w.start("pod-b", nil), w.start("pod-c", nil)
+	w.waitConverged(20*time.Second, a, b, d)
+	mine := w.held(a)
+	w.resetGaps()
+
+	start := time.Now()
+	a.c.Close() // SIGTERM
+	testutil.Eventually(t, 10*time.Second, func() bool { return w.heldBy(mine, b, d) }, "%v to move to the others", mine)
+	took := time.Since(start)
+	t.Logf("hand-over of %d controllers after Close: %v (lease_ttl %v)", len(mine), took, testTTL)
+	// Expiry could not be this fast: the leases were handed over, not left to run out.
+	if took >= testTTL {
+		t.Errorf("hand-over took %v, not less than lease_ttl %v", took, testTTL)
+	}
+	if a.released[mine[0]] == 0 {
+		t.Error("Close did not call OnRelease")
+	}
+	w.waitConverged(10*time.Second, b, d)
+}
+
+func TestKilledReplicaControllersMoveWithinLeaseTTL(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), seven)
+	a, b, d := w.start("pod-a", nil), w.start("pod-b", nil), w.start("pod-c", nil)
+	w.waitConverged(20*time.Second, a, b, d)
+	mine := w.held(a)
+
+	start := time.Now()
+	a.cancel() // stops renewing and releases nothing in the bucket, like a killed process
+	<-a.done
+	testutil.Eventually(t, 10*time.Second, func() bool { return w.heldBy(mine, b, d) }, "%v to move to the others", mine)
+	took := time.Since(start)
+	t.Logf("take-over of %d controllers of a killed replica: %v (lease_ttl %v, renew period %v)", len(mine), took, testTTL, testTTL/3)
+	// Bound: lease_ttl after the last renewal seen, plus one renew period to notice; plus slack
+	// for a loaded machine.
+	if limit := testTTL + testTTL/3 + time.Second; took > limit {
+		t.Errorf("take-over took %v, more than %v", took, limit)
+	}
+	w.waitConverged(10*time.Second, b, d)
+}
+
+func TestJoiningReplicaTakesItsShareOneAtATime(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), seven)
+	a, b := w.start("pod-a", nil), w.start("pod-b", nil)
+	w.waitConverged(20*time.Second, a, b)
+	before := map[string]string{}
+	for ct, o := range w.owners(a, b) {
+		before[ct] = o[0]
+	}
+	w.resetGaps()
+
+	start := time.Now()
+	d := w.start("pod-c", nil)
+	w.waitConverged(20*time.Second, a, b, d)
+	t.Logf("join converged in %v", time.Since(start))
+
+	w.mu.Lock()
+	gap, unowned := w.maxGap, w.maxUnowned
+	w.mu.Unlock()
+	t.Logf("while joining: longest gap %v, most controllers unowned at once %d", gap, unowned)
+	if unowned > 1 {
+		t.Errorf("%d controllers were without an owner at once; they must move one at a time", unowned)
+	}
+	if limit := testTTL / 3; gap > limit {
+		t.Errorf("a controller was without an owner for %v, more than a renew period (%v)", gap, limit)
+	}
+	moved := 0
+	for ct, o := range w.owners(a, b, d) {
+		if o[0] != before[ct] {
+			moved++
+			if o[0] != "pod-c" {
+				t.Errorf("%s moved from %s to %s, not to the new replica", ct, before[ct], o[0])
+			}
+		}
+	}
+	if moved != len(w.held(d)) || moved < 2 {
+		t.Errorf("%d controllers moved, the new replica holds %v", moved, w.held(d))
+	}
+}
+
+func TestPausedOwnerStopsBeforeTakeoverAndNeverRenewsOverIt(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), seven[:4])
+	var (
+		pauseMu sync.Mutex
+		paused  chan struct{} // non-nil: the loop blocks until it is closed
+	)
+	a := w.start("pod-a", func(o *Options) {
+		o.beforeTick = func() {
+			pauseMu.Lock()
+			p := paused
+			pauseMu.Unlock()
+			if p != nil {
+				<-p
+			}
+		}
+	})
+	b := w.start("pod-b", nil)
+	w.waitConverged(20*time.Second, a, b)
+	var leases []*Lease
+	for _, ct := range w.held(a) {
+		leases = append(leases, a.c.Lease(ct))
+	}
+
+	resume := make(chan struct{})
+	pauseMu.Lock()
+	paused = resume
+	pauseMu.Unlock()
+	start := time.Now()
+	// The paused holder's own clock ends its leases before the other replica may take them
+	// (world.acquired records it as a violation otherwise).
+	testutil.Eventually(t, 10*time.Second, func() bool { return w.heldBy(w.ctrls, b) }, "pod-b to take every controller")
+	t.Logf("take-over from a paused owner: %v", time.Since(start))
+	for _, l := range leases {
+		select {
+		case <-l.Context().Done():
+		default:
+			t.Errorf("lease of %s: context not cancelled while paused past lease_ttl", l.Controller())
+		}
+	}
+
+	pauseMu.Lock()
+	paused = nil
+	pauseMu.Unlock()
+	close(resume) // SIGCONT
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, l := range leases {
+			if a.released[l.Controller()] == 0 {
+				return false
+			}
+		}
+		return true
+	}, "the resumed replica to let its old leases go")
+	// Back among the live, it gets its share by hand-over, never by writing over pod-b.
+	w.waitConverged(20*time.Second, a, b)
+	for _, l := range leases {
+		if l.Valid() {
+			t.Errorf("old lease of %s became valid again", l.Controller())
+		}
+	}
+	if logs := w.logs.String(); strings.Contains(logs, "lost: another replica took it") {
+		t.Errorf("a lease was written over:\n%s", logs)
+	}
+}
+
+func TestLeaseTakenFromUnderTheHolderIsLetGo(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), []string{"alpha"})
+	a := w.start("pod-a", nil)
+	testutil.Eventually(t, 10*time.Second, func() bool { return a.c.Lease("alpha") != nil }, "pod-a to hold alpha")
+	l := a.c.Lease("alpha")
+
+	// Someone else writes the key: the holder's next renewal fails its compare-and-set.
+	kv := bucket(t, w)
+	b, _ := json.Marshal(leaseRecord{Instance: "intruder", Controller: "alpha", ID: "x"})
+	if _, err := kv.Put(context.Background(), leaseKey("alpha"), b); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return a.released["alpha"] == 1
+	}, "pod-a to let alpha go")
+	if l.Valid() {
+		t.Error("the lease stayed valid")
+	}
+	// The intruder never renews: after lease_ttl pod-a takes alpha again.
+	testutil.Eventually(t, 3*testTTL, func() bool { return a.c.Lease("alpha") != nil }, "pod-a to take alpha back")
+	if nl := a.c.Lease("alpha"); nl.Token() <= l.Token() {
+		t.Errorf("token %d of the new lease is not above %d", nl.Token(), l.Token())
+	}
+}
+
+func bucket(t *testing.T, w *world) jetstream.KeyValue {
+	t.Helper()
+	nc, err := nats.Connect(w.urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), w.bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func TestStreamLeaderLossKeepsOneHolder(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), seven[:6])
+	a, b, d := w.start("pod-a", nil), w.start("pod-b", nil), w.start("pod-c", nil)
+	w.waitConverged(20*time.Second, a, b, d)
+
+	var leader *testutil.NATS
+	for _, n := range c.Nodes {
+		if s := n.Server(); s != nil && s.JetStreamIsStreamLeader("$G", "KV_"+w.bucket) {
+			leader = n
+		}
+	}
+	if leader == nil {
+		t.Fatal("no leader of the KV stream")
+	}
+	w.resetGaps()
+	start := time.Now()
+	leader.Stop()
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		for _, n := range c.Nodes {
+			if s := n.Server(); s != nil && s.JetStreamIsStreamLeader("$G", "KV_"+w.bucket) {
+				return true
+			}
+		}
+		return false
+	}, "a new leader of the KV stream")
+	t.Logf("new stream leader after %v", time.Since(start))
+	// Leases are kept or move, never held twice (world.acquired checks every acquisition), and
+	// every controller has an owner again. A lease still valid two lease times after the stop
+	// was renewed through the new leader.
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		return time.Since(start) > 2*testTTL && w.heldBy(w.ctrls, a, b, d)
+	}, "every controller held once, renewed through the new stream leader")
+	w.mu.Lock()
+	t.Logf("stream leader stopped: longest time a controller had no owner %v", w.maxGap)
+	w.mu.Unlock()
+	w.waitConverged(20*time.Second, a, b, d)
+}
+
+func TestRunWaitsForNATS(t *testing.T) {
+	n := testutil.StartNATS(t)
+	n.Stop()
+	w := newWorld(t, n.URL(), []string{"alpha", "bravo"})
+	a := w.start("pod-a", func(o *Options) { o.Replicas = 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return a.c.Status().LastError != "" }, "the status to show the failure")
+	if got := gauge(t, a.c, "veil_ha_leader", "alpha"); got != 0 {
+		t.Errorf("veil_ha_leader = %v without NATS, want 0", got)
+	}
+	n.Start()
+	testutil.Eventually(t, 20*time.Second, func() bool { return slices.Equal(w.held(a), []string{"alpha", "bravo"}) }, "pod-a to hold both once NATS is up")
+	if st := a.c.Status(); st.LastError != "" || !st.Synced {
+		t.Errorf("status after recovery: %+v", st)
+	}
+}
+
+func TestSetControllersReleasesRemovedOnes(t *testing.T) {
+	n := testutil.StartNATS(t)
+	w := newWorld(t, n.URL(), []string{"alpha", "bravo"})
+	a := w.start("pod-a", func(o *Options) { o.Replicas = 1 })
+	b := w.start("pod-b", func(o *Options) { o.Replicas = 1 })
+	w.waitConverged(20*time.Second, a, b)
+	// pod-b drops bravo from its configuration: pod-a, the only one configured with it, runs it.
+	b.c.SetControllers([]string{"alpha"})
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		return a.c.Lease("bravo") != nil && b.c.Lease("bravo") == nil
+	}, "bravo to run on pod-a only")
+	if got := gauge(t, b.c, "veil_ha_leader", "bravo"); got != -1 {
+		t.Errorf("pod-b still exports veil_ha_leader for bravo: %v", got)
+	}
+}

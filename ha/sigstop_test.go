@@ -1,0 +1,200 @@
+package ha
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+)
+
+// positionWorker stands for the forwarder: it loads the position once, then keeps writing it
+// with compare-and-set at the revision it knows, each time only while the lease is valid.
+func positionWorker(kv jetstream.KeyValue, l *Lease, who string, report func(string)) {
+	key := "test.position." + l.Controller()
+	ctx := l.Context()
+	var rev uint64
+	if e, err := kv.Get(ctx, key); err == nil {
+		rev = e.Revision()
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			report("stopped")
+			return
+		case <-t.C:
+		}
+		if !l.Valid() {
+			continue
+		}
+		var err error
+		var r uint64
+		if rev == 0 {
+			r, err = kv.Create(context.Background(), key, []byte(who))
+		} else {
+			r, err = kv.Update(context.Background(), key, []byte(who), rev)
+		}
+		switch {
+		case err == nil:
+			rev = r
+			report("wrote")
+		case isCASFailure(err):
+			report("refused")
+			return
+		}
+	}
+}
+
+func createBucket(t *testing.T, w *world) jetstream.KeyValue {
+	t.Helper()
+	nc, err := nats.Connect(w.urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: w.bucket, History: 1, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// TestHelperReplica is the replica the SIGSTOP test runs as a separate process.
+func TestHelperReplica(t *testing.T) {
+	if os.Getenv("VEIL_HA_HELPER") == "" {
+		t.Skip("run by TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT")
+	}
+	say := func(s string) { fmt.Println(s) }
+	nc, err := nats.Connect(os.Getenv("VEIL_HA_URLS"), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	var kv atomic.Pointer[jetstream.KeyValue]
+	var held atomic.Pointer[Lease]
+	c, err := New(js, Options{
+		Bucket: os.Getenv("VEIL_HA_BUCKET"), Replicas: 3, LeaseTTL: testTTL, Instance: "child",
+		Controllers: []string{os.Getenv("VEIL_HA_CONTROLLER")},
+		OnAcquire: func(l *Lease) {
+			say("acquired")
+			held.Store(l)
+			go positionWorker(*kv.Load(), l, "child", say)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := js.KeyValue(context.Background(), os.Getenv("VEIL_HA_BUCKET"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv.Store(&b)
+	// A jump of the clock between two ticks is the process coming back from SIGSTOP: report
+	// what the lease says at that very moment.
+	go func() {
+		last := time.Now()
+		for range time.Tick(10 * time.Millisecond) {
+			now := time.Now()
+			if now.Sub(last) > testTTL/2 {
+				if l := held.Load(); l != nil {
+					say(fmt.Sprintf("resumed valid=%v", l.Valid()))
+				}
+			}
+			last = now
+		}
+	}()
+	c.Run(context.Background())
+}
+
+func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
+	cl := testutil.StartCluster(t)
+	// A controller whose desired owner between the two is the child, so that it starts there.
+	ct := ""
+	for i := 0; ct == ""; i++ {
+		name := fmt.Sprintf("ctl%d", i)
+		if assign(everyone([]string{"child", "parent"}, []string{name}))[name] == "child" {
+			ct = name
+		}
+	}
+	w := newWorld(t, cl.URLs(), []string{ct})
+	// The bucket exists before either replica opens it.
+	parentKV := createBucket(t, w)
+	var parentWrote atomic.Bool
+	var out testutil.SyncBuffer
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperReplica$", "-test.v")
+	cmd.Env = append(os.Environ(), "VEIL_HA_HELPER=1", "VEIL_HA_URLS="+cl.URLs(), "VEIL_HA_BUCKET="+w.bucket, "VEIL_HA_CONTROLLER="+ct)
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := w.start("parent", func(o *Options) {
+		o.OnAcquire = func(l *Lease) {
+			w.acquired(nil, l)
+			go positionWorker(parentKV, l, "parent", func(s string) {
+				if s == "wrote" {
+					parentWrote.Store(true)
+				}
+			})
+		}
+		o.OnRelease = func(string) {}
+	})
+	// The parent holds the controller until the child shows up; then it hands it over.
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	go func() {
+		s := bufio.NewScanner(pipe)
+		for s.Scan() {
+			out.Write([]byte(s.Text() + "\n"))
+		}
+	}()
+	testutil.Eventually(t, 20*time.Second, func() bool { return strings.Contains(out.String(), "wrote") }, "the child to own %s and write its position", ct)
+	parentWrote.Store(false)
+
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	testutil.Eventually(t, 10*time.Second, func() bool { return parent.c.Lease(ct) != nil && parentWrote.Load() }, "the parent to take %s over and write the position", ct)
+	t.Logf("take-over from a SIGSTOPped owner: %v", time.Since(stopped))
+	mark := len(out.String())
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(out.String()[mark:], "stopped") && strings.Contains(out.String()[mark:], "resumed")
+	}, "the resumed child to report its lease and stop its worker")
+
+	sawResume := false
+	for _, line := range strings.Split(out.String()[mark:], "\n") {
+		if line == "acquired" {
+			break // a later, legitimate hand-back
+		}
+		switch {
+		case strings.HasPrefix(line, "resumed"):
+			sawResume = true
+			if line != "resumed valid=false" {
+				t.Errorf("after SIGCONT the child's lease said %q, want valid=false", line)
+			}
+		case line == "wrote":
+			t.Error("after SIGCONT the child moved the position the new owner had set")
+		}
+	}
+	if !sawResume {
+		t.Errorf("the child did not report its resume:\n%s", out.String()[mark:])
+	}
+}

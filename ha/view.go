@@ -1,0 +1,138 @@
+// This file holds the coordinator's view of the bucket: the records of leases and instances,
+// kept up to date by a watch, each with the local time its revision was first seen.
+package ha
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Keys in the bucket: leases.<controller> and instances.<instance>.
+const (
+	leasePrefix    = "leases."
+	instancePrefix = "instances."
+)
+
+// leaseRecord is the value of leases.<controller>.
+type leaseRecord struct {
+	Instance   string    `json:"instance"`
+	Controller string    `json:"controller"`
+	ID         string    `json:"id"`      // one acquisition: tells a write of ours whose reply was lost
+	Since      time.Time `json:"since"`   // acquisition, holder's wall clock (shown, never compared)
+	Renewed    time.Time `json:"renewed"` // last renewal, holder's wall clock (shown, never compared)
+	TTL        string    `json:"ttl"`
+}
+
+// instanceRecord is the value of instances.<instance>: a replica announcing itself and the
+// controllers it is configured with.
+type instanceRecord struct {
+	Instance    string    `json:"instance"`
+	Nonce       string    `json:"nonce"` // one process: tells two replicas configured with the same instance
+	Started     time.Time `json:"started"`
+	Renewed     time.Time `json:"renewed"`
+	Controllers []string  `json:"controllers"`
+}
+
+// entry is the latest revision of one key as seen here.
+type entry struct {
+	rev      uint64
+	deleted  bool
+	observed time.Time // monotonic: when this revision was first seen here
+	lease    *leaseRecord
+	inst     *instanceRecord
+}
+
+// view is every key of the bucket as last seen; the coordinator's mutex guards it.
+type view struct {
+	entries  map[string]*entry
+	synced   bool      // the watch delivered the bucket's content
+	syncedAt time.Time // absent keys count as free since then
+	maxRev   uint64    // highest revision seen through the watch
+}
+
+// apply records a revision of key unless a newer one is known; it reports whether it did.
+func (v *view) apply(key string, rev uint64, op jetstream.KeyValueOp, value []byte, now time.Time) bool {
+	if e, ok := v.entries[key]; ok && e.rev >= rev {
+		return false
+	}
+	e := &entry{rev: rev, observed: now, deleted: op != jetstream.KeyValuePut}
+	if !e.deleted {
+		switch {
+		case strings.HasPrefix(key, leasePrefix):
+			var r leaseRecord
+			if json.Unmarshal(value, &r) != nil || r.Instance == "" {
+				r = leaseRecord{Instance: "?"} // held by someone unknown: wait for it to expire
+			}
+			e.lease = &r
+		case strings.HasPrefix(key, instancePrefix):
+			var r instanceRecord
+			if json.Unmarshal(value, &r) == nil && r.Instance != "" {
+				e.inst = &r
+			}
+		}
+	}
+	v.entries[key] = e
+	return true
+}
+
+// forget drops a key the bucket no longer has (removed by its max age, which the watch does
+// not report).
+func (v *view) forget(key string) { delete(v.entries, key) }
+
+// leaseState describes leases.<controller> at now for a replica with lease time ttl.
+type leaseState struct {
+	e         *entry    // nil when absent
+	free      bool      // absent, deleted, or unchanged for ttl
+	freeSince time.Time // when it became free (monotonic)
+	holder    string    // instance holding it while not free
+}
+
+func (v *view) lease(key string, now time.Time, ttl time.Duration) leaseState {
+	e, ok := v.entries[key]
+	switch {
+	case !ok:
+		return leaseState{free: true, freeSince: v.syncedAt}
+	case e.deleted:
+		return leaseState{e: e, free: true, freeSince: e.observed}
+	case now.Sub(e.observed) >= ttl:
+		return leaseState{e: e, free: true, freeSince: e.observed.Add(ttl)}
+	}
+	return leaseState{e: e, holder: e.lease.Instance}
+}
+
+// liveInstances maps each instance whose record changed within ttl to its controllers.
+func (v *view) liveInstances(now time.Time, ttl time.Duration) map[string]*instanceRecord {
+	out := map[string]*instanceRecord{}
+	for k, e := range v.entries {
+		if strings.HasPrefix(k, instancePrefix) && e.inst != nil && !e.deleted && now.Sub(e.observed) < ttl {
+			out[e.inst.Instance] = e.inst
+		}
+	}
+	return out
+}
+
+// keyToken makes s a valid key token ([A-Za-z0-9_-]); a changed name gets a hash of the
+// original so that two names cannot map to one key.
+func keyToken(s string) string {
+	var b strings.Builder
+	changed := s == ""
+	for _, r := range s {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+			changed = true
+		}
+	}
+	if changed {
+		h := fnv.New32a()
+		h.Write([]byte(s))
+		b.WriteString("-" + strconv.FormatUint(uint64(h.Sum32()), 16))
+	}
+	return b.String()
+}
