@@ -56,9 +56,9 @@ func TestNoEventLostNorDuplicated(t *testing.T) {
 			t.Cleanup(stop)
 			wait := feed(r.sim, 3, 10*time.Millisecond, 2*time.Second+natsOutage(), veiltest.EventSpec{})
 			time.Sleep(500 * time.Millisecond)
-			r.nats.stop()
+			r.nats.Stop()
 			time.Sleep(natsOutage())
-			r.nats.start()
+			r.nats.Start()
 			return append(want, wait()...)
 		}},
 		{"API answering 500/503/418 or truncated JSON for 20% of requests", "newest_first", "auto", func(t *testing.T, r *rig) []string {
@@ -85,7 +85,7 @@ func TestNoEventLostNorDuplicated(t *testing.T) {
 				opts.EventsRetention = 1000
 			}
 			r := newRig(t, opts, tt.cfg, "earliest")
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			want := tt.run(t, r)
 			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 30*time.Second))
 		})
@@ -128,12 +128,12 @@ func TestGapPastRetentionCountedExactly(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", EventsRetention: 200, InitialTasks: -1}, "auto", "earliest")
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			first := r.sim.AddEvents(50, veiltest.EventSpec{})
 			fw, stop := r.run()
 			t.Cleanup(stop)
 			rec.waitFor(t, 50, 10*time.Second)
-			r.nats.stop()
+			r.nats.Stop()
 			seen := r.sim.AddEvents(100, veiltest.EventSpec{}) // read (and counted) but not publishable
 			time.Sleep(500 * time.Millisecond)
 			// 140 more in all: the journal keeps the newest 200, so the 50 published and the oldest
@@ -143,7 +143,7 @@ func TestGapPastRetentionCountedExactly(t *testing.T) {
 				after = append(after, r.sim.AddEvents(n, veiltest.EventSpec{})...)
 				time.Sleep(300 * time.Millisecond)
 			}
-			r.nats.start()
+			r.nats.Start()
 			want := append(append(append([]string{}, first...), seen[40:]...), after...)
 			got := rec.waitFor(t, len(want), 20*time.Second)
 			exactlyOnceInOrder(t, "prod", want, got)
@@ -159,7 +159,7 @@ func TestStartLatestPublishesNothingOld(t *testing.T) {
 	for _, order := range []string{"newest_first", "oldest_first"} {
 		t.Run(order, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: order, InitialTasks: -1}, "auto", "latest")
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			r.sim.AddEvents(300, veiltest.EventSpec{})
 			fw, stop := r.run()
 			t.Cleanup(stop)
@@ -202,7 +202,7 @@ func TestPageSizeIsHonoured(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: tt.order, InitialTasks: -1}, tt.order, "earliest")
 			r.ev.PageSize = 7
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			want := tt.run(t, r)
 			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 30*time.Second))
 			sevens := 0

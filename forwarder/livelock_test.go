@@ -36,7 +36,7 @@ func TestProgressWhileTheListMovesAtEveryRequest(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: tt.order, EventsRetention: tt.retention, InitialTasks: -1}, tt.order, tt.start)
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			r.sim.AddEvents(tt.backlog, veiltest.EventSpec{})
 			before := journalIDs(t, r)
 			r.sim.SetLatency(20*time.Millisecond, 0)
