@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-kit/log"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -43,9 +44,7 @@ func TestProgressWhileTheListMovesAtEveryRequest(t *testing.T) {
 			fw, stop := r.run()
 			t.Cleanup(stop)
 			if tt.start == "latest" {
-				for fw.Status().Position.IsZero() {
-					time.Sleep(10 * time.Millisecond)
-				}
+				testutil.Eventually(t, 10*time.Second, func() bool { return !fw.Status().Position.IsZero() }, "a position after the newest event")
 			}
 			r.sim.SetEventRate(tt.rate)
 			time.Sleep(run)

@@ -268,21 +268,17 @@ func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 	for round := range 3 {
 		lost.lose.Store(1) // the next position write is applied, its reply lost
 		want = append(want, r.sim.AddEvents(5, veiltest.EventSpec{})...)
-		for fw.Status().Published < uint64(len(want)) && ctx.Err() == nil {
-			time.Sleep(5 * time.Millisecond)
-		}
+		testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published >= uint64(len(want)) }, "%d events published", len(want))
 		if st := fw.Status(); st.Stopped || st.Published != uint64(len(want)) {
 			t.Fatalf("round %d: published %d of %d, stopped %v (%s)", round, st.Published, len(want), st.Stopped, st.LastError)
 		}
 	}
 	exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 10*time.Second))
 	other, _ := newKVCheckpoint(r.conn, "prod")
-	for ctx.Err() == nil {
-		if got, _, _ := other.Load(ctx); len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want[len(want)-1] {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		got, _, _ := other.Load(ctx)
+		return len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want[len(want)-1]
+	}, "the last position stored")
 	if ctx.Err() != nil {
 		t.Fatal("the position of the last event was never stored")
 	}
@@ -344,9 +340,7 @@ func TestReconnectStopsSendingWhileBatchesAreUnresolved(t *testing.T) {
 			before := reconnects(r.conn.nc)
 			r.nats.Stop()
 			r.nats.Start()
-			for (reconnects(r.conn.nc) == before || !r.conn.Connected()) && ctx.Err() == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.Eventually(t, 20*time.Second, func() bool { return reconnects(r.conn.nc) != before && r.conn.Connected() }, "reconnected")
 			waitStored(ctx, t, r, map[bool]uint64{true: 3, false: 0}[tt.inFlight]) // JetStream is back
 			batch := second
 			if !tt.inFlight {
@@ -363,7 +357,7 @@ func TestReconnectStopsSendingWhileBatchesAreUnresolved(t *testing.T) {
 			close(gate)
 			pl.close()
 			waitStored(ctx, t, r, tt.stored)
-			time.Sleep(100 * time.Millisecond)
+			// pl.close returned: nothing is in flight any more, a later count cannot differ.
 			if n := streamMsgs(ctx, t, r); n != tt.stored {
 				t.Fatalf("%d messages stored, want %d", n, tt.stored)
 			}
@@ -393,10 +387,5 @@ func streamMsgs(ctx context.Context, t *testing.T, r *rig) uint64 {
 // waitStored waits until the stream answers and holds n messages.
 func waitStored(ctx context.Context, t *testing.T, r *rig, n uint64) {
 	t.Helper()
-	for streamMsgs(ctx, t, r) != n {
-		if ctx.Err() != nil {
-			t.Fatalf("stream never held %d messages (holds %d)", n, streamMsgs(context.Background(), t, r))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return streamMsgs(ctx, t, r) == n }, "the stream to hold %d messages", n)
 }

@@ -114,9 +114,7 @@ func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- fw.Run(cctx) }()
-	for fw.Status().Published < 10 && cctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published >= 10 }, "10 events published")
 	// A second instance takes the position over while the first one runs.
 	c, _ := newKVCheckpoint(r.conn, "prod")
 	p, _, err := c.Load(ctx)
@@ -287,10 +285,7 @@ func TestStatusListsRecentEventsNewestFirst(t *testing.T) {
 			ids := r.sim.AddEvents(tt.events, veiltest.EventSpec{Type: "warning"})
 			fw, stop := r.run()
 			t.Cleanup(stop)
-			deadline := time.Now().Add(10 * time.Second)
-			for fw.Status().Published < uint64(tt.events) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published >= uint64(tt.events) }, "%d events published", tt.events)
 			st := fw.Status()
 			if st.Subject != "veil.events.prod.>" {
 				t.Errorf("subject %q", st.Subject)
@@ -340,10 +335,11 @@ func TestPositionStopsAtTheFirstUnacknowledgedEvent(t *testing.T) {
 	ids := r.sim.AddEvents(total, veiltest.EventSpec{})
 	fw, stop := r.run()
 	defer stop()
-	for fw.Status().LastError == "" && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // a few refused retries
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		fw.mu.Lock()
+		defer fw.mu.Unlock()
+		return fw.lastErr != "" && fw.pubErrors >= 3
+	}, "a few refused publishes")
 	st := fw.Status()
 	if st.Published != accepted || len(st.PositionIDs) == 0 || st.PositionIDs[len(st.PositionIDs)-1] != ids[accepted-1] {
 		t.Fatalf("published %d up to %v, want %d up to %s (error %q)", st.Published, st.PositionIDs, accepted, ids[accepted-1], st.LastError)
