@@ -92,7 +92,7 @@ func BenchmarkSteadyStateDelay(b *testing.B) {
 	for range b.N {
 		r := newRig(b, veiltest.Options{EventsOrder: "newest_first", InitialTasks: -1, Latency: 20 * time.Millisecond}, "auto", "latest")
 		r.ev.PollInterval = poll
-		nc, err := nats.Connect(r.nats.url())
+		nc, err := nats.Connect(r.nats.URL())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Position is where a controller's event stream has been published up to.
+// position is where a controller's event stream has been published up to.
 // Several events can share one created instant, so the instant alone is not enough.
-type Position struct {
+type position struct {
 	Created time.Time `json:"created"` // newest published created; zero before anything
 	IDs     []string  `json:"ids"`     // ids published at exactly Created
 	// Known is true once a position was established (start: latest with an empty journal
@@ -32,7 +32,7 @@ type Position struct {
 }
 
 // published says whether an event with this created and id is at or before the position.
-func (p *Position) published(created time.Time, id string) bool {
+func (p *position) published(created time.Time, id string) bool {
 	if !p.Known {
 		return false
 	}
@@ -51,7 +51,7 @@ func (p *Position) published(created time.Time, id string) bool {
 }
 
 // advance moves the position past one event published after it.
-func (p *Position) advance(created time.Time, id string) {
+func (p *position) advance(created time.Time, id string) {
 	if !p.Known || created.After(p.Created) {
 		p.Created, p.IDs, p.Known = created, []string{id}, true
 		return
@@ -59,51 +59,51 @@ func (p *Position) advance(created time.Time, id string) {
 	p.IDs = append(p.IDs, id)
 }
 
-func (p Position) clone() Position {
+func (p position) clone() position {
 	p.IDs = append([]string(nil), p.IDs...)
 	return p
 }
 
-// Checkpoint stores the position of one controller.
-type Checkpoint interface {
+// checkpoint stores the position of one controller.
+type checkpoint interface {
 	// Load returns the stored position and whether there was one.
-	Load(ctx context.Context) (Position, bool, error)
-	// Save stores the position; ErrCheckpointConflict means another instance moved it.
-	Save(ctx context.Context, p Position) error
+	Load(ctx context.Context) (position, bool, error)
+	// Save stores the position; errCheckpointConflict means another instance moved it.
+	Save(ctx context.Context, p position) error
 }
 
-// ErrCheckpointConflict says that another instance wrote the position: this one must stop.
-var ErrCheckpointConflict = errors.New("the position was written by another instance")
+// errCheckpointConflict says that another instance wrote the position: this one must stop.
+var errCheckpointConflict = errors.New("the position was written by another instance")
 
 // fileCheckpoint is one JSON file per controller, replaced atomically.
 type fileCheckpoint struct{ path string }
 
-// NewFileCheckpoint stores the position of controller in dir/<controller>.position.json.
-func NewFileCheckpoint(dir, controller string) (Checkpoint, error) {
+// newFileCheckpoint stores the position of controller in dir/<controller>.position.json.
+func newFileCheckpoint(dir, controller string) (checkpoint, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("couldn't create checkpoint dir: %w", err)
 	}
 	return &fileCheckpoint{path: filepath.Join(dir, sanitizeToken(controller)+".position.json")}, nil
 }
 
-func (f *fileCheckpoint) Load(context.Context) (Position, bool, error) {
+func (f *fileCheckpoint) Load(context.Context) (position, bool, error) {
 	b, err := os.ReadFile(f.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return Position{}, false, nil
+		return position{}, false, nil
 	}
 	if err != nil {
-		return Position{}, false, fmt.Errorf("couldn't read position: %w", err)
+		return position{}, false, fmt.Errorf("couldn't read position: %w", err)
 	}
-	var p Position
+	var p position
 	if err := json.Unmarshal(b, &p); err != nil {
-		return Position{}, false, fmt.Errorf("couldn't decode position %s: %w", f.path, err)
+		return position{}, false, fmt.Errorf("couldn't decode position %s: %w", f.path, err)
 	}
 	return p, true, nil
 }
 
 // Save writes a temp file, fsyncs it, renames it over the old one and fsyncs the directory, so a
 // crash leaves either the old or the new position, never a torn one.
-func (f *fileCheckpoint) Save(_ context.Context, p Position) error {
+func (f *fileCheckpoint) Save(_ context.Context, p position) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -143,10 +143,12 @@ func (f *fileCheckpoint) Save(_ context.Context, p Position) error {
 }
 
 // kvCheckpoint keeps the position in a JetStream key-value bucket, written with compare-and-set
-// so that a second instance cannot move it backwards.
+// so that a second instance cannot move it backwards. The bucket is opened on first use, so
+// that NATS being away at start only delays forwarding (Load and Save fail and are retried).
 type kvCheckpoint struct {
-	kv  jetstream.KeyValue
-	key string
+	conn *Conn
+	kv   jetstream.KeyValue // nil until opened
+	key  string
 	// instance tells this process's writes from another instance's: a write applied whose reply
 	// was lost leaves rev stale, and the next compare-and-set must not read as a conflict.
 	instance string
@@ -157,7 +159,7 @@ type kvCheckpoint struct {
 
 // kvRecord is what the bucket holds: the position and which write of which instance stored it.
 type kvRecord struct {
-	Position
+	position
 	Writer string `json:"writer,omitempty"`
 	Seq    uint64 `json:"seq,omitempty"`
 }
@@ -165,42 +167,60 @@ type kvRecord struct {
 // PositionsBucket is the key-value bucket of the nats_kv position store.
 const PositionsBucket = "VEIL_EXPORTER_POSITIONS"
 
-// NewKVCheckpoint stores the position of controller in the PositionsBucket bucket.
-func NewKVCheckpoint(ctx context.Context, conn *Conn, controller string) (Checkpoint, error) {
+// newKVCheckpoint stores the position of controller in the PositionsBucket bucket.
+func newKVCheckpoint(conn *Conn, controller string) (checkpoint, error) {
 	if conn == nil || conn.js == nil {
 		return nil, errors.New("checkpoint store nats_kv needs nats.jetstream.enabled")
 	}
-	kv, err := conn.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage})
-	if err != nil {
-		return nil, fmt.Errorf("couldn't open bucket %s: %w", PositionsBucket, err)
-	}
-	return &kvCheckpoint{kv: kv, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
+	return &kvCheckpoint{conn: conn, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
 }
 
-func (k *kvCheckpoint) Load(ctx context.Context) (Position, bool, error) {
+// open creates or opens the bucket once; k.mu is held.
+func (k *kvCheckpoint) open(ctx context.Context) error {
+	if k.kv != nil {
+		return nil
+	}
+	if !k.conn.Connected() {
+		return fmt.Errorf("position store (bucket %s): %w", PositionsBucket, k.conn.notConnected())
+	}
+	kv, err := k.conn.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage})
+	if err != nil {
+		return fmt.Errorf("couldn't open bucket %s on NATS at %s: %w", PositionsBucket, k.conn.url, err)
+	}
+	k.kv = kv
+	return nil
+}
+
+func (k *kvCheckpoint) Load(ctx context.Context) (position, bool, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if err := k.open(ctx); err != nil {
+		return position{}, false, err
+	}
 	e, err := k.kv.Get(ctx, k.key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		k.rev = 0
-		return Position{}, false, nil
+		return position{}, false, nil
 	}
 	if err != nil {
-		return Position{}, false, fmt.Errorf("couldn't read position: %w", err)
+		return position{}, false, fmt.Errorf("couldn't read position: %w", err)
 	}
 	k.rev = e.Revision()
 	var r kvRecord
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return Position{}, false, fmt.Errorf("couldn't decode position: %w", err)
+		return position{}, false, fmt.Errorf("couldn't decode position: %w", err)
 	}
-	return r.Position, true, nil
+	return r.position, true, nil
 }
 
-func (k *kvCheckpoint) Save(ctx context.Context, p Position) error {
+func (k *kvCheckpoint) Save(ctx context.Context, p position) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if err := k.open(ctx); err != nil {
+		return err
+	}
 	k.seq++
-	b, err := json.Marshal(kvRecord{Position: p, Writer: k.instance, Seq: k.seq})
+	b, err := json.Marshal(kvRecord{position: p, Writer: k.instance, Seq: k.seq})
 	if err != nil {
 		return err
 	}
@@ -213,11 +233,11 @@ func (k *kvCheckpoint) Save(ctx context.Context, p Position) error {
 			return fmt.Errorf("couldn't store position: %w", gerr)
 		}
 		if !own {
-			return fmt.Errorf("%w (bucket %s, key %s)", ErrCheckpointConflict, PositionsBucket, k.key)
+			return fmt.Errorf("%w (bucket %s, key %s)", errCheckpointConflict, PositionsBucket, k.key)
 		}
 		rev, err = k.put(ctx, b)
 		if isCASFailure(err) {
-			return fmt.Errorf("%w (bucket %s, key %s)", ErrCheckpointConflict, PositionsBucket, k.key)
+			return fmt.Errorf("%w (bucket %s, key %s)", errCheckpointConflict, PositionsBucket, k.key)
 		}
 	}
 	if err != nil {

@@ -2,9 +2,13 @@ package forwarder
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,15 +24,25 @@ import (
 )
 
 // Conn is the NATS connection events are published on, with the embedded server when configured.
+// NATS being unreachable is not an error of Connect: the client reconnects in the background and
+// each forwarder sets up the stream (setUp) from its own loop, so the exporter serves everything
+// else meanwhile.
 type Conn struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream // nil when JetStream is disabled
-	srv      *server.Server      // embedded server, nil when not embedded
-	cfg      config.NATS
-	url      string // without credentials
-	logger   log.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream // nil when JetStream is disabled
+	srv    *server.Server      // embedded server, nil when not embedded
+	cfg    config.NATS
+	url    string // without credentials
+	logger log.Logger
+	// files holds the digest of each credential, key and CA file at connect, by path: a reload
+	// reconnects when one was replaced, even with the same configuration text.
+	files    map[string][sha256.Size]byte
 	mu       sync.Mutex
 	lastErr  string
+	down     bool // a failure was logged and no connection came since
+	shown    bool // a connection was logged
+	setupMu  sync.Mutex
+	streamOK bool // the stream was created or checked on this connection
 	closeOne sync.Once
 }
 
@@ -40,13 +54,15 @@ type ConnStatus struct {
 	Embedded  bool
 }
 
-// Connect starts the embedded server when configured, connects (reconnecting forever with
-// backoff) and creates or checks the stream when JetStream is enabled.
-func Connect(ctx context.Context, cfg config.NATS, logger log.Logger) (*Conn, error) {
+// Connect starts the embedded server when configured and connects, reconnecting forever with
+// backoff. It fails only for what a retry cannot mend (embedded server, unreadable key or
+// certificate files); an unreachable server is logged once with its cause, and once more when
+// the connection comes.
+func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}
-	c := &Conn{cfg: cfg, logger: logger, url: config.RedactURL(cfg.URL)}
+	c := &Conn{cfg: cfg, logger: logger, url: config.RedactURL(cfg.URL), files: fileDigests(cfg)}
 	if cfg.Embedded.Enabled {
 		srv, err := startEmbedded(cfg.Embedded)
 		if err != nil {
@@ -67,13 +83,15 @@ func Connect(ctx context.Context, cfg config.NATS, logger log.Logger) (*Conn, er
 		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				c.setErr(err)
-				level.Warn(logger).Log("msg", "NATS disconnected", "url", c.url, "err", err)
+				c.failed(err, "NATS disconnected; reconnecting with backoff")
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) {
-			level.Info(logger).Log("msg", "NATS reconnected", "url", c.url)
+		// Called for the first attempt that fails at start as well as for every failed reconnect.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			c.failed(err, "NATS unreachable; events wait until it connects, retrying with backoff")
 		}),
+		nats.ConnectHandler(func(*nats.Conn) { c.connected() }),
+		nats.ReconnectHandler(func(*nats.Conn) { c.connected() }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.setErr(err) }),
 	}
 	if cfg.CredsFile != "" {
@@ -105,7 +123,12 @@ func Connect(ctx context.Context, cfg config.NATS, logger log.Logger) (*Conn, er
 		c.shutdownServer()
 		return nil, fmt.Errorf("couldn't connect to NATS at %s: %w", c.url, errors.New(redactErr(err, cfg)))
 	}
+	c.mu.Lock()
 	c.nc = nc
+	c.mu.Unlock()
+	if nc.IsConnected() {
+		c.connected()
+	}
 	if cfg.JetStream.Enabled {
 		js, err := jetstream.New(nc,
 			jetstream.WithPublishAsyncMaxPending(max(cfg.JetStream.MaxPending, 1)),
@@ -115,12 +138,107 @@ func Connect(ctx context.Context, cfg config.NATS, logger log.Logger) (*Conn, er
 			return nil, fmt.Errorf("couldn't start JetStream: %w", err)
 		}
 		c.js = js
-		if err := c.ensureStream(ctx); err != nil {
-			c.Close()
-			return nil, err
-		}
 	}
 	return c, nil
+}
+
+// failed records a connection failure and logs the first of a run.
+func (c *Conn) failed(err error, msg string) {
+	if errors.Is(err, nats.ErrNoServers) {
+		err = c.dialCause(err)
+	}
+	text := redactErr(err, c.cfg)
+	c.mu.Lock()
+	c.lastErr = text
+	first := !c.down
+	c.down = true
+	c.mu.Unlock()
+	if first {
+		level.Warn(c.logger).Log("msg", msg, "url", c.url, "err", text)
+	}
+}
+
+// dialCause replaces the client's "no servers available" by why the first server could not be
+// reached (refused, timed out, unknown host), which is what an operator needs; err when the
+// server can be reached (then the failure is past the TCP connection).
+func (c *Conn) dialCause(err error) error {
+	addr := c.url
+	if c.srv != nil {
+		addr = c.srv.ClientURL()
+	}
+	first, _, _ := strings.Cut(addr, ",")
+	u, perr := url.Parse(strings.TrimSpace(first))
+	if perr != nil || u.Host == "" {
+		return err
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "4222")
+	}
+	conn, derr := net.DialTimeout("tcp", host, time.Second)
+	if derr != nil {
+		return derr
+	}
+	conn.Close()
+	return err
+}
+
+// connected logs the connection coming (once per run of failures, and at start).
+func (c *Conn) connected() {
+	c.mu.Lock()
+	show := c.down || !c.shown
+	c.down, c.shown = false, true
+	c.mu.Unlock()
+	if show {
+		level.Info(c.logger).Log("msg", "NATS connected", "url", c.url)
+	}
+}
+
+// setUp creates or checks the stream once per connection; until it succeeds, nothing is published.
+// It is called from each forwarder's loop, which retries it with backoff.
+func (c *Conn) setUp(ctx context.Context) error {
+	if !c.Connected() {
+		return c.notConnected()
+	}
+	if c.js == nil {
+		return nil
+	}
+	c.setupMu.Lock()
+	defer c.setupMu.Unlock()
+	if c.streamOK {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout(c.cfg))
+	defer cancel()
+	if err := c.ensureStream(ctx); err != nil {
+		return fmt.Errorf("couldn't set up stream %s on NATS at %s: %w", c.cfg.JetStream.Stream, c.url, err)
+	}
+	c.streamOK = true
+	return nil
+}
+
+// errStreamConfig is a stream that NATS answered for but that does not fit the configuration.
+var errStreamConfig = errors.New("stream does not fit the configuration")
+
+// Verify sets up the stream now when NATS answers, and fails only when the stream contradicts
+// the configuration (missing with create_stream false, subjects not covered): a reload or start
+// refuses such a configuration. NATS unreachable, or any other failure, is left to the
+// forwarders, which retry with backoff.
+func (c *Conn) Verify(ctx context.Context) error {
+	if err := c.setUp(ctx); errors.Is(err, errStreamConfig) {
+		return err
+	}
+	return nil
+}
+
+// notConnected is the error of an operation that needs the connection while it is down.
+func (c *Conn) notConnected() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastErr != "" {
+		return fmt.Errorf("NATS at %s not connected: %s", c.url, c.lastErr)
+	}
+	return fmt.Errorf("NATS at %s not connected", c.url)
 }
 
 func publishTimeout(cfg config.NATS) time.Duration {
@@ -146,34 +264,26 @@ func (c *Conn) ensureStream(ctx context.Context) error {
 	if dw <= 0 {
 		dw = time.Hour
 	}
-	// The server may still be recovering its store right after a restart: retry briefly.
-	var lastErr error
-	for attempt := 0; attempt < 50; attempt++ {
-		s, err := c.js.Stream(ctx, name)
-		if err == nil {
-			return c.checkStream(s.CachedInfo().Config, subject, dw)
-		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			if !c.cfg.JetStream.CreateStream {
-				return fmt.Errorf("stream %s does not exist and nats.jetstream.create_stream is false", name)
-			}
-			_, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
-				Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage,
-			})
-			if err == nil {
-				level.Info(c.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw)
-				return nil
-			}
-			// Already in use: another instance created it meanwhile; check it on the next round.
-		}
-		lastErr = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("couldn't set up stream %s: %w", name, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
+	// One attempt: the forwarder's loop retries with backoff (the server may still be
+	// recovering its store right after a restart, or be away).
+	s, err := c.js.Stream(ctx, name)
+	if err == nil {
+		return c.checkStream(s.CachedInfo().Config, subject, dw)
 	}
-	return fmt.Errorf("couldn't set up stream %s: %w", name, lastErr)
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	if !c.cfg.JetStream.CreateStream {
+		return fmt.Errorf("%w: stream %s does not exist and nats.jetstream.create_stream is false", errStreamConfig, name)
+	}
+	if _, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage,
+	}); err != nil {
+		// Already in use: another instance created it meanwhile; the retry checks it.
+		return err
+	}
+	level.Info(c.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw)
+	return nil
 }
 
 // checkStream verifies an existing stream without changing it. Subjects not captured would lose
@@ -181,8 +291,8 @@ func (c *Conn) ensureStream(ctx context.Context) error {
 // resend without duplicates, but still works: a warning.
 func (c *Conn) checkStream(sc jetstream.StreamConfig, subject string, dw time.Duration) error {
 	if !covers(sc.Subjects, subject) {
-		return fmt.Errorf("stream %s does not capture subjects %q (its subjects: %q); add them to the stream or change nats.subject_prefix",
-			sc.Name, subject, sc.Subjects)
+		return fmt.Errorf("%w: stream %s does not capture subjects %q (its subjects: %q); add them to the stream or change nats.subject_prefix",
+			errStreamConfig, sc.Name, subject, sc.Subjects)
 	}
 	if sc.Duplicates < dw {
 		level.Warn(c.logger).Log("msg", "stream's duplicate window is shorter than nats.jetstream.duplicate_window: events resent after a longer outage or restart may be delivered twice; the stream is left unchanged",
@@ -255,6 +365,31 @@ func (c *Conn) setErr(err error) {
 
 // Connected reports whether the connection is up right now.
 func (c *Conn) Connected() bool { return c != nil && c.nc != nil && c.nc.IsConnected() }
+
+// FilesChanged says whether a credential, key or CA file the connection was made with now holds
+// other content (or cannot be read): a reload then reconnects, though the configuration text is
+// the same.
+func (c *Conn) FilesChanged() bool {
+	return !maps.Equal(c.files, fileDigests(c.cfg))
+}
+
+// fileDigests reads the files of cfg that hold credentials, keys and CAs; an unreadable file gets
+// the zero digest, which no content has.
+func fileDigests(cfg config.NATS) map[string][sha256.Size]byte {
+	d := map[string][sha256.Size]byte{}
+	for _, f := range []string{cfg.CredsFile, cfg.NKeyFile, cfg.TLS.CAFile, cfg.TLS.CertFile, cfg.TLS.KeyFile} {
+		if f == "" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			d[f] = [sha256.Size]byte{}
+			continue
+		}
+		d[f] = sha256.Sum256(b)
+	}
+	return d
+}
 
 // Status describes the connection without credentials.
 func (c *Conn) Status() ConnStatus {

@@ -2,9 +2,9 @@ package forwarder
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/go-kit/log/level"
 
@@ -13,6 +13,8 @@ import (
 
 // cycle publishes what is new since the position; it returns how many events it published.
 func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
+	// NATS is checked first, so readiness follows it even while the journal cannot be read.
+	natsErr := fw.checkNATS(ctx)
 	fw.mu.Lock()
 	pos, hint := fw.pos.clone(), fw.hint
 	fw.mu.Unlock()
@@ -31,8 +33,8 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	// Locating while NATS is away keeps the view of the journal fresh, so that events deleted
 	// before NATS returns can be counted, and the backlog grows while nothing can be published
 	// (which is when its alert matters).
-	if !fw.opts.Conn.Connected() {
-		return 0, errors.New("NATS is not connected")
+	if natsErr != nil {
+		return 0, natsErr
 	}
 	if newCount <= 0 {
 		if d == newestFirst {
@@ -49,6 +51,33 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	return fw.read(ctx, pos, b, count, anchored)
 }
 
+// setUpError is a stream or position store set-up that failed with NATS connected.
+type setUpError struct{ err error }
+
+func (e *setUpError) Error() string { return e.err.Error() }
+func (e *setUpError) Unwrap() error { return e.err }
+
+// checkNATS makes sure events can be published: NATS connected, the stream set up. It records
+// why not for NotReady.
+func (fw *Forwarder) checkNATS(ctx context.Context) error {
+	c := fw.opts.Conn
+	var err error
+	switch {
+	case !c.Connected():
+		err = c.notConnected()
+	default:
+		if serr := c.setUp(ctx); serr != nil {
+			if c.Connected() {
+				err = &setUpError{serr}
+			} else {
+				err = serr
+			}
+		}
+	}
+	fw.setNotReady(err)
+	return err
+}
+
 func (fw *Forwarder) setHint(h int) {
 	fw.mu.Lock()
 	fw.hint = h
@@ -59,7 +88,7 @@ func (fw *Forwarder) setHint(h int) {
 // below b are published; newest first, offsets from b on are. anchored says that the published
 // event next to b exists (otherwise reading starts at the very start of the list). It also
 // notices events lost at the source and records what is needed to count future losses.
-func (fw *Forwarder) locate(ctx context.Context, pos *Position, hint int) (b, count int, anchored bool, err error) {
+func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, count int, anchored bool, err error) {
 	o := max(0, hint-fw.page/2)
 	pg, err := fw.pager.EventsPage(ctx, o, fw.page, fw.ordering)
 	if err != nil {
@@ -173,7 +202,7 @@ func (fw *Forwarder) walkUp(ctx context.Context, o int, items []veil.Event, coun
 // must come from one view of the journal: when the tail is not on the page already read, the
 // event next to the boundary is read before and after it, and an observation across a shift
 // (events added or deleted meanwhile) is dropped in favour of the previous one.
-func (fw *Forwarder) observe(ctx context.Context, pos *Position, d direction, b, count, o int, items []veil.Event) {
+func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, b, count, o int, items []veil.Event) {
 	if count == 0 {
 		return
 	}
@@ -215,11 +244,12 @@ func (fw *Forwarder) observe(ctx context.Context, pos *Position, d direction, b,
 }
 
 // countGap runs when the position's event is gone and everything left is newer: events between
-// it and the oldest remaining one may have been deleted unread.
-func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
+// it and the oldest remaining one may have been deleted unread. Counted exactly when the tail
+// observed earlier is still listed; otherwise continuity cannot be proven: a gap episode, with
+// the lower bound in gaps.
+func (fw *Forwarder) countGap(ctx context.Context, pos *position, d direction) {
 	fw.mu.Lock()
 	logged := fw.gapLogged
-	fw.gapLogged = true
 	fw.mu.Unlock()
 	lost, exact, left := 0, false, 0
 	var err error
@@ -229,15 +259,15 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 		var x, remaining int
 		var ok bool
 		var at veil.Event
-		var count int
 		if d == oldestFirst {
 			x, err = fw.search(ctx, 0, 1<<30, func(e veil.Event) bool { return !notNewer(e) })
 			remaining = x
 			if err == nil && x > 0 {
-				at, count, ok, err = fw.probe(ctx, x-1)
+				at, _, ok, err = fw.probe(ctx, x-1)
 			}
 		} else {
-			at, count, _, err = fw.probe(ctx, 0)
+			var count int
+			_, count, _, err = fw.probe(ctx, 0)
 			if err == nil {
 				x, err = fw.search(ctx, 0, count, notNewer)
 				remaining = count - x
@@ -246,7 +276,6 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 				}
 			}
 		}
-		_ = count
 		if err == nil && ok && at.Created.Equal(pos.TailCreated) {
 			exact = true
 			lost = max(0, pos.Ahead-remaining)
@@ -255,20 +284,30 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 			lost = pos.Ahead // the tail is gone too: at least this many
 		}
 	}
+	var oldest time.Time
+	if err == nil && !exact && !logged {
+		oldest, err = fw.oldestListed(ctx, d)
+	}
 	if err != nil {
 		return // the journal could not be read: count on a later cycle
 	}
-	if lost > 0 || !exact {
-		fw.mu.Lock()
-		fw.gaps += uint64(lost)
-		fw.mu.Unlock()
-		if lost > 0 || !logged {
-			if exact {
-				level.Warn(fw.logger).Log("msg", "events were deleted by the platform before they could be read", "lost", lost, "after", pos.Created)
-			} else {
-				level.Warn(fw.logger).Log("msg", "the position's event is gone; events after it may have been deleted unread, count not exactly known", "lost_at_least", lost, "after", pos.Created)
-			}
-		}
+	fw.mu.Lock()
+	fw.gapLogged = true
+	fw.gaps += uint64(lost)
+	episode := !exact && !logged
+	if episode {
+		fw.episodes++
+		fw.lastGap = GapEpisode{At: time.Now(), After: pos.Created, Before: oldest, Lost: uint64(lost)}
+	}
+	fw.mu.Unlock()
+	switch {
+	case episode:
+		level.Warn(fw.logger).Log("msg", "the position's event is gone and continuity with it cannot be proven: events created between after and before may have been deleted unread (a gap episode)",
+			"lost_at_least", lost, "after", pos.Created, "before", oldest)
+	case lost > 0 && exact:
+		level.Warn(fw.logger).Log("msg", "events were deleted by the platform before they could be read", "lost", lost, "after", pos.Created)
+	case lost > 0:
+		level.Warn(fw.logger).Log("msg", "more events were deleted by the platform before they could be read", "lost_at_least", lost, "after", pos.Created)
 	}
 	// Account once: what is left unread up to the tail is what a later deletion (the outage goes
 	// on) can still lose.
@@ -278,13 +317,28 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *Position, d direction) {
 	fw.mu.Unlock()
 }
 
+// oldestListed is the created of the oldest event in the journal (zero when it is empty).
+func (fw *Forwarder) oldestListed(ctx context.Context, d direction) (time.Time, error) {
+	e, count, ok, err := fw.probe(ctx, 0)
+	if err != nil || d == oldestFirst || count <= 1 {
+		if !ok {
+			return time.Time{}, err
+		}
+		return e.Created.Time, err
+	}
+	if e, _, ok, err = fw.probe(ctx, count-1); err != nil || !ok {
+		return time.Time{}, err
+	}
+	return e.Created.Time, nil
+}
+
 // read publishes the new events in chronological order, reading pages concurrently through a
 // bounded window. Each page overlaps what was read before it by one row, which proves that nothing
 // between them was skipped, plus a slack of rows on the side the list moves (older events: new
 // ones push them to higher offsets newest first, retention pulls them to lower offsets oldest
 // first), so that the list moving between two reads shifts the overlap inside the page instead of
 // past it.
-func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, anchored bool) (int, error) {
+func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, anchored bool) (int, error) {
 	pl := fw.startPipeline(ctx)
 	next, err := fw.readPages(ctx, pos, b, count, anchored, pl)
 	n, perr := pl.close()
@@ -299,7 +353,7 @@ func (fw *Forwarder) read(ctx context.Context, pos Position, b, count int, ancho
 
 // readPages reads the new events and sends them through pl in batches; it returns the offset
 // where the next cycle expects the boundary.
-func (fw *Forwarder) readPages(ctx context.Context, pos Position, b, count int, anchored bool, pl *pipeline) (int, error) {
+func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, anchored bool, pl *pipeline) (int, error) {
 	d := fw.dir()
 	page := fw.page
 	sl := newSlack(fw.slack, page)

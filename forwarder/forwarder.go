@@ -18,8 +18,8 @@ import (
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -32,8 +32,8 @@ type Options struct {
 	NATS          config.NATS
 	Conn          *Conn
 	Logger        log.Logger
-	// Checkpoint overrides the store chosen by Events.Checkpoint (tests, embedding).
-	Checkpoint Checkpoint
+	// store overrides the store chosen by Events.Checkpoint (tests).
+	store checkpoint
 	// Concurrency is how many pages a catch-up reads at once: the controller's max_concurrency
 	// (the client's own limit applies anyway). 0 means 4.
 	Concurrency int
@@ -41,22 +41,40 @@ type Options struct {
 
 // Status is what the status page shows of one controller's forwarding.
 type Status struct {
-	Controller    string
-	Order         string    // order in use: oldest_first, newest_first or unknown
-	Position      time.Time // created of the newest acknowledged event
-	PositionIDs   []string  // ids acknowledged at that instant
-	Backlog       int       // events known but not yet published
-	LastPublished time.Time // when the last acknowledgement arrived
-	Published     uint64
-	Duplicates    uint64
-	Gaps          uint64
-	LastError     string
-	Stopped       bool // another instance owns the position
-	NATS          ConnStatus
+	Controller  string
+	Order       string    // order in use: oldest_first, newest_first or unknown
+	Position    time.Time // created of the newest acknowledged event
+	PositionIDs []string  // ids acknowledged at that instant
+	Backlog     int       // events known but not yet published
+	LastAcked   time.Time // when the last acknowledgement arrived (wall clock)
+	Published   uint64
+	Duplicates  uint64
+	Gaps        uint64 // events known to be lost (exact or lower bound)
+	// GapEpisodes counts the times continuity with the stored position could not be proven;
+	// LastGap describes the latest.
+	GapEpisodes uint64
+	LastGap     GapEpisode
+	LastError   string
+	// NotReady says why events are not forwarded now ("" when they are): NATS, stream or
+	// position store not available.
+	NotReady string
+	Stopped  bool // another instance owns the position
+	NATS     ConnStatus
 	// Subject is the filter a subscriber uses for this controller's events: <prefix>.<controller>.>
 	Subject string
 	// Recent holds the last events published and acknowledged, newest first (at most 20).
 	Recent []RecentEvent
+}
+
+// GapEpisode is one time the position's event was found gone with the events after it not
+// provably all still there: events created between After and Before may have been deleted
+// unread.
+type GapEpisode struct {
+	At     time.Time // when it was noticed (zero: never)
+	After  time.Time // created of the newest event published before it
+	Before time.Time // created of the oldest event still listed then (zero: the journal was empty)
+	// Lost is how many events are known to be lost (exact or a lower bound; often 0).
+	Lost uint64
 }
 
 // RecentEvent is one published and acknowledged event as the status page lists it.
@@ -78,21 +96,25 @@ type Forwarder struct {
 	ordering string
 	order    direction
 	auto     bool
-	cp       Checkpoint
+	cp       checkpoint
 	source   string // ce-source: the controller URL without userinfo
 
 	mu   sync.Mutex
-	pos  Position // acknowledged
+	pos  position // acknowledged
 	hint int      // expected offset of the boundary
 	// slack is the pages' overlap the last cycle ended with (tail.go); only Run's goroutine uses it.
 	slack     int
 	backlog   int
-	published map[string]uint64
+	published map[pubKey]uint64
+	classes   map[string]bool // entity_class label values in use, at most maxEntityClasses
 	pubErrors uint64
 	dups      uint64
 	gaps      uint64
-	lastPub   time.Time
+	episodes  uint64
+	lastGap   GapEpisode
+	lastAcked time.Time // wall clock of the last acknowledgement (not the event's created)
 	lastErr   string
+	notReady  string // why NATS, stream or position store keep events back; "" when they don't
 	stopped   bool
 	cycleOK   bool
 	cycleDur  time.Duration
@@ -106,8 +128,15 @@ type Forwarder struct {
 	descs descs
 }
 
+// pubKey is the label pair of veil_events_published_total.
+type pubKey struct{ typ, class string }
+
+// maxEntityClasses bounds the entity_class label of veil_events_published_total per controller;
+// further classes count as other (the subject keeps the class).
+const maxEntityClasses = 50
+
 type descs struct {
-	published, pubErrors, dups, gaps, lastPub, backlog, position, natsUp *prometheus.Desc
+	published, pubErrors, dups, gaps, episodes, newestCreated, backlog, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.
@@ -119,7 +148,7 @@ func New(opts Options) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[string]uint64{}, source: eventSource(opts.ControllerURL)}
+		published: map[pubKey]uint64{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL)}
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
 	}
@@ -135,7 +164,7 @@ func New(opts Options) (*Forwarder, error) {
 	default:
 		return nil, fmt.Errorf("forwarder: unknown events.order %q", opts.Events.Order)
 	}
-	if opts.Conn == nil || opts.Conn.nc == nil {
+	if opts.Conn == nil {
 		return nil, errors.New("forwarder: no NATS connection")
 	}
 	if opts.NATS.SubjectPrefix == "" {
@@ -147,16 +176,14 @@ func New(opts Options) (*Forwarder, error) {
 	} else {
 		fw.pub = &corePublisher{nc: opts.Conn.nc, timeout: publishTimeout(opts.NATS)}
 	}
-	fw.cp = opts.Checkpoint
+	fw.cp = opts.store
 	if fw.cp == nil {
 		var err error
 		switch opts.Events.Checkpoint.Store {
 		case "", "file":
-			fw.cp, err = NewFileCheckpoint(opts.Events.Checkpoint.Dir, opts.Controller)
+			fw.cp, err = newFileCheckpoint(opts.Events.Checkpoint.Dir, opts.Controller)
 		case "nats_kv":
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			fw.cp, err = NewKVCheckpoint(ctx, opts.Conn, opts.Controller)
-			cancel()
+			fw.cp, err = newKVCheckpoint(opts.Conn, opts.Controller)
 		default:
 			err = fmt.Errorf("unknown checkpoint store %q", opts.Events.Checkpoint.Store)
 		}
@@ -168,14 +195,14 @@ func New(opts Options) (*Forwarder, error) {
 	// The veil_events_* values change as the forwarder polls the journal, not when scraped.
 	const polled = " Updated by the event forwarder every events.poll_interval (more often while catching up)."
 	fw.descs = descs{
-		published: prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged, by type (info, warning, error; any other type counts as other)."+polled, []string{"type"}, c),
-		pubErrors: prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts and position writes (retried)."+polled, nil, c),
-		dups:      prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published."+polled, nil, c),
-		gaps:      prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read."+polled, nil, c),
-		lastPub:   prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event."+polled, nil, c),
-		backlog:   prometheus.NewDesc("veil_events_backlog", "Events known but not yet published; also counted while NATS is unreachable."+polled, nil, c),
-		position:  prometheus.NewDesc("veil_events_position_timestamp_seconds", "Created time of the stored position."+polled, nil, c),
-		natsUp:    prometheus.NewDesc("veil_nats_connected", "1 if the event forwarder's NATS connection is up, read at scrape time.", nil, c),
+		published:     prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged, by type (info, warning, error; any other type counts as other) and entity_class (of the first entity, none without one; at most 50 classes, further ones count as other)."+polled, []string{"type", "entity_class"}, c),
+		pubErrors:     prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts and position writes (retried)."+polled, nil, c),
+		dups:          prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published."+polled, nil, c),
+		gaps:          prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read: the exact count, or a lower bound when it is not known."+polled, nil, c),
+		episodes:      prometheus.NewDesc("veil_events_gap_episodes_total", "Times the stored position's event was found deleted and continuity with it could not be proven: events may have been lost, how many is not known (veil_events_gaps_total has the lower bound)."+polled, nil, c),
+		newestCreated: prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event (the stored position)."+polled, nil, c),
+		backlog:       prometheus.NewDesc("veil_events_backlog", "Events known but not yet published; also counted while NATS is unreachable."+polled, nil, c),
+		natsUp:        prometheus.NewDesc("veil_nats_connected", "1 if the event forwarder's NATS connection is up, read at scrape time.", nil, c),
 	}
 	return fw, nil
 }
@@ -183,14 +210,17 @@ func New(opts Options) (*Forwarder, error) {
 // Run tails and publishes until ctx is done. It returns an error only when it must stop
 // forwarding for good (another instance owns the position).
 func (fw *Forwarder) Run(ctx context.Context) error {
-	pos, ok, err := fw.loadPosition(ctx)
-	for err != nil {
+	pos, ok, err := fw.cp.Load(ctx)
+	for delay := time.Second; err != nil; delay = min(2*delay, maxSetUpRetry) {
+		// The nats_kv store needs NATS: until it comes, nothing is forwarded, and /-/ready says why.
+		fw.setNotReady(err)
 		fw.fail(err)
-		if !sleep(ctx, time.Second) {
+		if !sleep(ctx, delay) {
 			return nil
 		}
-		pos, ok, err = fw.loadPosition(ctx)
+		pos, ok, err = fw.cp.Load(ctx)
 	}
+	fw.setNotReady(nil)
 	if !ok {
 		for {
 			pos, err = fw.initialPosition(ctx)
@@ -200,7 +230,7 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 			if err == nil {
 				break
 			}
-			if errors.Is(err, ErrCheckpointConflict) {
+			if errors.Is(err, errCheckpointConflict) {
 				return fw.stop(err)
 			}
 			fw.fail(err)
@@ -208,6 +238,7 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 				return nil
 			}
 		}
+		fw.setNotReady(nil)
 	}
 	fw.mu.Lock()
 	fw.pos = pos
@@ -216,7 +247,8 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 	if poll <= 0 {
 		poll = 5 * time.Second
 	}
-	resyncs := 0 // in a row
+	resyncs := 0    // in a row
+	setUpFails := 0 // in a row, with NATS connected
 	for {
 		start := time.Now()
 		n, err := fw.cycle(ctx)
@@ -237,13 +269,16 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 			level.Info(fw.logger).Log("msg", "event forwarding recovered", "failures", failures, "failing_for", time.Since(since).Round(time.Millisecond))
 		}
 		wait := poll
+		if !errors.As(err, new(*setUpError)) {
+			setUpFails = 0
+		}
 		if errors.Is(err, errResync) {
 			resyncs++
 		} else {
 			resyncs = 0
 		}
 		switch {
-		case errors.Is(err, ErrCheckpointConflict):
+		case errors.Is(err, errCheckpointConflict):
 			return fw.stop(err)
 		case errors.Is(err, errResync):
 			// The reader widened its overlap: retry at once, then back off, so that a journal
@@ -252,6 +287,12 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 			if resyncs > 1 {
 				wait = min(poll, 10*time.Millisecond<<min(resyncs-2, 10))
 			}
+		case errors.As(err, new(*setUpError)):
+			// Connected, but the stream or the bucket cannot be set up (missing, refused,
+			// JetStream disabled): back off, it is not mended by hammering.
+			fw.fail(err)
+			setUpFails++
+			wait = min(time.Second<<min(setUpFails-1, 5), maxSetUpRetry)
 		case err != nil:
 			fw.fail(err)
 			wait = min(poll, time.Second)
@@ -277,8 +318,34 @@ func pageSize(n int, logger log.Logger) int {
 	return n
 }
 
-func (fw *Forwarder) loadPosition(ctx context.Context) (Position, bool, error) {
-	return fw.cp.Load(ctx)
+// maxSetUpRetry caps the backoff of retrying the stream and position store set-up.
+const maxSetUpRetry = 30 * time.Second
+
+// setNotReady records why NATS keeps events back (nil: it does not).
+func (fw *Forwarder) setNotReady(err error) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if err == nil {
+		fw.notReady = ""
+		return
+	}
+	fw.notReady = err.Error()
+}
+
+// NotReady says why events are not forwarded now, "" when they are: NATS not connected (with
+// its cause), the stream or the position store not set up. (A forwarder stopped because another
+// instance owns the position says so in Status.Stopped.)
+func (fw *Forwarder) NotReady() string {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return fw.notReadyLocked()
+}
+
+func (fw *Forwarder) notReadyLocked() string {
+	if !fw.opts.Conn.Connected() {
+		return fw.opts.Conn.notConnected().Error()
+	}
+	return fw.notReady
 }
 
 func (fw *Forwarder) stop(err error) error {
@@ -355,23 +422,23 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // initialPosition is where a first start begins: after the newest event (latest) or before
 // everything (earliest).
-func (fw *Forwarder) initialPosition(ctx context.Context) (Position, error) {
+func (fw *Forwarder) initialPosition(ctx context.Context) (position, error) {
 	if fw.opts.Events.Start == "earliest" {
-		return Position{}, nil
+		return position{}, nil
 	}
 	pg, err := fw.pager.EventsPage(ctx, 0, fw.page, fw.ordering)
 	if err != nil {
-		return Position{}, fmt.Errorf("couldn't read events: %w", err)
+		return position{}, fmt.Errorf("couldn't read events: %w", err)
 	}
 	fw.learnOrder(pg.Results)
 	items := pg.Results
 	if fw.order != newestFirst && pg.Count > len(items) {
 		if pg, err = fw.pager.EventsPage(ctx, max(0, pg.Count-fw.page), fw.page, fw.ordering); err != nil {
-			return Position{}, fmt.Errorf("couldn't read events: %w", err)
+			return position{}, fmt.Errorf("couldn't read events: %w", err)
 		}
 		items = pg.Results
 	}
-	p := Position{Known: true}
+	p := position{Known: true}
 	for _, e := range items {
 		if !p.Created.IsZero() && e.Created.Before(p.Created) {
 			continue
@@ -423,8 +490,9 @@ func (fw *Forwarder) Status() Status {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
-		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastPublished: fw.lastPub,
-		Duplicates: fw.dups, Gaps: fw.gaps, LastError: fw.lastErr, Stopped: fw.stopped,
+		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
+		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
+		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
 		Subject: fw.opts.NATS.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
 	n := min(fw.recentN, recentLen)
 	s.Recent = make([]RecentEvent, n)
@@ -434,16 +502,26 @@ func (fw *Forwarder) Status() Status {
 	for _, n := range fw.published {
 		s.Published += n
 	}
-	if fw.opts.Conn != nil {
-		s.NATS = fw.opts.Conn.Status()
-	}
+	s.NATS = fw.opts.Conn.Status()
 	return s
+}
+
+// RunStatus reports the last polling cycle as the "events" collector; the daemon turns it into
+// the veil_collector_* families.
+func (fw *Forwarder) RunStatus() []runstatus.Status {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	st := runstatus.Status{Collector: "events", Success: fw.cycleOK, Duration: fw.cycleDur, LastSuccess: fw.lastOK}
+	if !fw.cycleOK {
+		st.Error = fw.lastErr
+	}
+	return []runstatus.Status{st}
 }
 
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.lastPub, d.backlog, d.position, d.natsUp} {
+	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.newestCreated, d.backlog, d.natsUp} {
 		ch <- x
 	}
 }
@@ -453,23 +531,20 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	d := fw.descs
-	for typ, n := range fw.published {
-		ch <- prometheus.MustNewConstMetric(d.published, prometheus.CounterValue, float64(n), typ)
+	for k, n := range fw.published {
+		ch <- prometheus.MustNewConstMetric(d.published, prometheus.CounterValue, float64(n), k.typ, k.class)
 	}
 	ch <- prometheus.MustNewConstMetric(d.pubErrors, prometheus.CounterValue, float64(fw.pubErrors))
 	ch <- prometheus.MustNewConstMetric(d.dups, prometheus.CounterValue, float64(fw.dups))
 	ch <- prometheus.MustNewConstMetric(d.gaps, prometheus.CounterValue, float64(fw.gaps))
-	ch <- prometheus.MustNewConstMetric(d.lastPub, prometheus.GaugeValue, unix(fw.pos.Created))
+	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
+	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, unix(fw.pos.Created))
 	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
-	ch <- prometheus.MustNewConstMetric(d.position, prometheus.GaugeValue, unix(fw.pos.Created))
 	up := 0.0
 	if fw.opts.Conn.Connected() {
 		up = 1
 	}
 	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, up)
-	// The veil_collector_* families are shared with the inventory and guest collectors, so they
-	// come from one place with one HELP text.
-	collector.CollectorStatusMetrics(ch, fw.opts.Controller, "events", fw.cycleOK, fw.cycleDur, fw.lastOK)
 }
 
 func unix(t time.Time) float64 {

@@ -1,13 +1,13 @@
 package forwarder
 
 import (
-	"context"
 	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -52,13 +52,17 @@ func TestNoEventLostNorDuplicated(t *testing.T) {
 		}},
 		{"NATS stopped and restarted while events keep arriving", "oldest_first", "auto", func(t *testing.T, r *rig) []string {
 			want := r.sim.AddEvents(500, veiltest.EventSpec{})
-			_, stop := r.run()
+			fw, stop := r.run()
 			t.Cleanup(stop)
 			wait := feed(r.sim, 3, 10*time.Millisecond, 2*time.Second+natsOutage(), veiltest.EventSpec{})
-			time.Sleep(500 * time.Millisecond)
-			r.nats.stop()
-			time.Sleep(natsOutage())
-			r.nats.start()
+			testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published > 0 }, "publishing under way")
+			r.nats.Stop()
+			testutil.Eventually(t, 10*time.Second, func() bool { return !r.conn.Connected() }, "NATS seen gone")
+			// The outage lasts while events keep arriving: natsOutage's worth of them (3 a tick).
+			backlog := fw.Status().Backlog
+			grow := int(natsOutage()/(10*time.Millisecond)) * 3 / 2
+			testutil.Eventually(t, 2*natsOutage()+10*time.Second, func() bool { return fw.Status().Backlog >= backlog+grow }, "%d events arriving during the outage", grow)
+			r.nats.Start()
 			return append(want, wait()...)
 		}},
 		{"API answering 500/503/418 or truncated JSON for 20% of requests", "newest_first", "auto", func(t *testing.T, r *rig) []string {
@@ -85,7 +89,7 @@ func TestNoEventLostNorDuplicated(t *testing.T) {
 				opts.EventsRetention = 1000
 			}
 			r := newRig(t, opts, tt.cfg, "earliest")
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			want := tt.run(t, r)
 			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 30*time.Second))
 		})
@@ -97,12 +101,13 @@ func sharedCreated(t *testing.T, r *rig) []string {
 	var want []string
 	want = append(want, r.sim.AddEvents(150, veiltest.EventSpec{})...)
 	want = append(want, r.sim.AddEvents(250, veiltest.EventSpec{SameCreated: true})...)
-	_, stop := r.run()
+	fw, stop := r.run()
 	t.Cleanup(stop)
-	time.Sleep(300 * time.Millisecond)
+	// Each burst lands while the forwarder is publishing the ones before it.
 	for range 5 {
+		published := fw.Status().Published
+		testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published > published }, "publishing under way")
 		want = append(want, r.sim.AddEvents(130, veiltest.EventSpec{SameCreated: true})...)
-		time.Sleep(150 * time.Millisecond)
 	}
 	return want
 }
@@ -128,22 +133,24 @@ func TestGapPastRetentionCountedExactly(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", EventsRetention: 200, InitialTasks: -1}, "auto", "earliest")
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			first := r.sim.AddEvents(50, veiltest.EventSpec{})
 			fw, stop := r.run()
 			t.Cleanup(stop)
 			rec.waitFor(t, 50, 10*time.Second)
-			r.nats.stop()
+			r.nats.Stop()
+			testutil.Eventually(t, 10*time.Second, func() bool { return !r.conn.Connected() }, "NATS seen gone")
 			seen := r.sim.AddEvents(100, veiltest.EventSpec{}) // read (and counted) but not publishable
-			time.Sleep(500 * time.Millisecond)
+			testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Backlog == 100 }, "the 100 events seen")
 			// 140 more in all: the journal keeps the newest 200, so the 50 published and the oldest
 			// 40 of `seen` are deleted; the newest of `seen` survives, which makes the count exact.
 			var after []string
 			for _, n := range tt.waves {
 				after = append(after, r.sim.AddEvents(n, veiltest.EventSpec{})...)
-				time.Sleep(300 * time.Millisecond)
+				lost := uint64(max(0, len(after)-100))
+				testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Gaps == lost }, "%d events counted lost", lost)
 			}
-			r.nats.start()
+			r.nats.Start()
 			want := append(append(append([]string{}, first...), seen[40:]...), after...)
 			got := rec.waitFor(t, len(want), 20*time.Second)
 			exactlyOnceInOrder(t, "prod", want, got)
@@ -159,20 +166,16 @@ func TestStartLatestPublishesNothingOld(t *testing.T) {
 	for _, order := range []string{"newest_first", "oldest_first"} {
 		t.Run(order, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: order, InitialTasks: -1}, "auto", "latest")
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			r.sim.AddEvents(300, veiltest.EventSpec{})
 			fw, stop := r.run()
 			t.Cleanup(stop)
-			for fw.Status().Position.IsZero() {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.Eventually(t, 10*time.Second, func() bool { return !fw.Status().Position.IsZero() }, "a position after the newest event")
 			want := r.sim.AddEvents(20, veiltest.EventSpec{})
 			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 10*time.Second))
 		})
 	}
 }
-
-var _ = context.Background
 
 // TestPageSizeIsHonoured reads with events.page_size 7: every page asked of the platform holds
 // at most 7 events, and every event still arrives exactly once in order, with arrivals during
@@ -202,7 +205,7 @@ func TestPageSizeIsHonoured(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: tt.order, InitialTasks: -1}, tt.order, "earliest")
 			r.ev.PageSize = 7
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			want := tt.run(t, r)
 			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 30*time.Second))
 			sevens := 0
@@ -234,8 +237,8 @@ func TestPageSizeIsHonoured(t *testing.T) {
 func tiesAcrossPages(t *testing.T, r *rig) []string {
 	want := r.sim.AddEvents(20, veiltest.EventSpec{})
 	want = append(want, r.sim.AddEvents(30, veiltest.EventSpec{SameCreated: true})...)
-	_, stop := r.run()
+	fw, stop := r.run()
 	t.Cleanup(stop)
-	time.Sleep(200 * time.Millisecond)
+	testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published > 0 }, "publishing under way")
 	return append(want, r.sim.AddEvents(25, veiltest.EventSpec{SameCreated: true})...)
 }

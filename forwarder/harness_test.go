@@ -2,69 +2,20 @@ package forwarder
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-kit/log"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
-
-// natsServer is an embedded nats-server with JetStream that can be stopped and started again on
-// the same port and store.
-type natsServer struct {
-	t    testing.TB
-	dir  string
-	port int
-	srv  *server.Server
-}
-
-func startNATS(t testing.TB) *natsServer {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	n := &natsServer{t: t, dir: t.TempDir(), port: port}
-	n.start()
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *natsServer) start() {
-	n.t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir, NoSigs: true, NoLog: true})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		n.t.Fatal("nats-server did not start")
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
-
-func (n *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n.port) }
 
 func natsConfig(url string) config.NATS {
 	c := config.Default().NATS
@@ -80,8 +31,11 @@ type receiver struct {
 	msgs []jetstream.Msg
 	cc   jetstream.ConsumeContext
 	nc   *nats.Conn
+	js   jetstream.JetStream
 }
 
+// subscribe consumes the stream from its start; it creates the stream as the forwarder would,
+// so that a subscriber can start before the forwarder's first cycle.
 func subscribe(t testing.TB, url string) *receiver {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
@@ -92,17 +46,15 @@ func subscribe(t testing.TB, url string) *receiver {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var cons jetstream.Consumer
-	for {
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"},
+			Duplicates: time.Hour, Storage: jetstream.FileStorage}); err != nil {
+			return false
+		}
 		cons, err = js.OrderedConsumer(ctx, "VEIL_EVENTS", jetstream.OrderedConsumerConfig{})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("no stream to subscribe to: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	r := &receiver{nc: nc}
+		return err == nil
+	}, "a stream to subscribe to")
+	r := &receiver{nc: nc, js: js}
 	r.cc, err = cons.Consume(func(m jetstream.Msg) {
 		r.mu.Lock()
 		r.ids = append(r.ids, m.Headers().Get(nats.MsgIdHdr))
@@ -124,15 +76,33 @@ func (r *receiver) received() []string {
 	return append([]string(nil), r.ids...)
 }
 
-// waitFor waits until n messages arrived (or the deadline), then a little longer to catch extras.
+// waitFor waits until at least n messages arrived and the subscriber has everything the stream
+// holds (so that a duplicate stored is received too), or d passes; it returns what arrived.
 func (r *receiver) waitFor(t testing.TB, n int, d time.Duration) []string {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) && len(r.received()) < n {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
+	// Past the deadline the wait ends without failing: exactlyOnceInOrder then says what is
+	// missing or extra.
+	testutil.Eventually(t, d+10*time.Second, func() bool {
+		got := len(r.received())
+		return got >= n && uint64(got) == r.stored() || time.Now().After(deadline)
+	}, "%d messages", n)
 	return r.received()
+}
+
+// stored is how many messages the stream holds (0 when it cannot be read).
+func (r *receiver) stored() uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := r.js.Stream(ctx, "VEIL_EVENTS")
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.Msgs
 }
 
 // exactlyOnceInOrder fails unless got is want (prefixed by the controller), in order, once each.
@@ -172,7 +142,7 @@ func exactlyOnceInOrder(t testing.TB, controller string, want, got []string) {
 type rig struct {
 	t    testing.TB
 	sim  *veiltest.Server
-	nats *natsServer
+	nats *testutil.NATS
 	conn *Conn
 	cli  *veil.Client
 	ev   config.Events
@@ -183,13 +153,17 @@ func newRig(t testing.TB, simOpts veiltest.Options, order, start string) *rig {
 	t.Helper()
 	sim := veiltest.New(simOpts)
 	t.Cleanup(sim.Close)
-	ns := startNATS(t)
-	nc := natsConfig(ns.url())
-	conn, err := Connect(context.Background(), nc, log.NewNopLogger())
+	ns := testutil.StartNATS(t)
+	nc := natsConfig(ns.URL())
+	conn, err := Connect(nc, log.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
+	// Tests that publish without a forwarder's cycle need the stream set up as a cycle would.
+	if err := conn.setUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	cli, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token, MaxConcurrency: 8, MaxRetries: 5, RetryBaseDelay: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -249,5 +223,3 @@ func scale(short, long int) int {
 	}
 	return short
 }
-
-var _ = fmt.Sprint

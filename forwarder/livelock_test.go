@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-kit/log"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -36,16 +37,14 @@ func TestProgressWhileTheListMovesAtEveryRequest(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: tt.order, EventsRetention: tt.retention, InitialTasks: -1}, tt.order, tt.start)
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			r.sim.AddEvents(tt.backlog, veiltest.EventSpec{})
 			before := journalIDs(t, r)
 			r.sim.SetLatency(20*time.Millisecond, 0)
 			fw, stop := r.run()
 			t.Cleanup(stop)
 			if tt.start == "latest" {
-				for fw.Status().Position.IsZero() {
-					time.Sleep(10 * time.Millisecond)
-				}
+				testutil.Eventually(t, 10*time.Second, func() bool { return !fw.Status().Position.IsZero() }, "a position after the newest event")
 			}
 			r.sim.SetEventRate(tt.rate)
 			time.Sleep(run)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -20,14 +21,8 @@ func TestPublishedTypeLabelIsBounded(t *testing.T) {
 	}
 	fw, stop := r.run()
 	t.Cleanup(stop)
-	deadline := time.Now().Add(10 * time.Second)
-	for fw.Status().Published < 12 {
-		if time.Now().After(deadline) {
-			t.Fatalf("published %d of 12", fw.Status().Published)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	reg := prometheus.NewRegistry()
+	testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published >= 12 }, "12 events published")
+	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(fw); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -15,20 +18,18 @@ func TestBacklogGrowsWhileNATSIsAway(t *testing.T) {
 	for _, order := range []string{"oldest_first", "newest_first"} {
 		t.Run(order, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: order, InitialTasks: -1}, "auto", "earliest")
-			rec := subscribe(t, r.nats.url())
+			rec := subscribe(t, r.nats.URL())
 			want := r.sim.AddEvents(20, veiltest.EventSpec{})
 			fw, stop := r.run()
 			t.Cleanup(stop)
 			rec.waitFor(t, len(want), 10*time.Second)
-			r.nats.stop()
-			for r.conn.Connected() {
-				time.Sleep(10 * time.Millisecond)
-			}
+			r.nats.Stop()
+			testutil.Eventually(t, 10*time.Second, func() bool { return !r.conn.Connected() }, "the connection to notice NATS stopped")
 			for _, wantBacklog := range []int{30, 55} {
 				want = append(want, r.sim.AddEvents(wantBacklog-(len(want)-20), veiltest.EventSpec{})...)
 				waitBacklog(t, fw, wantBacklog)
 			}
-			r.nats.start()
+			r.nats.Start()
 			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 20*time.Second))
 			waitBacklog(t, fw, 0)
 		})
@@ -37,20 +38,14 @@ func TestBacklogGrowsWhileNATSIsAway(t *testing.T) {
 
 func waitBacklog(t *testing.T, fw *Forwarder, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for fw.Status().Backlog != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("backlog %d, want %d", fw.Status().Backlog, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Backlog == want }, "backlog %d", want)
 }
 
 // TestOutageLoggedOnStateChange proves a NATS outage (a failed cycle every second) gives one
 // warning when it starts and one line when it ends, not one per retry.
 func TestOutageLoggedOnStateChange(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
-	rec := subscribe(t, r.nats.url())
+	rec := subscribe(t, r.nats.URL())
 	var logs logBuffer
 	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: logs.logger()})
 	if err != nil {
@@ -62,17 +57,22 @@ func TestOutageLoggedOnStateChange(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	want := r.sim.AddEvents(5, veiltest.EventSpec{})
 	rec.waitFor(t, len(want), 10*time.Second)
-	r.nats.stop()
+	r.nats.Stop()
 	want = append(want, r.sim.AddEvents(5, veiltest.EventSpec{})...)
-	time.Sleep(3500 * time.Millisecond) // at least three failed cycles
-	r.nats.start()
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		fw.mu.Lock()
+		defer fw.mu.Unlock()
+		return fw.failures.n >= 3
+	}, "three failed cycles")
+	r.nats.Start()
 	exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 20*time.Second))
+	testutil.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "event forwarding recovered") }, "the recovery logged")
 	out := logs.String()
 	failed := strings.Count(out, "event forwarding failed") + strings.Count(out, "event forwarding still failing")
 	if failed != 1 || strings.Count(out, "event forwarding recovered") != 1 {
 		t.Fatalf("want one failure line and one recovery line, got:\n%s", out)
 	}
-	if !strings.Contains(out, "NATS is not connected") {
+	if !strings.Contains(out, "not connected") {
 		t.Errorf("the failure line does not say why:\n%s", out)
 	}
 }
@@ -110,4 +110,81 @@ func TestFailureLogThrottles(t *testing.T) {
 			t.Fatalf("%s: first %v remind %v, want %v %v", s.name, first, remind, s.first, s.remind)
 		}
 	}
+}
+
+// TestNATSDownAtStart proves that NATS unreachable at start costs nothing but waiting: Connect
+// succeeds, the forwarder says why it is not ready (redacted URL and cause), veil_nats_connected
+// is 0, one log line says NATS is unreachable and one that it connected, and the events created
+// meanwhile are published exactly once when NATS comes, with either position store.
+func TestNATSDownAtStart(t *testing.T) {
+	for _, store := range []string{"file", "nats_kv"} {
+		t.Run(store, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+			r.nats.Stop()
+			cfg := r.nc
+			cfg.URL = strings.Replace(r.nats.URL(), "nats://", "nats://bob:s3cret@", 1)
+			var logs logBuffer
+			conn, err := Connect(cfg, logs.logger())
+			if err != nil {
+				t.Fatalf("Connect with NATS down: %v", err)
+			}
+			t.Cleanup(conn.Close)
+			ev := r.ev
+			ev.Checkpoint.Store = store
+			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: ev, NATS: cfg, Conn: conn, Logger: logs.logger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- fw.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			want := r.sim.AddEvents(30, veiltest.EventSpec{})
+			hostPort := strings.TrimPrefix(r.nats.URL(), "nats://")
+			testutil.Eventually(t, 10*time.Second, func() bool {
+				why := fw.NotReady()
+				return strings.Contains(why, "@"+hostPort) && !strings.Contains(why, "s3cret") && strings.Contains(why, "refused")
+			}, "NotReady naming the URL and the cause")
+			if gaugeValue(t, fw, "veil_nats_connected") != 0 {
+				t.Error("veil_nats_connected is not 0 while NATS is down")
+			}
+			r.nats.Start()
+			rec := subscribe(t, r.nats.URL())
+			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 20*time.Second))
+			testutil.Eventually(t, 10*time.Second, func() bool { return fw.NotReady() == "" }, "ready once NATS is up")
+			if gaugeValue(t, fw, "veil_nats_connected") != 1 {
+				t.Error("veil_nats_connected is not 1 with NATS up")
+			}
+			out := logs.String()
+			if n := strings.Count(out, "NATS unreachable"); n != 1 || !strings.Contains(out, "@"+hostPort) || strings.Contains(out, "s3cret") || !strings.Contains(out, "refused") {
+				t.Errorf("want one line saying NATS is unreachable with the URL and cause, got %d:\n%s", n, out)
+			}
+			if n := strings.Count(out, "NATS connected"); n != 1 {
+				t.Errorf("want one line saying NATS connected, got %d:\n%s", n, out)
+			}
+			if strings.Contains(out+fw.NotReady()+fw.Status().LastError, "s3cret") {
+				t.Errorf("the password shows:\n%s", out)
+			}
+		})
+	}
+}
+
+// gaugeValue is the value of the single series of name that c exports.
+func gaugeValue(t *testing.T, c prometheus.Collector, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue() + mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no single series %s", name)
+	return 0
 }

@@ -142,7 +142,7 @@ func (p *pipeline) acknowledge(ctx context.Context) {
 	defer close(p.done)
 	fw := p.fw
 	unsaved := 0
-	var pos Position
+	var pos position
 	for b := range p.queue {
 		if p.err != nil {
 			// Drain: after a failure nothing more advances, except what already left at most once.
@@ -184,13 +184,13 @@ func (p *pipeline) acknowledge(ctx context.Context) {
 
 // acknowledged advances the position past events that were acknowledged together with all
 // events before them, and returns it.
-func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg) Position {
+func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg) position {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	p := fw.pos.clone()
 	for i, e := range events {
 		p.advance(e.Created.Time, e.ID)
-		fw.published[typeLabel(e.Type)]++
+		fw.published[pubKey{typeLabel(e.Type), fw.classLabel(&e)}]++
 		if !e.Created.After(p.TailCreated) && p.Ahead > 0 {
 			p.Ahead--
 		}
@@ -200,7 +200,7 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg) Positio
 		}
 	}
 	fw.pos = p
-	fw.lastPub = time.Now()
+	fw.lastAcked = time.Now()
 	fw.backlog = max(0, fw.backlog-len(events))
 	return p.clone()
 }
@@ -215,19 +215,36 @@ func typeLabel(t string) string {
 	return "other"
 }
 
+// classLabel is the entity_class label of e: its first entity's class sanitized like the subject
+// token, none without an entity, other past maxEntityClasses distinct values. fw.mu is held.
+func (fw *Forwarder) classLabel(e *veil.Event) string {
+	if len(e.Entities) == 0 {
+		return "none"
+	}
+	c := sanitizeToken(e.Entities[0].Class)
+	if fw.classes[c] {
+		return c
+	}
+	if len(fw.classes) >= maxEntityClasses {
+		return "other"
+	}
+	fw.classes[c] = true
+	return c
+}
+
 // savePosition stores an acknowledged position, retrying any failure but a conflict (another
 // instance owns the position, returned) until it is stored or ctx is done. It does not return
 // before: a journal gone quiet brings no later save, and a stale stored position would publish
 // again, after a restart, events the duplicate window may no longer catch. Each failure is
 // counted in veil_events_publish_errors_total and shown in Status.LastError.
-func (fw *Forwarder) savePosition(ctx context.Context, p Position) error {
+func (fw *Forwarder) savePosition(ctx context.Context, p position) error {
 	delay := saveRetryMin
 	for {
 		// Acknowledged events are published: store that even when ctx was just cancelled.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err := fw.cp.Save(sctx, p)
 		cancel()
-		if err == nil || errors.Is(err, ErrCheckpointConflict) {
+		if err == nil || errors.Is(err, errCheckpointConflict) {
 			return err
 		}
 		fw.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -46,19 +47,19 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 	tests := []struct {
 		name string
 		// before runs on the owner (a) and may use a second instance (b) on the same key.
-		before       func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, b Checkpoint)
+		before       func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, b checkpoint)
 		wantConflict bool
 	}{
 		{
 			name: "lost reply to the first write (create)",
-			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, _ Checkpoint) {
+			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, _ checkpoint) {
 				lost.lose.Store(1)
 				mustFailNotConflict(t, a.Save(context.Background(), pos("p1")))
 			},
 		},
 		{
 			name: "lost reply to an update",
-			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, _ Checkpoint) {
+			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, _ checkpoint) {
 				mustSave(t, a, pos("p1"))
 				lost.lose.Store(1)
 				mustFailNotConflict(t, a.Save(context.Background(), pos("p2")))
@@ -66,7 +67,7 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 		},
 		{
 			name: "several lost replies in a row",
-			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, _ Checkpoint) {
+			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, _ checkpoint) {
 				mustSave(t, a, pos("p1"))
 				lost.lose.Store(3)
 				for _, id := range []string{"p2", "p3", "p4"} {
@@ -76,7 +77,7 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 		},
 		{
 			name: "second instance took over after a lost reply",
-			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, b Checkpoint) {
+			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, b checkpoint) {
 				mustSave(t, a, pos("p1"))
 				lost.lose.Store(1)
 				mustFailNotConflict(t, a.Save(context.Background(), pos("p2")))
@@ -91,7 +92,7 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 		},
 		{
 			name: "second instance wrote the same position",
-			before: func(t *testing.T, a *kvCheckpoint, _ *lostReplyKV, b Checkpoint) {
+			before: func(t *testing.T, a *kvCheckpoint, _ *lostReplyKV, b checkpoint) {
 				mustSave(t, a, pos("p1"))
 				if _, _, err := b.Load(context.Background()); err != nil {
 					t.Fatal(err)
@@ -108,20 +109,23 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			controller := "ctl" + string(rune('a'+i))
-			cp, err := NewKVCheckpoint(ctx, r.conn, controller)
+			cp, err := newKVCheckpoint(r.conn, controller)
 			if err != nil {
 				t.Fatal(err)
 			}
 			a := cp.(*kvCheckpoint)
+			if err := a.open(ctx); err != nil {
+				t.Fatal(err)
+			}
 			lost := &lostReplyKV{KeyValue: a.kv}
 			a.kv = lost
-			b, _ := NewKVCheckpoint(ctx, r.conn, controller)
+			b, _ := newKVCheckpoint(r.conn, controller)
 			tt.before(t, a, lost, b)
 
 			err = a.Save(ctx, pos("next"))
 			if tt.wantConflict {
-				if !errors.Is(err, ErrCheckpointConflict) {
-					t.Fatalf("Save after another instance wrote: err=%v, want ErrCheckpointConflict", err)
+				if !errors.Is(err, errCheckpointConflict) {
+					t.Fatalf("Save after another instance wrote: err=%v, want errCheckpointConflict", err)
 				}
 				return
 			}
@@ -137,11 +141,11 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 	}
 }
 
-func pos(id string) Position {
-	return Position{Known: true, Created: time.Unix(1700000000, 0).UTC(), IDs: []string{id}}
+func pos(id string) position {
+	return position{Known: true, Created: time.Unix(1700000000, 0).UTC(), IDs: []string{id}}
 }
 
-func mustSave(t *testing.T, cp Checkpoint, p Position) {
+func mustSave(t *testing.T, cp checkpoint, p position) {
 	t.Helper()
 	if err := cp.Save(context.Background(), p); err != nil {
 		t.Fatal(err)
@@ -150,24 +154,24 @@ func mustSave(t *testing.T, cp Checkpoint, p Position) {
 
 func mustFailNotConflict(t *testing.T, err error) {
 	t.Helper()
-	if err == nil || errors.Is(err, ErrCheckpointConflict) {
+	if err == nil || errors.Is(err, errCheckpointConflict) {
 		t.Fatalf("Save with a lost reply: err=%v, want a plain failure", err)
 	}
 }
 
 // brokenCheckpoint fails every Save while broken, like a full disk or an unreachable bucket.
 type brokenCheckpoint struct {
-	Checkpoint
+	checkpoint
 	broken   atomic.Bool
 	failures atomic.Int32
 }
 
-func (b *brokenCheckpoint) Save(ctx context.Context, p Position) error {
+func (b *brokenCheckpoint) Save(ctx context.Context, p position) error {
 	if b.broken.Load() {
 		b.failures.Add(1)
 		return errors.New("no space left on device")
 	}
-	return b.Checkpoint.Save(ctx, p)
+	return b.checkpoint.Save(ctx, p)
 }
 
 // TestFailedSaveIsRetriedWhileTheJournalIsQuiet proves that a position that could not be stored
@@ -188,15 +192,15 @@ func TestFailedSaveIsRetriedWhileTheJournalIsQuiet(t *testing.T) {
 			r.nc.JetStream.MaxPending = 20 // batches of 5
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			file, err := NewFileCheckpoint(r.ev.Checkpoint.Dir, "prod")
+			file, err := newFileCheckpoint(r.ev.Checkpoint.Dir, "prod")
 			if err != nil {
 				t.Fatal(err)
 			}
-			mustSave(t, file, Position{Known: true}) // stored before: Run does not save at start
-			cp := &brokenCheckpoint{Checkpoint: file}
+			mustSave(t, file, position{Known: true}) // stored before: Run does not save at start
+			cp := &brokenCheckpoint{checkpoint: file}
 			cp.broken.Store(true)
 			ids := r.sim.AddEvents(tt.events, veiltest.EventSpec{})
-			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), Checkpoint: cp})
+			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), store: cp})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,30 +213,23 @@ func TestFailedSaveIsRetriedWhileTheJournalIsQuiet(t *testing.T) {
 					t.Errorf("Run: %v", err)
 				}
 			}()
-			for (cp.failures.Load() < 3 || !strings.Contains(fw.Status().LastError, "no space left")) && ctx.Err() == nil {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%d failed saves, status error %q", cp.failures.Load(), fw.Status().LastError)
-			}
+			// Each failed save is counted right after the store refused it.
+			testutil.Eventually(t, 20*time.Second, func() bool {
+				fw.mu.Lock()
+				counted := fw.pubErrors
+				fw.mu.Unlock()
+				return cp.failures.Load() >= 3 && counted >= 3 && strings.Contains(fw.Status().LastError, "no space left")
+			}, "three failed saves counted in veil_events_publish_errors_total and shown in the status")
 			if got, _, _ := file.Load(ctx); len(got.IDs) != 0 {
 				t.Fatalf("stored %v while the store was broken", got.IDs)
-			}
-			fw.mu.Lock()
-			counted := fw.pubErrors
-			fw.mu.Unlock()
-			if counted < 3 {
-				t.Errorf("veil_events_publish_errors_total %d after %d failed saves", counted, cp.failures.Load())
 			}
 
 			cp.broken.Store(false) // no event is added from here on
 			want := ids[len(ids)-1]
-			for ctx.Err() == nil {
-				if got, _, _ := file.Load(ctx); len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.Eventually(t, 20*time.Second, func() bool {
+				got, _, _ := file.Load(ctx)
+				return len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want
+			}, "the position stored once the store works")
 			if got, _, err := file.Load(ctx); err != nil || len(got.IDs) == 0 || got.IDs[len(got.IDs)-1] != want {
 				t.Fatalf("stored %+v (err %v), want up to %s once the store works", got, err, want)
 			}
@@ -248,17 +245,20 @@ func TestFailedSaveIsRetriedWhileTheJournalIsQuiet(t *testing.T) {
 func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
 	r.ev.PollInterval = 20 * time.Millisecond
-	rec := subscribe(t, r.nats.url())
+	rec := subscribe(t, r.nats.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cp, err := NewKVCheckpoint(ctx, r.conn, "prod")
+	cp, err := newKVCheckpoint(r.conn, "prod")
 	if err != nil {
 		t.Fatal(err)
 	}
 	kvcp := cp.(*kvCheckpoint)
+	if err := kvcp.open(ctx); err != nil {
+		t.Fatal(err)
+	}
 	lost := &lostReplyKV{KeyValue: kvcp.kv}
 	kvcp.kv = lost
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), Checkpoint: cp})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), store: cp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,21 +268,17 @@ func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 	for round := range 3 {
 		lost.lose.Store(1) // the next position write is applied, its reply lost
 		want = append(want, r.sim.AddEvents(5, veiltest.EventSpec{})...)
-		for fw.Status().Published < uint64(len(want)) && ctx.Err() == nil {
-			time.Sleep(5 * time.Millisecond)
-		}
+		testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published >= uint64(len(want)) }, "%d events published", len(want))
 		if st := fw.Status(); st.Stopped || st.Published != uint64(len(want)) {
 			t.Fatalf("round %d: published %d of %d, stopped %v (%s)", round, st.Published, len(want), st.Stopped, st.LastError)
 		}
 	}
 	exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 10*time.Second))
-	other, _ := NewKVCheckpoint(ctx, r.conn, "prod")
-	for ctx.Err() == nil {
-		if got, _, _ := other.Load(ctx); len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want[len(want)-1] {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	other, _ := newKVCheckpoint(r.conn, "prod")
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		got, _, _ := other.Load(ctx)
+		return len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want[len(want)-1]
+	}, "the last position stored")
 	if ctx.Err() != nil {
 		t.Fatal("the position of the last event was never stored")
 	}
@@ -342,11 +338,9 @@ func TestReconnectStopsSendingWhileBatchesAreUnresolved(t *testing.T) {
 				waitStored(ctx, t, r, 3)
 			}
 			before := reconnects(r.conn.nc)
-			r.nats.stop()
-			r.nats.start()
-			for (reconnects(r.conn.nc) == before || !r.conn.Connected()) && ctx.Err() == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
+			r.nats.Stop()
+			r.nats.Start()
+			testutil.Eventually(t, 20*time.Second, func() bool { return reconnects(r.conn.nc) != before && r.conn.Connected() }, "reconnected")
 			waitStored(ctx, t, r, map[bool]uint64{true: 3, false: 0}[tt.inFlight]) // JetStream is back
 			batch := second
 			if !tt.inFlight {
@@ -363,7 +357,7 @@ func TestReconnectStopsSendingWhileBatchesAreUnresolved(t *testing.T) {
 			close(gate)
 			pl.close()
 			waitStored(ctx, t, r, tt.stored)
-			time.Sleep(100 * time.Millisecond)
+			// pl.close returned: nothing is in flight any more, a later count cannot differ.
 			if n := streamMsgs(ctx, t, r); n != tt.stored {
 				t.Fatalf("%d messages stored, want %d", n, tt.stored)
 			}
@@ -373,7 +367,7 @@ func TestReconnectStopsSendingWhileBatchesAreUnresolved(t *testing.T) {
 
 func streamMsgs(ctx context.Context, t *testing.T, r *rig) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(r.nats.url())
+	nc, err := nats.Connect(r.nats.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,10 +387,5 @@ func streamMsgs(ctx context.Context, t *testing.T, r *rig) uint64 {
 // waitStored waits until the stream answers and holds n messages.
 func waitStored(ctx context.Context, t *testing.T, r *rig, n uint64) {
 	t.Helper()
-	for streamMsgs(ctx, t, r) != n {
-		if ctx.Err() != nil {
-			t.Fatalf("stream never held %d messages (holds %d)", n, streamMsgs(context.Background(), t, r))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return streamMsgs(ctx, t, r) == n }, "the stream to hold %d messages", n)
 }

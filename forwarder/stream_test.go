@@ -11,6 +11,8 @@ import (
 	"github.com/go-kit/log"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
 
 // logBuffer collects log lines from several goroutines.
@@ -87,8 +89,8 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ns := startNATS(t)
-			nc, err := nats.Connect(ns.url())
+			ns := testutil.StartNATS(t)
+			nc, err := nats.Connect(ns.URL())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,11 +103,16 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cfg := natsConfig(ns.url())
+			cfg := natsConfig(ns.URL())
 			cfg.JetStream.CreateStream = tt.create
 			var logs logBuffer
 			for range 2 {
-				conn, err := Connect(ctx, cfg, logs.logger())
+				conn, err := Connect(cfg, logs.logger())
+				if err != nil {
+					t.Fatalf("Connect: %v", err)
+				}
+				err = conn.setUp(ctx)
+				conn.Close()
 				if tt.wantErr != "" {
 					if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 						t.Fatalf("Connect: %v, want an error saying %q", err, tt.wantErr)
@@ -113,9 +120,8 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 					continue
 				}
 				if err != nil {
-					t.Fatalf("Connect: %v", err)
+					t.Fatalf("setUp: %v", err)
 				}
-				conn.Close()
 			}
 			if tt.wantWarn != "" && !strings.Contains(logs.String(), tt.wantWarn) {
 				t.Errorf("no warning %q in logs:\n%s", tt.wantWarn, logs.String())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -56,14 +58,14 @@ func TestMessageSubjectHeadersAndBody(t *testing.T) {
 
 func TestFileCheckpointRoundTripAndAtomicReplace(t *testing.T) {
 	dir := t.TempDir()
-	cp, err := NewFileCheckpoint(dir, "prod")
+	cp, err := newFileCheckpoint(dir, "prod")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := cp.Load(context.Background()); ok || err != nil {
 		t.Fatalf("empty store: ok=%v err=%v", ok, err)
 	}
-	want := Position{Created: time.Date(2021, 8, 20, 10, 8, 9, 761081000, time.UTC), IDs: []string{"a", "b"}, Known: true, Ahead: 3, TailID: "z"}
+	want := position{Created: time.Date(2021, 8, 20, 10, 8, 9, 761081000, time.UTC), IDs: []string{"a", "b"}, Known: true, Ahead: 3, TailID: "z"}
 	for i := range 3 {
 		want.Ahead = i
 		if err := cp.Save(context.Background(), want); err != nil {
@@ -81,30 +83,30 @@ func TestFileCheckpointRoundTripAndAtomicReplace(t *testing.T) {
 func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
 	ctx := context.Background()
-	a, err := NewKVCheckpoint(ctx, r.conn, "prod")
+	a, err := newKVCheckpoint(r.conn, "prod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := NewKVCheckpoint(ctx, r.conn, "prod")
+	b, _ := newKVCheckpoint(r.conn, "prod")
 	if _, _, err := a.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := b.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Save(ctx, Position{Known: true, IDs: []string{"x"}}); err != nil {
+	if err := a.Save(ctx, position{Known: true, IDs: []string{"x"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Save(ctx, Position{Known: true, IDs: []string{"y"}}); !errors.Is(err, ErrCheckpointConflict) {
-		t.Fatalf("stale writer: err=%v, want ErrCheckpointConflict", err)
+	if err := b.Save(ctx, position{Known: true, IDs: []string{"y"}}); !errors.Is(err, errCheckpointConflict) {
+		t.Fatalf("stale writer: err=%v, want errCheckpointConflict", err)
 	}
-	if err := a.Save(ctx, Position{Known: true, IDs: []string{"x2"}}); err != nil {
+	if err := a.Save(ctx, position{Known: true, IDs: []string{"x2"}}); err != nil {
 		t.Fatalf("owner keeps writing: %v", err)
 	}
 
 	// A running forwarder whose position is written by another instance stops with the conflict.
 	r.sim.AddEvents(10, veiltest.EventSpec{})
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), Checkpoint: b})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), store: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +114,9 @@ func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- fw.Run(cctx) }()
-	for fw.Status().Published < 10 && cctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published >= 10 }, "10 events published")
 	// A second instance takes the position over while the first one runs.
-	c, _ := NewKVCheckpoint(ctx, r.conn, "prod")
+	c, _ := newKVCheckpoint(r.conn, "prod")
 	p, _, err := c.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +125,8 @@ func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.sim.AddEvents(5, veiltest.EventSpec{})
-	if err := <-done; !errors.Is(err, ErrCheckpointConflict) {
-		t.Fatalf("Run: %v, want ErrCheckpointConflict", err)
+	if err := <-done; !errors.Is(err, errCheckpointConflict) {
+		t.Fatalf("Run: %v, want errCheckpointConflict", err)
 	}
 	if !fw.Status().Stopped {
 		t.Fatal("status does not say the forwarder stopped")
@@ -136,16 +136,14 @@ func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 // TestMetricsAfterPublishing checks the veil_events_* series after a known number of events.
 func TestMetricsAfterPublishing(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "newest_first", InitialTasks: -1}, "auto", "earliest")
-	rec := subscribe(t, r.nats.url())
-	r.sim.AddEvents(7, veiltest.EventSpec{Type: "error"})
+	rec := subscribe(t, r.nats.URL())
+	r.sim.AddEvents(4, veiltest.EventSpec{Type: "error", EntityClass: "none"})
+	r.sim.AddEvents(3, veiltest.EventSpec{Type: "error", EntityClass: "node"})
 	fw, stop := r.run()
 	t.Cleanup(stop)
 	rec.waitFor(t, 7, 10*time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for fw.Status().Published < 7 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	reg := prometheus.NewRegistry() // not pedantic: the veil_collector_* descs are shared with the other collectors
+	testutil.Eventually(t, 5*time.Second, func() bool { return fw.Status().Published == 7 }, "7 events published")
+	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(fw); err != nil {
 		t.Fatal(err)
 	}
@@ -170,27 +168,62 @@ func TestMetricsAfterPublishing(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"veil_events_published_total,type=error":  7,
-		"veil_events_backlog":                     0,
-		"veil_events_gaps_total":                  0,
-		"veil_events_duplicates_total":            0,
-		"veil_nats_connected":                     1,
-		"veil_collector_success,collector=events": 1,
+		"veil_events_published_total,entity_class=none,type=error": 4,
+		"veil_events_published_total,entity_class=node,type=error": 3,
+		"veil_events_backlog":              0,
+		"veil_events_gaps_total":           0,
+		"veil_events_gap_episodes_total":   0,
+		"veil_events_duplicates_total":     0,
+		"veil_events_publish_errors_total": 0,
+		"veil_nats_connected":              1,
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
 		}
 	}
-	if got["veil_events_last_published_timestamp_seconds"] <= 0 || got["veil_events_position_timestamp_seconds"] <= 0 {
-		t.Errorf("timestamps not set: %v", got)
+	if got["veil_events_last_published_timestamp_seconds"] <= 0 {
+		t.Errorf("timestamp not set: %v", got)
 	}
-	if series != 11 {
-		t.Errorf("%d series, want 11", series)
+	if _, ok := got["veil_events_position_timestamp_seconds"]; ok {
+		t.Errorf("veil_events_position_timestamp_seconds is still exported (it equalled last_published)")
+	}
+	if series != 9 {
+		t.Errorf("%d series, want 9: %v", series, got)
+	}
+	rs := fw.RunStatus()
+	if len(rs) != 1 || rs[0].Collector != "events" || !rs[0].Success || rs[0].LastSuccess.IsZero() || rs[0].Error != "" {
+		t.Errorf("RunStatus() = %+v, want one successful events run", rs)
 	}
 	st := fw.Status()
-	if st.Order != "oldest_first" || st.Position.IsZero() || !st.NATS.Connected || st.LastPublished.IsZero() {
+	if st.Order != "oldest_first" || st.Position.IsZero() || !st.NATS.Connected || st.LastAcked.IsZero() {
 		t.Errorf("status %+v", st)
+	}
+}
+
+// TestEntityClassLabelIsCapped proves the entity_class label: none without an entity, sanitized
+// like the subject token, and other once maxEntityClasses distinct values are in use.
+func TestEntityClassLabelIsCapped(t *testing.T) {
+	fw := &Forwarder{classes: map[string]bool{}}
+	ev := func(class string) *veil.Event {
+		return &veil.Event{Entities: []veil.EventEntity{{Class: class}}}
+	}
+	if got := fw.classLabel(&veil.Event{}); got != "none" {
+		t.Errorf("no entity: %q, want none", got)
+	}
+	if got := fw.classLabel(ev("a.b c")); got != "a_b_c" {
+		t.Errorf("sanitized: %q, want a_b_c", got)
+	}
+	for i := len(fw.classes); i < maxEntityClasses; i++ {
+		if got, want := fw.classLabel(ev(fmt.Sprint("c", i))), fmt.Sprint("c", i); got != want {
+			t.Fatalf("class %d: %q, want %q", i, got, want)
+		}
+	}
+	if got := fw.classLabel(ev("one_too_many")); got != "other" {
+		t.Errorf("past the cap: %q, want other", got)
+	}
+	if got := fw.classLabel(ev("a.b c")); got != "a_b_c" {
+		t.Errorf("a class in use stays after the cap: %q", got)
 	}
 }
 
@@ -199,12 +232,12 @@ func TestCoreNATSAtMostOnce(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
 	nc := r.nc
 	nc.JetStream.Enabled = false
-	conn, err := Connect(context.Background(), nc, log.NewNopLogger())
+	conn, err := Connect(nc, log.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	sub, err := nats.Connect(r.nats.url())
+	sub, err := nats.Connect(r.nats.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,10 +285,7 @@ func TestStatusListsRecentEventsNewestFirst(t *testing.T) {
 			ids := r.sim.AddEvents(tt.events, veiltest.EventSpec{Type: "warning"})
 			fw, stop := r.run()
 			t.Cleanup(stop)
-			deadline := time.Now().Add(10 * time.Second)
-			for fw.Status().Published < uint64(tt.events) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published >= uint64(tt.events) }, "%d events published", tt.events)
 			st := fw.Status()
 			if st.Subject != "veil.events.prod.>" {
 				t.Errorf("subject %q", st.Subject)
@@ -286,7 +316,7 @@ func TestPositionStopsAtTheFirstUnacknowledgedEvent(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
 	r.ev.PollInterval = 20 * time.Millisecond
 	r.nc.JetStream.MaxPending = 20 // batches of 5, several in flight when the stream fills up
-	nc, err := nats.Connect(r.nats.url())
+	nc, err := nats.Connect(r.nats.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,21 +335,22 @@ func TestPositionStopsAtTheFirstUnacknowledgedEvent(t *testing.T) {
 	ids := r.sim.AddEvents(total, veiltest.EventSpec{})
 	fw, stop := r.run()
 	defer stop()
-	for fw.Status().LastError == "" && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // a few refused retries
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		fw.mu.Lock()
+		defer fw.mu.Unlock()
+		return fw.lastErr != "" && fw.pubErrors >= 3
+	}, "a few refused publishes")
 	st := fw.Status()
 	if st.Published != accepted || len(st.PositionIDs) == 0 || st.PositionIDs[len(st.PositionIDs)-1] != ids[accepted-1] {
 		t.Fatalf("published %d up to %v, want %d up to %s (error %q)", st.Published, st.PositionIDs, accepted, ids[accepted-1], st.LastError)
 	}
-	cp, _ := NewFileCheckpoint(r.ev.Checkpoint.Dir, "prod")
+	cp, _ := newFileCheckpoint(r.ev.Checkpoint.Dir, "prod")
 	stored, ok, err := cp.Load(ctx)
 	if err != nil || !ok || !stored.Created.Equal(st.Position) || stored.IDs[len(stored.IDs)-1] != ids[accepted-1] {
 		t.Fatalf("stored position %+v (ok %v, err %v), want the %d-th event", stored, ok, err, accepted)
 	}
 	limit(-1)
-	rec := subscribe(t, r.nats.url())
+	rec := subscribe(t, r.nats.URL())
 	exactlyOnceInOrder(t, "prod", ids, rec.waitFor(t, total, 15*time.Second))
 }
 
@@ -346,7 +377,7 @@ func TestEventSourceCarriesNoCredentials(t *testing.T) {
 
 	t.Run("published ce-source", func(t *testing.T) {
 		r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
-		rec := subscribe(t, r.nats.url())
+		rec := subscribe(t, r.nats.URL())
 		r.sim.AddEvents(3, veiltest.EventSpec{})
 		host := strings.TrimPrefix(r.sim.URL, "http://")
 		fw, err := New(Options{Controller: "prod", ControllerURL: "http://admin:s3cret@" + host, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn})

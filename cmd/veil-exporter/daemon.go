@@ -279,7 +279,9 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 	fresh := false
 	if cfg.Events.Enabled {
 		conn = oldConn
-		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS)
+		// NATS connection lifecycle (forwarder): a replaced credential, key or CA file also
+		// needs a new connection, though the configuration text is the same.
+		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || oldConn.FilesChanged()
 	}
 	tornDown := false
 	if fresh {
@@ -365,7 +367,9 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 	return ch, nil
 }
 
-// connect opens the NATS connection of n.
+// connect opens the NATS connection of n. NATS being unreachable is not an error: the connection
+// comes up in the background and each forwarder sets up its stream and position store then
+// (/-/ready says why it waits); only what a retry cannot mend fails (embedded server, key files).
 func (d *daemon) connect(n config.NATS) (*forwarder.Conn, error) {
 	if n.Embedded.Enabled {
 		// A taken port shows in the embedded server only as a start timeout; say why at once.
@@ -373,7 +377,16 @@ func (d *daemon) connect(n config.NATS) (*forwarder.Conn, error) {
 			return nil, fmt.Errorf("nats.embedded.listen: %w", err)
 		}
 	}
-	return forwarder.Connect(d.ctx, n, log.With(d.base, "component", "nats"))
+	conn, err := forwarder.Connect(n, log.With(d.base, "component", "nats"))
+	if err != nil {
+		return nil, err
+	}
+	// A stream that contradicts the configuration refuses it; NATS unreachable does not.
+	if err := conn.Verify(d.ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 func probeListen(addr string) error {

@@ -89,9 +89,22 @@ func (d *daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if cfg != nil && cfg.Events.Enabled && (conn == nil || !conn.Connected()) {
-		http.Error(w, "NATS not connected", http.StatusServiceUnavailable)
-		return
+	// NATS connection lifecycle (forwarder): forwarding is ready once every forwarder has NATS,
+	// its stream and its position store; otherwise say which and why.
+	if cfg != nil && cfg.Events.Enabled {
+		if conn == nil {
+			http.Error(w, "events are not forwarded: the NATS connection was lost in a failed reload", http.StatusServiceUnavailable)
+			return
+		}
+		for _, ct := range ctrls {
+			if ct.forwarder == nil {
+				continue
+			}
+			if why := ct.forwarder.NotReady(); why != "" {
+				http.Error(w, fmt.Sprintf("controller %s: events are not forwarded: %s", ct.cfg.Name, why), http.StatusServiceUnavailable)
+				return
+			}
+		}
 	}
 	fmt.Fprintln(w, "Ready")
 }

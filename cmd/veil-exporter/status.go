@@ -91,18 +91,30 @@ type guestStatus struct {
 }
 
 type eventsStatus struct {
-	Subject       string        `json:"subject"`
-	Order         string        `json:"order"`
-	Position      time.Time     `json:"position,omitzero"`
-	PositionIDs   []string      `json:"position_ids"`
-	Backlog       int           `json:"backlog"`
-	Published     uint64        `json:"published"`
-	LastPublished time.Time     `json:"last_published,omitzero"`
-	Duplicates    uint64        `json:"duplicates_dropped"`
-	Gaps          uint64        `json:"gaps"`
-	LastError     string        `json:"last_error,omitempty"`
-	Stopped       bool          `json:"stopped"` // another instance owns the position
-	Recent        []recentEvent `json:"recent"`  // newest first
+	Subject       string    `json:"subject"`
+	Order         string    `json:"order"`
+	Position      time.Time `json:"position,omitzero"`
+	PositionIDs   []string  `json:"position_ids"`
+	Backlog       int       `json:"backlog"`
+	Published     uint64    `json:"published"`
+	LastPublished time.Time `json:"last_published,omitzero"`
+	Duplicates    uint64    `json:"duplicates_dropped"`
+	Gaps          uint64    `json:"gaps"`
+	// Gap episodes: times continuity with the stored position could not be proven (forwarder).
+	GapEpisodes uint64        `json:"gap_episodes"`
+	LastGap     *gapEpisode   `json:"last_gap_episode,omitempty"`
+	NotReady    string        `json:"not_ready,omitempty"` // why events are not forwarded now
+	LastError   string        `json:"last_error,omitempty"`
+	Stopped     bool          `json:"stopped"` // another instance owns the position
+	Recent      []recentEvent `json:"recent"`  // newest first
+}
+
+// gapEpisode: events created between After and Before may have been deleted unread.
+type gapEpisode struct {
+	At     time.Time `json:"at"`
+	After  time.Time `json:"after"`
+	Before time.Time `json:"before,omitzero"`
+	Lost   uint64    `json:"lost_at_least"`
 }
 
 type recentEvent struct {
@@ -201,9 +213,13 @@ func guestView(g collector.GuestStatus) *guestStatus {
 func eventsView(f forwarder.Status) *eventsStatus {
 	e := &eventsStatus{
 		Subject: f.Subject, Order: f.Order, Position: f.Position, PositionIDs: f.PositionIDs,
-		Backlog: f.Backlog, Published: f.Published, LastPublished: f.LastPublished,
-		Duplicates: f.Duplicates, Gaps: f.Gaps, LastError: f.LastError, Stopped: f.Stopped,
+		Backlog: f.Backlog, Published: f.Published, LastPublished: f.LastAcked,
+		Duplicates: f.Duplicates, Gaps: f.Gaps, GapEpisodes: f.GapEpisodes, NotReady: f.NotReady,
+		LastError: f.LastError, Stopped: f.Stopped,
 		Recent: make([]recentEvent, 0, len(f.Recent)),
+	}
+	if g := f.LastGap; !g.At.IsZero() {
+		e.LastGap = &gapEpisode{At: g.At, After: g.After, Before: g.Before, Lost: g.Lost}
 	}
 	if e.PositionIDs == nil {
 		e.PositionIDs = []string{}
