@@ -396,6 +396,12 @@ var contractFamilies = []string{
 	"veil_tasks", "veil_tasks_finished_total", "veil_task_duration_seconds",
 	"veil_events_published_total", "veil_events_publish_errors_total", "veil_events_duplicates_total",
 	"veil_events_gaps_total", "veil_events_last_published_timestamp_seconds", "veil_events_backlog",
+	"veil_events_gap_episodes_total", "veil_nats_connected",
+	"veil_domain_guest_info", "veil_domain_last_backup_timestamp_seconds", "veil_domain_last_backup_success",
+	"veil_guest_network_receive_bytes_total", "veil_guest_network_transmit_bytes_total",
+	"veil_guest_network_receive_packets_total", "veil_guest_network_transmit_packets_total",
+	"veil_guest_network_receive_errors_total", "veil_guest_network_transmit_errors_total",
+	"veil_guest_network_receive_drop_total", "veil_guest_network_transmit_drop_total",
 }
 
 func missingFamilies(exposition []byte) []string {
