@@ -29,6 +29,7 @@ func TestDecodeEventMatchesVeil(t *testing.T) {
 		`"a string"`,
 		`[1]`,
 		`12`,
+		`null`,
 	}
 	for _, raw := range tests {
 		var want veil.Event
