@@ -37,11 +37,11 @@ type Conn struct {
 	logger log.Logger
 	// files holds the digest of each credential, key and CA file at connect, by path: a reload
 	// reconnects when one was replaced, even with the same configuration text.
-	files    map[string][sha256.Size]byte
-	mu       sync.Mutex
-	lastErr  string
-	down     bool // a failure was logged and no connection came since
-	shown    bool // a connection was logged
+	files   map[string][sha256.Size]byte
+	mu      sync.Mutex
+	lastErr string
+	down    bool // a failure was logged and no connection came since
+	shown   bool // a connection was logged
 	setupMu sync.Mutex
 	// streamOK says the stream was created or checked since the connection last came up: a
 	// reconnect may reach a server (a fresh one) that lacks it.
