@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
@@ -36,13 +37,15 @@ type Conn struct {
 	logger log.Logger
 	// files holds the digest of each credential, key and CA file at connect, by path: a reload
 	// reconnects when one was replaced, even with the same configuration text.
-	files    map[string][sha256.Size]byte
-	mu       sync.Mutex
-	lastErr  string
-	down     bool // a failure was logged and no connection came since
-	shown    bool // a connection was logged
-	setupMu  sync.Mutex
-	streamOK bool // the stream was created or checked on this connection
+	files   map[string][sha256.Size]byte
+	mu      sync.Mutex
+	lastErr string
+	down    bool // a failure was logged and no connection came since
+	shown   bool // a connection was logged
+	setupMu sync.Mutex
+	// streamOK says the stream was created or checked since the connection last came up: a
+	// reconnect may reach a server (a fresh one) that lacks it.
+	streamOK atomic.Bool
 	closeOne sync.Once
 }
 
@@ -185,6 +188,7 @@ func (c *Conn) dialCause(err error) error {
 
 // connected logs the connection coming (once per run of failures, and at start).
 func (c *Conn) connected() {
+	c.streamOK.Store(false)
 	c.mu.Lock()
 	show := c.down || !c.shown
 	c.down, c.shown = false, true
@@ -200,12 +204,12 @@ func (c *Conn) setUp(ctx context.Context) error {
 	if !c.Connected() {
 		return c.notConnected()
 	}
-	if c.js == nil {
+	if c.js == nil || c.streamOK.Load() {
 		return nil
 	}
 	c.setupMu.Lock()
 	defer c.setupMu.Unlock()
-	if c.streamOK {
+	if c.streamOK.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout(c.cfg))
@@ -213,7 +217,7 @@ func (c *Conn) setUp(ctx context.Context) error {
 	if err := c.ensureStream(ctx); err != nil {
 		return fmt.Errorf("couldn't set up stream %s on NATS at %s: %w", c.cfg.JetStream.Stream, c.url, err)
 	}
-	c.streamOK = true
+	c.streamOK.Store(true)
 	return nil
 }
 

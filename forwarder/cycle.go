@@ -90,13 +90,13 @@ func (fw *Forwarder) setHint(h int) {
 // notices events lost at the source and records what is needed to count future losses.
 func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, count int, anchored bool, err error) {
 	o := max(0, hint-fw.page/2)
-	pg, err := fw.pager.EventsPage(ctx, o, fw.page, fw.ordering)
+	pg, err := fw.eventsPage(ctx, o, fw.page)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
 	}
 	if o > 0 && len(pg.Results) == 0 { // the list shrank below the hint
 		o = 0
-		if pg, err = fw.pager.EventsPage(ctx, 0, fw.page, fw.ordering); err != nil {
+		if pg, err = fw.eventsPage(ctx, 0, fw.page); err != nil {
 			return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
 		}
 	}
@@ -158,7 +158,7 @@ func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pr
 			return 0, o, items, nil
 		}
 		o = max(0, o-(fw.page-1))
-		pg, err := fw.pager.EventsPage(ctx, o, fw.page, fw.ordering)
+		pg, err := fw.eventsPage(ctx, o, fw.page)
 		if err != nil {
 			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
 		}
@@ -181,7 +181,7 @@ func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pr
 func (fw *Forwarder) walkUp(ctx context.Context, o int, items []veil.Event, count int, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
 	for range 4 {
 		o += max(1, len(items)-1)
-		pg, err := fw.pager.EventsPage(ctx, o, fw.page, fw.ordering)
+		pg, err := fw.eventsPage(ctx, o, fw.page)
 		if err != nil {
 			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
 		}

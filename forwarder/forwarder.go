@@ -152,7 +152,7 @@ func New(opts Options) (*Forwarder, error) {
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
 	}
-	fw.pager = opts.Client
+	fw.pager = clientPager{opts.Client}
 	fw.page = pageSize(opts.Events.PageSize, fw.logger)
 	switch opts.Events.Order {
 	case "", "auto":
@@ -426,14 +426,14 @@ func (fw *Forwarder) initialPosition(ctx context.Context) (position, error) {
 	if fw.opts.Events.Start == "earliest" {
 		return position{}, nil
 	}
-	pg, err := fw.pager.EventsPage(ctx, 0, fw.page, fw.ordering)
+	pg, err := fw.eventsPage(ctx, 0, fw.page)
 	if err != nil {
 		return position{}, fmt.Errorf("couldn't read events: %w", err)
 	}
 	fw.learnOrder(pg.Results)
 	items := pg.Results
 	if fw.order != newestFirst && pg.Count > len(items) {
-		if pg, err = fw.pager.EventsPage(ctx, max(0, pg.Count-fw.page), fw.page, fw.ordering); err != nil {
+		if pg, err = fw.eventsPage(ctx, max(0, pg.Count-fw.page), fw.page); err != nil {
 			return position{}, fmt.Errorf("couldn't read events: %w", err)
 		}
 		items = pg.Results

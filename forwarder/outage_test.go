@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
@@ -187,4 +189,41 @@ func gaugeValue(t *testing.T, c prometheus.Collector, name string) float64 {
 	}
 	t.Fatalf("no single series %s", name)
 	return 0
+}
+
+// TestStreamSetUpAgainAfterReconnect: NATS coming back without the stream (a fresh server) gets
+// it created again on the forwarder's next cycle, and new events land in it.
+func TestStreamSetUpAgainAfterReconnect(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+	r.sim.AddEvents(5, veiltest.EventSpec{})
+	fw, stop := r.run()
+	t.Cleanup(stop)
+	testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published == 5 }, "5 events published")
+	nc, err := nats.Connect(r.nats.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, "VEIL_EVENTS"); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	r.nats.Stop()
+	testutil.Eventually(t, 10*time.Second, func() bool { return !r.conn.Connected() }, "NATS seen gone")
+	r.nats.Start()
+	want := r.sim.AddEvents(3, veiltest.EventSpec{})
+	nc, err = nats.Connect(r.nats.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ = jetstream.New(nc)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		_, err := js.Stream(ctx, "VEIL_EVENTS")
+		return err == nil
+	}, "the forwarder to create the stream again")
+	rec := subscribe(t, r.nats.URL())
+	exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 20*time.Second))
 }

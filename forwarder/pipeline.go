@@ -16,7 +16,7 @@ const (
 	// maxBatchEvents caps a batch, whatever max_pending allows, so memory stays bounded.
 	maxBatchEvents = 1000
 	// saveEvery bounds how many acknowledged events may wait for the next position write while
-	// later batches are still pending; the position is always written once nothing is pending.
+	// a cycle publishes; the position is always written when the cycle's publishing ends.
 	saveEvery = 1000
 	// A position that could not be stored is retried with this backoff before anything more is
 	// acknowledged: publishing on while the store fails only widens what a restart sends again.
@@ -169,7 +169,10 @@ func (p *pipeline) acknowledge(ctx context.Context) {
 			fw.pubErrors++
 			fw.mu.Unlock()
 		}
-		if unsaved > 0 && (err != nil || len(p.queue) == 0 || unsaved >= saveEvery) {
+		// The position is written every saveEvery events and once the sender is done (below):
+		// not after each batch, which during a catch-up waiting on the journal meant a write
+		// (two fsyncs) per batch for nothing a restart needs.
+		if unsaved > 0 && (err != nil || unsaved >= saveEvery) {
 			unsaved = 0
 			if serr := fw.savePosition(ctx, pos); serr != nil && err == nil {
 				err = serr
@@ -178,6 +181,11 @@ func (p *pipeline) acknowledge(ctx context.Context) {
 		if err != nil {
 			p.err = err
 			close(p.failed)
+		}
+	}
+	if unsaved > 0 {
+		if err := fw.savePosition(ctx, pos); err != nil {
+			p.err = err
 		}
 	}
 }

@@ -10,11 +10,6 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// eventPager is the one call of veil.Client the forwarder needs.
-type eventPager interface {
-	EventsPage(ctx context.Context, offset, limit int, ordering string) (veil.Page[veil.Event], error)
-}
-
 const (
 	pageLimit = 100 // the platform's cap, and the page size unless events.page_size says otherwise
 	// minPage is the smallest page that proves contiguity and still progresses: one row
@@ -146,8 +141,13 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency 
 			f.wg.Add(1)
 			go func() {
 				defer f.wg.Done()
-				defer func() { <-sem }()
-				pg, err := p.EventsPage(ctx, sp.start, sp.limit, ordering)
+				raw, err := p.rawPage(ctx, sp.start, sp.limit, ordering)
+				// The request is over: the next one may start while this page is decoded.
+				<-sem
+				var pg veil.Page[veil.Event]
+				if err == nil {
+					pg, err = decodeEvents(raw, sp.start)
+				}
 				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, page: pg, err: err}
 			}()
 		}
@@ -164,7 +164,7 @@ func (f *pageFetcher) stop() {
 
 // probe reads the single event at offset; ok is false past the end of the list.
 func (fw *Forwarder) probe(ctx context.Context, off int) (veil.Event, int, bool, error) {
-	pg, err := fw.pager.EventsPage(ctx, off, 1, fw.ordering)
+	pg, err := fw.eventsPage(ctx, off, 1)
 	if err != nil {
 		return veil.Event{}, 0, false, fmt.Errorf("couldn't read events at offset %d: %w", off, err)
 	}

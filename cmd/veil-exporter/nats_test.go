@@ -1,0 +1,173 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// TestNATSDownAtStartAndReload (NATS connection lifecycle): with NATS unreachable the daemon
+// starts and serves the inventory, /-/ready says why events wait (URL without credentials, cause),
+// veil_nats_connected is 0 and the log says so once; once NATS runs, the events created
+// meanwhile are on the stream exactly once and the log says it connected. A reload to an
+// unreachable NATS is accepted and waits the same way.
+func TestNATSDownAtStartAndReload(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: secretToken, VMs: 2, InitialEvents: 10, EventsOrder: "oldest_first"})
+	defer sim.Close()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(secretToken), 0o600)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	config := func(natsAddr string) {
+		cfg := "controllers:\n" + controllerYAML("alpha", sim.URL, tok) +
+			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
+			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+			fmt.Sprintf("nats:\n  url: nats://bob:n4ts-s3cret@%s\n", natsAddr)
+		if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config(addr)
+	d := startDaemon(t, cfgFile)
+
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		_, m := d.get(t, "/metrics")
+		return strings.Contains(m, `veil_up{controller="alpha"} 1`) && strings.Contains(m, `veil_nats_connected{controller="alpha"} 0`)
+	}, "inventory served and veil_nats_connected 0 with NATS down")
+	code, body := d.get(t, "/-/ready")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "controller alpha: events are not forwarded") ||
+		!strings.Contains(body, "nats://"+addr) || !strings.Contains(body, "refused") {
+		t.Errorf("/-/ready with NATS down = %d %q, want 503 naming the URL and the cause", code, body)
+	}
+	if n := strings.Count(d.logs.String(), "NATS unreachable"); n != 1 {
+		t.Errorf("%d lines saying NATS is unreachable, want 1:\n%s", n, d.logs.String())
+	}
+
+	ns := startNATSAt(t, addr)
+	d.waitReady(t)
+	want := sim.EventCount()
+	testutil.Eventually(t, 15*time.Second, func() bool { return streamMsgs(addr, "VEIL_EVENTS") == want }, "%d events on the stream", want)
+	if n := strings.Count(d.logs.String(), "NATS connected"); n != 1 {
+		t.Errorf("%d lines saying NATS connected, want 1:\n%s", n, d.logs.String())
+	}
+
+	// A reload to a NATS that cannot be reached is not refused: forwarding waits and says why.
+	other := freeAddr(t)
+	config(other)
+	if code, body := d.do(t, http.MethodPost, "/-/reload"); code != 200 {
+		t.Fatalf("reload to an unreachable NATS = %d %s", code, body)
+	}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		code, body := d.get(t, "/-/ready")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "nats://"+other)
+	}, "/-/ready naming the unreachable NATS after the reload")
+	if strings.Contains(d.logs.String(), "n4ts-s3cret") {
+		t.Errorf("the NATS password is logged:\n%s", d.logs.String())
+	}
+	ns.Shutdown()
+}
+
+// startNATSAt runs a JetStream server on addr.
+func startNATSAt(t *testing.T, addr string) *server.Server {
+	t.Helper()
+	host, p, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(p)
+	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+// TestReloadReconnectsForReplacedNATSFiles (NATS connection lifecycle): a reload with the same
+// configuration text keeps the NATS connection and the controller while the CA file is the same,
+// and reconnects (rebuilding the forwarder) once the file holds another certificate.
+func TestReloadReconnectsForReplacedNATSFiles(t *testing.T) {
+	dir := t.TempDir()
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: secretToken, VMs: 2, InitialEvents: 3, EventsOrder: "oldest_first"})
+	defer sim.Close()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(secretToken), 0o600)
+	ca := filepath.Join(dir, "nats-ca.pem")
+	writeCA := func() {
+		if err := os.WriteFile(ca, selfSignedPEM(t), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCA()
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	cfg := "controllers:\n" + controllerYAML("alpha", sim.URL, tok) +
+		"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
+		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  checkpoint: {store: file, dir: %q}\n", dir) +
+		fmt.Sprintf("nats:\n  url: nats://%s\n  tls: {ca_file: %q}\n", freeAddr(t), ca)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfgFile)
+	reload := func() string {
+		t.Helper()
+		before := strings.Count(d.logs.String(), "configuration reloaded")
+		if code, body := d.do(t, http.MethodPost, "/-/reload"); code != 200 {
+			t.Fatalf("reload = %d %s", code, body)
+		}
+		testutil.Eventually(t, 10*time.Second, func() bool { return strings.Count(d.logs.String(), "configuration reloaded") > before }, "the reload logged")
+		lines := strings.Split(strings.TrimSpace(d.logs.String()), "\n")
+		for i := len(lines) - 1; i >= 0; i-- {
+			if strings.Contains(lines[i], "configuration reloaded") {
+				return lines[i]
+			}
+		}
+		return ""
+	}
+	if line := reload(); !strings.Contains(line, "kept=alpha") {
+		t.Errorf("unchanged CA file: %s, want alpha kept", line)
+	}
+	writeCA()
+	if line := reload(); !strings.Contains(line, "started=alpha") {
+		t.Errorf("replaced CA file: %s, want alpha started on a new connection", line)
+	}
+	if line := reload(); !strings.Contains(line, "kept=alpha") {
+		t.Errorf("CA file unchanged since the last reload: %s, want alpha kept", line)
+	}
+}
+
+// selfSignedPEM is a new self-signed CA certificate, different on every call.
+func selfSignedPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}

@@ -1,0 +1,250 @@
+// Event decoding for the forwarder: a page is read as raw results (one validating pass by the
+// client) and each event is then walked for the few fields forwarding needs (id, type, created,
+// entities), with veil.Event's lenient rules, instead of being decoded whole by reflection. This
+// runs for every event of a catch-up; a page's request slot is free again before it runs.
+package forwarder
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// eventPager reads one page of the journal as raw results: the one call of veil.Client the
+// forwarder needs.
+type eventPager interface {
+	rawPage(ctx context.Context, offset, limit int, ordering string) (veil.Page[json.RawMessage], error)
+}
+
+// clientPager reads pages through the platform client (limits, retries, token).
+type clientPager struct{ c *veil.Client }
+
+func (p clientPager) rawPage(ctx context.Context, offset, limit int, ordering string) (veil.Page[json.RawMessage], error) {
+	q := veil.Query{}
+	if ordering != "" {
+		q.Set("ordering", ordering)
+	}
+	return veil.ListPage[json.RawMessage](ctx, p.c, "/api/events/", offset, limit, q)
+}
+
+// eventsPage reads and decodes one page.
+func (fw *Forwarder) eventsPage(ctx context.Context, offset, limit int) (veil.Page[veil.Event], error) {
+	raw, err := fw.pager.rawPage(ctx, offset, limit, fw.ordering)
+	if err != nil {
+		return veil.Page[veil.Event]{}, err
+	}
+	return decodeEvents(raw, offset)
+}
+
+// decodeEvents decodes the raw results of a page read at offset.
+func decodeEvents(raw veil.Page[json.RawMessage], offset int) (veil.Page[veil.Event], error) {
+	pg := veil.Page[veil.Event]{Count: raw.Count, Results: make([]veil.Event, len(raw.Results))}
+	for i, r := range raw.Results {
+		if err := decodeEvent(r, &pg.Results[i]); err != nil {
+			return veil.Page[veil.Event]{}, fmt.Errorf("veil: decoding /api/events/ (offset %d): result %d: %w", offset, offset+i, err)
+		}
+	}
+	return pg, nil
+}
+
+// decodeEvent fills e from one result the client has already validated as JSON: ID, Type,
+// Created, Entities and Raw (the object byte for byte). Like veil.Event's own decoding, keys match
+// case-insensitively with the last one winning, null leaves a field zero, a value of the wrong
+// type is ignored except for id (an error), and so is a malformed created. Message, User and Task
+// are left empty: nothing forwarded is built from them (the body is Raw).
+func decodeEvent(b []byte, e *veil.Event) error {
+	b = bytes.TrimSpace(b)
+	*e = veil.Event{Raw: b}
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return fmt.Errorf("got JSON %s, want an object", jsonKind(b))
+	}
+	var err error
+	forEachField(b, func(key, v []byte) {
+		switch {
+		case err != nil:
+		case keyIs(key, "id"):
+			switch v[0] {
+			case '"':
+				e.ID = jsonString(v)
+			case 'n':
+			default:
+				err = fmt.Errorf("field %q: got JSON %s, want string", "id", jsonKind(v))
+			}
+		case keyIs(key, "type"):
+			if v[0] == '"' {
+				e.Type = jsonString(v)
+			}
+		case keyIs(key, "created"):
+			var t veil.Time
+			if terr := t.UnmarshalJSON(v); terr != nil {
+				err = fmt.Errorf("field %q: %w", "created", terr)
+			}
+			e.Created = t
+		case keyIs(key, "entities"):
+			e.Entities = decodeEntities(v)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// decodeEntities walks the entities array: an element that is not an object stays zero, a
+// field of the wrong type is ignored, anything but an array gives none (as the lenient rules do).
+func decodeEntities(v []byte) []veil.EventEntity {
+	if v[0] != '[' {
+		return nil
+	}
+	ents := []veil.EventEntity{}
+	i := skipSpace(v, 1)
+	for i < len(v) && v[i] != ']' {
+		end := skipValue(v, i)
+		var ent veil.EventEntity
+		if v[i] == '{' {
+			forEachField(v[i:end], func(key, val []byte) {
+				if val[0] != '"' {
+					return
+				}
+				switch {
+				case keyIs(key, "entity_uuid"):
+					ent.UUID = jsonString(val)
+				case keyIs(key, "entity_class"):
+					ent.Class = jsonString(val)
+				}
+			})
+		}
+		ents = append(ents, ent)
+		i = skipSpace(v, end)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+		}
+	}
+	return ents
+}
+
+// forEachField calls f with each key (quoted) and value of the (valid) JSON object obj.
+func forEachField(obj []byte, f func(key, val []byte)) {
+	i := skipSpace(obj, 1)
+	for i < len(obj) && obj[i] != '}' {
+		kEnd := skipValue(obj, i)
+		key := obj[i:kEnd]
+		i = skipSpace(obj, kEnd)
+		i = skipSpace(obj, i+1) // past ':'
+		vEnd := skipValue(obj, i)
+		f(key, obj[i:vEnd])
+		i = skipSpace(obj, vEnd)
+		if i < len(obj) && obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+	}
+}
+
+// keyIs matches a quoted key against name as encoding/json does (case-insensitively).
+func keyIs(quoted []byte, name string) bool {
+	if bytes.IndexByte(quoted, '\\') >= 0 {
+		return strings.EqualFold(jsonString(quoted), name)
+	}
+	return len(quoted) == len(name)+2 && bytes.EqualFold(quoted[1:len(quoted)-1], []byte(name))
+}
+
+// jsonString decodes a JSON string token; plain ASCII without escapes is copied as is.
+func jsonString(v []byte) string {
+	s := v[1 : len(v)-1]
+	plain := true
+	for _, c := range s {
+		if c == '\\' || c >= utf8.RuneSelf {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(s)
+	}
+	var out string
+	_ = json.Unmarshal(v, &out) // valid JSON: cannot fail
+	return out
+}
+
+// jsonKind names the kind of a JSON value for an error.
+func jsonKind(v []byte) string {
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "string"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the (valid) JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the string token starting at b[i] (the opening quote).
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
