@@ -180,14 +180,27 @@ func StartCluster(t testing.TB) *Cluster {
 			n.Stop()
 		}
 	})
+	// A meta leader alone is not enough: an R3 stream created before the leader has seen every
+	// peer fails with "no suitable peers for placement".
 	Eventually(t, 30*time.Second, func() bool {
 		for _, n := range c.Nodes {
-			if s := n.Server(); s != nil && s.JetStreamIsLeader() {
-				return true
+			s := n.Server()
+			if s == nil || !s.JetStreamIsLeader() {
+				continue
 			}
+			info, err := s.Jsz(&server.JSzOptions{})
+			if err != nil || info.Meta == nil || len(info.Meta.Replicas) != len(c.Nodes)-1 {
+				return false
+			}
+			for _, p := range info.Meta.Replicas {
+				if !p.Current || p.Offline {
+					return false
+				}
+			}
+			return true
 		}
 		return false
-	}, "a JetStream meta leader")
+	}, "a JetStream meta leader that sees every peer current")
 	return c
 }
 
