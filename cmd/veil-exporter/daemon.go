@@ -268,6 +268,9 @@ type changes struct{ kept, started, stopped []string }
 // is replaced; the others are stopped (a forwarder saves its position) before their
 // successors start.
 func (d *daemon) apply(cfg *config.Config) (changes, error) {
+	if err := notYetWired(cfg); err != nil {
+		return changes{}, err
+	}
 	d.mu.RLock()
 	old, oldConn, running := d.cfg, d.conn, d.controllers
 	d.mu.RUnlock()
@@ -499,4 +502,16 @@ func (d *daemon) stop() {
 	if conn != nil {
 		conn.Close()
 	}
+}
+
+// errHANotWired refuses ha.enabled: the lease engine (package ha) and its settings exist, but the
+// daemon does not run controllers by lease yet, so two replicas would both run every controller
+// and race for the event position. Refusing is safer than accepting a setting that does nothing.
+var errHANotWired = errors.New("ha.enabled: replicas are not supported by this version of the daemon yet (the lease engine exists, its wiring does not); run one replica")
+
+func notYetWired(cfg *config.Config) error {
+	if cfg.HA.Enabled {
+		return errHANotWired
+	}
+	return nil
 }
