@@ -241,7 +241,7 @@ func TestGuestCheckerProbesUnsupportedVMsAgain(t *testing.T) {
 		mu.Lock()
 		refused = 0
 		mu.Unlock()
-		time.Sleep(2500 * time.Millisecond) // two probes, 1s apart
+		time.Sleep(2500 * time.Millisecond) // an observation window: how many probes go out in it is the assertion
 		mu.Lock()
 		pings := refused
 		mu.Unlock()

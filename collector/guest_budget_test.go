@@ -38,7 +38,7 @@ func TestGuestCheckerStaysWithinBudget(t *testing.T) {
 	e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: cfg, rate: budget, concurrency: 8})
 	n := len(e.eligibleIDs())
 	e.waitSweeps(2, 10*time.Second)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // an observation window of the request log, not a wait for an event
 	reqs := e.sim.Requests()
 	watch.Stop()
 	if len(reqs) < int(budget) {
@@ -149,7 +149,7 @@ func TestGuestCheckerSpreadsPingsOverTheInterval(t *testing.T) {
 	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(100), cfg: cfg})
 	e.waitSweeps(1, 5*time.Second)
 	e.sim.ResetRequests()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // two ping intervals observed: the spread over time is what is measured
 	var pings []time.Time
 	for _, r := range e.sim.Requests() {
 		if _, ok := guestRequestVM(r.Path, "guest-command"); ok && strings.Contains(r.Body, `"guest-ping"`) {

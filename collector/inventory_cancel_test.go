@@ -10,6 +10,7 @@ import (
 	"github.com/go-kit/log"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -37,9 +38,8 @@ func TestCancelledRefreshKeepsTheControllerUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- inv.Refresh(ctx) }()
-	for sim.InFlightMax() == 0 { // the refresh's requests are waiting at the controller
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The refresh's requests are waiting at the controller.
+	tu.Eventually(t, 10*time.Second, func() bool { return sim.InFlightMax() > 0 }, "a request of the refresh in flight")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Refresh returned %v, want context.Canceled", err)

@@ -20,27 +20,10 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
-
-// syncBuffer is a log sink that tests read while collectors write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func testCollect() config.Collect {
 	c := config.Default().Collect
@@ -52,7 +35,7 @@ type fixture struct {
 	sim  *veiltest.Server
 	inv  *Inventory
 	api  *APIMetrics
-	logs *syncBuffer
+	logs *tu.SyncBuffer
 }
 
 // newFixture starts a simulator and an inventory against it. The client does not retry, so a
@@ -61,7 +44,7 @@ func newFixture(t *testing.T, opts veiltest.Options, cc config.Collect, vc veil.
 	t.Helper()
 	sim := veiltest.New(opts)
 	t.Cleanup(sim.Close)
-	f := &fixture{sim: sim, api: NewAPIMetrics("test"), logs: &syncBuffer{}}
+	f := &fixture{sim: sim, api: NewAPIMetrics("test"), logs: &tu.SyncBuffer{}}
 	vc.URL = sim.URL
 	if vc.TokenFile == "" && vc.Token == "" {
 		vc.Token = sim.Token
@@ -608,23 +591,15 @@ func TestReadersDoNotWaitForARefresh(t *testing.T) {
 	f.mustRefresh(t)
 	wantSeries := testutil.CollectAndCount(f.inv)
 	// The handlers of the first refresh may still be returning: start from none in flight.
-	deadline := time.Now().Add(10 * time.Second)
-	for f.sim.ResetRequests(); f.sim.InFlightMax() != 0; f.sim.ResetRequests() {
-		if time.Now().After(deadline) {
-			t.Fatal("the simulator never went idle")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	tu.Eventually(t, 10*time.Second, func() bool {
+		f.sim.ResetRequests()
+		return f.sim.InFlightMax() == 0
+	}, "the simulator to go idle")
 	f.sim.SetLatency(time.Second, 0)
 
 	refreshed := make(chan error, 1)
 	go func() { refreshed <- f.refresh(t) }()
-	for f.sim.InFlightMax() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the refresh sent no request")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	tu.Eventually(t, 10*time.Second, func() bool { return f.sim.InFlightMax() > 0 }, "a request of the refresh in flight")
 
 	readers := []struct {
 		name string
