@@ -191,10 +191,14 @@ func TestMetricsAfterPublishing(t *testing.T) {
 	if series != 9 {
 		t.Errorf("%d series, want 9: %v", series, got)
 	}
-	rs := fw.RunStatus()
-	if len(rs) != 1 || rs[0].Collector != "events" || !rs[0].Success || rs[0].LastSuccess.IsZero() || rs[0].Error != "" {
-		t.Errorf("RunStatus() = %+v, want one successful events run", rs)
-	}
+	// The cycle that published the events ends (and is recorded) just after the acknowledgements.
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		rs := fw.RunStatus()
+		if len(rs) != 1 || rs[0].Collector != "events" || !rs[0].Success || rs[0].LastSuccess.IsZero() || rs[0].Error != "" {
+			return fmt.Errorf("RunStatus() = %+v", rs)
+		}
+		return nil
+	}, "one successful events run")
 	st := fw.Status()
 	if st.Order != "oldest_first" || st.Position.IsZero() || !st.NATS.Connected || st.LastAcked.IsZero() {
 		t.Errorf("status %+v", st)
