@@ -772,7 +772,12 @@ func (c *Coordinator) mover(desired map[string]string, live map[string]*instance
 		} else if st := c.view.lease(leaseKey(ct), now, c.ttl); !st.free {
 			holder = st.holder
 		}
-		if holder == "" || holder == want || live[holder] == nil {
+		if holder == "" {
+			// A controller without an owner (one just handed over, not yet taken): hand over
+			// nothing else until it has one, or two would be unowned at once.
+			return ""
+		}
+		if holder == want || live[holder] == nil {
 			continue
 		}
 		if best == "" || holder < bestHolder || holder == bestHolder && ct < best {
