@@ -65,10 +65,14 @@ func createBucket(t *testing.T, w *world) jetstream.KeyValue {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: w.bucket, History: 1, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var kv jetstream.KeyValue
+	testutil.EventuallyNil(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		var err error
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: w.bucket, History: 1, Replicas: 3})
+		return err
+	}, "the R3 bucket %s", w.bucket)
 	return kv
 }
 

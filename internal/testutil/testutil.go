@@ -5,6 +5,7 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Eventually polls cond until it returns true and fails the test when timeout passes first.
@@ -201,6 +204,27 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		return false
 	}, "a JetStream meta leader that sees every peer current")
+	// Even then a slow machine may refuse the first R3 placement: prove it with a probe stream.
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	EventuallyNil(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "READY_PROBE", Subjects: []string{"ready.probe"}, Replicas: size})
+		return err
+	}, "an R3 probe stream to be placed")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, "READY_PROBE"); err != nil {
+		t.Fatal(err)
+	}
 	return c
 }
 
