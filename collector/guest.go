@@ -66,7 +66,7 @@ type GuestChecker struct {
 	controller string
 	client     *veil.Client
 	cfg        config.Guest
-	domains    func() []veil.Domain
+	domains    DomainSource
 	logger     log.Logger
 	mountsOut  *regexp.Regexp // fs_mountpoints_exclude; nil: none
 	nicsOut    *regexp.Regexp // network_interfaces_exclude; nil: none
@@ -129,9 +129,9 @@ func (v *guestVM) forget() {
 }
 
 // NewGuestChecker returns a checker for the VMs that domains returns (the latest inventory
-// snapshot, already filtered; it is never modified, and a new snapshot is a new slice). All
+// snapshot, already filtered and never modified; a new generation means new domains). All
 // calls go through client, whose rate and concurrency limits are the controller's budget.
-func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, domains func() []veil.Domain, logger log.Logger) *GuestChecker {
+func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, domains DomainSource, logger log.Logger) *GuestChecker {
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}

@@ -222,7 +222,7 @@ func TestGuestScheduleSlots(t *testing.T) {
 // missed its last one are not sent; they must not bring the VM back to a worker before the ping,
 // or it would cycle through the workers doing nothing until then.
 func TestGuestRescheduleOfADownAgentWaitsForItsPing(t *testing.T) {
-	g := NewGuestChecker("x", nil, guestTestConfig(), func() []veil.Domain { return nil }, nil)
+	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, nil)
 	now := time.Now()
 	for _, c := range []struct {
 		name string
@@ -280,3 +280,8 @@ func TestGuestCheckerWaitingForBudgetIsNoTimeout(t *testing.T) {
 		t.Errorf("RunStatus = %+v, want success", rs)
 	}
 }
+
+// noDomains is a DomainSource that never has any.
+type noDomains struct{}
+
+func (noDomains) DomainsGen() ([]veil.Domain, uint64) { return nil, 0 }

@@ -38,6 +38,7 @@ type guestEnv struct {
 
 	mu   sync.Mutex
 	doms []veil.Domain
+	gen  uint64 // grows with each refresh, as the inventory's does
 }
 
 type guestEnvOpts struct {
@@ -92,7 +93,7 @@ func newGuestEnv(t testing.TB, o guestEnvOpts) *guestEnv {
 		o.before(e)
 	}
 	e.refresh()
-	e.gc = NewGuestChecker("sim", client, o.cfg, e.snapshot, log.NewNopLogger())
+	e.gc = NewGuestChecker("sim", client, o.cfg, e, log.NewNopLogger())
 	e.reg.MustRegister(e.gc)
 	sim.ResetRequests()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -121,13 +122,15 @@ func (e *guestEnv) refresh() {
 	}
 	e.mu.Lock()
 	e.doms = doms
+	e.gen++
 	e.mu.Unlock()
 }
 
-func (e *guestEnv) snapshot() []veil.Domain {
+// DomainsGen makes the environment the checker's DomainSource, as the inventory is.
+func (e *guestEnv) DomainsGen() ([]veil.Domain, uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.doms
+	return e.doms, e.gen
 }
 
 // eligibleIDs are the VMs the simulator says are running, not templates, with an active agent.

@@ -13,27 +13,29 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// guestInventory is one inventory snapshot as the checker uses it: a generation that grows
-// with every new snapshot, and the VMs guest checks apply to, computed once per snapshot so
-// that neither the sync loop nor a scrape walks 10,000 VMs for nothing.
+// guestInventory is one inventory snapshot as the checker uses it: the inventory's generation
+// of its domains, and the VMs guest checks apply to, computed once per generation so that
+// neither the sync loop nor a scrape walks 10,000 VMs for nothing.
 type guestInventory struct {
 	doms     []veil.Domain       // the snapshot itself, never modified
 	gen      uint64              // 0 before the first read
 	eligible map[string]struct{} // never modified once built
 }
 
-// snapshot returns the inventory's latest snapshot, with a new generation when it changed.
-// The inventory replaces the slice whenever it reads the domains again and never modifies
-// one it published, so another backing array (or length) is another snapshot.
+// DomainSource is what the checker follows: the inventory's latest domains and their
+// generation, which grows whenever the domains are read again (*Inventory implements it).
+type DomainSource interface {
+	DomainsGen() ([]veil.Domain, uint64)
+}
+
+// snapshot returns the source's latest snapshot, recomputing eligibility only when its
+// generation changed.
 func (g *GuestChecker) snapshot() guestInventory {
-	doms := g.domains()
+	doms, gen := g.domains.DomainsGen()
 	g.invMu.Lock()
 	defer g.invMu.Unlock()
-	cur := g.inv
-	same := cur.gen > 0 && len(doms) == len(cur.doms) &&
-		(len(doms) == 0 || &doms[0] == &cur.doms[0])
-	if !same {
-		g.inv = guestInventory{doms: doms, gen: cur.gen + 1, eligible: guestEligible(doms)}
+	if gen != g.inv.gen {
+		g.inv = guestInventory{doms: doms, gen: gen, eligible: guestEligible(doms)}
 	}
 	return g.inv
 }

@@ -73,6 +73,7 @@ type snapshot struct {
 	datapools    []veil.Datapool
 	domains      []veil.Domain // filtered
 	domainsTotal int           // before filtering
+	domainsGen   uint64        // grows each time domains is replaced: the guest checker's cue
 	taskCounts   map[string]float64
 }
 
@@ -416,6 +417,7 @@ func clearCollection(name string, s *snapshot) {
 		s.datapools = nil
 	case collDomains:
 		s.domains, s.domainsTotal = nil, 0
+		s.domainsGen++
 	case collTasks:
 		s.taskCounts = nil
 	}
@@ -478,6 +480,7 @@ func (inv *Inventory) collect(ctx context.Context, name string, start time.Time)
 		filtered := inv.filterDomains(v)
 		return func(s *snapshot) {
 			s.domains, s.domainsTotal = filtered, len(v)
+			s.domainsGen++
 			present := make(map[string]bool, len(v))
 			for i := range v {
 				// Every VM, filtered out or not: its name must not reach a task kind either.
@@ -520,6 +523,14 @@ func (inv *Inventory) Domains() []veil.Domain {
 	inv.mu.RLock()
 	defer inv.mu.RUnlock()
 	return inv.snap.domains
+}
+
+// DomainsGen returns Domains with its generation, which grows each time the domains are read
+// again (0 before the first read), so a follower compares one number to know it has news.
+func (inv *Inventory) DomainsGen() ([]veil.Domain, uint64) {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	return inv.snap.domains, inv.snap.domainsGen
 }
 
 // Ready reports whether the first refresh has finished.

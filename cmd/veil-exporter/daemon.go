@@ -214,7 +214,7 @@ func (d *daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	}
 	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv}
 	if cfg.Guest.Enabled {
-		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv.Domains, log.With(d.base, "component", "guest"))
+		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"))
 	}
 	if cfg.Events.Enabled {
 		ct.forwarder, err = forwarder.New(forwarder.Options{
