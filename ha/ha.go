@@ -731,7 +731,8 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 			removed = append(removed, l)
 		}
 	}
-	if !anyFree && len(acquire) == 0 && len(adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
+	inFlight, marker := c.view.handOver(now, c.ttl)
+	if inFlight == nil && !anyFree && len(acquire) == 0 && len(adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
 		if ct := c.mover(desired, live, now); ct != "" {
 			handOver = c.held[ct]
 		}
@@ -754,9 +755,67 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 			c.took(l)
 		}
 	}
+	c.endHandOver(ctx, kv)
 	if handOver != nil {
 		c.lastHandOver = now
-		c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+desired[handOver.controller], true)
+		to := desired[handOver.controller]
+		if c.claimHandOver(ctx, kv, marker, handOver.controller, to) {
+			c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+to, true)
+		}
+	}
+}
+
+// claimHandOver writes the hand-over record, which only one replica at a time can do: the
+// views of two replicas may differ for a moment, the bucket's revision check does not. marker
+// is the record's entry as seen (a stale one is replaced over its revision).
+func (c *Coordinator) claimHandOver(ctx context.Context, kv jetstream.KeyValue, marker *entry, controller, to string) bool {
+	b, _ := json.Marshal(handOverRecord{Controller: controller, From: c.opts.Instance, To: to, At: time.Now().UTC()})
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	var rev uint64
+	var err error
+	if marker == nil || marker.deleted {
+		rev, err = kv.Create(cctx, handOverKey, b)
+	} else {
+		rev, err = kv.Update(cctx, handOverKey, b, marker.rev)
+	}
+	if isCASFailure(err) {
+		// Another replica is handing over, or the view was behind: read the key for the next look.
+		g, gerr := kv.Get(cctx, handOverKey)
+		c.mu.Lock()
+		switch {
+		case gerr == nil:
+			c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			c.view.forget(handOverKey) // gone by the bucket's max age
+		}
+		c.mu.Unlock()
+		return false
+	}
+	if err != nil {
+		c.setErr("couldn't start handing over "+controller, err)
+		return false
+	}
+	c.mu.Lock()
+	c.view.apply(handOverKey, rev, jetstream.KeyValuePut, b, time.Now())
+	c.mu.Unlock()
+	return true
+}
+
+// endHandOver deletes the hand-over record once the controller it names is held here: the
+// next one may move.
+func (c *Coordinator) endHandOver(ctx context.Context, kv jetstream.KeyValue) {
+	c.mu.Lock()
+	r, e := c.view.handOver(time.Now(), c.ttl)
+	done := r != nil && c.held[r.Controller] != nil
+	c.mu.Unlock()
+	if !done {
+		return
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if err := kv.Delete(cctx, handOverKey, jetstream.LastRevision(e.rev)); err != nil && !isCASFailure(err) {
+		level.Debug(c.logger).Log("msg", "couldn't delete the hand-over record; it expires instead", "controller", r.Controller, "err", err)
 	}
 }
 

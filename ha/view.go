@@ -12,10 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Keys in the bucket: leases.<controller> and instances.<instance>.
+// Keys in the bucket: leases.<controller>, instances.<instance>, and handover while a replica
+// hands a controller to another.
 const (
 	leasePrefix    = "leases."
 	instancePrefix = "instances."
+	handOverKey    = "handover"
 )
 
 // leaseRecord is the value of leases.<controller>.
@@ -38,6 +40,15 @@ type instanceRecord struct {
 	Controllers []string  `json:"controllers"`
 }
 
+// handOverRecord is the value of handover: a replica letting go of a controller for another to
+// take. Only one can exist, so controllers move one at a time whatever each replica's view says.
+type handOverRecord struct {
+	Controller string    `json:"controller"`
+	From       string    `json:"from"`
+	To         string    `json:"to"`
+	At         time.Time `json:"at"` // sender's wall clock (shown, never compared)
+}
+
 // entry is the latest revision of one key as seen here.
 type entry struct {
 	rev      uint64
@@ -45,6 +56,7 @@ type entry struct {
 	observed time.Time // monotonic: when this revision was first seen here
 	lease    *leaseRecord
 	inst     *instanceRecord
+	handOver *handOverRecord
 }
 
 // view is every key of the bucket as last seen; the coordinator's mutex guards it.
@@ -74,6 +86,10 @@ func (v *view) apply(key string, rev uint64, op jetstream.KeyValueOp, value []by
 			if json.Unmarshal(value, &r) == nil && r.Instance != "" {
 				e.inst = &r
 			}
+		case key == handOverKey:
+			var r handOverRecord
+			_ = json.Unmarshal(value, &r) // unreadable: still a hand-over in flight until it expires
+			e.handOver = &r
 		}
 	}
 	v.entries[key] = e
@@ -103,6 +119,16 @@ func (v *view) lease(key string, now time.Time, ttl time.Duration) leaseState {
 		return leaseState{e: e, free: true, freeSince: e.observed.Add(ttl)}
 	}
 	return leaseState{e: e, holder: e.lease.Instance}
+}
+
+// handOver returns the hand-over in flight at now (nil when none: absent, deleted, or left
+// unchanged for ttl by a replica that died or whose receiver never came) and its entry.
+func (v *view) handOver(now time.Time, ttl time.Duration) (*handOverRecord, *entry) {
+	e, ok := v.entries[handOverKey]
+	if !ok || e.deleted || e.handOver == nil || now.Sub(e.observed) >= ttl {
+		return nil, e
+	}
+	return e.handOver, e
 }
 
 // liveInstances maps each instance whose record changed within ttl to its controllers.

@@ -1,0 +1,93 @@
+// Tests of the hand-over record: whatever two replicas' views say, the bucket lets only one
+// hand a controller over at a time.
+package ha
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+)
+
+// TestOnlyOneHandOverAtATime gives two replicas views that both make them the mover (the race
+// seen on CI: two controllers released within 5 ms) and checks that only the first may release
+// until the controller it handed over is held by someone.
+func TestOnlyOneHandOverAtATime(t *testing.T) {
+	n := testutil.StartNATS(t)
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "HANDOVER_TEST", History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord := func(name string) *Coordinator {
+		c, err := New(js, Options{Instance: name, LeaseTTL: testTTL, Controllers: []string{"alpha", "bravo"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b, recv := coord("pod-a"), coord("pod-b"), coord("pod-c")
+
+	if !a.claimHandOver(ctx, kv, nil, "alpha", "pod-c") {
+		t.Fatal("the first hand-over was refused")
+	}
+	// b's view has not seen a's record: it tries as if no hand-over were in flight.
+	if b.claimHandOver(ctx, kv, nil, "bravo", "pod-c") {
+		t.Fatal("a second hand-over was allowed while the first was in flight")
+	}
+	b.mu.Lock()
+	r, _ := b.view.handOver(time.Now(), b.ttl)
+	b.mu.Unlock()
+	if r == nil || r.Controller != "alpha" || r.From != "pod-a" {
+		t.Fatalf("after its refusal b's view shows hand-over %+v, want alpha from pod-a", r)
+	}
+
+	// The receiver has not taken alpha yet: it leaves the record alone.
+	g, err := kv.Get(ctx, handOverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
+	recv.endHandOver(ctx, kv)
+	if _, err := kv.Get(ctx, handOverKey); err != nil {
+		t.Fatalf("record gone before alpha was taken: %v", err)
+	}
+	// Once it holds alpha, it ends the hand-over, and the next one may start.
+	recv.held["alpha"] = &Lease{controller: "alpha"}
+	recv.endHandOver(ctx, kv)
+	e, err := kv.Get(ctx, handOverKey)
+	if err == nil && e.Operation() == jetstream.KeyValuePut {
+		t.Fatal("record still there after the receiver took alpha")
+	}
+	// b's view (no watch here) still shows a's record: its first try is refused and reads the
+	// key again, the second goes through.
+	b.mu.Lock()
+	_, stale := b.view.handOver(time.Now(), b.ttl)
+	b.mu.Unlock()
+	if b.claimHandOver(ctx, kv, stale, "bravo", "pod-c") {
+		t.Fatal("a claim over a revision that is gone went through")
+	}
+	b.mu.Lock()
+	r, e2 := b.view.handOver(time.Now(), b.ttl)
+	b.mu.Unlock()
+	if r != nil {
+		t.Fatalf("b's view still shows hand-over %+v after reading the key again", r)
+	}
+	if !b.claimHandOver(ctx, kv, e2, "bravo", "pod-c") {
+		t.Fatal("the next hand-over was refused after the first ended")
+	}
+}
