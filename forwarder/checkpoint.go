@@ -75,6 +75,23 @@ type checkpoint interface {
 // errCheckpointConflict says that another instance wrote the position: this one must stop.
 var errCheckpointConflict = errors.New("the position was written by another instance")
 
+// errFenced says that this replica no longer holds the controller's lease: another may run it,
+// so nothing more is published or saved here.
+var errFenced = errors.New("the lease of this controller ended: another replica may run it")
+
+// fencedCheckpoint refuses to save once the fence says the lease ended.
+type fencedCheckpoint struct {
+	checkpoint
+	held func() bool
+}
+
+func (f fencedCheckpoint) Save(ctx context.Context, p position) error {
+	if !f.held() {
+		return errFenced
+	}
+	return f.checkpoint.Save(ctx, p)
+}
+
 // fileCheckpoint is one JSON file per controller, replaced atomically.
 type fileCheckpoint struct{ path string }
 

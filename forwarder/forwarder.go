@@ -37,6 +37,10 @@ type Options struct {
 	// Concurrency is how many pages a catch-up reads at once: the controller's max_concurrency
 	// (the client's own limit applies anyway). 0 means 4.
 	Concurrency int
+	// Fence, with replicas, says whether this replica still holds the controller's lease: it is
+	// asked right before each publish and each save of the position, and when it says no the
+	// forwarder does neither and returns. nil: always (one replica).
+	Fence func() bool
 }
 
 // Status is what the status page shows of one controller's forwarding.
@@ -191,6 +195,9 @@ func New(opts Options) (*Forwarder, error) {
 			return nil, fmt.Errorf("forwarder: %w", err)
 		}
 	}
+	if opts.Fence != nil {
+		fw.cp = fencedCheckpoint{fw.cp, opts.Fence}
+	}
 	c := prometheus.Labels{"controller": opts.Controller}
 	// The veil_events_* values change as the forwarder polls the journal, not when scraped.
 	const polled = " Updated by the event forwarder every events.poll_interval (more often while catching up)."
@@ -232,6 +239,9 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 			}
 			if errors.Is(err, errCheckpointConflict) {
 				return fw.stop(err)
+			}
+			if errors.Is(err, errFenced) {
+				return nil
 			}
 			fw.fail(err)
 			if !sleep(ctx, time.Second) {
@@ -280,6 +290,10 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, errCheckpointConflict):
 			return fw.stop(err)
+		case errors.Is(err, errFenced):
+			// Another replica runs the controller now; the daemon stops this one.
+			level.Info(fw.logger).Log("msg", "stopped forwarding: the lease of this controller ended")
+			return nil
 		case errors.Is(err, errResync):
 			// The reader widened its overlap: retry at once, then back off, so that a journal
 			// moving faster than it can be read is not hammered.

@@ -102,6 +102,10 @@ func (p *pipeline) send(batch []veil.Event) error {
 		p.epoch = r // nothing in flight: the new connection is a clean start
 	}
 	fw := p.fw
+	if fw.opts.Fence != nil && !fw.opts.Fence() {
+		p.sendErr = errFenced
+		return p.sendErr
+	}
 	msgs := make([]*nats.Msg, len(batch))
 	for i := range batch {
 		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.source, &batch[i])
@@ -252,7 +256,7 @@ func (fw *Forwarder) savePosition(ctx context.Context, p position) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err := fw.cp.Save(sctx, p)
 		cancel()
-		if err == nil || errors.Is(err, errCheckpointConflict) {
+		if err == nil || errors.Is(err, errCheckpointConflict) || errors.Is(err, errFenced) {
 			return err
 		}
 		fw.mu.Lock()

@@ -531,6 +531,7 @@ func (c *Coordinator) renew(ctx context.Context, kv jetstream.KeyValue) {
 	var gone []*Lease
 	for i, l := range leases {
 		if lost[i] {
+			l.revoke()
 			gone = append(gone, l)
 		}
 	}

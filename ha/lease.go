@@ -59,6 +59,16 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // it right before publishing and before saving a position; it asks nothing of NATS.
 func (l *Lease) Valid() bool { return l.Remaining() > 0 }
 
+// Held says whether no other replica can hold the controller yet: true until the deadline,
+// also while this replica stops the controller after releasing it (its record is deleted for the
+// next owner only once OnRelease returned), false once the lease expired or was taken. It is the
+// fence of what a stopping owner still finishes: its last publish and the save of its position.
+func (l *Lease) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Now().Before(l.deadline)
+}
+
 // Remaining is how long the lease stays valid without another renewal; 0 once it is not.
 // Work that takes time (a publish awaiting its acknowledgement) fits if it is shorter.
 func (l *Lease) Remaining() time.Duration {
@@ -92,6 +102,14 @@ func (l *Lease) expire() {
 	l.mu.Unlock()
 	l.cancel()
 	l.kick()
+}
+
+// revoke ends the lease and its deadline: another replica holds the controller.
+func (l *Lease) revoke() {
+	l.mu.Lock()
+	l.deadline = time.Now()
+	l.mu.Unlock()
+	l.end()
 }
 
 // end makes the lease invalid at once.
