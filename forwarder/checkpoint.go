@@ -200,7 +200,14 @@ func (k *kvCheckpoint) open(ctx context.Context) error {
 	if !k.conn.Connected() {
 		return fmt.Errorf("position store (bucket %s): %w", PositionsBucket, k.conn.notConnected())
 	}
-	kv, err := k.conn.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage})
+	// Opened as it is: an update would reset what an operator set (its replicas on a cluster).
+	kv, err := k.conn.js.KeyValue(ctx, PositionsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = k.conn.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage, Replicas: k.conn.Replicas()})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = k.conn.js.KeyValue(ctx, PositionsBucket) // another instance created it meanwhile
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("couldn't open bucket %s on NATS at %s: %w", PositionsBucket, k.conn.url, err)
 	}

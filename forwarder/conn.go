@@ -47,6 +47,9 @@ type Conn struct {
 	// reconnect may reach a server (a fresh one) that lacks it.
 	streamOK atomic.Bool
 	closeOne sync.Once
+	// replicas of the stream and the positions bucket when this connection creates them: the
+	// replicas' ha.replicas, so that losing one NATS server of a cluster pauses nothing. 1 alone.
+	replicas atomic.Int32
 }
 
 // ConnStatus is what the status page shows of the NATS connection; it never holds secrets.
@@ -281,12 +284,12 @@ func (c *Conn) ensureStream(ctx context.Context) error {
 		return fmt.Errorf("%w: stream %s does not exist and nats.jetstream.create_stream is false", errStreamConfig, name)
 	}
 	if _, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage,
+		Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage, Replicas: c.Replicas(),
 	}); err != nil {
 		// Already in use: another instance created it meanwhile; the retry checks it.
 		return err
 	}
-	level.Info(c.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw)
+	level.Info(c.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw, "replicas", c.Replicas())
 	return nil
 }
 
@@ -369,6 +372,22 @@ func (c *Conn) setErr(err error) {
 
 // Connected reports whether the connection is up right now.
 func (c *Conn) Connected() bool { return c != nil && c.nc != nil && c.nc.IsConnected() }
+
+// SetReplicas sets the replicas of the stream and the positions bucket this connection creates
+// (an existing one is used as it is); call it before the forwarders run.
+func (c *Conn) SetReplicas(n int) { c.replicas.Store(int32(max(n, 1))) }
+
+// Replicas is what SetReplicas set, 1 by default.
+func (c *Conn) Replicas() int { return max(int(c.replicas.Load()), 1) }
+
+// JetStream is a JetStream context on the connection, for the replicas' lease bucket: the
+// events' own when they use JetStream, else one made for the purpose.
+func (c *Conn) JetStream() (jetstream.JetStream, error) {
+	if c.js != nil {
+		return c.js, nil
+	}
+	return jetstream.New(c.nc)
+}
 
 // FilesChanged says whether a credential, key or CA file the connection was made with now holds
 // other content (or cannot be read): a reload then reconnects, though the configuration text is

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
@@ -24,6 +25,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -41,9 +43,16 @@ type daemon struct {
 
 	reloadMu sync.Mutex // one reload at a time
 
+	// With replicas (ha.enabled) the coordinator runs each controller on one replica: controllers
+	// holds the ones this replica runs, standby the others, built but not started; haMu keeps a
+	// reload and the coordinator's acquisitions and releases one at a time (replicas.go).
+	coord *ha.Coordinator
+	haMu  sync.Mutex
+
 	mu          sync.RWMutex
 	cfg         *config.Config
 	controllers []*controller
+	standby     map[string]*controller
 	conn        *forwarder.Conn
 	apiMetrics  map[string]*collector.APIMetrics // kept across reloads: counters never reset
 	lastReload  time.Time
@@ -57,8 +66,12 @@ type controller struct {
 	inventory *collector.Inventory
 	guest     *collector.GuestChecker // nil when guest checks are off
 	forwarder *forwarder.Forwarder    // nil when events are off
-	cancel    context.CancelFunc
+	cancel    context.CancelFunc          // nil until started
 	done      sync.WaitGroup
+	// With replicas: the lease it runs under (the forwarder's fence), and whether it was ever
+	// started (its loops are not restarted: a controller acquired again is built afresh).
+	lease atomic.Pointer[ha.Lease]
+	used  bool
 }
 
 // newDaemon runs on logger, which names no component: the daemon's own lines say
@@ -217,11 +230,17 @@ func (d *daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"))
 	}
 	if cfg.Events.Enabled {
+		var fence func() bool
+		if cfg.HA.Enabled {
+			// Nothing is published or saved once another replica may run the controller.
+			fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
+		}
 		ct.forwarder, err = forwarder.New(forwarder.Options{
 			Controller: cc.Name, ControllerURL: cc.URL, Client: client,
 			Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.base, // adds component=events
 			// Catch-up may read as many pages at once as the controller admits requests.
 			Concurrency: cc.MaxConcurrency,
+			Fence:       fence,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
@@ -235,7 +254,7 @@ func (d *daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 
 func (ct *controller) start(parent context.Context, logger log.Logger) {
 	ctx, cancel := context.WithCancel(parent)
-	ct.cancel = cancel
+	ct.cancel, ct.used = cancel, true
 	ct.done.Add(1)
 	go func() { defer ct.done.Done(); ct.inventory.Run(ctx) }()
 	if ct.guest != nil {
@@ -256,6 +275,9 @@ func (ct *controller) start(parent context.Context, logger log.Logger) {
 // stop cancels the controller's loops and waits for them, so a forwarder has saved its
 // position before its successor starts.
 func (ct *controller) stop() {
+	if ct.cancel == nil {
+		return // never started (a replica's standby)
+	}
 	ct.cancel()
 	ct.done.Wait()
 }
@@ -268,19 +290,21 @@ type changes struct{ kept, started, stopped []string }
 // is replaced; the others are stopped (a forwarder saves its position) before their
 // successors start.
 func (d *daemon) apply(cfg *config.Config) (changes, error) {
-	if err := notYetWired(cfg); err != nil {
+	d.haMu.Lock() // the coordinator neither starts nor stops a controller meanwhile
+	defer d.haMu.Unlock()
+	d.mu.RLock()
+	old, oldConn, running, standby := d.cfg, d.conn, d.controllers, d.standby
+	d.mu.RUnlock()
+	if err := d.replicasChange(old, cfg, oldConn); err != nil {
 		return changes{}, err
 	}
-	d.mu.RLock()
-	old, oldConn, running := d.cfg, d.conn, d.controllers
-	d.mu.RUnlock()
 
 	var ch changes
-	// d.conn is always open: a new connection is needed only when forwarding and NATS changed
-	// (or the last connection was lost in a failed reload).
+	// d.conn is always open: a new connection is needed only when forwarding (or replicas) and
+	// NATS changed (or the last connection was lost in a failed reload).
 	var conn *forwarder.Conn
 	fresh := false
-	if cfg.Events.Enabled {
+	if cfg.Events.Enabled || cfg.HA.Enabled {
 		conn = oldConn
 		// NATS connection lifecycle (forwarder): a replaced credential, key or CA file also
 		// needs a new connection, though the configuration text is the same.
@@ -303,7 +327,7 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 			running = nil
 		}
 		var err error
-		if conn, err = d.connect(cfg.NATS); err != nil {
+		if conn, err = d.connect(cfg); err != nil {
 			if tornDown {
 				d.restore(old)
 			}
@@ -316,6 +340,9 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 		// Every forwarder of a kept controller publishes on conn, which stays.
 		for _, ct := range running {
 			keep[ct.cfg.Name] = ct
+		}
+		for name, ct := range standby {
+			keep[name] = ct
 		}
 	}
 	next := make([]*controller, 0, len(cfg.Controllers))
@@ -353,11 +380,19 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 	if oldConn != nil && oldConn != conn {
 		oldConn.Close()
 	}
+	next, idle := d.split(cfg, next, running)
 	for _, ct := range built {
-		ct.start(d.ctx, d.logger)
+		if idle[ct.cfg.Name] == ct {
+			continue // a replica's standby: started when its lease is acquired
+		}
+		if l := ct.lease.Load(); l != nil {
+			ct.start(l.Context(), d.logger)
+		} else {
+			ct.start(d.ctx, d.logger)
+		}
 	}
 	d.mu.Lock()
-	d.cfg, d.controllers, d.conn = cfg, next, conn
+	d.cfg, d.controllers, d.standby, d.conn = cfg, next, idle, conn
 	for name := range d.apiMetrics {
 		if !hasController(cfg, name) {
 			delete(d.apiMetrics, name)
@@ -367,13 +402,17 @@ func (d *daemon) apply(cfg *config.Config) (changes, error) {
 	d.mu.Unlock()
 	d.reloadOK.Set(1)
 	d.reloadTime.SetToCurrentTime()
+	if cfg.HA.Enabled {
+		d.coordinate(cfg, conn)
+	}
 	return ch, nil
 }
 
 // connect opens the NATS connection of n. NATS being unreachable is not an error: the connection
 // comes up in the background and each forwarder sets up its stream and position store then
 // (/-/ready says why it waits); only what a retry cannot mend fails (embedded server, key files).
-func (d *daemon) connect(n config.NATS) (*forwarder.Conn, error) {
+func (d *daemon) connect(cfg *config.Config) (*forwarder.Conn, error) {
+	n := cfg.NATS
 	if n.Embedded.Enabled {
 		// A taken port shows in the embedded server only as a start timeout; say why at once.
 		if err := probeListen(n.Embedded.Listen); err != nil {
@@ -384,7 +423,15 @@ func (d *daemon) connect(n config.NATS) (*forwarder.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A stream that contradicts the configuration refuses it; NATS unreachable does not.
+	if cfg.HA.Enabled {
+		// The stream and the positions bucket outlive the loss of a NATS server like the leases.
+		conn.SetReplicas(cfg.HA.Replicas)
+	}
+	// A stream that contradicts the configuration refuses it; NATS unreachable does not. Replicas
+	// without events need the connection for the leases only.
+	if !cfg.Events.Enabled {
+		return conn, nil
+	}
 	if err := conn.Verify(d.ctx); err != nil {
 		conn.Close()
 		return nil, err
@@ -420,7 +467,7 @@ func sharesEmbedded(a, b config.NATS) bool {
 // a reload succeeds, and /-/healthy says so.
 func (d *daemon) restore(cfg *config.Config) {
 	run := cfg
-	conn, err := d.connect(cfg.NATS)
+	conn, err := d.connect(cfg)
 	if err != nil {
 		level.Error(d.logger).Log("msg", "couldn't reconnect the previous NATS configuration; events are not forwarded until a reload succeeds", "err", err)
 		c := *cfg
@@ -494,6 +541,14 @@ func (d *daemon) reload() error {
 }
 
 func (d *daemon) stop() {
+	d.mu.RLock()
+	coord := d.coord
+	d.mu.RUnlock()
+	if coord != nil {
+		// First, so the other replicas take this one's controllers over at once: it releases
+		// each lease after its controller stopped (its forwarder saved its position).
+		coord.Close()
+	}
 	d.stopControllers()
 	d.mu.Lock()
 	conn := d.conn
@@ -502,16 +557,4 @@ func (d *daemon) stop() {
 	if conn != nil {
 		conn.Close()
 	}
-}
-
-// errHANotWired refuses ha.enabled: the lease engine (package ha) and its settings exist, but the
-// daemon does not run controllers by lease yet, so two replicas would both run every controller
-// and race for the event position. Refusing is safer than accepting a setting that does nothing.
-var errHANotWired = errors.New("ha.enabled: replicas are not supported by this version of the daemon yet (the lease engine exists, its wiring does not); run one replica")
-
-func notYetWired(cfg *config.Config) error {
-	if cfg.HA.Enabled {
-		return errHANotWired
-	}
-	return nil
 }

@@ -44,9 +44,10 @@ func (d *daemon) serveHealthy(w http.ResponseWriter, r *http.Request) {
 // unhealthy says why the daemon is not live at now, or "".
 func (d *daemon) unhealthy(now time.Time) string {
 	d.mu.RLock()
-	ctrls, cfg, conn, reloadErr := d.controllers, d.cfg, d.conn, d.reloadError
+	ctrls, cfg, conn, reloadErr, coord := d.controllers, d.cfg, d.conn, d.reloadError, d.coord
 	d.mu.RUnlock()
-	if len(ctrls) == 0 || cfg == nil {
+	// A replica that runs nothing (the others hold every lease) is healthy: restarting it mends nothing.
+	if len(ctrls) == 0 && coord == nil || cfg == nil {
 		if reloadErr != "" {
 			return "no controller runs; last reload: " + reloadErr
 		}
@@ -77,9 +78,20 @@ func (d *daemon) unhealthy(now time.Time) string {
 // serveReady: every first refresh done, and NATS connected when forwarding.
 func (d *daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 	d.mu.RLock()
-	ctrls, conn, cfg := d.controllers, d.conn, d.cfg
+	ctrls, conn, cfg, coord := d.controllers, d.conn, d.cfg, d.coord
 	d.mu.RUnlock()
-	if len(ctrls) == 0 {
+	if coord != nil {
+		// With replicas, ready once the lease bucket was read: this replica then knows what it
+		// runs, which may be nothing.
+		if st := coord.Status(); !st.Synced {
+			why := "lease bucket " + st.Bucket + " not read yet"
+			if st.LastError != "" {
+				why += ": " + st.LastError
+			}
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+	} else if len(ctrls) == 0 {
 		http.Error(w, "no controller runs", http.StatusServiceUnavailable)
 		return
 	}

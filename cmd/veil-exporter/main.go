@@ -229,9 +229,6 @@ func checkConfig(f *flags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := notYetWired(cfg); err != nil {
-		return err
-	}
 	if f.webConfigFile != "" {
 		if err := web.Validate(f.webConfigFile); err != nil {
 			return fmt.Errorf("invalid --web.config.file %s: %w", f.webConfigFile, err)

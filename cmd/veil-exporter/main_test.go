@@ -39,6 +39,8 @@ func TestFlagsVersionAndConfigCheck(t *testing.T) {
 	writeConfig(t, good, controllerYAML("a", "http://127.0.0.1:1", tok))
 	haCfg := filepath.Join(dir, "ha.yaml")
 	writeConfig(t, haCfg, controllerYAML("a", "http://127.0.0.1:1", tok)+"ha: {enabled: true}\n")
+	haEmbedded := filepath.Join(dir, "ha-embedded.yaml")
+	writeConfig(t, haEmbedded, controllerYAML("a", "http://127.0.0.1:1", tok)+"ha: {enabled: true}\nnats: {embedded: {enabled: true}}\n")
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("controllers:\n  - name: a\n    url: http://x\n    token_file: "+filepath.Join(dir, "missing")+"\n    colour: red\n"), 0o600)
 	tests := []struct {
@@ -51,8 +53,9 @@ func TestFlagsVersionAndConfigCheck(t *testing.T) {
 		{"good config passes", []string{"--config.check", "--config.file", good}, false, "OK (1 controllers)"},
 		{"bad config names line and key", []string{"--config.check", "--config.file", bad}, true, "line 5"},
 		{"missing token file is reported", []string{"--config.check", "--config.file", strings.Replace(bad, "bad", "good", 1) + ".nope"}, true, "no such file"},
-		{"ha is refused until the daemon runs controllers by lease", []string{"--config.check", "--config.file", haCfg}, true, "ha.enabled"},
-		{"ha refused at start too", []string{"--config.file", haCfg, "--web.listen-address", "127.0.0.1:0"}, true, "ha.enabled"},
+		{"replicas on an external NATS pass", []string{"--config.check", "--config.file", haCfg}, false, "OK (1 controllers)"},
+		{"replicas on the single-node embedded NATS are refused", []string{"--config.check", "--config.file", haEmbedded}, true, "cannot be used with nats.embedded.enabled"},
+		{"and refused at start too", []string{"--config.file", haEmbedded, "--web.listen-address", "127.0.0.1:0"}, true, "cannot be used with nats.embedded.enabled"},
 		{"unknown flag", []string{"--web.listen"}, true, "flag provided but not defined"},
 		{"bad log level", []string{"--log.level", "loud", "--config.file", good}, true, "--log.level"},
 	}

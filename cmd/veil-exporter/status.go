@@ -10,6 +10,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
 
@@ -24,8 +25,39 @@ type statusData struct {
 	ConfigFile      string             `json:"config_file"`
 	LastReload      time.Time          `json:"last_reload,omitzero"`
 	LastReloadError string             `json:"last_reload_error,omitempty"`
-	NATS            *natsStatus        `json:"nats,omitempty"` // nil when events are off
-	Controllers     []controllerStatus `json:"controllers"`
+	NATS            *natsStatus        `json:"nats,omitempty"`     // nil when events are off
+	Replicas        *replicasStatus    `json:"replicas,omitempty"` // nil without ha.enabled
+	Controllers     []controllerStatus `json:"controllers"`        // those this replica runs
+}
+
+// replicasStatus is ha.Status: this replica, the live ones, and who runs each controller.
+type replicasStatus struct {
+	Instance    string        `json:"instance"`
+	Bucket      string        `json:"bucket"`
+	LeaseTTL    seconds       `json:"lease_ttl_seconds"`
+	Synced      bool          `json:"synced"` // the bucket was read
+	LastError   string        `json:"last_error,omitempty"`
+	Instances   []string      `json:"instances"`
+	Controllers []ownerStatus `json:"controllers"`
+}
+
+type ownerStatus struct {
+	Controller string    `json:"controller"`
+	Owner      string    `json:"owner"` // "" while no replica holds it
+	Since      time.Time `json:"since,omitzero"`
+	Mine       bool      `json:"mine"`
+}
+
+func replicasView(st ha.Status) *replicasStatus {
+	r := &replicasStatus{Instance: st.Instance, Bucket: st.Bucket, LeaseTTL: seconds(st.LeaseTTL), Synced: st.Synced,
+		LastError: st.LastError, Instances: []string{}, Controllers: []ownerStatus{}}
+	for _, i := range st.Instances {
+		r.Instances = append(r.Instances, i.ID)
+	}
+	for _, c := range st.Controllers {
+		r.Controllers = append(r.Controllers, ownerStatus{Controller: c.Controller, Owner: c.Owner, Since: c.Since, Mine: c.Mine})
+	}
+	return r
 }
 
 type natsStatus struct {
@@ -129,6 +161,16 @@ type seconds time.Duration
 
 func (s seconds) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(s).Seconds()) }
 
+// UnmarshalJSON reads what MarshalJSON wrote, so a client of the JSON can use these types.
+func (s *seconds) UnmarshalJSON(b []byte) error {
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*s = seconds(f * float64(time.Second))
+	return nil
+}
+
 // String rounds for people: milliseconds under a minute, seconds above.
 func (s seconds) String() string {
 	d := time.Duration(s)
@@ -152,6 +194,9 @@ func (d *daemon) status() statusData {
 	}
 	if d.conn != nil {
 		s.NATS = natsView(d.conn.Status())
+	}
+	if d.coord != nil {
+		s.Replicas = replicasView(d.coord.Status())
 	}
 	for _, ct := range d.controllers {
 		cs := controllerView(ct.cfg.Name, config.RedactURL(ct.cfg.URL), ct.inventory.Status())

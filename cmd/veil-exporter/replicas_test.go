@@ -1,0 +1,175 @@
+// Tests of replicas (ha.enabled) through whole daemons: three of them on a three-node NATS
+// cluster share four controllers, each run by exactly one, and a stopped one hands its
+// controllers over at once without an event lost or doubled.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+var leaderRE = regexp.MustCompile(`(?m)^veil_ha_leader\{controller="([^"]+)"\} ([01])$`)
+
+// leads returns the controllers a daemon's /metrics says it runs (veil_ha_leader 1) and
+// whether it exported any other series of a controller it does not run.
+func leads(t *testing.T, d *daemonUnderTest) (mine []string, foreign []string) {
+	t.Helper()
+	code, m := d.get(t, "/metrics")
+	if code != http.StatusOK {
+		return nil, nil
+	}
+	run := map[string]bool{}
+	for _, g := range leaderRE.FindAllStringSubmatch(m, -1) {
+		if g[2] == "1" {
+			run[g[1]] = true
+			mine = append(mine, g[1])
+		}
+	}
+	for _, g := range regexp.MustCompile(`(?m)^veil_up\{controller="([^"]+)"\}`).FindAllStringSubmatch(m, -1) {
+		if !run[g[1]] {
+			foreign = append(foreign, g[1])
+		}
+	}
+	sort.Strings(mine)
+	return mine, foreign
+}
+
+func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
+	cluster := testutil.StartCluster(t)
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(secretToken), 0o600)
+	names := []string{"alpha", "bravo", "charlie", "delta"}
+	sims := map[string]*veiltest.Server{}
+	var ctrls strings.Builder
+	for i, n := range names {
+		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: secretToken, VMs: 2, InitialEvents: 25, EventsOrder: "oldest_first"})
+		t.Cleanup(sim.Close)
+		sims[n] = sim
+		ctrls.WriteString(controllerYAML(n, sim.URL, tok))
+	}
+	stream := "VEIL_HA_TEST"
+	start := func(instance string) *daemonUnderTest {
+		f := filepath.Join(dir, instance+".yaml")
+		cfg := "controllers:\n" + ctrls.String() +
+			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
+			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", cluster.URLs(), stream) +
+			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: 3s\n  replicas: 3\n", instance)
+		if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return startDaemon(t, f)
+	}
+	ds := map[string]*daemonUnderTest{"pod-a": start("pod-a"), "pod-b": start("pod-b"), "pod-c": start("pod-c")}
+
+	// owners maps each controller to the replicas whose /metrics say they run it; a replica
+	// exporting series of a controller it does not run fails the test.
+	owners := func(live ...string) map[string][]string {
+		out := map[string][]string{}
+		for _, inst := range live {
+			mine, foreign := leads(t, ds[inst])
+			if len(foreign) > 0 {
+				t.Errorf("%s exports series of %v, which it does not run", inst, foreign)
+			}
+			for _, ct := range mine {
+				out[ct] = append(out[ct], inst)
+			}
+		}
+		return out
+	}
+	oneEach := func(live ...string) bool {
+		o := owners(live...)
+		for _, n := range names {
+			if len(o[n]) != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	spread := func() bool {
+		for _, d := range ds {
+			if m, _ := leads(t, d); len(m) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach("pod-a", "pod-b", "pod-c") && spread() },
+		"every controller run by exactly one replica, each replica running some; logs:\n%s", ds["pod-a"].logs)
+	for inst, d := range ds {
+		testutil.Eventually(t, 20*time.Second, func() bool { code, _ := d.get(t, "/-/ready"); return code == http.StatusOK },
+			"%s ready", inst)
+	}
+	total := 0
+	for _, sim := range sims {
+		total += sim.EventCount()
+	}
+	urls := strings.Split(strings.ReplaceAll(cluster.URLs(), "nats://", ""), ",")
+	testutil.Eventually(t, 30*time.Second, func() bool { return streamMsgs(urls[0], stream) == total },
+		"%d events on the stream (has %d)", total, streamMsgs(urls[0], stream))
+
+	// The status page says who runs what, the same on every replica.
+	_, js := ds["pod-b"].get(t, "/?format=json")
+	var st statusData
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Replicas == nil || st.Replicas.Instance != "pod-b" || len(st.Replicas.Controllers) != len(names) || len(st.Replicas.Instances) != 3 {
+		t.Fatalf("status replicas section = %+v", st.Replicas)
+	}
+	o := owners("pod-a", "pod-b", "pod-c")
+	for _, c := range st.Replicas.Controllers {
+		if len(o[c.Controller]) != 1 || c.Owner != o[c.Controller][0] || c.Mine != (c.Owner == "pod-b") || c.Since.IsZero() {
+			t.Errorf("status says %s is run by %q (mine %v), metrics say %v", c.Controller, c.Owner, c.Mine, o[c.Controller])
+		}
+	}
+
+	// Stop the replica that runs the most (SIGTERM): the others take its controllers over at
+	// once, well before its leases could expire, and forward what comes meanwhile exactly once.
+	victim := "pod-a"
+	for inst := range ds {
+		if m, _ := leads(t, ds[inst]); len(m) > len(o[victim]) {
+			victim = inst
+		}
+	}
+	gone, _ := leads(t, ds[victim])
+	rest := []string{}
+	for inst := range ds {
+		if inst != victim {
+			rest = append(rest, inst)
+		}
+	}
+	for _, sim := range sims {
+		sim.AddEvents(10, veiltest.EventSpec{})
+	}
+	stopped := time.Now()
+	ds[victim].stop()
+	ds[victim].stop = func() {}
+	testutil.Eventually(t, 15*time.Second, func() bool { return oneEach(rest...) }, "%v to move from %s to %v", gone, victim, rest)
+	took := time.Since(stopped)
+	t.Logf("%s stopped; %v moved to %v in %v (lease_ttl 3s)", victim, gone, rest, took)
+	if !strings.Contains(ds[victim].logs.String(), `why="shutting down"`) {
+		t.Errorf("%s did not release its leases on stop:\n%s", victim, ds[victim].logs)
+	}
+	for _, sim := range sims {
+		sim.AddEvents(10, veiltest.EventSpec{})
+	}
+	total = 0
+	for _, sim := range sims {
+		total += sim.EventCount()
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return streamMsgs(urls[0], stream) == total },
+		"%d events on the stream after the hand-over (has %d)", total, streamMsgs(urls[0], stream))
+}
