@@ -66,7 +66,7 @@ type controller struct {
 	inventory *collector.Inventory
 	guest     *collector.GuestChecker // nil when guest checks are off
 	forwarder *forwarder.Forwarder    // nil when events are off
-	cancel    context.CancelFunc          // nil until started
+	cancel    context.CancelFunc      // nil until started
 	done      sync.WaitGroup
 	// With replicas: the lease it runs under (the forwarder's fence), and whether it was ever
 	// started (its loops are not restarted: a controller acquired again is built afresh).
