@@ -548,3 +548,48 @@ func normalize(t *testing.T, o obj) any {
 	}
 	return v
 }
+
+// TestSystemdHAConfigRunsReplicasOnANATSCluster: the config every host shares loads with ha on
+// and names each host differently; the drop-in keeps the unit's stop budget.
+func TestSystemdHAConfigRunsReplicasOnANATSCluster(t *testing.T) {
+	cfg := parseWithToken(t, readFile(t, "systemd/config-ha.yaml"), "/run/credentials/veil-exporter.service/prod.token")
+	if !cfg.HA.Enabled || cfg.HA.Instance != "" || cfg.HA.Replicas != 3 || cfg.Events.Checkpoint.Store != "nats_kv" {
+		t.Errorf("ha %+v, checkpoint store %q: want ha on, instance empty (hostname-pid), 3 bucket replicas, nats_kv",
+			cfg.HA, cfg.Events.Checkpoint.Store)
+	}
+	if servers := strings.Split(cfg.NATS.URL, ","); len(servers) < 3 || cfg.NATS.Embedded.Enabled {
+		t.Errorf("nats.url %q (embedded %v), want the three servers of a cluster", cfg.NATS.URL, cfg.NATS.Embedded.Enabled)
+	}
+	if cfg.NATS.JetStream.CreateStream {
+		t.Error("create_stream is true: the exporter would create a one-replica stream")
+	}
+
+	dropIn := string(readFile(t, "systemd/veil-exporter-ha.conf"))
+	settings := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(dropIn, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			section = line
+		} else if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			settings[section+k] = v
+		}
+	}
+	for key, want := range map[string]string{
+		"[Unit]After":             "nats-server.service",
+		"[Service]Restart":        "always",
+		"[Service]TimeoutStopSec": "30s",
+	} {
+		if settings[key] != want {
+			t.Errorf("drop-in %s = %q, want %q", key, settings[key], want)
+		}
+	}
+	if !strings.Contains(dropIn, "/etc/systemd/system/veil-exporter.service.d/") {
+		t.Error("the drop-in does not say where it goes")
+	}
+	// The stop budget covers what a stopping replica waits for before its leases are gone.
+	stop, err := time.ParseDuration(settings["[Service]TimeoutStopSec"])
+	if err != nil || stop < cfg.NATS.JetStream.PublishTimeout+5*time.Second+10*time.Second {
+		t.Errorf("TimeoutStopSec %v (%v): want at least publish_timeout + HTTP shutdown + margin", stop, err)
+	}
+}
