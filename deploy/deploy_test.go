@@ -118,7 +118,7 @@ func TestKubernetesConfigMapHoldsAValidConfigWithKVCheckpoints(t *testing.T) {
 	var cm struct {
 		Data map[string]string `yaml:"data"`
 	}
-	if err := yaml.Unmarshal(readFile(t, "kubernetes/configmap.yaml"), &cm); err != nil {
+	if err := yaml.Unmarshal(readFile(t, "kubernetes/base/configmap.yaml"), &cm); err != nil {
 		t.Fatal(err)
 	}
 	cfg := parseWithToken(t, []byte(cm.Data["config.yaml"]), "/etc/veil-exporter/tokens/prod.token")
@@ -142,14 +142,14 @@ func TestPrometheusRuleWrapsTheSameRules(t *testing.T) {
 	if err := yaml.Unmarshal(readFile(t, "prometheus/veil-exporter.rules.yml"), &rules); err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(readFile(t, "kubernetes/prometheusrule.yaml"), &pr); err != nil {
+	if err := yaml.Unmarshal(readFile(t, "kubernetes/base/prometheusrule.yaml"), &pr); err != nil {
 		t.Fatal(err)
 	}
 	if pr.Kind != "PrometheusRule" || len(rules.Groups) == 0 {
 		t.Fatalf("kind %q, %d rule groups", pr.Kind, len(rules.Groups))
 	}
 	if !reflect.DeepEqual(pr.Spec.Groups, rules.Groups) {
-		t.Error("kubernetes/prometheusrule.yaml spec.groups differ from prometheus/veil-exporter.rules.yml; copy the groups over")
+		t.Error("kubernetes/base/prometheusrule.yaml spec.groups differ from prometheus/veil-exporter.rules.yml; copy the groups over")
 	}
 }
 
@@ -157,17 +157,17 @@ func TestKubernetesManifestsAreNonRootReadOnlyAndListed(t *testing.T) {
 	var kust struct {
 		Resources []string `yaml:"resources"`
 	}
-	if err := yaml.Unmarshal(readFile(t, "kubernetes/kustomization.yaml"), &kust); err != nil {
+	if err := yaml.Unmarshal(readFile(t, "kubernetes/base/kustomization.yaml"), &kust); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob("kubernetes/*.yaml")
+	files, _ := filepath.Glob("kubernetes/base/*.yaml")
 	for _, f := range files {
 		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(kust.Resources, base) {
 			t.Errorf("%s is not listed in kustomization.yaml", base)
 		}
 	}
 	for _, r := range kust.Resources {
-		if _, err := os.Stat(filepath.Join("kubernetes", r)); err != nil {
+		if _, err := os.Stat(filepath.Join("kubernetes", "base", r)); err != nil {
 			t.Errorf("kustomization lists %s: %v", r, err)
 		}
 	}
@@ -193,7 +193,7 @@ func TestKubernetesManifestsAreNonRootReadOnlyAndListed(t *testing.T) {
 			} `yaml:"template"`
 		} `yaml:"spec"`
 	}
-	if err := yaml.Unmarshal(readFile(t, "kubernetes/deployment.yaml"), &dep); err != nil {
+	if err := yaml.Unmarshal(readFile(t, "kubernetes/base/deployment.yaml"), &dep); err != nil {
 		t.Fatal(err)
 	}
 	ps := dep.Spec.Template.Spec
