@@ -1,0 +1,381 @@
+// Replicas as an operator runs them: three veil-exporter processes on a three-node NATS cluster
+// share three controllers while events keep coming, through kill -9 of an owner, SIGTERM of an
+// owner, the loss of the NATS server leading the stream, and an owner paused past its lease.
+// At the end every event is on the stream exactly once and in order per controller.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+const haLeaseTTL = 3 * time.Second
+
+// replicaProc is one exporter process that the test kills, stops and starts again.
+type replicaProc struct {
+	t        *testing.T
+	bin, cfg string
+	web      string
+	logPath  string
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+func (p *replicaProc) start() {
+	p.t.Helper()
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd = exec.Command(p.bin, "--config.file", p.cfg, "--web.listen-address", p.web)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	waitHTTP(p.t, "http://"+p.web+"/-/healthy", 20*time.Second)
+}
+
+func (p *replicaProc) signal(s syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		p.t.Fatalf("signal %v: %v", s, err)
+	}
+}
+
+func (p *replicaProc) wait() {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.t.Fatal("exporter did not exit")
+	}
+}
+
+var haLeaderRE = regexp.MustCompile(`(?m)^veil_ha_leader\{controller="([^"]+)"\} 1$`)
+
+// runs is what the replica's /metrics says it runs; nil when it does not answer (stopped).
+func (p *replicaProc) runs() []string {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + p.web + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	var out []string
+	for _, g := range haLeaderRE.FindAllStringSubmatch(b.String(), -1) {
+		out = append(out, g[1])
+	}
+	return out
+}
+
+func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
+	cluster := testutil.StartCluster(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "veil-exporter")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/veil-exporter")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	const token = "ha-e2e-token"
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(token), 0o600)
+
+	names := []string{"alpha", "bravo", "charlie"}
+	sims := map[string]*veiltest.Server{}
+	var ctrls strings.Builder
+	for i, n := range names {
+		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: token, VMs: 3, InitialEvents: -1, InitialTasks: -1, EventsOrder: "oldest_first"})
+		t.Cleanup(sim.Close)
+		sims[n] = sim
+		fmt.Fprintf(&ctrls, "  - name: %s\n    url: %s\n    token_file: %s\n", n, sim.URL, tok)
+	}
+	const stream = "VEIL_EVENTS"
+	procs := map[string]*replicaProc{}
+	for _, inst := range []string{"pod-a", "pod-b", "pod-c"} {
+		cfg := filepath.Join(dir, inst+".yaml")
+		body := "controllers:\n" + ctrls.String() +
+			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
+			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", cluster.URLs(), stream) +
+			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, haLeaseTTL)
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := &replicaProc{t: t, bin: bin, cfg: cfg, web: freeAddr(t), logPath: filepath.Join(dir, inst+".log")}
+		procs[inst] = p
+		t.Cleanup(func() {
+			if p.cmd != nil && p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Signal(syscall.SIGCONT)
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+			if t.Failed() {
+				b, _ := os.ReadFile(p.logPath)
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("--- %s (tail)\n%s", inst, b)
+			}
+		})
+		p.start()
+	}
+
+	// Events keep coming on every controller for the whole run.
+	var mu sync.Mutex
+	created := map[string][]string{}
+	stopFeed := make(chan struct{})
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopFeed:
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			for _, n := range names {
+				created[n] = append(created[n], sims[n].AddEvents(3, veiltest.EventSpec{})...)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	// owners maps each controller to the live replicas that say they run it.
+	owners := func(live ...string) map[string][]string {
+		o := map[string][]string{}
+		for _, inst := range live {
+			for _, ct := range procs[inst].runs() {
+				o[ct] = append(o[ct], inst)
+			}
+		}
+		return o
+	}
+	oneEach := func(live ...string) bool {
+		o := owners(live...)
+		for _, n := range names {
+			if len(o[n]) != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	all := []string{"pod-a", "pod-b", "pod-c"}
+	without := func(inst string) []string {
+		return slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == inst })
+	}
+	// moved waits until every controller of victim is run by exactly one of the others. How
+	// long that takes is a figure for make bench, logged here, not asserted.
+	moved := func(what, victim string, since time.Time) {
+		t.Helper()
+		testutil.Eventually(t, haLeaseTTL+20*time.Second, func() bool { return oneEach(without(victim)...) },
+			"%s: controllers of %s to move to the others", what, victim)
+		t.Logf("%s: controllers of %s moved in %v (lease_ttl %v)", what, victim, time.Since(since), haLeaseTTL)
+	}
+	owner := func(ct string) string {
+		t.Helper()
+		var o []string
+		testutil.Eventually(t, 20*time.Second, func() bool { o = owners(all...)[ct]; return len(o) == 1 }, "one owner of %s", ct)
+		return o[0]
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "every controller run by exactly one replica")
+
+	// 1. kill -9 an owner: its controllers move after its leases expire.
+	victim := owner("alpha")
+	killed := time.Now()
+	procs[victim].signal(syscall.SIGKILL)
+	procs[victim].wait()
+	moved("kill -9", victim, killed)
+	procs[victim].start()
+	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "the restarted replica to join")
+
+	// 2. SIGTERM an owner: it releases its leases, so the others need not wait for them to expire.
+	victim = owner("bravo")
+	termed := time.Now()
+	procs[victim].signal(syscall.SIGTERM)
+	procs[victim].wait()
+	moved("SIGTERM", victim, termed)
+	if b, _ := os.ReadFile(procs[victim].logPath); !strings.Contains(string(b), `why="shutting down"`) {
+		t.Errorf("%s did not release its leases on SIGTERM (they would have had to expire)", victim)
+	}
+	procs[victim].start()
+	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "the restarted replica to join")
+
+	// 3. The NATS server leading the stream goes away mid-stream: a new leader is elected and
+	// forwarding goes on; the server comes back.
+	nc, err := nats.Connect(cluster.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := streamLeader(t, js, stream)
+	var lost *testutil.NATS
+	for _, n := range cluster.Nodes {
+		if s := n.Server(); s != nil && s.Name() == leader {
+			lost = n
+		}
+	}
+	if lost == nil {
+		t.Fatalf("stream leader %q is none of the cluster's servers", leader)
+	}
+	before := streamCount(t, js, stream)
+	lost.Stop()
+	testutil.Eventually(t, 30*time.Second, func() bool { return streamCount(t, js, stream) > before+30 },
+		"forwarding to go on without the stream's leader %s", leader)
+	lost.Start()
+	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "every controller owned once after the NATS leader's loss")
+
+	// 4. SIGSTOP an owner past its lease, then SIGCONT: the others take over while it sleeps;
+	// awake, it lets go without publishing or saving anything.
+	victim = owner("charlie")
+	stopped := time.Now()
+	procs[victim].signal(syscall.SIGSTOP)
+	moved("SIGSTOP", victim, stopped)
+	procs[victim].signal(syscall.SIGCONT)
+	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "every controller owned once after SIGCONT")
+
+	// The end: every event created on each controller is on the stream once, in order.
+	close(stopFeed)
+	<-fed
+	mu.Lock()
+	defer mu.Unlock()
+	want := 0
+	for _, ids := range created {
+		want += len(ids)
+	}
+	testutil.Eventually(t, 60*time.Second, func() bool { return streamCount(t, js, stream) >= want },
+		"%d events on the stream", want)
+	got := readStream(t, js, stream, want)
+	for _, n := range names {
+		exactlyOnceInOrder(t, n, created[n], got[n])
+	}
+}
+
+func streamLeader(t *testing.T, js jetstream.JetStream, stream string) string {
+	t.Helper()
+	var leader string
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			return false
+		}
+		leader = info.Cluster.Leader
+		return true
+	}, "stream %s with a leader and two replicas (the exporter creates it with ha.replicas 3)", stream)
+	return leader
+}
+
+func streamCount(t *testing.T, js jetstream.JetStream, stream string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return -1
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return int(info.State.Msgs)
+}
+
+// readStream reads the first n messages of the stream by sequence and groups their event ids
+// (from Nats-Msg-Id, controller.id) by controller. Each read is retried: right after a server
+// of the cluster came back, a request may find no responder for a moment.
+func readStream(t *testing.T, js jetstream.JetStream, stream string, n int) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for seq := uint64(1); seq <= uint64(n); seq++ {
+		var m *jetstream.RawStreamMsg
+		testutil.EventuallyNil(t, 20*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s, err := js.Stream(ctx, stream)
+			if err != nil {
+				return err
+			}
+			m, err = s.GetMsg(ctx, seq)
+			return err
+		}, "message %d of stream %s", seq, stream)
+		ctrl, id, ok := strings.Cut(m.Header.Get(nats.MsgIdHdr), ".")
+		if !ok {
+			t.Fatalf("message %d without a controller.id Nats-Msg-Id: %q", seq, m.Header.Get(nats.MsgIdHdr))
+		}
+		out[ctrl] = append(out[ctrl], id)
+	}
+	return out
+}
+
+// exactlyOnceInOrder compares what the stream holds for a controller with what was created.
+func exactlyOnceInOrder(t *testing.T, controller string, want, got []string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+	}
+	var missing, doubled []string
+	for _, id := range want {
+		switch seen[id] {
+		case 0:
+			missing = append(missing, id)
+		case 1:
+		default:
+			doubled = append(doubled, id)
+		}
+	}
+	if len(missing) > 0 || len(doubled) > 0 || len(got) != len(want) {
+		t.Errorf("%s: %d created, %d on the stream; missing %d (first %v), doubled %d (first %v)",
+			controller, len(want), len(got), len(missing), first(missing), len(doubled), first(doubled))
+		return
+	}
+	for i := range want {
+		if want[i] != got[i] {
+			t.Errorf("%s: every event once, but not in the order created: from #%d created %v, on the stream %v (created as #%d)",
+				controller, i, want[i:min(i+6, len(want))], got[i:min(i+6, len(got))], slices.Index(want, got[i]))
+			return
+		}
+	}
+}
+
+func first(s []string) []string { return s[:min(len(s), 3)] }
