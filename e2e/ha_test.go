@@ -30,7 +30,7 @@ const haLeaseTTL = 3 * time.Second
 
 // replicaProc is one exporter process that the test kills, stops and starts again.
 type replicaProc struct {
-	t        *testing.T
+	t        testing.TB
 	bin, cfg string
 	web      string
 	logPath  string
@@ -51,7 +51,18 @@ func (p *replicaProc) start() {
 	}
 	p.done = make(chan struct{})
 	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
-	waitHTTP(p.t, "http://"+p.web+"/-/healthy", 20*time.Second)
+	u := "http://" + p.web + "/-/healthy"
+	testutil.EventuallyNil(p.t, 20*time.Second, func() error {
+		resp, err := http.Get(u)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s", resp.Status)
+		}
+		return nil
+	}, "%s to answer 200", u)
 }
 
 func (p *replicaProc) signal(s syscall.Signal) {

@@ -213,6 +213,11 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 	}
 	figs = append(figs, f)
 
+	h := "BenchmarkReplicas"
+	figs = append(figs,
+		figure("replicas: takeover after kill -9", "s", r.get(h, "takeover-s"), median(r.get(h, "bound-s")), "lease_ttl + 2 s", r.get(h, "ratio-to-bound"), "<=", 1),
+		figure("replicas: controller requests, 3 replicas / 1 exporter", "requests", r.get(h, "requests-three"), median(r.get(h, "requests-one")), "one exporter", r.get(h, "requests-ratio"), "<=", 1.05))
+
 	f = figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, "", 0)
 	if v := r.get(ref, "sim-cpu-s/refresh"); len(v) > 0 {
 		f.Note = fmt.Sprintf("the simulator (separate process, same cores) used %.3f s", median(v))

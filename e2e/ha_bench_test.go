@@ -1,0 +1,168 @@
+// The replicas' figures for make bench: how long a killed owner's controllers take to move, and
+// what three replicas cost the controllers compared with one exporter.
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// BenchmarkReplicas runs once whatever b.N (make bench asks for 1x). It reports
+//   - takeover-s: kill -9 of an owner until its controllers run elsewhere, with its bound
+//     lease_ttl + 2 s (ratio-to-bound, target <= 1);
+//   - requests-ratio: requests the controllers received from three replicas over a window,
+//     divided by those from one exporter without replicas over the same window (target <= 1.05).
+func BenchmarkReplicas(b *testing.B) {
+	cluster := testutil.StartCluster(b)
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "veil-exporter")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/veil-exporter")
+	wd, _ := os.Getwd()
+	build.Dir = filepath.Dir(wd)
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	const token = "ha-bench-token"
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(token), 0o600)
+	var sims []*veiltest.Server
+	var ctrls strings.Builder
+	for i := range 3 {
+		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: token, VMs: 50, InitialEvents: 100, EventsOrder: "oldest_first"})
+		b.Cleanup(sim.Close)
+		sims = append(sims, sim)
+		fmt.Fprintf(&ctrls, "  - name: c%d\n    url: %s\n    token_file: %s\n", i, sim.URL, tok)
+	}
+	const leaseTTL = 3 * time.Second
+	conf := func(name, ha string) string {
+		f := filepath.Join(dir, name+".yaml")
+		body := "controllers:\n" + ctrls.String() +
+			"collect:\n  interval: 2s\nguest:\n  enabled: true\n  ping_interval: 5s\n" +
+			"events:\n  enabled: true\n  poll_interval: 250ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+			fmt.Sprintf("nats:\n  url: %q\n", cluster.URLs()) + ha
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	proc := func(name, ha string) *replicaProc {
+		p := &replicaProc{t: b, bin: bin, cfg: conf(name, ha), web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), logPath: filepath.Join(dir, name+".log")}
+		b.Cleanup(func() {
+			if p.cmd != nil && p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		})
+		return p
+	}
+	requests := func() int {
+		n := 0
+		for _, s := range sims {
+			n += len(s.Requests())
+		}
+		return n
+	}
+	resetRequests := func() {
+		for _, s := range sims {
+			s.ResetRequests()
+		}
+	}
+	const window = 20 * time.Second
+
+	// One exporter without replicas: the requests of a window once it is ready.
+	one := proc("one", "")
+	one.start()
+	testutil.Eventually(b, 30*time.Second, func() bool { return ready(one) }, "the single exporter to be ready")
+	resetRequests()
+	time.Sleep(window) // the measured window
+	single := requests()
+	one.signal(syscall.SIGTERM)
+	one.wait()
+
+	// Three replicas: the same window once every controller has one owner.
+	names := []string{"c0", "c1", "c2"}
+	reps := map[string]*replicaProc{}
+	for _, inst := range []string{"pod-a", "pod-b", "pod-c"} {
+		reps[inst] = proc(inst, fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, leaseTTL))
+		reps[inst].start()
+	}
+	ownerOf := func(live map[string]*replicaProc) map[string][]string {
+		o := map[string][]string{}
+		for inst, p := range live {
+			for _, ct := range p.runs() {
+				o[ct] = append(o[ct], inst)
+			}
+		}
+		return o
+	}
+	settled := func(live map[string]*replicaProc) bool {
+		o := ownerOf(live)
+		for _, n := range names {
+			if len(o[n]) != 1 {
+				return false
+			}
+		}
+		for _, p := range live {
+			if len(p.runs()) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	testutil.Eventually(b, 60*time.Second, func() bool { return settled(reps) }, "one owner per controller, spread over three replicas")
+	resetRequests()
+	time.Sleep(window) // the measured window
+	three := requests()
+
+	// kill -9 the owner of c0 and time the move.
+	victim := ownerOf(reps)["c0"][0]
+	rest := map[string]*replicaProc{}
+	for inst, p := range reps {
+		if inst != victim {
+			rest[inst] = p
+		}
+	}
+	killed := time.Now()
+	reps[victim].signal(syscall.SIGKILL)
+	reps[victim].wait()
+	testutil.Eventually(b, leaseTTL+30*time.Second, func() bool {
+		o := ownerOf(rest)
+		for _, n := range names {
+			if len(o[n]) != 1 {
+				return false
+			}
+		}
+		return true
+	}, "the killed replica's controllers to move")
+	takeover := time.Since(killed)
+
+	bound := leaseTTL + 2*time.Second
+	b.ReportMetric(takeover.Seconds(), "takeover-s")
+	b.ReportMetric(bound.Seconds(), "bound-s")
+	b.ReportMetric(takeover.Seconds()/bound.Seconds(), "ratio-to-bound")
+	b.ReportMetric(float64(single), "requests-one")
+	b.ReportMetric(float64(three), "requests-three")
+	b.ReportMetric(float64(three)/float64(max(single, 1)), "requests-ratio")
+}
+
+// ready says whether the exporter answers /-/ready with 200.
+func ready(p *replicaProc) bool {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + p.web + "/-/ready")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
