@@ -25,7 +25,7 @@ func main() {
 	flag.IntVar(&o.VMs, "vms", 10, "virtual machines (-1 for none)")
 	flag.IntVar(&o.Templates, "templates", 0, "how many VMs are templates (0: vms/20, -1: none)")
 	flag.IntVar(&o.InitialEvents, "initial-events", 100, "events in the journal at start")
-	flag.Float64Var(&o.EventRate, "event-rate", 0.5, "background events per second")
+	flag.Float64Var(&o.EventRate, "event-rate", 0.5, "background activity in journal events per second: simulated operations (VMs stopped and started, backups, clones, migrations) as tasks with their events, and guest agents lost and back")
 	flag.StringVar(&o.EventsOrder, "events-order", "newest_first", "default ordering of /api/events/: newest_first or oldest_first")
 	flag.IntVar(&o.EventsRetention, "events-retention", 0, "keep at most this many events (0: unlimited)")
 	flag.DurationVar(&o.Latency, "latency", 0, "latency added to every /api/ request")

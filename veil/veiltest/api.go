@@ -526,7 +526,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		if !asc {
 			j = count - 1 - i
 		}
-		items = append(items, s.st.taskBytes(sel[j], now))
+		items = append(items, s.st.taskBytes(sel[j], now, reqLang(r)))
 	}
 	s.mu.Unlock()
 	writePage(w, r, count, p, items)
@@ -542,7 +542,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, id string) {
 		writeError(w, errNotFound("Task"))
 		return
 	}
-	writeJSONBytes(w, http.StatusOK, s.st.taskBytes(t, now))
+	writeJSON(w, http.StatusOK, s.st.taskDetail(t, now, reqLang(r)))
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
@@ -560,6 +560,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	case "-created":
 		asc = false
 	}
+	l := reqLang(r)
 	s.mu.Lock()
 	s.st.advance(s.now())
 	j := &s.st.events
@@ -575,7 +576,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			if !asc {
 				k = count - 1 - i
 			}
-			items = append(items, j.at(k).json)
+			items = append(items, j.at(k).bytes(l))
 		}
 	} else {
 		var sel []*event
@@ -593,7 +594,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			if !asc {
 				k = count - 1 - i
 			}
-			items = append(items, sel[k].json)
+			items = append(items, sel[k].bytes(l))
 		}
 	}
 	s.mu.Unlock()
@@ -608,7 +609,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
 		writeError(w, errNotFound("Event"))
 		return
 	}
-	writeJSONBytes(w, http.StatusOK, ev.json)
+	writeJSONBytes(w, http.StatusOK, ev.bytes(reqLang(r)))
 }
 
 // ---- request bodies ----
@@ -712,7 +713,7 @@ func (s *Server) respondTask(w http.ResponseWriter, r *http.Request, t *task) {
 		}
 	}
 	s.mu.Lock()
-	env := s.st.envelope(t, s.now())
+	env := s.st.envelope(t, s.now(), reqLang(r))
 	s.mu.Unlock()
 	status := http.StatusOK
 	if isAsync(r) {

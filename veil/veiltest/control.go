@@ -29,18 +29,19 @@ func (s *Server) withDomain(id string, f func(d *domain, now time.Time) error) e
 	if !ok {
 		return fmt.Errorf("virtual machine %s not found", id)
 	}
+	d.pinned = true // the background activity leaves a scenario's VM alone
 	return f(d, now)
 }
 
-func (s *Server) powerEvent(d *domain, now time.Time, msg string) {
-	s.st.newEvent(now, "info", "system", fmt.Sprintf("Virtual machine %s %s", d.name, msg), "", "", eventEntity{d.id, "domain"})
+func (s *Server) powerEvent(d *domain, now time.Time, msg text) {
+	s.st.newEvent(now, "info", "system", txtf("Virtual machine %s "+msg.en, "Виртуальная машина %s "+msg.ru, d.name), text{}, "", eventEntity{d.id, "domain"})
 }
 
 // PowerOff powers a VM off (as if the guest shut itself down) and writes an event.
 func (s *Server) PowerOff(vmID string) error {
 	return s.withDomain(vmID, func(d *domain, now time.Time) error {
 		s.st.setPower(d, powerOff, now)
-		s.powerEvent(d, now, "is powered off")
+		s.powerEvent(d, now, txt("is powered off", "выключена"))
 		return nil
 	})
 }
@@ -52,7 +53,7 @@ func (s *Server) PowerOn(vmID string) error {
 			return fmt.Errorf("virtual machine %s is a template", d.name)
 		}
 		s.st.setPower(d, powerOn, now)
-		s.powerEvent(d, now, "is powered on")
+		s.powerEvent(d, now, txt("is powered on", "включена"))
 		return nil
 	})
 }
@@ -61,7 +62,7 @@ func (s *Server) PowerOn(vmID string) error {
 func (s *Server) DeleteVM(vmID string) error {
 	return s.withDomain(vmID, func(d *domain, now time.Time) error {
 		s.st.removeDomain(d)
-		s.powerEvent(d, now, "is deleted")
+		s.powerEvent(d, now, txt("is deleted", "удалена"))
 		return nil
 	})
 }
@@ -74,7 +75,7 @@ func (s *Server) MigrateVM(vmID, nodeID string) error {
 			return fmt.Errorf("node %s not found", nodeID)
 		}
 		s.st.moveDomain(d, n, now)
-		s.powerEvent(d, now, "is migrated to node "+n.name)
+		s.powerEvent(d, now, txt("is migrated to node "+n.name, "перенесена на узел "+n.name))
 		return nil
 	})
 }
@@ -95,7 +96,7 @@ func (s *Server) SetNodeStatus(nodeID, status string) error {
 	if status != "ACTIVE" {
 		typ = "warning"
 	}
-	s.st.newEvent(now, typ, "system", fmt.Sprintf("Node %s status changed to %s", n.name, status), "", "", eventEntity{n.id, "node"})
+	s.st.newEvent(now, typ, "system", txtf("Node %s status changed to %s", "Статус узла %s изменён на %s", n.name, status), text{}, "", eventEntity{n.id, "node"})
 	return nil
 }
 

@@ -34,8 +34,9 @@ type state struct {
 
 	events    journal
 	eventRate float64
-	eventDebt float64
-	lastGen   time.Time
+	nextGen   time.Time // when the next background operation starts (eventRate > 0)
+	bgClones  []*domain // VMs the background activity cloned, oldest first
+	agentLost *domain   // the VM whose agent the background activity stopped, if any
 }
 
 type node struct {
@@ -90,6 +91,8 @@ type domain struct {
 	poweredAt   time.Time
 	nodeSince   time.Time
 	seq         int
+	busy        int  // running tasks working on this VM
+	pinned      bool // a client or a control call touched it: the background leaves it alone
 
 	listJSON []byte // cached list encoding; nil when stale
 }
@@ -115,7 +118,9 @@ func (st *state) init(o Options) {
 	st.events.init(o.EventsRetention)
 	st.eventRate = o.EventRate
 	now := o.Now()
-	st.lastGen = now
+	if st.eventRate > 0 {
+		st.scheduleActivity(now, 1)
+	}
 	base := now.Add(-30 * 24 * time.Hour).Truncate(time.Second)
 
 	for i := range o.Clusters {

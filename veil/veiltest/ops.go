@@ -49,7 +49,7 @@ func (s *Server) operateRepeat(w http.ResponseWriter, r *http.Request, repeat fu
 	if key != "" {
 		if t, ok := s.st.taskByID[key]; ok {
 			// Spec §4.4: a known key never runs again; it reports the existing operation.
-			var env any = s.st.envelope(t, now)
+			var env any = s.st.envelope(t, now, reqLang(r))
 			if repeat != nil {
 				if v, ok := repeat(now); ok {
 					env = v
@@ -61,6 +61,14 @@ func (s *Server) operateRepeat(w http.ResponseWriter, r *http.Request, repeat fu
 		}
 	}
 	t, e := fn(w, now, body, key, userFrom(r.Context()))
+	if t != nil {
+		// The background activity leaves alone what a client works on.
+		for id := range t.entities {
+			if d, ok := s.st.domainByID[id]; ok {
+				d.pinned = true
+			}
+		}
+	}
 	s.mu.Unlock()
 	if e != nil {
 		writeError(w, e)
@@ -91,14 +99,6 @@ func (st *state) lookupDomain(id string) (*domain, *apiError) {
 	return d, nil
 }
 
-// gone is the failure of a task whose domain was deleted while it ran.
-func (st *state) gone(d *domain) error {
-	if _, ok := st.domainByID[d.id]; !ok {
-		return fmt.Errorf("virtual machine %s no longer exists", d.name)
-	}
-	return nil
-}
-
 func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
 	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
 		n, ok := s.st.nodeByID[id]
@@ -110,7 +110,7 @@ func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "node_ballooning", verbose: fmt.Sprintf("Change ballooning of node %s", n.name), key: key, user: user,
+			name: nameBallooning(n), key: key, user: user,
 			entities: map[string]string{n.id: "node"},
 			apply:    func(time.Time) error { n.ballooning = on; return nil },
 			entity:   func(now time.Time) any { return n.detail(now) },
@@ -139,7 +139,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, errRule(fmt.Sprintf("Virtual machine %s is a template and cannot be started.", d.name))
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_start", verbose: "Start virtual machine " + d.name, key: key, user: user,
+			name: nameStart(d), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(at time.Time) error {
 				if err := s.st.gone(d); err != nil {
@@ -163,12 +163,8 @@ func (s *Server) shutdown(w http.ResponseWriter, r *http.Request, id string) {
 		if e != nil {
 			return nil, e
 		}
-		verb := "Shutdown"
-		if force {
-			verb = "Force shutdown"
-		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_shutdown", verbose: verb + " virtual machine " + d.name, key: key, user: user,
+			name: nameShutdown(d, force), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(at time.Time) error {
 				if err := s.st.gone(d); err != nil {
@@ -213,27 +209,13 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 				return nil, errField("datapool", "invalid", "Data pool is not found.")
 			}
 		}
-		c := s.st.newDomain(now)
-		c.name, c.node, c.pool = name, n, pool
-		c.cpus, c.memMiB, c.linux, c.agent, c.vdisks = src.cpus, src.memMiB, src.linux, src.agent, src.vdisks
-		c.power, c.status = powerOff, "CREATING"
-		// A clone of a template is thin: it keeps the template as its parent.
-		if src.template {
-			c.thin, c.parent = true, src
-		}
-		s.st.addDomain(c)
+		c := s.st.cloneOf(src, name, now)
+		c.node, c.pool = n, pool
 		return s.st.startTask(now, taskSpec{
-			name: "domain_clone", verbose: fmt.Sprintf("Clone virtual machine %s to %s", src.name, name), key: key, user: user,
+			name: nameClone(c, src), key: key, user: user,
 			entities: domainEnts(src, c),
-			apply: func(at time.Time) error {
-				if err := s.st.gone(c); err != nil {
-					return err
-				}
-				c.status = "ACTIVE"
-				c.touch()
-				return nil
-			},
-			entity: s.st.domainEntity(c),
+			apply:    s.st.cloneDone(c),
+			entity:   s.st.domainEntity(c),
 		}), nil
 	})
 }
@@ -256,7 +238,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
 		d.status = "DELETING"
 		d.touch()
 		return s.st.startTask(now, taskSpec{
-			name: "domain_remove", verbose: "Remove virtual machine " + d.name, key: key, user: user,
+			name: nameRemove(d), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(time.Time) error {
 				s.st.removeDomain(d)
@@ -296,8 +278,7 @@ func (s *Server) sshInject(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, errRule("The virtual machine must be powered off, or on with an active guest agent.")
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_ssh_inject", verbose: fmt.Sprintf("Inject SSH key for %s into virtual machine %s", sshUser, d.name),
-			key: key, user: user, entities: domainEnts(d),
+			name: nameSSHInject(d), key: key, user: user, entities: domainEnts(d),
 			apply: func(time.Time) error {
 				if err := s.st.gone(d); err != nil {
 					return err
@@ -330,7 +311,7 @@ func (s *Server) setTemplate(w http.ResponseWriter, r *http.Request, id string) 
 			return nil, errRule(fmt.Sprintf("Virtual machine %s must be powered off to become a template.", d.name))
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_template", verbose: "Change template flag of virtual machine " + d.name, key: key, user: user,
+			name: nameTemplate(d, on), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(time.Time) error {
 				if err := s.st.gone(d); err != nil {
@@ -373,9 +354,12 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_backup", verbose: "Backup virtual machine " + d.name, key: key, user: user,
+			name: nameBackup(d), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(time.Time) error {
+				if err := s.st.gone(d); err != nil {
+					return err
+				}
 				if pool != nil {
 					pool.files++
 					pool.used = min(pool.sizeMiB, pool.used+d.memMiB)
@@ -384,4 +368,29 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 			},
 		}), nil
 	})
+}
+
+// cloneOf adds a VM in CREATING made from src (a template's clone is thin: the template stays
+// its parent); cloneDone is its task's apply.
+func (st *state) cloneOf(src *domain, name string, now time.Time) *domain {
+	c := st.newDomain(now)
+	c.name, c.node, c.pool = name, src.node, src.pool
+	c.cpus, c.memMiB, c.linux, c.agent, c.vdisks = src.cpus, src.memMiB, src.linux, src.agent, src.vdisks
+	c.power, c.status = powerOff, "CREATING"
+	if src.template {
+		c.thin, c.parent = true, src
+	}
+	st.addDomain(c)
+	return c
+}
+
+func (st *state) cloneDone(c *domain) func(time.Time) error {
+	return func(time.Time) error {
+		if err := st.gone(c); err != nil {
+			return err
+		}
+		c.status = "ACTIVE"
+		c.touch()
+		return nil
+	}
 }

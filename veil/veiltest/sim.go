@@ -8,6 +8,13 @@
 //     they answer 202 with {"_task":{...},"_entity":{...}} (or only "_task" for remove and
 //     backup). Without it they wait until the task is final and answer 200 with the same
 //     envelope carrying the final task.
+//   - Tasks are named as the platform names them: a sentence naming the entities ("Starting
+//     the virtual machine win_test."), verbose_name "Task"; the detail lists the task's journal
+//     events. Every operation writes an event when its task is created and one when it
+//     finishes or fails, each with task and entities set.
+//   - EventRate drives background activity in journal events per second: operations on VMs
+//     no client or control call has touched (start/stop, backups, clones and their removal,
+//     migrations) run as tasks, and guest agents stop answering and come back (activity.go).
 //   - An idempotency_key becomes the id of the task. A repeated key answers with the envelope
 //     of the existing task (200), and for start with the domain object.
 //   - The domains filter "name" is a case-insensitive substring match on verbose_name.
@@ -53,7 +60,7 @@ type Options struct {
 
 	InitialEvents   int           // events already in the journal at start
 	InitialTasks    int           // finished tasks already in the journal (default 20; -1 none)
-	EventRate       float64       // background events per second (0 = none)
+	EventRate       float64       // background activity, in journal events per second (0 = none)
 	EventsOrder     string        // default ordering of /api/events/: "newest_first" (default) or "oldest_first"
 	EventsRetention int           // keep at most N events (0 = unlimited); oldest are deleted
 	TaskDuration    time.Duration // how long a task takes (default 300ms); progress grows over it
