@@ -93,6 +93,7 @@ type domain struct {
 	seq         int
 	busy        int  // running tasks working on this VM
 	pinned      bool // a client or a control call touched it: the background leaves it alone
+	pctNumbers  bool // usage percentages as numbers (Options.PercentNumbers)
 
 	listJSON []byte // cached list encoding; nil when stale
 }
@@ -139,7 +140,7 @@ func (st *state) init(o Options) {
 			status:     "ACTIVE",
 			cpuPct:     round2(st.rng.Float64() * 80),
 			memPct:     round2(10 + st.rng.Float64()*80),
-			stringPct:  st.rng.Float64() < o.StringPercentNodes,
+			stringPct:  stringPct(st.rng.Float64(), o),
 			ballooning: true,
 			created:    base,
 		}
@@ -181,6 +182,23 @@ func (st *state) init(o Options) {
 	st.seedEvents(now)
 }
 
+// stringPct decides whether a node sends its percentages as strings; draw is always drawn so
+// the seeded inventory does not depend on the option.
+func stringPct(draw float64, o Options) bool {
+	if o.StringPercentNodes != 0 {
+		return draw < o.StringPercentNodes
+	}
+	return !o.PercentNumbers
+}
+
+// percent is a usage percentage as the platform sends it: a decimal string, or a number.
+func percent(v float64, asString bool) any {
+	if asString {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return v
+}
+
 var vmPrefixes = []string{"web", "db", "app", "cache", "ci", "mail", "build", "vdi", "mon", "proxy"}
 
 // newDomain makes a VM with seeded properties; the caller adds it with addDomain.
@@ -188,19 +206,20 @@ func (st *state) newDomain(created time.Time) *domain {
 	st.vmSeq++
 	o := st.opts
 	d := &domain{
-		id:      st.uuid(),
-		name:    fmt.Sprintf("%s-%05d", vmPrefixes[st.rng.IntN(len(vmPrefixes))], st.vmSeq),
-		cpus:    []int{1, 2, 4, 8}[st.rng.IntN(4)],
-		memMiB:  []int{1024, 2048, 4096, 8192, 16384}[st.rng.IntN(5)],
-		status:  "ACTIVE",
-		power:   powerOff,
-		linux:   st.rng.Float64() < o.LinuxFraction,
-		agent:   st.rng.Float64() < o.AgentFraction,
-		agentUp: true,
-		ipv4:    fmt.Sprintf("10.%d.%d.%d", 100+st.vmSeq/65000, (st.vmSeq/250)%256, st.vmSeq%250+2),
-		vdisks:  1 + st.rng.IntN(3),
-		created: created,
-		seq:     st.vmSeq,
+		id:         st.uuid(),
+		name:       fmt.Sprintf("%s-%05d", vmPrefixes[st.rng.IntN(len(vmPrefixes))], st.vmSeq),
+		cpus:       []int{1, 2, 4, 8}[st.rng.IntN(4)],
+		memMiB:     []int{1024, 2048, 4096, 8192, 16384}[st.rng.IntN(5)],
+		status:     "ACTIVE",
+		power:      powerOff,
+		linux:      st.rng.Float64() < o.LinuxFraction,
+		agent:      st.rng.Float64() < o.AgentFraction,
+		agentUp:    true,
+		ipv4:       fmt.Sprintf("10.%d.%d.%d", 100+st.vmSeq/65000, (st.vmSeq/250)%256, st.vmSeq%250+2),
+		vdisks:     1 + st.rng.IntN(3),
+		created:    created,
+		seq:        st.vmSeq,
+		pctNumbers: o.PercentNumbers,
 	}
 	if len(st.nodes) > 0 {
 		d.node = st.nodes[st.rng.IntN(len(st.nodes))]
@@ -411,11 +430,7 @@ func (n *node) wire() nodeJSON {
 		ManagementIP: n.ip, DomainsCount: n.domains, DomainsOnCount: n.on,
 		Cluster:        ref{n.cluster.id, n.cluster.name},
 		DatacenterName: "Default datacenter", DatacenterID: datacenterID,
-		CPUUsed: n.cpuPct, MemUsed: n.memPct,
-	}
-	if n.stringPct {
-		j.CPUUsed = strconv.FormatFloat(n.cpuPct, 'f', 2, 64)
-		j.MemUsed = strconv.FormatFloat(n.memPct, 'f', 2, 64)
+		CPUUsed: percent(n.cpuPct, n.stringPct), MemUsed: percent(n.memPct, n.stringPct),
 	}
 	return j
 }
@@ -433,15 +448,15 @@ func (n *node) detail(now time.Time) nodeDetailJSON {
 }
 
 type clusterJSON struct {
-	ID          string  `json:"id"`
-	VerboseName string  `json:"verbose_name"`
-	CPUCount    int     `json:"cpu_count"`
-	MemoryCount int     `json:"memory_count"`
-	NodesCount  int     `json:"nodes_count"`
-	Status      string  `json:"status"`
-	CPUUsed     float64 `json:"cpu_used_percent_user"`
-	MemUsed     float64 `json:"mem_used_percent_user"`
-	Created     string  `json:"created,omitempty"`
+	ID          string `json:"id"`
+	VerboseName string `json:"verbose_name"`
+	CPUCount    int    `json:"cpu_count"`
+	MemoryCount int    `json:"memory_count"`
+	NodesCount  int    `json:"nodes_count"`
+	Status      string `json:"status"`
+	CPUUsed     any    `json:"cpu_used_percent_user"`
+	MemUsed     any    `json:"mem_used_percent_user"`
+	Created     string `json:"created,omitempty"`
 }
 
 func (st *state) clusterWire(c *cluster, detail bool) clusterJSON {
@@ -457,10 +472,12 @@ func (st *state) clusterWire(c *cluster, detail bool) clusterJSON {
 		cpu += n.cpuPct * float64(n.cpus)
 		mem += n.memPct * float64(n.memMiB)
 	}
+	var cpuPct, memPct float64
 	if j.CPUCount > 0 {
-		j.CPUUsed = round2(cpu / float64(j.CPUCount))
-		j.MemUsed = round2(mem / float64(j.MemoryCount))
+		cpuPct = round2(cpu / float64(j.CPUCount))
+		memPct = round2(mem / float64(j.MemoryCount))
 	}
+	j.CPUUsed, j.MemUsed = percent(cpuPct, !st.opts.PercentNumbers), percent(memPct, !st.opts.PercentNumbers)
 	if detail {
 		j.Created = ts(c.created)
 	}
@@ -516,8 +533,8 @@ type domainJSON struct {
 	Thin               bool     `json:"thin"`
 	ResourcePool       *ref     `json:"resource_pool"`
 	GuestUtils         any      `json:"guest_utils"`
-	CPUUsedPercentUser float64  `json:"cpu_used_percent_user"`
-	MemUsedPercentUser float64  `json:"mem_used_percent_user"`
+	CPUUsedPercentUser any      `json:"cpu_used_percent_user"`
+	MemUsedPercentUser any      `json:"mem_used_percent_user"`
 	VdisksCount        int      `json:"vdisks_count"`
 	Tags               []string `json:"tags"`
 }
@@ -537,6 +554,7 @@ func (d *domain) wire() domainJSON {
 	j := domainJSON{ID: d.id, VerboseName: d.name, MemoryCount: d.memMiB, CPUCount: d.cpus,
 		Status: d.status, UserPowerState: d.power, Template: d.template, Thin: d.thin,
 		GuestUtils: struct{}{}, VdisksCount: d.vdisks, Tags: []string{}}
+	var cpu, mem float64
 	if d.node != nil {
 		j.Node = &ref{d.node.id, d.node.name}
 	}
@@ -544,8 +562,9 @@ func (d *domain) wire() domainJSON {
 		j.Parent = &ref{d.parent.id, d.parent.name}
 	}
 	if d.power == powerOn {
-		j.CPUUsedPercentUser, j.MemUsedPercentUser = d.cpuPct, d.memPct
+		cpu, mem = d.cpuPct, d.memPct
 	}
+	j.CPUUsedPercentUser, j.MemUsedPercentUser = percent(cpu, !d.pctNumbers), percent(mem, !d.pctNumbers)
 	if d.agent {
 		j.GuestUtils = guestUtilsJSON{Version: "101.1.0", Hostname: d.hostname(),
 			IPv4: []string{d.ipv4}, Interfaces: []string{d.iface()}, QemuState: d.agentActive()}

@@ -53,9 +53,11 @@ type Options struct {
 	// Defaults 0.8, 0.9, 0.8; a negative value means 0.
 	RunningFraction, AgentFraction, LinuxFraction float64
 
-	// StringPercentNodes is the fraction of nodes whose cpu_used_percent_user and
-	// mem_used_percent_user are sent as JSON strings (the real platform does both).
-	// Default 0.3; negative means none.
+	// Usage percentages (cpu_used_percent_user, mem_used_percent_user) of nodes, clusters and
+	// domains are decimal strings ("12.50"), as the vendor's Go client expects; PercentNumbers
+	// sends JSON numbers instead. StringPercentNodes, when set, mixes the two on nodes: that
+	// fraction of nodes sends strings, the others numbers (negative: none sends strings).
+	PercentNumbers     bool
 	StringPercentNodes float64
 
 	InitialEvents   int           // events already in the journal at start
@@ -117,7 +119,6 @@ func (o Options) withDefaults() Options {
 	frac(&o.RunningFraction, 0.8)
 	frac(&o.AgentFraction, 0.9)
 	frac(&o.LinuxFraction, 0.8)
-	frac(&o.StringPercentNodes, 0.3)
 	if o.EventsOrder != "oldest_first" {
 		o.EventsOrder = "newest_first"
 	}
