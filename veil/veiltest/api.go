@@ -700,24 +700,33 @@ func isAsync(r *http.Request) bool {
 	return v == "1" || strings.EqualFold(v, "true")
 }
 
-// respondTask answers 202 with the envelope at once (async), or waits until the task is final.
+// respondTask answers 202 with the envelope at once (?async=1). Without it, it waits until the
+// task is final and answers 200 with the operation's result, as the vendor's mock does and its
+// Go client expects: the resource (the VM for start, shutdown, template), what was created
+// (clone), or the final task for operations without one; a failed task answers 400 with its
+// error message.
 func (s *Server) respondTask(w http.ResponseWriter, r *http.Request, t *task) {
-	if !isAsync(r) {
-		select {
-		case <-t.done:
-		case <-r.Context().Done():
-			return
-		case <-s.stop:
-			writeError(w, errDetail(http.StatusServiceUnavailable, "503", "simulator is shutting down"))
-			return
-		}
+	l := reqLang(r)
+	if isAsync(r) {
+		s.mu.Lock()
+		env := s.st.envelope(t, s.now(), l)
+		s.mu.Unlock()
+		writeJSON(w, http.StatusAccepted, env)
+		return
+	}
+	select {
+	case <-t.done:
+	case <-r.Context().Done():
+		return
+	case <-s.stop:
+		writeError(w, errDetail(http.StatusServiceUnavailable, "503", "simulator is shutting down"))
+		return
 	}
 	s.mu.Lock()
-	env := s.st.envelope(t, s.now(), reqLang(r))
-	s.mu.Unlock()
-	status := http.StatusOK
-	if isAsync(r) {
-		status = http.StatusAccepted
+	defer s.mu.Unlock()
+	if t.status != "SUCCESS" {
+		writeError(w, errDetail(http.StatusBadRequest, "400", t.errMsg.in(l)))
+		return
 	}
-	writeJSON(w, status, env)
+	writeJSON(w, http.StatusOK, s.st.result(t, s.now(), l))
 }

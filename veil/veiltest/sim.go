@@ -6,8 +6,9 @@
 // Behaviour chosen where the spec leaves room (documented here because clients depend on it):
 //   - State-changing operations create a task that runs for Options.TaskDuration. With ?async=1
 //     they answer 202 with {"_task":{...},"_entity":{...}} (or only "_task" for remove and
-//     backup). Without it they wait until the task is final and answer 200 with the same
-//     envelope carrying the final task.
+//     backup). Without it they wait until the task is final and answer 200 with the resource
+//     (start, shutdown, template, ssh-inject → the VM; clone → the created VM; ballooning →
+//     the node; remove, backup → the final task), or 400 with the error of a failed task.
 //   - Tasks are named as the platform names them: a sentence naming the entities ("Starting
 //     the virtual machine win_test."), verbose_name "Task"; the detail lists the task's journal
 //     events. Every operation writes an event when its task is created and one when it

@@ -395,10 +395,10 @@ func TestOperationsRunTasksAndChangeState(t *testing.T) {
 		})
 	}
 
-	t.Run("synchronous request answers with the final task", func(t *testing.T) {
-		env := c.json("POST", "/api/domains/"+vm+"/shutdown/", nil, 200)
-		if tk := env["_task"].(map[string]any); tk["status"] != "SUCCESS" {
-			t.Fatalf("sync task %v", tk)
+	t.Run("synchronous request answers with the VM once the task is done", func(t *testing.T) {
+		got := c.json("POST", "/api/domains/"+vm+"/shutdown/", nil, 200)
+		if got["id"] != vm || got["user_power_state"] != float64(1) {
+			t.Fatalf("sync answer %v", got)
 		}
 		if d, _ := s.Domain(vm); d.PowerState != 1 {
 			t.Fatalf("power %d after synchronous shutdown", d.PowerState)
