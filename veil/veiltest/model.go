@@ -91,9 +91,11 @@ type domain struct {
 	poweredAt   time.Time
 	nodeSince   time.Time
 	seq         int
-	busy        int  // running tasks working on this VM
-	pinned      bool // a client or a control call touched it: the background leaves it alone
-	pctNumbers  bool // usage percentages as numbers (Options.PercentNumbers)
+	busy        int                    // running tasks working on this VM
+	pinned      bool                   // a client or a control call touched it: the background leaves it alone
+	pctNumbers  bool                   // usage percentages as numbers (Options.PercentNumbers)
+	execs       map[int]map[string]any // guest-exec results by pid, for guest-exec-status
+	execSeq     int
 
 	listJSON []byte // cached list encoding; nil when stale
 }

@@ -21,6 +21,9 @@
 //   - The domains filter "name" is a case-insensitive substring match on verbose_name.
 //   - Error codes: "50004" not found, "401", "403", "405", "invalid"/"required" for field
 //     errors, "400" for rule violations, "500"/"503"/"418" for injected faults.
+//   - guest-exec answers {exitcode, out-data, exited, pid} at once (spec §4.3): a program in
+//     the usual bin directories echoes its arguments, another path exits 127 with err-data;
+//     guest-exec-status of the pid answers the same.
 //   - A hung guest agent answers 400 with detail "guest agent timeout ..." after the command
 //     timeout (fargs or body "timeout" seconds, default 5, bounded by the request).
 //   - limit=0 returns an empty page with the right count; offset beyond count is an empty page.
