@@ -92,7 +92,12 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errDetail(http.StatusForbidden, "403", "You do not have permission to perform this action."))
 		return
 	}
-	h(w, r.WithContext(withUser(r.Context(), user)))
+	r = r.WithContext(withUser(r.Context(), user))
+	if fields := r.URL.Query().Get("fields"); fields != "" && method == http.MethodGet {
+		withFields(w, r, fields, h)
+		return
+	}
+	h(w, r)
 }
 
 func (s *Server) authenticate(r *http.Request) (string, *apiError) {
@@ -308,19 +313,40 @@ func encodeAll(vs []any) [][]byte {
 
 // ---- collections and details ----
 
+// writeOrdered writes one page of items given in the collection's default order, ordered
+// first by the request's ordering when it is not empty.
+func writeOrdered(w http.ResponseWriter, r *http.Request, p pageReq, items [][]byte, ordering string) {
+	if ordering != "" {
+		items = orderItems(items, ordering)
+	}
+	lo, hi := p.window(len(items))
+	writePage(w, r, len(items), p, items[lo:hi])
+}
+
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	p, e := parsePaging(r.URL.Query())
+	q := r.URL.Query()
+	p, e := parsePaging(q)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	s.mu.Lock()
 	s.st.advance(s.now())
-	count := len(s.st.nodes)
-	lo, hi := p.window(count)
-	wire := wireAll(s.st.nodes[lo:hi], func(n *node) any { return n.wire() })
+	var wire []any
+	for _, n := range s.st.nodes {
+		if v, ok := filter(q, "cluster"); ok && n.cluster.id != v {
+			continue
+		}
+		wire = append(wire, n.wire())
+	}
 	s.mu.Unlock()
-	writePage(w, r, count, p, encodeAll(wire))
+	writeOrdered(w, r, p, encodeAll(wire), q.Get("ordering"))
+}
+
+// filter is the value of a filter parameter, if the request sets it.
+func filter(q url.Values, name string) (string, bool) {
+	v := q.Get(name)
+	return v, v != ""
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
@@ -335,17 +361,16 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
-	p, e := parsePaging(r.URL.Query())
+	q := r.URL.Query()
+	p, e := parsePaging(q)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	s.mu.Lock()
-	count := len(s.st.clusters)
-	lo, hi := p.window(count)
-	wire := wireAll(s.st.clusters[lo:hi], func(c *cluster) any { return s.st.clusterWire(c, false) })
+	wire := wireAll(s.st.clusters, func(c *cluster) any { return s.st.clusterWire(c, false) })
 	s.mu.Unlock()
-	writePage(w, r, count, p, encodeAll(wire))
+	writeOrdered(w, r, p, encodeAll(wire), q.Get("ordering"))
 }
 
 func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
@@ -360,17 +385,33 @@ func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
-	p, e := parsePaging(r.URL.Query())
+	q := r.URL.Query()
+	p, e := parsePaging(q)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
+	nodeF, byNode := filter(q, "node")
+	clF, byCluster := filter(q, "cluster")
 	s.mu.Lock()
-	count := len(s.st.pools)
-	lo, hi := p.window(count)
-	wire := wireAll(s.st.pools[lo:hi], func(d *datapool) any { return s.st.poolWire(d) })
+	var wire []any
+	for _, d := range s.st.pools {
+		if byNode || byCluster {
+			var found bool
+			for _, n := range s.st.poolNodes(d) {
+				if (!byNode || n.id == nodeF) && (!byCluster || n.cluster.id == clF) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				continue
+			}
+		}
+		wire = append(wire, s.st.poolWire(d))
+	}
 	s.mu.Unlock()
-	writePage(w, r, count, p, encodeAll(wire))
+	writeOrdered(w, r, p, encodeAll(wire), q.Get("ordering"))
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request, id string) {
@@ -391,19 +432,20 @@ func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	match, e := domainFilter(q)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
+	match := domainFilter(q)
+	ordering := q.Get("ordering")
 	s.mu.Lock()
 	s.st.advance(s.now())
 	all := s.st.domains
-	switch q.Get("ordering") {
+	// Fast paths: the default order and verbose_name; any other ordering sorts the selection.
+	desc := false
+	switch ordering {
 	case "verbose_name", "-verbose_name":
 		all = s.st.sortedByName()
+		desc, ordering = ordering[0] == '-', ""
+	case "created", "-created":
+		desc, ordering = ordering[0] == '-', ""
 	}
-	desc := strings.HasPrefix(q.Get("ordering"), "-")
 	if match != nil {
 		var sel []*domain
 		for _, d := range all {
@@ -414,6 +456,15 @@ func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
 		all = sel
 	}
 	count := len(all)
+	if ordering != "" {
+		items := make([][]byte, count)
+		for i, d := range all {
+			items[i] = d.listBytes()
+		}
+		s.mu.Unlock()
+		writeOrdered(w, r, p, items, ordering)
+		return
+	}
 	lo, hi := p.window(count)
 	items := make([][]byte, 0, hi-lo)
 	for i := lo; i < hi; i++ {
@@ -427,44 +478,49 @@ func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
 	writePage(w, r, count, p, items)
 }
 
-// domainFilter builds the predicate for the domains collection filters; nil means all.
-func domainFilter(q url.Values) (func(*domain) bool, *apiError) {
+// domainFilter builds the predicate for the domains collection filters; nil means all. A value
+// that names nothing (an unknown id, an invalid boolean) matches nothing, as on the platform.
+func domainFilter(q url.Values) func(*domain) bool {
 	var preds []func(*domain) bool
-	if v := q.Get("name"); v != "" {
+	none := func(*domain) bool { return false }
+	if v, ok := filter(q, "name"); ok {
 		v = strings.ToLower(v)
 		preds = append(preds, func(d *domain) bool { return strings.Contains(strings.ToLower(d.name), v) })
 	}
-	if v := q.Get("template"); v != "" {
-		b, ok := boolLike(v)
-		if !ok {
-			return nil, errField("template", "invalid", "Must be a boolean.")
+	if v, ok := filter(q, "template"); ok {
+		if b, ok := boolLike(v); ok {
+			preds = append(preds, func(d *domain) bool { return d.template == b })
+		} else {
+			preds = append(preds, none)
 		}
-		preds = append(preds, func(d *domain) bool { return d.template == b })
 	}
-	if v := q.Get("status"); v != "" {
+	if v, ok := filter(q, "status"); ok {
 		preds = append(preds, func(d *domain) bool { return d.status == v })
 	}
-	if v := q.Get("node"); v != "" {
+	if v, ok := filter(q, "node"); ok {
 		preds = append(preds, func(d *domain) bool { return d.node != nil && d.node.id == v })
 	}
-	if v := q.Get("cluster"); v != "" {
+	if v, ok := filter(q, "cluster"); ok {
 		preds = append(preds, func(d *domain) bool { return d.node != nil && d.node.cluster.id == v })
 	}
-	if v := q.Get("datapool"); v != "" {
+	if v, ok := filter(q, "datapool"); ok {
 		preds = append(preds, func(d *domain) bool { return d.pool != nil && d.pool.id == v })
 	}
-	if v := q.Get("power_state"); v != "" {
+	if _, ok := filter(q, "resource_pool"); ok {
+		preds = append(preds, none) // the simulated VMs belong to no resource pool
+	}
+	if v, ok := filter(q, "power_state"); ok {
 		ps, err := strconv.Atoi(v)
 		if err != nil {
 			names := map[string]int{"undefined": 0, "off": 1, "suspended": 2, "on": 3}
-			var ok bool
-			if ps, ok = names[strings.ToLower(v)]; !ok {
-				return nil, errField("power_state", "invalid", "Must be 0..3 or undefined, off, suspended, on.")
+			var known bool
+			if ps, known = names[strings.ToLower(v)]; !known {
+				ps = -1
 			}
 		}
 		preds = append(preds, func(d *domain) bool { return d.power == ps })
 	}
-	if v := q.Get("ids"); v != "" {
+	if v, ok := filter(q, "ids"); ok {
 		set := map[string]bool{}
 		for _, id := range strings.Split(v, ",") {
 			set[strings.TrimSpace(id)] = true
@@ -472,7 +528,7 @@ func domainFilter(q url.Values) (func(*domain) bool, *apiError) {
 		preds = append(preds, func(d *domain) bool { return set[d.id] })
 	}
 	if len(preds) == 0 {
-		return nil, nil
+		return nil
 	}
 	return func(d *domain) bool {
 		for _, p := range preds {
@@ -481,7 +537,7 @@ func domainFilter(q url.Values) (func(*domain) bool, *apiError) {
 			}
 		}
 		return true
-	}, nil
+	}
 }
 
 func (s *Server) getDomain(w http.ResponseWriter, r *http.Request, id string) {
@@ -504,21 +560,37 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	status := q.Get("status")
+	status, byStatus := filter(q, "status")
+	parent, byParent := filter(q, "parent")
+	ordering := q.Get("ordering")
+	asc := false // newest first unless asked
+	switch ordering {
+	case "created", "-created":
+		asc, ordering = ordering == "created", ""
+	}
+	l := reqLang(r)
 	s.mu.Lock()
 	now := s.now()
 	s.st.advance(now)
 	sel := s.st.tasks
-	if status != "" {
+	if byStatus || byParent {
 		sel = nil
 		for _, t := range s.st.tasks {
-			if t.status == status {
+			if (!byStatus || t.status == status) && (!byParent || t.parent == parent) {
 				sel = append(sel, t)
 			}
 		}
 	}
-	asc := q.Get("ordering") == "created"
 	count := len(sel)
+	if ordering != "" {
+		items := make([][]byte, count)
+		for i := range sel {
+			items[i] = s.st.taskBytes(sel[count-1-i], now, l)
+		}
+		s.mu.Unlock()
+		writeOrdered(w, r, p, items, ordering)
+		return
+	}
 	lo, hi := p.window(count)
 	items := make([][]byte, 0, hi-lo)
 	for i := lo; i < hi; i++ {
@@ -526,7 +598,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		if !asc {
 			j = count - 1 - i
 		}
-		items = append(items, s.st.taskBytes(sel[j], now, reqLang(r)))
+		items = append(items, s.st.taskBytes(sel[j], now, l))
 	}
 	s.mu.Unlock()
 	writePage(w, r, count, p, items)
@@ -552,50 +624,54 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	typ, user := q.Get("type"), q.Get("user")
+	typ, user, taskID := q.Get("type"), q.Get("user"), q.Get("task")
 	asc := s.opts.EventsOrder == "oldest_first"
-	switch q.Get("ordering") {
-	case "created":
-		asc = true
-	case "-created":
-		asc = false
+	ordering := q.Get("ordering")
+	switch ordering {
+	case "created", "-created":
+		asc, ordering = ordering == "created", ""
 	}
 	l := reqLang(r)
 	s.mu.Lock()
 	s.st.advance(s.now())
 	j := &s.st.events
-	var items [][]byte
-	var count int
-	if typ == "" && user == "" {
-		// The common case is index arithmetic over the journal: no per-request O(n) work.
-		count = j.len()
-		lo, hi := p.window(count)
-		items = make([][]byte, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			k := i
-			if !asc {
-				k = count - 1 - i
-			}
-			items = append(items, j.at(k).bytes(l))
-		}
-	} else {
-		var sel []*event
+	var sel []*event
+	filtered := typ != "" || user != "" || taskID != ""
+	if filtered {
 		for i := range j.len() {
 			ev := j.at(i)
-			if (typ == "" || ev.typ == typ) && (user == "" || ev.user == user) {
+			if (typ == "" || ev.typ == typ) && (user == "" || ev.user == user) && (taskID == "" || ev.task == taskID) {
 				sel = append(sel, ev)
 			}
 		}
-		count = len(sel)
-		lo, hi := p.window(count)
-		items = make([][]byte, 0, hi-lo)
-		for i := lo; i < hi; i++ {
+	}
+	count := len(sel)
+	at := func(i int) *event { return sel[i] }
+	if !filtered {
+		// The common case is index arithmetic over the journal: no per-request O(n) work.
+		count, at = j.len(), j.at
+	}
+	if ordering != "" {
+		items := make([][]byte, count)
+		for i := range count {
 			k := i
 			if !asc {
 				k = count - 1 - i
 			}
-			items = append(items, sel[k].bytes(l))
+			items[i] = at(k).bytes(l)
 		}
+		s.mu.Unlock()
+		writeOrdered(w, r, p, items, ordering)
+		return
+	}
+	lo, hi := p.window(count)
+	items := make([][]byte, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		k := i
+		if !asc {
+			k = count - 1 - i
+		}
+		items = append(items, at(k).bytes(l))
 	}
 	s.mu.Unlock()
 	writePage(w, r, count, p, items)

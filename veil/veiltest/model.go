@@ -504,13 +504,18 @@ func (st *state) poolWire(p *datapool) poolJSON {
 	j := poolJSON{ID: p.id, VerboseName: p.name, Status: p.status, Type: p.typ, Size: p.sizeMiB,
 		UsedSpace: p.used, FreeSpace: p.sizeMiB - p.used, VdiskCount: p.vdisks, FileCount: p.files,
 		IsoCount: p.isos, NodesConnected: []map[string]any{}}
-	for i, n := range st.nodes {
-		if p.typ == "local" && i > 0 {
-			break // a local pool lives on one node
-		}
+	for _, n := range st.poolNodes(p) {
 		j.NodesConnected = append(j.NodesConnected, map[string]any{"id": n.id, "verbose_name": n.name, "connection_status": "SUCCESS"})
 	}
 	return j
+}
+
+// poolNodes are the nodes a datapool is connected to: a local pool lives on the first node.
+func (st *state) poolNodes(p *datapool) []*node {
+	if p.typ == "local" && len(st.nodes) > 0 {
+		return st.nodes[:1]
+	}
+	return st.nodes
 }
 
 type guestUtilsJSON struct {

@@ -18,7 +18,12 @@
 //     migrations) run as tasks, and guest agents stop answering and come back (activity.go).
 //   - An idempotency_key becomes the id of the task. A repeated key answers with the envelope
 //     of the existing task (200), and for start with the domain object.
-//   - The domains filter "name" is a case-insensitive substring match on verbose_name.
+//   - Filters: nodes cluster; domains node, cluster, datapool, resource_pool, template,
+//     status, power_state, ids, name (a case-insensitive substring of verbose_name); data-pools
+//     node, cluster; tasks parent, status; events type, user, task. A value that names nothing
+//     (an unknown id, an invalid boolean) gives an empty list, not an error. Every collection
+//     takes ordering=<field>[,-<field>] on its list fields (unknown fields are ignored), and
+//     every collection and detail takes fields=<key>,<key> to return only those keys.
 //   - Error codes: "50004" not found, "401", "403", "405", "invalid"/"required" for field
 //     errors, "400" for rule violations, "500"/"503"/"418" for injected faults.
 //   - guest-exec answers {exitcode, out-data, exited, pid} at once (spec §4.3): a program in
