@@ -275,7 +275,7 @@ func (st *state) bgClone(at time.Time) int {
 	if src == nil {
 		return 0
 	}
-	c := st.cloneOf(src, fmt.Sprintf("%s-clone-%d", src.name, st.vmSeq+1), at)
+	c := st.cloneOf(src, "", fmt.Sprintf("%s-clone-%d", src.name, st.vmSeq+1), src.node, src.pool, at)
 	st.bgClones = append(st.bgClones, c)
 	st.startTask(at, taskSpec{name: nameClone(c, src), user: "admin", entities: domainEnts(src, c),
 		duration: st.bgDuration(bgCloneTask), apply: st.cloneDone(c)})

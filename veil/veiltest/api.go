@@ -141,11 +141,13 @@ func (s *Server) resolve(segs []string) handlers {
 		}[segs[0]], map[string]func(http.ResponseWriter, *http.Request, string){
 			"clusters": s.getCluster, "data-pools": s.getPool, "tasks": s.getTask, "events": s.getEvent,
 		}[segs[0]]
-		switch n {
-		case 1:
+		switch {
+		case n == 1:
 			return handlers{"GET": list}
-		case 2:
+		case n == 2:
 			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { get(w, r, segs[1]) }}
+		case n == 3 && segs[0] == "tasks" && segs[2] == "response":
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.taskResponse(w, r, segs[1]) }}
 		}
 	case "domains":
 		switch {
@@ -192,7 +194,7 @@ var endpoints = []string{
 	"POST /api/domains/{id}/shutdown/", "POST /api/domains/{id}/clone/", "POST /api/domains/{id}/remove/",
 	"POST /api/domains/{id}/ssh-inject/", "PUT /api/domains/{id}/template/", "POST /api/domains/backup/",
 	"GET /api/domains/{id}/available-guest-cmds/", "POST /api/domains/{id}/guest-command/",
-	"GET /api/tasks/", "GET /api/tasks/{id}/", "GET /api/events/", "GET /api/events/{id}/",
+	"GET /api/tasks/", "GET /api/tasks/{id}/", "GET /api/tasks/{id}/response/", "GET /api/events/", "GET /api/events/{id}/",
 }
 
 func (s *Server) docs(w http.ResponseWriter, r *http.Request) {
@@ -615,6 +617,29 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.st.taskDetail(t, now, reqLang(r)))
+}
+
+// taskResponse is the result of a task's operation (what a synchronous call answers): the
+// created VM of a clone, the VM of a start... 400 while the task runs or when it failed.
+func (s *Server) taskResponse(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.st.advance(now)
+	t, ok := s.st.taskByID[id]
+	if !ok {
+		writeError(w, errNotFound("Task"))
+		return
+	}
+	l := reqLang(r)
+	switch t.status {
+	case "IN_PROGRESS":
+		writeError(w, errRule("The task is not finished yet."))
+	case "SUCCESS":
+		writeJSON(w, http.StatusOK, s.st.result(t, now, l))
+	default:
+		writeError(w, errRule(t.errMsg.in(l)))
+	}
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -178,6 +179,11 @@ func (s *Server) shutdown(w http.ResponseWriter, r *http.Request, id string) {
 	})
 }
 
+// clone makes count VMs from a template (thin clones) or a VM. As the vendor's Python client
+// does, the client may choose their ids (domains_ids); names come from verbose_name, numbered
+// "-1", "-2"... when count > 1. One VM is one task; several are a multitask with a task per VM
+// (their parent), PARTIAL when only some succeed. The task's response is the new VM, or the
+// list of them.
 func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
 		src, e := s.st.lookupDomain(id)
@@ -188,9 +194,51 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 		if e != nil {
 			return nil, e
 		}
+		var ids []string
+		if v, ok := body["domains_ids"]; ok && v != nil {
+			list, ok := v.([]any)
+			if !ok {
+				return nil, errField("domains_ids", "invalid", "Expected a list of UUIDs.")
+			}
+			seen := map[string]bool{}
+			for _, x := range list {
+				id, ok := x.(string)
+				if !ok || !isUUID(id) {
+					return nil, errField("domains_ids", "invalid", "Must be a list of valid UUIDs.")
+				}
+				id = strings.ToLower(id)
+				if seen[id] || s.st.domainByID[id] != nil {
+					return nil, errField("domains_ids", "unique", fmt.Sprintf("Virtual machine id %s is already used.", id))
+				}
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		count := max(len(ids), 1)
+		if v, ok := body["count"]; ok && v != nil {
+			n, err := strconv.Atoi(fmt.Sprint(v))
+			if err != nil || n < 1 || n > 1000 {
+				return nil, errField("count", "invalid", "Must be an integer from 1 to 1000.")
+			}
+			if len(ids) > 0 && n != len(ids) {
+				return nil, errField("domains_ids", "invalid", fmt.Sprintf("Expected %d ids for count %d, got %d.", n, n, len(ids)))
+			}
+			count = n
+		}
+		names := []string{name}
+		if count > 1 {
+			names = make([]string, count)
+			for i := range names {
+				names[i] = fmt.Sprintf("%s-%d", name, i+1)
+			}
+		}
+		taken := map[string]bool{}
 		for _, d := range s.st.domains {
-			if d.name == name {
-				return nil, errField("verbose_name", "unique", "A virtual machine with this name already exists.")
+			taken[d.name] = true
+		}
+		for _, n := range names {
+			if taken[n] {
+				return nil, errField("verbose_name", "unique", fmt.Sprintf("A virtual machine named %s already exists.", n))
 			}
 		}
 		n := src.node
@@ -209,15 +257,72 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 				return nil, errField("datapool", "invalid", "Data pool is not found.")
 			}
 		}
-		c := s.st.cloneOf(src, name, now)
-		c.node, c.pool = n, pool
-		return s.st.startTask(now, taskSpec{
-			name: nameClone(c, src), key: key, user: user,
-			entities: domainEnts(src, c),
-			apply:    s.st.cloneDone(c),
-			entity:   s.st.domainEntity(c),
-		}), nil
+		clones := make([]*domain, count)
+		for i := range clones {
+			cid := ""
+			if len(ids) > 0 {
+				cid = ids[i]
+			}
+			clones[i] = s.st.cloneOf(src, cid, names[i], n, pool, now)
+		}
+		if count == 1 {
+			c := clones[0]
+			return s.st.startTask(now, taskSpec{
+				name: nameClone(c, src), key: key, user: user,
+				entities: domainEnts(src, c),
+				apply:    s.st.cloneDone(c),
+				entity:   s.st.domainEntity(c),
+			}), nil
+		}
+		return s.st.startMultiClone(now, src, clones, key, user), nil
 	})
+}
+
+// startMultiClone starts the multitask of a clone with count > 1 and a task per VM; the
+// multitask ends just after them and sums them up.
+func (st *state) startMultiClone(now time.Time, src *domain, clones []*domain, key, user string) *task {
+	list := func(now time.Time) any {
+		out := make([]any, 0, len(clones))
+		for _, c := range clones {
+			if _, ok := st.domainByID[c.id]; ok {
+				out = append(out, c.detail(now))
+			}
+		}
+		return out
+	}
+	var children []*task
+	parent := st.startTask(now, taskSpec{
+		name: nameMultiClone(src, len(clones)), key: key, user: user,
+		entities: domainEnts(append([]*domain{src}, clones...)...),
+		duration: st.opts.TaskDuration + time.Microsecond,
+		apply: func(time.Time) error {
+			var ok int
+			for _, c := range children {
+				if c.status == "SUCCESS" {
+					ok++
+				}
+			}
+			switch ok {
+			case len(children):
+				return nil
+			case 0:
+				return textError(txt("No virtual machine was created.", "Ни одна виртуальная машина не создана."))
+			}
+			return partialError(txtf("%d of %d virtual machines were created.", "Создано %d из %d виртуальных машин.", ok, len(children)))
+		},
+		entity:   list,
+		response: list,
+	})
+	parent.multitask = true
+	for _, c := range clones {
+		children = append(children, st.startTask(now, taskSpec{
+			name: nameClone(c, src), user: user, parent: parent.id,
+			entities: domainEnts(src, c),
+			apply:    st.cloneDone(c),
+			entity:   st.domainEntity(c),
+		}))
+	}
+	return parent
 }
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
@@ -370,11 +475,14 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// cloneOf adds a VM in CREATING made from src (a template's clone is thin: the template stays
-// its parent); cloneDone is its task's apply.
-func (st *state) cloneOf(src *domain, name string, now time.Time) *domain {
+// cloneOf adds a VM in CREATING made from src on node n and pool p (a template's clone is thin:
+// the template stays its parent); id "" draws one. cloneDone is its task's apply.
+func (st *state) cloneOf(src *domain, id, name string, n *node, p *datapool, now time.Time) *domain {
 	c := st.newDomain(now)
-	c.name, c.node, c.pool = name, src.node, src.pool
+	if id != "" {
+		c.id = id
+	}
+	c.name, c.node, c.pool = name, n, p
 	c.cpus, c.memMiB, c.linux, c.agent, c.vdisks = src.cpus, src.memMiB, src.linux, src.agent, src.vdisks
 	c.power, c.status = powerOff, "CREATING"
 	if src.template {

@@ -16,6 +16,10 @@
 //   - EventRate drives background activity in journal events per second: operations on VMs
 //     no client or control call has touched (start/stop, backups, clones and their removal,
 //     migrations) run as tasks, and guest agents stop answering and come back (activity.go).
+//   - Clone takes domains_ids (ids the client chose) and count; with count > 1 the VMs are
+//     named verbose_name-1, -2... and made by a multitask (is_multitask) with one task per VM
+//     (parent set). GET /api/tasks/<id>/response/ answers the operation's result (the new VM,
+//     or the list of them), 400 while the task runs or when it failed.
 //   - An idempotency_key becomes the id of the task. A repeated key answers with the envelope
 //     of the existing task (200), and for start with the domain object.
 //   - Filters: nodes cluster; domains node, cluster, datapool, resource_pool, template,

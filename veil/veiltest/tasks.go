@@ -260,12 +260,16 @@ func (st *state) finish(t *task, at time.Time) {
 	t.finished = at
 	if err != nil {
 		var te textError
-		if errors.As(err, &te) {
+		var pe partialError
+		t.status = "FAILED"
+		switch {
+		case errors.As(err, &te):
 			t.errMsg = text(te)
-		} else {
+		case errors.As(err, &pe):
+			t.errMsg, t.status = text(pe), "PARTIAL"
+		default:
 			t.errMsg = txt(err.Error(), "")
 		}
-		t.status = "FAILED"
 		t.events = append(t.events, st.newEvent(at, "error", t.user,
 			taskMessage(txt("Task failed:  ", "Задача завершилась с ошибкой:  "), t.name), t.errMsg, t.id, t.eventEntities()...))
 	} else {

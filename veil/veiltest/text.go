@@ -38,3 +38,8 @@ func (e textError) Error() string { return e.en }
 
 // reqLang is the language a request asks for.
 func reqLang(r *http.Request) lang { return langEN }
+
+// partialError is the outcome of a multitask of which only some parts succeeded: PARTIAL.
+type partialError text
+
+func (e partialError) Error() string { return e.en }
