@@ -3,7 +3,6 @@ package veiltest
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,36 +10,36 @@ import (
 	"strings"
 )
 
-// apiError is a §7 error: {"errors":[{"code":..,"msg_key":..,<msg_key>:..}]}.
+// apiError is a §7 error: {"errors":[{"code":..,"msg_key":..,<msg_key>:..}]}, its message in
+// the request's language.
 type apiError struct {
 	status int
 	code   string
 	key    string // msg_key: detail, non_field_errors or a field name
-	msg    string
+	msg    text
 }
 
-func (e *apiError) body() []byte {
-	b, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"code": e.code, "msg_key": e.key, e.key: e.msg}}})
+func (e *apiError) body(l lang) []byte {
+	b, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"code": e.code, "msg_key": e.key, e.key: e.msg.in(l)}}})
 	return b
 }
 
+// writeError writes e in the language of the request being answered (see langOf).
 func writeError(w http.ResponseWriter, e *apiError) {
-	writeJSONBytes(w, e.status, e.body())
+	writeJSONBytes(w, e.status, e.body(langOf(w)))
 }
 
-func errDetail(status int, code, msg string) *apiError {
+func errDetail(status int, code string, msg text) *apiError {
 	return &apiError{status: status, code: code, key: "detail", msg: msg}
 }
 
-func errField(field, code, msg string) *apiError {
+func errField(field, code string, msg text) *apiError {
 	return &apiError{status: http.StatusBadRequest, code: code, key: field, msg: msg}
 }
 
-func errRule(msg string) *apiError { return errDetail(http.StatusBadRequest, "400", msg) }
+func errRule(msg text) *apiError { return errDetail(http.StatusBadRequest, "400", msg) }
 
-func errNotFound(what string) *apiError {
-	return errDetail(http.StatusNotFound, "50004", what+" is not found.")
-}
+func errNotFound(msg text) *apiError { return errDetail(http.StatusNotFound, "50004", msg) }
 
 func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
@@ -52,7 +51,7 @@ func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, errDetail(500, "500", "encoding failed"))
+		writeError(w, errDetail(500, "500", txt("Encoding failed.", "Ошибка кодирования ответа.")))
 		return
 	}
 	writeJSONBytes(w, status, b)
@@ -66,7 +65,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	segs := strings.Split(p, "/")
 	hs := s.resolve(segs)
 	if hs == nil {
-		writeError(w, errDetail(http.StatusNotFound, "50004", "URL is not found."))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
 		return
 	}
 	user, e := s.authenticate(r)
@@ -85,11 +84,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			allowed = append(allowed, m)
 		}
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeError(w, errDetail(http.StatusMethodNotAllowed, "405", fmt.Sprintf("Method %q not allowed.", r.Method)))
+		writeError(w, errDetail(http.StatusMethodNotAllowed, "405", txtf("Method %q not allowed.", "Метод %q не разрешён.", r.Method)))
 		return
 	}
 	if method != http.MethodGet && user == "viewer" {
-		writeError(w, errDetail(http.StatusForbidden, "403", "You do not have permission to perform this action."))
+		writeError(w, errDetail(http.StatusForbidden, "403", txt("You do not have permission to perform this action.", "У вас недостаточно прав для выполнения данного действия.")))
 		return
 	}
 	r = r.WithContext(withUser(r.Context(), user))
@@ -103,11 +102,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "", errDetail(http.StatusUnauthorized, "401", "Authentication credentials were not provided.")
+		return "", errDetail(http.StatusUnauthorized, "401", txt("Authentication credentials were not provided.", "Учетные данные не были предоставлены."))
 	}
 	scheme, tok, _ := strings.Cut(h, " ")
 	if !strings.EqualFold(scheme, "jwt") {
-		return "", errDetail(http.StatusUnauthorized, "401", "Invalid authorization header: expected 'jwt <token>'.")
+		return "", errDetail(http.StatusUnauthorized, "401", txt("Invalid authorization header: expected 'jwt <token>'.", "Неверный заголовок авторизации: ожидается 'jwt <token>'."))
 	}
 	switch {
 	case tok == s.opts.Token:
@@ -115,7 +114,7 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	case s.opts.ReadOnlyToken != "" && tok == s.opts.ReadOnlyToken:
 		return "viewer", nil
 	}
-	return "", errDetail(http.StatusUnauthorized, "401", "Invalid token.")
+	return "", errDetail(http.StatusUnauthorized, "401", txt("Invalid token.", "Недействительный токен."))
 }
 
 func (s *Server) resolve(segs []string) handlers {
@@ -226,7 +225,7 @@ func parsePaging(q url.Values) (pageReq, *apiError) {
 		}
 		n, err := strconv.Atoi(v[0])
 		if err != nil || n < 0 {
-			return p, errField(f.name, "invalid", fmt.Sprintf("%s must be a non-negative integer.", f.name))
+			return p, errField(f.name, "invalid", txtf("%s must be a non-negative integer.", "%s должно быть неотрицательным целым числом.", f.name))
 		}
 		*f.dst = n
 	}
@@ -356,7 +355,7 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	n, ok := s.st.nodeByID[id]
 	if !ok {
-		writeError(w, errNotFound("Node"))
+		writeError(w, errNotFound(txt("Node is not found.", "Узел не найден.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, n.detail(s.now()))
@@ -380,7 +379,7 @@ func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	c, ok := s.st.clByID[id]
 	if !ok {
-		writeError(w, errNotFound("Cluster"))
+		writeError(w, errNotFound(txt("Cluster is not found.", "Кластер не найден.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.st.clusterWire(c, true))
@@ -421,7 +420,7 @@ func (s *Server) getPool(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	d, ok := s.st.poolByID[id]
 	if !ok {
-		writeError(w, errNotFound("Data pool"))
+		writeError(w, errNotFound(txt("Data pool is not found.", "Пул данных не найден.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.st.poolWire(d))
@@ -549,7 +548,7 @@ func (s *Server) getDomain(w http.ResponseWriter, r *http.Request, id string) {
 	s.st.advance(now)
 	d, ok := s.st.domainByID[id]
 	if !ok {
-		writeError(w, errNotFound("Virtual machine"))
+		writeError(w, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, d.detail(now))
@@ -613,7 +612,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, id string) {
 	s.st.advance(now)
 	t, ok := s.st.taskByID[id]
 	if !ok {
-		writeError(w, errNotFound("Task"))
+		writeError(w, errNotFound(txt("Task is not found.", "Задача не найдена.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.st.taskDetail(t, now, reqLang(r)))
@@ -628,17 +627,17 @@ func (s *Server) taskResponse(w http.ResponseWriter, r *http.Request, id string)
 	s.st.advance(now)
 	t, ok := s.st.taskByID[id]
 	if !ok {
-		writeError(w, errNotFound("Task"))
+		writeError(w, errNotFound(txt("Task is not found.", "Задача не найдена.")))
 		return
 	}
 	l := reqLang(r)
 	switch t.status {
 	case "IN_PROGRESS":
-		writeError(w, errRule("The task is not finished yet."))
+		writeError(w, errRule(txt("The task is not finished yet.", "Задача ещё не завершена.")))
 	case "SUCCESS":
 		writeJSON(w, http.StatusOK, s.st.result(t, now, l))
 	default:
-		writeError(w, errRule(t.errMsg.in(l)))
+		writeError(w, errRule(t.errMsg))
 	}
 }
 
@@ -707,7 +706,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	ev, ok := s.st.events.byID[id]
 	if !ok {
-		writeError(w, errNotFound("Event"))
+		writeError(w, errNotFound(txt("Event is not found.", "Событие не найдено.")))
 		return
 	}
 	writeJSONBytes(w, http.StatusOK, ev.bytes(reqLang(r)))
@@ -718,7 +717,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
 func readBody(r *http.Request) (map[string]any, *apiError) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
-		return nil, errDetail(http.StatusBadRequest, "invalid", "couldn't read request body")
+		return nil, errDetail(http.StatusBadRequest, "invalid", txt("Couldn't read the request body.", "Не удалось прочитать тело запроса."))
 	}
 	body := map[string]any{}
 	if len(bytes.TrimSpace(b)) == 0 {
@@ -727,7 +726,7 @@ func readBody(r *http.Request) (map[string]any, *apiError) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	if err := d.Decode(&body); err != nil {
-		return nil, errDetail(http.StatusBadRequest, "invalid", "JSON parse error: "+err.Error())
+		return nil, errDetail(http.StatusBadRequest, "invalid", txtf("JSON parse error: %s", "Ошибка разбора JSON: %s", err.Error()))
 	}
 	return body, nil
 }
@@ -759,13 +758,13 @@ func boolField(body map[string]any, name string, required bool) (bool, *apiError
 	v, ok := body[name]
 	if !ok || v == nil {
 		if required {
-			return false, errField(name, "required", "This field is required.")
+			return false, errField(name, "required", txt("This field is required.", "Обязательное поле."))
 		}
 		return false, nil
 	}
 	b, ok := boolLike(v)
 	if !ok {
-		return false, errField(name, "invalid", "Must be a valid boolean.")
+		return false, errField(name, "invalid", txt("Must be a valid boolean.", "Должно быть логическим значением."))
 	}
 	return b, nil
 }
@@ -774,13 +773,13 @@ func stringField(body map[string]any, name string, required bool) (string, *apiE
 	v, ok := body[name]
 	if !ok || v == nil || v == "" {
 		if required {
-			return "", errField(name, "required", "This field is required.")
+			return "", errField(name, "required", txt("This field is required.", "Обязательное поле."))
 		}
 		return "", nil
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", errField(name, "invalid", "Not a valid string.")
+		return "", errField(name, "invalid", txt("Not a valid string.", "Недопустимая строка."))
 	}
 	return s, nil
 }
@@ -791,7 +790,7 @@ func idempotencyKey(body map[string]any) (string, *apiError) {
 		return "", e
 	}
 	if k != "" && !isUUID(k) {
-		return "", errField("idempotency_key", "invalid", "Must be a valid UUID.")
+		return "", errField("idempotency_key", "invalid", txt("Must be a valid UUID.", "Должно быть корректным UUID."))
 	}
 	return strings.ToLower(k), nil
 }
@@ -820,13 +819,13 @@ func (s *Server) respondTask(w http.ResponseWriter, r *http.Request, t *task) {
 	case <-r.Context().Done():
 		return
 	case <-s.stop:
-		writeError(w, errDetail(http.StatusServiceUnavailable, "503", "simulator is shutting down"))
+		writeError(w, errDetail(http.StatusServiceUnavailable, "503", txt("The simulator is shutting down.", "Симулятор останавливается.")))
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t.status != "SUCCESS" {
-		writeError(w, errDetail(http.StatusBadRequest, "400", t.errMsg.in(l)))
+		writeError(w, errDetail(http.StatusBadRequest, "400", t.errMsg))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.st.result(t, s.now(), l))

@@ -13,7 +13,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/api/", s.api(http.HandlerFunc(s.serveAPI)))
 	mux.HandleFunc("/_sim/", s.serveControl)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errDetail(http.StatusNotFound, "50004", "URL is not found."))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
 	})
 	return mux
 }
@@ -282,7 +282,7 @@ func (d *jsonDuration) UnmarshalJSON(b []byte) error {
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	p := strings.Trim(strings.TrimPrefix(r.URL.Path, "/_sim/"), "/")
 	segs := strings.Split(p, "/")
-	bad := func(err error) { writeError(w, errDetail(http.StatusBadRequest, "400", err.Error())) }
+	bad := func(err error) { writeError(w, errDetail(http.StatusBadRequest, "400", txt(err.Error(), ""))) }
 	decode := func(v any) bool {
 		if r.ContentLength == 0 {
 			return true
@@ -375,7 +375,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	case post && len(segs) == 3 && segs[0] == "domains":
 		s.controlDomain(w, r, segs[1], segs[2], decode, bad)
 	default:
-		writeError(w, errDetail(http.StatusNotFound, "50004", "Unknown control endpoint "+r.Method+" "+r.URL.Path))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown control endpoint "+r.Method+" "+r.URL.Path, "")))
 	}
 }
 
@@ -406,7 +406,7 @@ func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, actio
 	case "clock_offset":
 		err = s.SetClockOffset(id, time.Duration(b.Seconds*float64(time.Second)))
 	default:
-		writeError(w, errDetail(http.StatusNotFound, "50004", "Unknown domain action "+action))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown domain action "+action, "")))
 		return
 	}
 	if err != nil {

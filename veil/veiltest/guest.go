@@ -40,7 +40,7 @@ func (s *Server) availableGuestCmds(w http.ResponseWriter, r *http.Request, id s
 	_, ok := s.st.domainByID[id]
 	s.mu.Unlock()
 	if !ok {
-		writeError(w, errNotFound("Virtual machine"))
+		writeError(w, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"qemu_available_cmds": guestCommands})
@@ -58,7 +58,7 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 		return
 	}
 	if !guestCommandSet[cmd] {
-		writeError(w, errField("qemu_cmd", "invalid", fmt.Sprintf("Unknown guest agent command %q.", cmd)))
+		writeError(w, errField("qemu_cmd", "invalid", txtf("Unknown guest agent command %q.", "Неизвестная команда гостевого агента %q.", cmd)))
 		return
 	}
 	fargs, _ := body["fargs"].(map[string]any)
@@ -67,7 +67,7 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 		n, isNum := v.(json.Number)
 		f, err := strconv.ParseFloat(string(n), 64)
 		if !isNum || err != nil || f <= 0 {
-			writeError(w, errField("timeout", "invalid", "A positive number of seconds is required."))
+			writeError(w, errField("timeout", "invalid", txt("A positive number of seconds is required.", "Требуется положительное число секунд.")))
 			return
 		}
 		timeout = time.Duration(f * float64(time.Second))
@@ -79,13 +79,13 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 	var result any
 	switch {
 	case !ok:
-		e = errNotFound("Virtual machine")
+		e = errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена."))
 	case d.power != powerOn:
-		e = errRule(fmt.Sprintf("Virtual machine %s is not running.", d.name))
+		e = errRule(txtf("Virtual machine %s is not running.", "Виртуальная машина %s не запущена.", d.name))
 	case !d.linux && !s.opts.GuestCommandsWindows:
-		e = errRule("Guest commands are available for Linux guests only.")
+		e = errRule(txt("Guest commands are available for Linux guests only.", "Гостевые команды доступны только для гостевых ОС Linux."))
 	case !d.agentActive():
-		e = errRule(fmt.Sprintf("Guest agent of virtual machine %s is not active.", d.name))
+		e = errRule(txtf("Guest agent of virtual machine %s is not active.", "Гостевой агент виртуальной машины %s не активен.", d.name))
 	case d.hang:
 		// handled below, outside the lock
 	default:
@@ -102,7 +102,7 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 			return
 		case <-s.stop:
 		}
-		writeError(w, errRule(fmt.Sprintf("guest agent timeout: command %s got no answer within %s", cmd, timeout)))
+		writeError(w, errRule(txtf("guest agent timeout: command %s got no answer within %s", "тайм-аут гостевого агента: команда %s не получила ответа за %s", cmd, timeout)))
 		return
 	}
 	if e != nil {
@@ -173,7 +173,7 @@ func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now ti
 		pid, ok := intArg(fargs["pid"])
 		res, known := d.execs[pid]
 		if !ok || !known {
-			return nil, errField("fargs", "invalid", "Invalid parameter 'pid'.")
+			return nil, errField("fargs", "invalid", txt("Invalid parameter 'pid'.", "Недопустимый параметр 'pid'."))
 		}
 		return res, nil
 	case "guest-ssh-get-authorized-keys":
@@ -264,12 +264,12 @@ func (d *domain) exec(fargs map[string]any, seed uint64) (any, *apiError) {
 	if raw, ok := fargs["arg"]; ok && raw != nil {
 		list, ok := raw.([]any)
 		if !ok {
-			return nil, errField("fargs", "invalid", "arg must be an array of strings.")
+			return nil, errField("fargs", "invalid", txt("arg must be an array of strings.", "arg должен быть массивом строк."))
 		}
 		for _, a := range list {
 			s, ok := a.(string)
 			if !ok {
-				return nil, errField("fargs", "invalid", "arg must be an array of strings.")
+				return nil, errField("fargs", "invalid", txt("arg must be an array of strings.", "arg должен быть массивом строк."))
 			}
 			args = append(args, s)
 		}

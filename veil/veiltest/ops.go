@@ -95,7 +95,7 @@ func domainEnts(ds ...*domain) map[string]string {
 func (st *state) lookupDomain(id string) (*domain, *apiError) {
 	d, ok := st.domainByID[id]
 	if !ok {
-		return nil, errNotFound("Virtual machine")
+		return nil, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена."))
 	}
 	return d, nil
 }
@@ -104,7 +104,7 @@ func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
 	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
 		n, ok := s.st.nodeByID[id]
 		if !ok {
-			return nil, errNotFound("Node")
+			return nil, errNotFound(txt("Node is not found.", "Узел не найден."))
 		}
 		on, e := boolField(body, "ballooning", true)
 		if e != nil {
@@ -137,7 +137,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		}
 		if d.template {
-			return nil, errRule(fmt.Sprintf("Virtual machine %s is a template and cannot be started.", d.name))
+			return nil, errRule(txtf("Virtual machine %s is a template and cannot be started.", "Виртуальная машина %s является шаблоном и не может быть запущена.", d.name))
 		}
 		return s.st.startTask(now, taskSpec{
 			name: nameStart(d), key: key, user: user,
@@ -198,17 +198,17 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 		if v, ok := body["domains_ids"]; ok && v != nil {
 			list, ok := v.([]any)
 			if !ok {
-				return nil, errField("domains_ids", "invalid", "Expected a list of UUIDs.")
+				return nil, errField("domains_ids", "invalid", txt("Expected a list of UUIDs.", "Ожидается список UUID."))
 			}
 			seen := map[string]bool{}
 			for _, x := range list {
 				id, ok := x.(string)
 				if !ok || !isUUID(id) {
-					return nil, errField("domains_ids", "invalid", "Must be a list of valid UUIDs.")
+					return nil, errField("domains_ids", "invalid", txt("Must be a list of valid UUIDs.", "Должен быть списком корректных UUID."))
 				}
 				id = strings.ToLower(id)
 				if seen[id] || s.st.domainByID[id] != nil {
-					return nil, errField("domains_ids", "unique", fmt.Sprintf("Virtual machine id %s is already used.", id))
+					return nil, errField("domains_ids", "unique", txtf("Virtual machine id %s is already used.", "Идентификатор виртуальной машины %s уже используется.", id))
 				}
 				seen[id] = true
 				ids = append(ids, id)
@@ -218,10 +218,10 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 		if v, ok := body["count"]; ok && v != nil {
 			n, err := strconv.Atoi(fmt.Sprint(v))
 			if err != nil || n < 1 || n > 1000 {
-				return nil, errField("count", "invalid", "Must be an integer from 1 to 1000.")
+				return nil, errField("count", "invalid", txt("Must be an integer from 1 to 1000.", "Должно быть целым числом от 1 до 1000."))
 			}
 			if len(ids) > 0 && n != len(ids) {
-				return nil, errField("domains_ids", "invalid", fmt.Sprintf("Expected %d ids for count %d, got %d.", n, n, len(ids)))
+				return nil, errField("domains_ids", "invalid", txtf("Expected %d ids for count %d, got %d.", "Ожидалось идентификаторов: %d (count %d), получено: %d.", n, n, len(ids)))
 			}
 			count = n
 		}
@@ -238,7 +238,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		for _, n := range names {
 			if taken[n] {
-				return nil, errField("verbose_name", "unique", fmt.Sprintf("A virtual machine named %s already exists.", n))
+				return nil, errField("verbose_name", "unique", txtf("A virtual machine named %s already exists.", "Виртуальная машина с именем %s уже существует.", n))
 			}
 		}
 		n := src.node
@@ -246,7 +246,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		} else if v != "" {
 			if n = s.st.nodeByID[v]; n == nil {
-				return nil, errField("node", "invalid", "Node is not found.")
+				return nil, errField("node", "invalid", txt("Node is not found.", "Узел не найден."))
 			}
 		}
 		pool := src.pool
@@ -254,7 +254,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		} else if v != "" {
 			if pool = s.st.poolByID[v]; pool == nil {
-				return nil, errField("datapool", "invalid", "Data pool is not found.")
+				return nil, errField("datapool", "invalid", txt("Data pool is not found.", "Пул данных не найден."))
 			}
 		}
 		clones := make([]*domain, count)
@@ -335,10 +335,10 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		}
 		if d.template && s.st.hasThinClones(d) {
-			return nil, errRule(fmt.Sprintf("Template %s has thin clones and cannot be removed: that would break them.", d.name))
+			return nil, errRule(txtf("Template %s has thin clones and cannot be removed: that would break them.", "У шаблона %s есть тонкие клоны, его нельзя удалить: это нарушит их работу.", d.name))
 		}
 		if d.status == "DELETING" {
-			return nil, errRule(fmt.Sprintf("Virtual machine %s is already being deleted.", d.name))
+			return nil, errRule(txtf("Virtual machine %s is already being deleted.", "Виртуальная машина %s уже удаляется.", d.name))
 		}
 		d.status = "DELETING"
 		d.touch()
@@ -374,13 +374,13 @@ func (s *Server) sshInject(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		}
 		if !d.linux {
-			return nil, errRule("SSH key injection is available for Linux guests only.")
+			return nil, errRule(txt("SSH key injection is available for Linux guests only.", "Добавление SSH-ключей доступно только для гостевых ОС Linux."))
 		}
 		if d.power == powerOn && !d.agentActive() {
-			return nil, errRule("SSH key injection into a running virtual machine needs an active guest agent.")
+			return nil, errRule(txt("SSH key injection into a running virtual machine needs an active guest agent.", "Для добавления SSH-ключей в запущенную виртуальную машину нужен активный гостевой агент."))
 		}
 		if d.power != powerOn && d.power != powerOff {
-			return nil, errRule("The virtual machine must be powered off, or on with an active guest agent.")
+			return nil, errRule(txt("The virtual machine must be powered off, or on with an active guest agent.", "Виртуальная машина должна быть выключена или включена с активным гостевым агентом."))
 		}
 		return s.st.startTask(now, taskSpec{
 			name: nameSSHInject(d), key: key, user: user, entities: domainEnts(d),
@@ -410,10 +410,10 @@ func (s *Server) setTemplate(w http.ResponseWriter, r *http.Request, id string) 
 			return nil, e
 		}
 		if d.template && s.st.hasThinClones(d) {
-			return nil, errRule(fmt.Sprintf("Template %s has thin clones and cannot be modified: merge a prepared thin clone into it instead.", d.name))
+			return nil, errRule(txtf("Template %s has thin clones and cannot be modified: merge a prepared thin clone into it instead.", "У шаблона %s есть тонкие клоны, его нельзя изменять: вместо этого слейте с ним подготовленный тонкий клон.", d.name))
 		}
 		if on && d.power == powerOn {
-			return nil, errRule(fmt.Sprintf("Virtual machine %s must be powered off to become a template.", d.name))
+			return nil, errRule(txtf("Virtual machine %s must be powered off to become a template.", "Виртуальная машина %s должна быть выключена, чтобы стать шаблоном.", d.name))
 		}
 		return s.st.startTask(now, taskSpec{
 			name: nameTemplate(d, on), key: key, user: user,
@@ -439,14 +439,14 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		}
 		d, ok := s.st.domainByID[id]
 		if !ok {
-			return nil, errField("domain", "invalid", "Virtual machine is not found.")
+			return nil, errField("domain", "invalid", txt("Virtual machine is not found.", "Виртуальная машина не найдена."))
 		}
 		pool := d.pool
 		if v, e := stringField(body, "datapool", false); e != nil {
 			return nil, e
 		} else if v != "" {
 			if pool = s.st.poolByID[v]; pool == nil {
-				return nil, errField("datapool", "invalid", "Data pool is not found.")
+				return nil, errField("datapool", "invalid", txt("Data pool is not found.", "Пул данных не найден."))
 			}
 		}
 		if _, e := boolField(body, "compress", false); e != nil {
@@ -455,7 +455,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		if v, ok := body["limit_days"]; ok && v != nil {
 			n, isNum := v.(json.Number)
 			if _, err := strconv.Atoi(string(n)); !isNum || err != nil {
-				return nil, errField("limit_days", "invalid", "A valid integer is required.")
+				return nil, errField("limit_days", "invalid", txt("A valid integer is required.", "Требуется целое число."))
 			}
 		}
 		return s.st.startTask(now, taskSpec{

@@ -133,6 +133,8 @@ type fieldsWriter struct {
 
 func (w *fieldsWriter) WriteHeader(code int) { w.status = code }
 
+func (w *fieldsWriter) language() lang { return langOf(w.ResponseWriter) }
+
 func (w *fieldsWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK

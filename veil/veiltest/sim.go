@@ -20,6 +20,8 @@
 //     named verbose_name-1, -2... and made by a multitask (is_multitask) with one task per VM
 //     (parent set). GET /api/tasks/<id>/response/ answers the operation's result (the new VM,
 //     or the list of them), 400 while the task runs or when it failed.
+//   - Accept-Language ru (the supported language of highest weight) gives Russian event
+//     messages, task names and error texts; en, the default, English.
 //   - An idempotency_key becomes the id of the task. A repeated key answers with the envelope
 //     of the existing task (200), and for start with the domain object.
 //   - Filters: nodes cluster; domains node, cluster, datapool, resource_pool, template,

@@ -3,6 +3,8 @@ package veiltest
 import (
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 )
 
 // lang is the language of the texts a request gets (Accept-Language: en, the default, or ru).
@@ -36,8 +38,42 @@ type textError text
 
 func (e textError) Error() string { return e.en }
 
-// reqLang is the language a request asks for.
-func reqLang(r *http.Request) lang { return langEN }
+// reqLang is the language a request asks for in Accept-Language: the supported language (en,
+// ru) with the highest weight; en when it names neither.
+func reqLang(r *http.Request) lang {
+	best, bestQ := langEN, -1.0
+	for _, part := range strings.Split(r.Header.Get("Accept-Language"), ",") {
+		tag, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		primary, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(tag)), "-")
+		var l lang
+		switch primary {
+		case "en":
+			l = langEN
+		case "ru":
+			l = langRU
+		default:
+			continue
+		}
+		q := 1.0
+		if v, ok := strings.CutPrefix(strings.TrimSpace(params), "q="); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				q = f
+			}
+		}
+		if q > bestQ {
+			best, bestQ = l, q
+		}
+	}
+	return best
+}
+
+// langOf is the language of the request a writer answers: the API's writers carry it.
+func langOf(w http.ResponseWriter) lang {
+	if x, ok := w.(interface{ language() lang }); ok {
+		return x.language()
+	}
+	return langEN
+}
 
 // partialError is the outcome of a multitask of which only some parts succeeded: PARTIAL.
 type partialError text
