@@ -31,10 +31,15 @@ func main() {
 	flag.DurationVar(&o.Latency, "latency", 0, "latency added to every /api/ request")
 	flag.DurationVar(&o.LatencyJitter, "latency-jitter", 0, "random extra latency up to this value")
 	flag.Float64Var(&o.FaultRate, "fault-rate", 0, "fraction of /api/ requests answered with a random 500/503/418")
+	flag.StringVar(&o.Profile, "profile", "default", "shapes where the vendor's clients disagree: default, or alternative (\"entity\" uuid in envelopes, number percentages, resource_pool and tag objects, domain detail objects)")
 	flag.BoolVar(&o.PercentNumbers, "percent-numbers", false, "send usage percentages of nodes, clusters and domains as JSON numbers instead of decimal strings (\"12.50\")")
 	flag.DurationVar(&o.TaskDuration, "task-duration", 300*time.Millisecond, "how long a task runs")
 	flag.Parse()
 
+	if o.Profile != veiltest.ProfileDefault && o.Profile != veiltest.ProfileAlternative {
+		fmt.Fprintln(os.Stderr, "veil-sim: --profile must be default or alternative")
+		os.Exit(2)
+	}
 	if o.EventsOrder != "newest_first" && o.EventsOrder != "oldest_first" {
 		fmt.Fprintln(os.Stderr, "veil-sim: --events-order must be newest_first or oldest_first")
 		os.Exit(2)

@@ -507,8 +507,9 @@ func domainFilter(q url.Values) func(*domain) bool {
 	if v, ok := filter(q, "datapool"); ok {
 		preds = append(preds, func(d *domain) bool { return d.pool != nil && d.pool.id == v })
 	}
-	if _, ok := filter(q, "resource_pool"); ok {
-		preds = append(preds, none) // the simulated VMs belong to no resource pool
+	if v, ok := filter(q, "resource_pool"); ok {
+		// Only the alternative profile puts VMs in a resource pool.
+		preds = append(preds, func(d *domain) bool { return d.alt && v == resourcePoolID })
 	}
 	if v, ok := filter(q, "power_state"); ok {
 		ps, err := strconv.Atoi(v)

@@ -94,6 +94,7 @@ type domain struct {
 	busy        int                    // running tasks working on this VM
 	pinned      bool                   // a client or a control call touched it: the background leaves it alone
 	pctNumbers  bool                   // usage percentages as numbers (Options.PercentNumbers)
+	alt         bool                   // shapes of the alternative profile (Options.Profile)
 	execs       map[int]map[string]any // guest-exec results by pid, for guest-exec-status
 	execSeq     int
 
@@ -222,6 +223,7 @@ func (st *state) newDomain(created time.Time) *domain {
 		created:    created,
 		seq:        st.vmSeq,
 		pctNumbers: o.PercentNumbers,
+		alt:        o.Profile == ProfileAlternative,
 	}
 	if len(st.nodes) > 0 {
 		d.node = st.nodes[st.rng.IntN(len(st.nodes))]
@@ -528,39 +530,44 @@ type guestUtilsJSON struct {
 }
 
 type domainJSON struct {
-	ID                 string   `json:"id"`
-	VerboseName        string   `json:"verbose_name"`
-	MemoryCount        int      `json:"memory_count"`
-	CPUCount           int      `json:"cpu_count"`
-	Status             string   `json:"status"`
-	UserPowerState     int      `json:"user_power_state"`
-	Node               *ref     `json:"node"`
-	Parent             *ref     `json:"parent"`
-	Template           bool     `json:"template"`
-	Thin               bool     `json:"thin"`
-	ResourcePool       *ref     `json:"resource_pool"`
-	GuestUtils         any      `json:"guest_utils"`
-	CPUUsedPercentUser any      `json:"cpu_used_percent_user"`
-	MemUsedPercentUser any      `json:"mem_used_percent_user"`
-	VdisksCount        int      `json:"vdisks_count"`
-	Tags               []string `json:"tags"`
+	ID                 string `json:"id"`
+	VerboseName        string `json:"verbose_name"`
+	MemoryCount        int    `json:"memory_count"`
+	CPUCount           int    `json:"cpu_count"`
+	Status             string `json:"status"`
+	UserPowerState     int    `json:"user_power_state"`
+	Node               *ref   `json:"node"`
+	Parent             *ref   `json:"parent"`
+	Template           bool   `json:"template"`
+	Thin               bool   `json:"thin"`
+	ResourcePool       *ref   `json:"resource_pool"` // null, or an object in the alternative profile
+	GuestUtils         any    `json:"guest_utils"`
+	CPUUsedPercentUser any    `json:"cpu_used_percent_user"`
+	MemUsedPercentUser any    `json:"mem_used_percent_user"`
+	VdisksCount        int    `json:"vdisks_count"`
+	Tags               any    `json:"tags"` // strings, or {colour, verbose_name} in the alternative profile
 }
 
 type domainDetailJSON struct {
 	domainJSON
 	OSType              string `json:"os_type"`
 	OSVersion           string `json:"os_version"`
-	UptimeOnCurrentNode int    `json:"uptime_on_current_node"`
+	UptimeOnCurrentNode any    `json:"uptime_on_current_node"` // seconds, or an object (alternative)
 	UptimeTotal         int    `json:"uptime_total"`
 	Cluster             string `json:"cluster"`
 	Datapool            *ref   `json:"datapool"`
 	Created             string `json:"created"`
+	Permissions         any    `json:"permissions"` // an array, or an object (alternative)
+	CPUTopology         any    `json:"cpu_topology,omitempty"`
 }
 
 func (d *domain) wire() domainJSON {
 	j := domainJSON{ID: d.id, VerboseName: d.name, MemoryCount: d.memMiB, CPUCount: d.cpus,
 		Status: d.status, UserPowerState: d.power, Template: d.template, Thin: d.thin,
-		GuestUtils: struct{}{}, VdisksCount: d.vdisks, Tags: []string{}}
+		GuestUtils: struct{}{}, VdisksCount: d.vdisks, Tags: d.tags()}
+	if d.alt {
+		j.ResourcePool = &ref{resourcePoolID, "Default resource pool"}
+	}
 	var cpu, mem float64
 	if d.node != nil {
 		j.Node = &ref{d.node.id, d.node.name}
@@ -586,8 +593,65 @@ func (d *domain) listBytes() []byte {
 	return d.listJSON
 }
 
-func (d *domain) detail(now time.Time) domainDetailJSON {
-	j := domainDetailJSON{domainJSON: d.wire(), OSType: "Linux", OSVersion: "Ubuntu 22.04", Created: ts(d.created)}
+// resourcePoolID is the one resource pool of the alternative profile.
+const resourcePoolID = "00000000-0000-4000-8000-0000000000a1"
+
+// tags: a few VMs (by their number, not the seeded source) carry tags, as strings or, in the
+// alternative profile, as {colour, verbose_name} objects.
+func (d *domain) tags() any {
+	var names []string
+	if d.seq%5 == 0 {
+		names = append(names, "prod")
+	}
+	if d.seq%7 == 0 {
+		names = append(names, "backup-daily")
+	}
+	if !d.alt {
+		if names == nil {
+			return []string{}
+		}
+		return names
+	}
+	objs := make([]map[string]string, len(names))
+	for i, n := range names {
+		objs[i] = map[string]string{"colour": []string{"#4caf50", "#2196f3"}[i%2], "verbose_name": n}
+	}
+	return objs
+}
+
+var domainPermissions = []string{"view", "update", "remove", "start", "shutdown", "clone", "backup"}
+
+// detail is the domain detail. The alternative profile (Options.Profile) sends the detail
+// objects the vendor's mock shows: uptime_on_current_node {start_time, uptime, system_time},
+// cpu_topology.cpu_count without a top-level cpu_count, permissions as an object.
+func (d *domain) detail(now time.Time) any {
+	j := d.detailJSON(now)
+	if !d.alt {
+		return j
+	}
+	j.CPUTopology = map[string]any{"cpu_count": d.cpus, "cpu_sockets": 1, "cpu_cores": d.cpus, "cpu_threads": 1}
+	up := 0
+	start := now
+	if d.power == powerOn {
+		start = later(d.poweredAt, d.nodeSince)
+		up = int(now.Sub(start).Seconds())
+	}
+	j.UptimeOnCurrentNode = map[string]any{"start_time": ts(start), "uptime": up, "system_time": ts(now)}
+	perms := map[string]bool{}
+	for _, p := range domainPermissions {
+		perms[p] = true
+	}
+	j.Permissions = perms
+	b, _ := json.Marshal(j)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	delete(m, "cpu_count")
+	return m
+}
+
+func (d *domain) detailJSON(now time.Time) domainDetailJSON {
+	j := domainDetailJSON{domainJSON: d.wire(), OSType: "Linux", OSVersion: "Ubuntu 22.04", Created: ts(d.created),
+		UptimeOnCurrentNode: 0, Permissions: domainPermissions}
 	if !d.linux {
 		j.OSType, j.OSVersion = "Windows", "Windows Server 2019"
 	}

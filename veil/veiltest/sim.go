@@ -86,13 +86,32 @@ type Options struct {
 	Latency, LatencyJitter time.Duration // added to every /api/ request
 	FaultRate              float64       // fraction of /api/ requests answered with a random 500/503/418
 
+	// Profile chooses between the shapes the vendor's clients show where the platform is
+	// inconsistent (platform-facts.md): ProfileDefault ("default") or ProfileAlternative
+	// ("alternative": envelopes carry "entity" as a uuid instead of "_entity", usage
+	// percentages are numbers, domains have a resource_pool object and tags as
+	// {colour, verbose_name}, the domain detail has uptime_on_current_node as an object,
+	// cpu_topology.cpu_count without cpu_count, and permissions as an object).
+	Profile string
+
 	// GuestCommandsWindows lets guest-command run on Windows guests; the spec says Linux only.
 	GuestCommandsWindows bool
 
 	Now func() time.Time // clock (default time.Now)
 }
 
+// The profiles of Options.Profile.
+const (
+	ProfileDefault     = "default"
+	ProfileAlternative = "alternative"
+)
+
 func (o Options) withDefaults() Options {
+	if o.Profile != ProfileAlternative {
+		o.Profile = ProfileDefault
+	} else {
+		o.PercentNumbers = true
+	}
 	if o.Token == "" {
 		o.Token = "sim-token"
 	}

@@ -119,10 +119,30 @@ func (st *state) taskDetail(t *task, now time.Time, l lang) taskDetailJSON {
 // envelope is data_with_entity or data_without_entity.
 func (st *state) envelope(t *task, now time.Time, l lang) map[string]any {
 	env := map[string]any{"_task": st.taskDetail(t, now, l)}
-	if t.entity != nil {
-		if e := t.entity(now); e != nil {
-			env["_entity"] = e
-		}
+	if t.entity == nil {
+		return env
+	}
+	e := t.entity(now)
+	if e == nil {
+		return env
+	}
+	if st.opts.Profile != ProfileAlternative {
+		env["_entity"] = e
+		return env
+	}
+	// The alternative profile: "entity", the uuid (vendor code reads it so).
+	b, _ := json.Marshal(e)
+	var one struct {
+		ID string `json:"id"`
+	}
+	var many []struct {
+		ID string `json:"id"`
+	}
+	switch {
+	case json.Unmarshal(b, &one) == nil && one.ID != "":
+		env["entity"] = one.ID
+	case json.Unmarshal(b, &many) == nil && len(many) > 0:
+		env["entity"] = many[0].ID
 	}
 	return env
 }
