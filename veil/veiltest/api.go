@@ -201,7 +201,9 @@ func (s *Server) docs(w http.ResponseWriter, r *http.Request) {
 		"title":        "VeiL platform API (veiltest simulator)",
 		"endpoints":    endpoints,
 		"pagination":   "limit (0..100, default 100, larger values are clamped), offset",
-		"async":        "state-changing operations accept ?async=1 and answer 202 with {_task, _entity}",
+		"async":        "state-changing operations: with ?async=1 202 and {_task, _entity} (profile alternative: {_task, entity}); without it 200 and the resource once the task is done",
+		"profile":      s.opts.Profile,
+		"languages":    "Accept-Language: en (default) or ru",
 		"auth":         "Authorization: jwt <token>",
 		"events_order": s.opts.EventsOrder,
 	})
