@@ -164,6 +164,24 @@ func (st *state) activity(at time.Time) int {
 
 func (st *state) bgDuration(f int) time.Duration { return st.opts.TaskDuration * time.Duration(f) }
 
+func (st *state) startBackground(at time.Time, sp taskSpec) {
+	st.startTask(at, sp).background = true
+}
+
+// stopActivity ends the background activity at now: its running tasks finish and a lost guest
+// agent comes back at once, so the journal holds still from then on (SetEventRate(0)).
+func (st *state) stopActivity(now time.Time) {
+	for _, t := range st.running {
+		if t.background && t.deadline.After(now) {
+			t.deadline = now
+		}
+	}
+	st.advance(now)
+	if st.agentLost != nil {
+		st.bgAgent(now)
+	}
+}
+
 // bgPower starts a stopped VM or shuts a running one down, keeping about RunningFraction on.
 func (st *state) bgPower(at time.Time) int {
 	on := 0
@@ -195,7 +213,7 @@ func (st *state) bgPower(at time.Time) int {
 			return nil
 		}
 	}
-	st.startTask(at, sp)
+	st.startBackground(at, sp)
 	return 2
 }
 
@@ -206,7 +224,7 @@ func (st *state) bgBackup(at time.Time) int {
 		return 0
 	}
 	fail := st.rng.IntN(10) == 0
-	st.startTask(at, taskSpec{name: nameBackup(d), user: "system", entities: domainEnts(d),
+	st.startBackground(at, taskSpec{name: nameBackup(d), user: "system", entities: domainEnts(d),
 		duration: st.bgDuration(bgBackupTask),
 		apply: func(time.Time) error {
 			if err := st.gone(d); err != nil {
@@ -241,7 +259,7 @@ func (st *state) bgMigrate(at time.Time) int {
 		return 0
 	}
 	n := to[st.rng.IntN(len(to))]
-	st.startTask(at, taskSpec{name: nameMigrate(d, n), user: "admin",
+	st.startBackground(at, taskSpec{name: nameMigrate(d, n), user: "admin",
 		entities: map[string]string{d.id: "domain", n.id: "node"}, duration: st.bgDuration(bgMigrateTask),
 		apply: func(at time.Time) error {
 			if err := st.gone(d); err != nil {
@@ -266,7 +284,7 @@ func (st *state) bgClone(at time.Time) int {
 		}
 		d.status = "DELETING"
 		d.touch()
-		st.startTask(at, taskSpec{name: nameRemove(d), user: "admin", entities: domainEnts(d),
+		st.startBackground(at, taskSpec{name: nameRemove(d), user: "admin", entities: domainEnts(d),
 			duration: st.bgDuration(bgPowerTasks),
 			apply:    func(time.Time) error { st.removeDomain(d); return nil }})
 		return 2
@@ -277,7 +295,7 @@ func (st *state) bgClone(at time.Time) int {
 	}
 	c := st.cloneOf(src, "", fmt.Sprintf("%s-clone-%d", src.name, st.vmSeq+1), src.node, src.pool, at)
 	st.bgClones = append(st.bgClones, c)
-	st.startTask(at, taskSpec{name: nameClone(c, src), user: "admin", entities: domainEnts(src, c),
+	st.startBackground(at, taskSpec{name: nameClone(c, src), user: "admin", entities: domainEnts(src, c),
 		duration: st.bgDuration(bgCloneTask), apply: st.cloneDone(c)})
 	return 2
 }

@@ -242,8 +242,9 @@ func (s *Server) EventCount() int {
 	return s.st.events.len()
 }
 
-// SetEventRate changes the rate of the background activity, in journal events per second (0
-// stops it): simulated operations with their tasks and events, see activity.go.
+// SetEventRate changes the rate of the background activity, in journal events per second:
+// simulated operations with their tasks and events, see activity.go. 0 stops it at once: its
+// running tasks end now and a lost guest agent comes back, so the journal then holds still.
 func (s *Server) SetEventRate(perSecond float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -252,5 +253,7 @@ func (s *Server) SetEventRate(perSecond float64) {
 	s.st.eventRate = perSecond
 	if perSecond > 0 {
 		s.st.scheduleActivity(now, 1)
+		return
 	}
+	s.st.stopActivity(now)
 }

@@ -18,6 +18,7 @@ type task struct {
 	name              text
 	parent            string // the multitask this task is part of; "" for none
 	multitask         bool
+	background        bool // started by the background activity (activity.go)
 	status            string
 	created, deadline time.Time
 	finished          time.Time
