@@ -108,12 +108,19 @@ func (st *state) taskBytes(t *task, now time.Time, l lang) []byte {
 	return b
 }
 
-// taskDetail is the detail form of a task: with its journal events.
+// taskDetail is the detail form of a task: with its journal events, those the journal still
+// keeps (Options.EventsRetention deletes the oldest).
 func (st *state) taskDetail(t *task, now time.Time, l lang) taskDetailJSON {
-	j := taskDetailJSON{taskJSON: t.wire(now, l), Events: make([]json.RawMessage, len(t.events)), NodesUserResponses: []any{}}
-	for i, e := range t.events {
-		j.Events[i] = e.bytes(l)
+	j := taskDetailJSON{taskJSON: t.wire(now, l), Events: make([]json.RawMessage, 0, len(t.events)), NodesUserResponses: []any{}}
+	kept := t.events[:0]
+	for _, e := range t.events {
+		if st.events.byID[e.id] == e {
+			kept = append(kept, e)
+			j.Events = append(j.Events, e.bytes(l))
+		}
 	}
+	clear(t.events[len(kept):])
+	t.events = kept
 	return j
 }
 

@@ -266,3 +266,21 @@ func TestBackgroundActivityTellsOneStory(t *testing.T) {
 		t.Errorf("%d VMs: the background clones without bound", len(domains))
 	}
 }
+
+func TestTaskDetailListsOnlyEventsTheJournalKeeps(t *testing.T) {
+	s, c := newSim(t, Options{VMs: 3, Templates: -1, TaskDuration: 10 * time.Millisecond, EventsRetention: 5})
+	env := c.json("POST", "/api/domains/"+s.DomainIDs()[0]+"/shutdown/?async=1", nil, 202)
+	id := env["_task"].(map[string]any)["id"].(string)
+	if evs := waitTask(t, c, id)["events"].([]any); len(evs) != 2 {
+		t.Fatalf("%d events before retention", len(evs))
+	}
+	s.AddEvents(4, EventSpec{}) // the created event leaves the journal
+	evs := c.json("GET", "/api/tasks/"+id+"/", nil, 200)["events"].([]any)
+	if len(evs) != 1 || !strings.HasPrefix(evs[0].(map[string]any)["message"].(string), "Task finished successfully:") {
+		t.Fatalf("events after retention: %v", evs)
+	}
+	s.AddEvents(1, EventSpec{})
+	if evs := c.json("GET", "/api/tasks/"+id+"/", nil, 200)["events"].([]any); len(evs) != 0 {
+		t.Fatalf("events after retention took both: %v", evs)
+	}
+}
