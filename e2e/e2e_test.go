@@ -152,10 +152,18 @@ func promQuery(promURL, q string) (promResult, error) {
 	return r, nil
 }
 
+// TestOperatorKit runs the exporter, Prometheus and the status page against the simulator in
+// both of its profiles: the shapes the vendor's clients disagree on must all decode.
 func TestOperatorKit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: not in -short")
 	}
+	for _, profile := range []string{veiltest.ProfileDefault, veiltest.ProfileAlternative} {
+		t.Run(profile, func(t *testing.T) { operatorKit(t, profile) })
+	}
+}
+
+func operatorKit(t *testing.T, profile string) {
 	promBin := need(t, "prometheus")
 	promtool := need(t, "promtool")
 	chromium := need(t, "chromium", "chromium-browser")
@@ -166,7 +174,7 @@ func TestOperatorKit(t *testing.T) {
 	// on one endpoint so the error panels have data too.
 	sim := veiltest.New(veiltest.Options{Seed: 7, Nodes: 4, Clusters: 2, Datapools: 3, VMs: 40,
 		InitialEvents: 30, EventRate: 5, TaskDuration: 200 * time.Millisecond, TaskFailureRate: 0.3,
-		GuestCommandsWindows: true})
+		GuestCommandsWindows: true, Profile: profile})
 	defer sim.Close()
 	sim.SetFaults(veiltest.Fault{Path: "/api/clusters/*", Kind: "status", Status: 503, Rate: 0.2})
 	// A node in service mode and a guest agent that stopped answering: the "not ACTIVE" and

@@ -25,15 +25,21 @@ func main() {
 	flag.IntVar(&o.VMs, "vms", 10, "virtual machines (-1 for none)")
 	flag.IntVar(&o.Templates, "templates", 0, "how many VMs are templates (0: vms/20, -1: none)")
 	flag.IntVar(&o.InitialEvents, "initial-events", 100, "events in the journal at start")
-	flag.Float64Var(&o.EventRate, "event-rate", 0.5, "background events per second")
+	flag.Float64Var(&o.EventRate, "event-rate", 0.5, "background activity in journal events per second: simulated operations (VMs stopped and started, backups, clones, migrations) as tasks with their events, and guest agents lost and back")
 	flag.StringVar(&o.EventsOrder, "events-order", "newest_first", "default ordering of /api/events/: newest_first or oldest_first")
 	flag.IntVar(&o.EventsRetention, "events-retention", 0, "keep at most this many events (0: unlimited)")
 	flag.DurationVar(&o.Latency, "latency", 0, "latency added to every /api/ request")
 	flag.DurationVar(&o.LatencyJitter, "latency-jitter", 0, "random extra latency up to this value")
 	flag.Float64Var(&o.FaultRate, "fault-rate", 0, "fraction of /api/ requests answered with a random 500/503/418")
+	flag.StringVar(&o.Profile, "profile", "default", "shapes where the vendor's clients disagree: default, or alternative (\"entity\" uuid in envelopes, number percentages, resource_pool and tag objects, domain detail objects)")
+	flag.BoolVar(&o.PercentNumbers, "percent-numbers", false, "send usage percentages of nodes, clusters and domains as JSON numbers instead of decimal strings (\"12.50\")")
 	flag.DurationVar(&o.TaskDuration, "task-duration", 300*time.Millisecond, "how long a task runs")
 	flag.Parse()
 
+	if o.Profile != veiltest.ProfileDefault && o.Profile != veiltest.ProfileAlternative {
+		fmt.Fprintln(os.Stderr, "veil-sim: --profile must be default or alternative")
+		os.Exit(2)
+	}
 	if o.EventsOrder != "newest_first" && o.EventsOrder != "oldest_first" {
 		fmt.Fprintln(os.Stderr, "veil-sim: --events-order must be newest_first or oldest_first")
 		os.Exit(2)

@@ -3,7 +3,6 @@ package veiltest
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,36 +10,36 @@ import (
 	"strings"
 )
 
-// apiError is a §7 error: {"errors":[{"code":..,"msg_key":..,<msg_key>:..}]}.
+// apiError is a §7 error: {"errors":[{"code":..,"msg_key":..,<msg_key>:..}]}, its message in
+// the request's language.
 type apiError struct {
 	status int
 	code   string
 	key    string // msg_key: detail, non_field_errors or a field name
-	msg    string
+	msg    text
 }
 
-func (e *apiError) body() []byte {
-	b, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"code": e.code, "msg_key": e.key, e.key: e.msg}}})
+func (e *apiError) body(l lang) []byte {
+	b, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"code": e.code, "msg_key": e.key, e.key: e.msg.in(l)}}})
 	return b
 }
 
+// writeError writes e in the language of the request being answered (see langOf).
 func writeError(w http.ResponseWriter, e *apiError) {
-	writeJSONBytes(w, e.status, e.body())
+	writeJSONBytes(w, e.status, e.body(langOf(w)))
 }
 
-func errDetail(status int, code, msg string) *apiError {
+func errDetail(status int, code string, msg text) *apiError {
 	return &apiError{status: status, code: code, key: "detail", msg: msg}
 }
 
-func errField(field, code, msg string) *apiError {
+func errField(field, code string, msg text) *apiError {
 	return &apiError{status: http.StatusBadRequest, code: code, key: field, msg: msg}
 }
 
-func errRule(msg string) *apiError { return errDetail(http.StatusBadRequest, "400", msg) }
+func errRule(msg text) *apiError { return errDetail(http.StatusBadRequest, "400", msg) }
 
-func errNotFound(what string) *apiError {
-	return errDetail(http.StatusNotFound, "50004", what+" is not found.")
-}
+func errNotFound(msg text) *apiError { return errDetail(http.StatusNotFound, "50004", msg) }
 
 func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
@@ -52,7 +51,7 @@ func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, errDetail(500, "500", "encoding failed"))
+		writeError(w, errDetail(500, "500", txt("Encoding failed.", "Ошибка кодирования ответа.")))
 		return
 	}
 	writeJSONBytes(w, status, b)
@@ -66,7 +65,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	segs := strings.Split(p, "/")
 	hs := s.resolve(segs)
 	if hs == nil {
-		writeError(w, errDetail(http.StatusNotFound, "50004", "URL is not found."))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
 		return
 	}
 	user, e := s.authenticate(r)
@@ -85,24 +84,29 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			allowed = append(allowed, m)
 		}
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeError(w, errDetail(http.StatusMethodNotAllowed, "405", fmt.Sprintf("Method %q not allowed.", r.Method)))
+		writeError(w, errDetail(http.StatusMethodNotAllowed, "405", txtf("Method %q not allowed.", "Метод %q не разрешён.", r.Method)))
 		return
 	}
 	if method != http.MethodGet && user == "viewer" {
-		writeError(w, errDetail(http.StatusForbidden, "403", "You do not have permission to perform this action."))
+		writeError(w, errDetail(http.StatusForbidden, "403", txt("You do not have permission to perform this action.", "У вас недостаточно прав для выполнения данного действия.")))
 		return
 	}
-	h(w, r.WithContext(withUser(r.Context(), user)))
+	r = r.WithContext(withUser(r.Context(), user))
+	if fields := r.URL.Query().Get("fields"); fields != "" && method == http.MethodGet {
+		withFields(w, r, fields, h)
+		return
+	}
+	h(w, r)
 }
 
 func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "", errDetail(http.StatusUnauthorized, "401", "Authentication credentials were not provided.")
+		return "", errDetail(http.StatusUnauthorized, "401", txt("Authentication credentials were not provided.", "Учетные данные не были предоставлены."))
 	}
 	scheme, tok, _ := strings.Cut(h, " ")
 	if !strings.EqualFold(scheme, "jwt") {
-		return "", errDetail(http.StatusUnauthorized, "401", "Invalid authorization header: expected 'jwt <token>'.")
+		return "", errDetail(http.StatusUnauthorized, "401", txt("Invalid authorization header: expected 'jwt <token>'.", "Неверный заголовок авторизации: ожидается 'jwt <token>'."))
 	}
 	switch {
 	case tok == s.opts.Token:
@@ -110,7 +114,7 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	case s.opts.ReadOnlyToken != "" && tok == s.opts.ReadOnlyToken:
 		return "viewer", nil
 	}
-	return "", errDetail(http.StatusUnauthorized, "401", "Invalid token.")
+	return "", errDetail(http.StatusUnauthorized, "401", txt("Invalid token.", "Недействительный токен."))
 }
 
 func (s *Server) resolve(segs []string) handlers {
@@ -136,11 +140,13 @@ func (s *Server) resolve(segs []string) handlers {
 		}[segs[0]], map[string]func(http.ResponseWriter, *http.Request, string){
 			"clusters": s.getCluster, "data-pools": s.getPool, "tasks": s.getTask, "events": s.getEvent,
 		}[segs[0]]
-		switch n {
-		case 1:
+		switch {
+		case n == 1:
 			return handlers{"GET": list}
-		case 2:
+		case n == 2:
 			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { get(w, r, segs[1]) }}
+		case n == 3 && segs[0] == "tasks" && segs[2] == "response":
+			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.taskResponse(w, r, segs[1]) }}
 		}
 	case "domains":
 		switch {
@@ -187,7 +193,7 @@ var endpoints = []string{
 	"POST /api/domains/{id}/shutdown/", "POST /api/domains/{id}/clone/", "POST /api/domains/{id}/remove/",
 	"POST /api/domains/{id}/ssh-inject/", "PUT /api/domains/{id}/template/", "POST /api/domains/backup/",
 	"GET /api/domains/{id}/available-guest-cmds/", "POST /api/domains/{id}/guest-command/",
-	"GET /api/tasks/", "GET /api/tasks/{id}/", "GET /api/events/", "GET /api/events/{id}/",
+	"GET /api/tasks/", "GET /api/tasks/{id}/", "GET /api/tasks/{id}/response/", "GET /api/events/", "GET /api/events/{id}/",
 }
 
 func (s *Server) docs(w http.ResponseWriter, r *http.Request) {
@@ -195,7 +201,9 @@ func (s *Server) docs(w http.ResponseWriter, r *http.Request) {
 		"title":        "VeiL platform API (veiltest simulator)",
 		"endpoints":    endpoints,
 		"pagination":   "limit (0..100, default 100, larger values are clamped), offset",
-		"async":        "state-changing operations accept ?async=1 and answer 202 with {_task, _entity}",
+		"async":        "state-changing operations: with ?async=1 202 and {_task, _entity} (profile alternative: {_task, entity}); without it 200 and the resource once the task is done",
+		"profile":      s.opts.Profile,
+		"languages":    "Accept-Language: en (default) or ru",
 		"auth":         "Authorization: jwt <token>",
 		"events_order": s.opts.EventsOrder,
 	})
@@ -219,7 +227,7 @@ func parsePaging(q url.Values) (pageReq, *apiError) {
 		}
 		n, err := strconv.Atoi(v[0])
 		if err != nil || n < 0 {
-			return p, errField(f.name, "invalid", fmt.Sprintf("%s must be a non-negative integer.", f.name))
+			return p, errField(f.name, "invalid", txtf("%s must be a non-negative integer.", "%s должно быть неотрицательным целым числом.", f.name))
 		}
 		*f.dst = n
 	}
@@ -308,19 +316,40 @@ func encodeAll(vs []any) [][]byte {
 
 // ---- collections and details ----
 
+// writeOrdered writes one page of items given in the collection's default order, ordered
+// first by the request's ordering when it is not empty.
+func writeOrdered(w http.ResponseWriter, r *http.Request, p pageReq, items [][]byte, ordering string) {
+	if ordering != "" {
+		items = orderItems(items, ordering)
+	}
+	lo, hi := p.window(len(items))
+	writePage(w, r, len(items), p, items[lo:hi])
+}
+
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	p, e := parsePaging(r.URL.Query())
+	q := r.URL.Query()
+	p, e := parsePaging(q)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	s.mu.Lock()
 	s.st.advance(s.now())
-	count := len(s.st.nodes)
-	lo, hi := p.window(count)
-	wire := wireAll(s.st.nodes[lo:hi], func(n *node) any { return n.wire() })
+	var wire []any
+	for _, n := range s.st.nodes {
+		if v, ok := filter(q, "cluster"); ok && n.cluster.id != v {
+			continue
+		}
+		wire = append(wire, n.wire())
+	}
 	s.mu.Unlock()
-	writePage(w, r, count, p, encodeAll(wire))
+	writeOrdered(w, r, p, encodeAll(wire), q.Get("ordering"))
+}
+
+// filter is the value of a filter parameter, if the request sets it.
+func filter(q url.Values, name string) (string, bool) {
+	v := q.Get(name)
+	return v, v != ""
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
@@ -328,24 +357,23 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	n, ok := s.st.nodeByID[id]
 	if !ok {
-		writeError(w, errNotFound("Node"))
+		writeError(w, errNotFound(txt("Node is not found.", "Узел не найден.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, n.detail(s.now()))
 }
 
 func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
-	p, e := parsePaging(r.URL.Query())
+	q := r.URL.Query()
+	p, e := parsePaging(q)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	s.mu.Lock()
-	count := len(s.st.clusters)
-	lo, hi := p.window(count)
-	wire := wireAll(s.st.clusters[lo:hi], func(c *cluster) any { return s.st.clusterWire(c, false) })
+	wire := wireAll(s.st.clusters, func(c *cluster) any { return s.st.clusterWire(c, false) })
 	s.mu.Unlock()
-	writePage(w, r, count, p, encodeAll(wire))
+	writeOrdered(w, r, p, encodeAll(wire), q.Get("ordering"))
 }
 
 func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
@@ -353,24 +381,40 @@ func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	c, ok := s.st.clByID[id]
 	if !ok {
-		writeError(w, errNotFound("Cluster"))
+		writeError(w, errNotFound(txt("Cluster is not found.", "Кластер не найден.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.st.clusterWire(c, true))
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
-	p, e := parsePaging(r.URL.Query())
+	q := r.URL.Query()
+	p, e := parsePaging(q)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
+	nodeF, byNode := filter(q, "node")
+	clF, byCluster := filter(q, "cluster")
 	s.mu.Lock()
-	count := len(s.st.pools)
-	lo, hi := p.window(count)
-	wire := wireAll(s.st.pools[lo:hi], func(d *datapool) any { return s.st.poolWire(d) })
+	var wire []any
+	for _, d := range s.st.pools {
+		if byNode || byCluster {
+			var found bool
+			for _, n := range s.st.poolNodes(d) {
+				if (!byNode || n.id == nodeF) && (!byCluster || n.cluster.id == clF) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				continue
+			}
+		}
+		wire = append(wire, s.st.poolWire(d))
+	}
 	s.mu.Unlock()
-	writePage(w, r, count, p, encodeAll(wire))
+	writeOrdered(w, r, p, encodeAll(wire), q.Get("ordering"))
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request, id string) {
@@ -378,7 +422,7 @@ func (s *Server) getPool(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	d, ok := s.st.poolByID[id]
 	if !ok {
-		writeError(w, errNotFound("Data pool"))
+		writeError(w, errNotFound(txt("Data pool is not found.", "Пул данных не найден.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.st.poolWire(d))
@@ -391,19 +435,20 @@ func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	match, e := domainFilter(q)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
+	match := domainFilter(q)
+	ordering := q.Get("ordering")
 	s.mu.Lock()
 	s.st.advance(s.now())
 	all := s.st.domains
-	switch q.Get("ordering") {
+	// Fast paths: the default order and verbose_name; any other ordering sorts the selection.
+	desc := false
+	switch ordering {
 	case "verbose_name", "-verbose_name":
 		all = s.st.sortedByName()
+		desc, ordering = ordering[0] == '-', ""
+	case "created", "-created":
+		desc, ordering = ordering[0] == '-', ""
 	}
-	desc := strings.HasPrefix(q.Get("ordering"), "-")
 	if match != nil {
 		var sel []*domain
 		for _, d := range all {
@@ -414,6 +459,15 @@ func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
 		all = sel
 	}
 	count := len(all)
+	if ordering != "" {
+		items := make([][]byte, count)
+		for i, d := range all {
+			items[i] = d.listBytes()
+		}
+		s.mu.Unlock()
+		writeOrdered(w, r, p, items, ordering)
+		return
+	}
 	lo, hi := p.window(count)
 	items := make([][]byte, 0, hi-lo)
 	for i := lo; i < hi; i++ {
@@ -427,44 +481,50 @@ func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
 	writePage(w, r, count, p, items)
 }
 
-// domainFilter builds the predicate for the domains collection filters; nil means all.
-func domainFilter(q url.Values) (func(*domain) bool, *apiError) {
+// domainFilter builds the predicate for the domains collection filters; nil means all. A value
+// that names nothing (an unknown id, an invalid boolean) matches nothing, as on the platform.
+func domainFilter(q url.Values) func(*domain) bool {
 	var preds []func(*domain) bool
-	if v := q.Get("name"); v != "" {
+	none := func(*domain) bool { return false }
+	if v, ok := filter(q, "name"); ok {
 		v = strings.ToLower(v)
 		preds = append(preds, func(d *domain) bool { return strings.Contains(strings.ToLower(d.name), v) })
 	}
-	if v := q.Get("template"); v != "" {
-		b, ok := boolLike(v)
-		if !ok {
-			return nil, errField("template", "invalid", "Must be a boolean.")
+	if v, ok := filter(q, "template"); ok {
+		if b, ok := boolLike(v); ok {
+			preds = append(preds, func(d *domain) bool { return d.template == b })
+		} else {
+			preds = append(preds, none)
 		}
-		preds = append(preds, func(d *domain) bool { return d.template == b })
 	}
-	if v := q.Get("status"); v != "" {
+	if v, ok := filter(q, "status"); ok {
 		preds = append(preds, func(d *domain) bool { return d.status == v })
 	}
-	if v := q.Get("node"); v != "" {
+	if v, ok := filter(q, "node"); ok {
 		preds = append(preds, func(d *domain) bool { return d.node != nil && d.node.id == v })
 	}
-	if v := q.Get("cluster"); v != "" {
+	if v, ok := filter(q, "cluster"); ok {
 		preds = append(preds, func(d *domain) bool { return d.node != nil && d.node.cluster.id == v })
 	}
-	if v := q.Get("datapool"); v != "" {
+	if v, ok := filter(q, "datapool"); ok {
 		preds = append(preds, func(d *domain) bool { return d.pool != nil && d.pool.id == v })
 	}
-	if v := q.Get("power_state"); v != "" {
+	if v, ok := filter(q, "resource_pool"); ok {
+		// Only the alternative profile puts VMs in a resource pool.
+		preds = append(preds, func(d *domain) bool { return d.alt && v == resourcePoolID })
+	}
+	if v, ok := filter(q, "power_state"); ok {
 		ps, err := strconv.Atoi(v)
 		if err != nil {
 			names := map[string]int{"undefined": 0, "off": 1, "suspended": 2, "on": 3}
-			var ok bool
-			if ps, ok = names[strings.ToLower(v)]; !ok {
-				return nil, errField("power_state", "invalid", "Must be 0..3 or undefined, off, suspended, on.")
+			var known bool
+			if ps, known = names[strings.ToLower(v)]; !known {
+				ps = -1
 			}
 		}
 		preds = append(preds, func(d *domain) bool { return d.power == ps })
 	}
-	if v := q.Get("ids"); v != "" {
+	if v, ok := filter(q, "ids"); ok {
 		set := map[string]bool{}
 		for _, id := range strings.Split(v, ",") {
 			set[strings.TrimSpace(id)] = true
@@ -472,7 +532,7 @@ func domainFilter(q url.Values) (func(*domain) bool, *apiError) {
 		preds = append(preds, func(d *domain) bool { return set[d.id] })
 	}
 	if len(preds) == 0 {
-		return nil, nil
+		return nil
 	}
 	return func(d *domain) bool {
 		for _, p := range preds {
@@ -481,7 +541,7 @@ func domainFilter(q url.Values) (func(*domain) bool, *apiError) {
 			}
 		}
 		return true
-	}, nil
+	}
 }
 
 func (s *Server) getDomain(w http.ResponseWriter, r *http.Request, id string) {
@@ -491,7 +551,7 @@ func (s *Server) getDomain(w http.ResponseWriter, r *http.Request, id string) {
 	s.st.advance(now)
 	d, ok := s.st.domainByID[id]
 	if !ok {
-		writeError(w, errNotFound("Virtual machine"))
+		writeError(w, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, d.detail(now))
@@ -504,21 +564,37 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	status := q.Get("status")
+	status, byStatus := filter(q, "status")
+	parent, byParent := filter(q, "parent")
+	ordering := q.Get("ordering")
+	asc := false // newest first unless asked
+	switch ordering {
+	case "created", "-created":
+		asc, ordering = ordering == "created", ""
+	}
+	l := reqLang(r)
 	s.mu.Lock()
 	now := s.now()
 	s.st.advance(now)
 	sel := s.st.tasks
-	if status != "" {
+	if byStatus || byParent {
 		sel = nil
 		for _, t := range s.st.tasks {
-			if t.status == status {
+			if (!byStatus || t.status == status) && (!byParent || t.parent == parent) {
 				sel = append(sel, t)
 			}
 		}
 	}
-	asc := q.Get("ordering") == "created"
 	count := len(sel)
+	if ordering != "" {
+		items := make([][]byte, count)
+		for i := range sel {
+			items[i] = s.st.taskBytes(sel[count-1-i], now, l)
+		}
+		s.mu.Unlock()
+		writeOrdered(w, r, p, items, ordering)
+		return
+	}
 	lo, hi := p.window(count)
 	items := make([][]byte, 0, hi-lo)
 	for i := lo; i < hi; i++ {
@@ -526,7 +602,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		if !asc {
 			j = count - 1 - i
 		}
-		items = append(items, s.st.taskBytes(sel[j], now))
+		items = append(items, s.st.taskBytes(sel[j], now, l))
 	}
 	s.mu.Unlock()
 	writePage(w, r, count, p, items)
@@ -539,10 +615,33 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, id string) {
 	s.st.advance(now)
 	t, ok := s.st.taskByID[id]
 	if !ok {
-		writeError(w, errNotFound("Task"))
+		writeError(w, errNotFound(txt("Task is not found.", "Задача не найдена.")))
 		return
 	}
-	writeJSONBytes(w, http.StatusOK, s.st.taskBytes(t, now))
+	writeJSON(w, http.StatusOK, s.st.taskDetail(t, now, reqLang(r)))
+}
+
+// taskResponse is the result of a task's operation (what a synchronous call answers): the
+// created VM of a clone, the VM of a start... 400 while the task runs or when it failed.
+func (s *Server) taskResponse(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.st.advance(now)
+	t, ok := s.st.taskByID[id]
+	if !ok {
+		writeError(w, errNotFound(txt("Task is not found.", "Задача не найдена.")))
+		return
+	}
+	l := reqLang(r)
+	switch t.status {
+	case "IN_PROGRESS":
+		writeError(w, errRule(txt("The task is not finished yet.", "Задача ещё не завершена.")))
+	case "SUCCESS":
+		writeJSON(w, http.StatusOK, s.st.result(t, now, l))
+	default:
+		writeError(w, errRule(t.errMsg))
+	}
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
@@ -552,49 +651,54 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	typ, user := q.Get("type"), q.Get("user")
+	typ, user, taskID := q.Get("type"), q.Get("user"), q.Get("task")
 	asc := s.opts.EventsOrder == "oldest_first"
-	switch q.Get("ordering") {
-	case "created":
-		asc = true
-	case "-created":
-		asc = false
+	ordering := q.Get("ordering")
+	switch ordering {
+	case "created", "-created":
+		asc, ordering = ordering == "created", ""
 	}
+	l := reqLang(r)
 	s.mu.Lock()
 	s.st.advance(s.now())
 	j := &s.st.events
-	var items [][]byte
-	var count int
-	if typ == "" && user == "" {
-		// The common case is index arithmetic over the journal: no per-request O(n) work.
-		count = j.len()
-		lo, hi := p.window(count)
-		items = make([][]byte, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			k := i
-			if !asc {
-				k = count - 1 - i
-			}
-			items = append(items, j.at(k).json)
-		}
-	} else {
-		var sel []*event
+	var sel []*event
+	filtered := typ != "" || user != "" || taskID != ""
+	if filtered {
 		for i := range j.len() {
 			ev := j.at(i)
-			if (typ == "" || ev.typ == typ) && (user == "" || ev.user == user) {
+			if (typ == "" || ev.typ == typ) && (user == "" || ev.user == user) && (taskID == "" || ev.task == taskID) {
 				sel = append(sel, ev)
 			}
 		}
-		count = len(sel)
-		lo, hi := p.window(count)
-		items = make([][]byte, 0, hi-lo)
-		for i := lo; i < hi; i++ {
+	}
+	count := len(sel)
+	at := func(i int) *event { return sel[i] }
+	if !filtered {
+		// The common case is index arithmetic over the journal: no per-request O(n) work.
+		count, at = j.len(), j.at
+	}
+	if ordering != "" {
+		items := make([][]byte, count)
+		for i := range count {
 			k := i
 			if !asc {
 				k = count - 1 - i
 			}
-			items = append(items, sel[k].json)
+			items[i] = at(k).bytes(l)
 		}
+		s.mu.Unlock()
+		writeOrdered(w, r, p, items, ordering)
+		return
+	}
+	lo, hi := p.window(count)
+	items := make([][]byte, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		k := i
+		if !asc {
+			k = count - 1 - i
+		}
+		items = append(items, at(k).bytes(l))
 	}
 	s.mu.Unlock()
 	writePage(w, r, count, p, items)
@@ -605,10 +709,10 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
 	defer s.mu.Unlock()
 	ev, ok := s.st.events.byID[id]
 	if !ok {
-		writeError(w, errNotFound("Event"))
+		writeError(w, errNotFound(txt("Event is not found.", "Событие не найдено.")))
 		return
 	}
-	writeJSONBytes(w, http.StatusOK, ev.json)
+	writeJSONBytes(w, http.StatusOK, ev.bytes(reqLang(r)))
 }
 
 // ---- request bodies ----
@@ -616,7 +720,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
 func readBody(r *http.Request) (map[string]any, *apiError) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
-		return nil, errDetail(http.StatusBadRequest, "invalid", "couldn't read request body")
+		return nil, errDetail(http.StatusBadRequest, "invalid", txt("Couldn't read the request body.", "Не удалось прочитать тело запроса."))
 	}
 	body := map[string]any{}
 	if len(bytes.TrimSpace(b)) == 0 {
@@ -625,7 +729,7 @@ func readBody(r *http.Request) (map[string]any, *apiError) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	if err := d.Decode(&body); err != nil {
-		return nil, errDetail(http.StatusBadRequest, "invalid", "JSON parse error: "+err.Error())
+		return nil, errDetail(http.StatusBadRequest, "invalid", txtf("JSON parse error: %s", "Ошибка разбора JSON: %s", err.Error()))
 	}
 	return body, nil
 }
@@ -657,13 +761,13 @@ func boolField(body map[string]any, name string, required bool) (bool, *apiError
 	v, ok := body[name]
 	if !ok || v == nil {
 		if required {
-			return false, errField(name, "required", "This field is required.")
+			return false, errField(name, "required", txt("This field is required.", "Обязательное поле."))
 		}
 		return false, nil
 	}
 	b, ok := boolLike(v)
 	if !ok {
-		return false, errField(name, "invalid", "Must be a valid boolean.")
+		return false, errField(name, "invalid", txt("Must be a valid boolean.", "Должно быть логическим значением."))
 	}
 	return b, nil
 }
@@ -672,13 +776,13 @@ func stringField(body map[string]any, name string, required bool) (string, *apiE
 	v, ok := body[name]
 	if !ok || v == nil || v == "" {
 		if required {
-			return "", errField(name, "required", "This field is required.")
+			return "", errField(name, "required", txt("This field is required.", "Обязательное поле."))
 		}
 		return "", nil
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", errField(name, "invalid", "Not a valid string.")
+		return "", errField(name, "invalid", txt("Not a valid string.", "Недопустимая строка."))
 	}
 	return s, nil
 }
@@ -689,7 +793,7 @@ func idempotencyKey(body map[string]any) (string, *apiError) {
 		return "", e
 	}
 	if k != "" && !isUUID(k) {
-		return "", errField("idempotency_key", "invalid", "Must be a valid UUID.")
+		return "", errField("idempotency_key", "invalid", txt("Must be a valid UUID.", "Должно быть корректным UUID."))
 	}
 	return strings.ToLower(k), nil
 }
@@ -699,24 +803,33 @@ func isAsync(r *http.Request) bool {
 	return v == "1" || strings.EqualFold(v, "true")
 }
 
-// respondTask answers 202 with the envelope at once (async), or waits until the task is final.
+// respondTask answers 202 with the envelope at once (?async=1). Without it, it waits until the
+// task is final and answers 200 with the operation's result, as the vendor's mock does and its
+// Go client expects: the resource (the VM for start, shutdown, template), what was created
+// (clone), or the final task for operations without one; a failed task answers 400 with its
+// error message.
 func (s *Server) respondTask(w http.ResponseWriter, r *http.Request, t *task) {
-	if !isAsync(r) {
-		select {
-		case <-t.done:
-		case <-r.Context().Done():
-			return
-		case <-s.stop:
-			writeError(w, errDetail(http.StatusServiceUnavailable, "503", "simulator is shutting down"))
-			return
-		}
+	l := reqLang(r)
+	if isAsync(r) {
+		s.mu.Lock()
+		env := s.st.envelope(t, s.now(), l)
+		s.mu.Unlock()
+		writeJSON(w, http.StatusAccepted, env)
+		return
+	}
+	select {
+	case <-t.done:
+	case <-r.Context().Done():
+		return
+	case <-s.stop:
+		writeError(w, errDetail(http.StatusServiceUnavailable, "503", txt("The simulator is shutting down.", "Симулятор останавливается.")))
+		return
 	}
 	s.mu.Lock()
-	env := s.st.envelope(t, s.now())
-	s.mu.Unlock()
-	status := http.StatusOK
-	if isAsync(r) {
-		status = http.StatusAccepted
+	defer s.mu.Unlock()
+	if t.status != "SUCCESS" {
+		writeError(w, errDetail(http.StatusBadRequest, "400", t.errMsg))
+		return
 	}
-	writeJSON(w, status, env)
+	writeJSON(w, http.StatusOK, s.st.result(t, s.now(), l))
 }

@@ -13,7 +13,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/api/", s.api(http.HandlerFunc(s.serveAPI)))
 	mux.HandleFunc("/_sim/", s.serveControl)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errDetail(http.StatusNotFound, "50004", "URL is not found."))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
 	})
 	return mux
 }
@@ -29,18 +29,19 @@ func (s *Server) withDomain(id string, f func(d *domain, now time.Time) error) e
 	if !ok {
 		return fmt.Errorf("virtual machine %s not found", id)
 	}
+	d.pinned = true // the background activity leaves a scenario's VM alone
 	return f(d, now)
 }
 
-func (s *Server) powerEvent(d *domain, now time.Time, msg string) {
-	s.st.newEvent(now, "info", "system", fmt.Sprintf("Virtual machine %s %s", d.name, msg), "", "", eventEntity{d.id, "domain"})
+func (s *Server) powerEvent(d *domain, now time.Time, msg text) {
+	s.st.newEvent(now, "info", "system", txtf("Virtual machine %s "+msg.en, "Виртуальная машина %s "+msg.ru, d.name), text{}, "", eventEntity{d.id, "domain"})
 }
 
 // PowerOff powers a VM off (as if the guest shut itself down) and writes an event.
 func (s *Server) PowerOff(vmID string) error {
 	return s.withDomain(vmID, func(d *domain, now time.Time) error {
 		s.st.setPower(d, powerOff, now)
-		s.powerEvent(d, now, "is powered off")
+		s.powerEvent(d, now, txt("is powered off", "выключена"))
 		return nil
 	})
 }
@@ -52,7 +53,7 @@ func (s *Server) PowerOn(vmID string) error {
 			return fmt.Errorf("virtual machine %s is a template", d.name)
 		}
 		s.st.setPower(d, powerOn, now)
-		s.powerEvent(d, now, "is powered on")
+		s.powerEvent(d, now, txt("is powered on", "включена"))
 		return nil
 	})
 }
@@ -61,7 +62,7 @@ func (s *Server) PowerOn(vmID string) error {
 func (s *Server) DeleteVM(vmID string) error {
 	return s.withDomain(vmID, func(d *domain, now time.Time) error {
 		s.st.removeDomain(d)
-		s.powerEvent(d, now, "is deleted")
+		s.powerEvent(d, now, txt("is deleted", "удалена"))
 		return nil
 	})
 }
@@ -74,7 +75,7 @@ func (s *Server) MigrateVM(vmID, nodeID string) error {
 			return fmt.Errorf("node %s not found", nodeID)
 		}
 		s.st.moveDomain(d, n, now)
-		s.powerEvent(d, now, "is migrated to node "+n.name)
+		s.powerEvent(d, now, txt("is migrated to node "+n.name, "перенесена на узел "+n.name))
 		return nil
 	})
 }
@@ -95,7 +96,7 @@ func (s *Server) SetNodeStatus(nodeID, status string) error {
 	if status != "ACTIVE" {
 		typ = "warning"
 	}
-	s.st.newEvent(now, typ, "system", fmt.Sprintf("Node %s status changed to %s", n.name, status), "", "", eventEntity{n.id, "node"})
+	s.st.newEvent(now, typ, "system", txtf("Node %s status changed to %s", "Статус узла %s изменён на %s", n.name, status), text{}, "", eventEntity{n.id, "node"})
 	return nil
 }
 
@@ -281,7 +282,7 @@ func (d *jsonDuration) UnmarshalJSON(b []byte) error {
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	p := strings.Trim(strings.TrimPrefix(r.URL.Path, "/_sim/"), "/")
 	segs := strings.Split(p, "/")
-	bad := func(err error) { writeError(w, errDetail(http.StatusBadRequest, "400", err.Error())) }
+	bad := func(err error) { writeError(w, errDetail(http.StatusBadRequest, "400", txt(err.Error(), ""))) }
 	decode := func(v any) bool {
 		if r.ContentLength == 0 {
 			return true
@@ -374,7 +375,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	case post && len(segs) == 3 && segs[0] == "domains":
 		s.controlDomain(w, r, segs[1], segs[2], decode, bad)
 	default:
-		writeError(w, errDetail(http.StatusNotFound, "50004", "Unknown control endpoint "+r.Method+" "+r.URL.Path))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown control endpoint "+r.Method+" "+r.URL.Path, "")))
 	}
 }
 
@@ -405,7 +406,7 @@ func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, actio
 	case "clock_offset":
 		err = s.SetClockOffset(id, time.Duration(b.Seconds*float64(time.Second)))
 	default:
-		writeError(w, errDetail(http.StatusNotFound, "50004", "Unknown domain action "+action))
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown domain action "+action, "")))
 		return
 	}
 	if err != nil {

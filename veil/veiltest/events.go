@@ -6,13 +6,34 @@ import (
 	"time"
 )
 
-// event is one journal entry; its JSON is encoded once, so a page is a concatenation.
+// event is one journal entry; its JSON is encoded once per language, so a page is a
+// concatenation.
 type event struct {
 	id      string
 	typ     string
 	user    string
 	created time.Time
-	json    []byte
+	task    string
+	msg     text
+	detail  text
+	ents    []eventEntity
+	enc     [langCount][]byte
+}
+
+// bytes is the event's JSON in language l, encoded on first use.
+func (e *event) bytes(l lang) []byte {
+	if e.enc[l] == nil {
+		w := eventJSON{ID: e.id, Message: e.msg.in(l), DetailMessage: e.detail.in(l), User: e.user, Type: e.typ,
+			Created: ts(e.created), Readed: []string{}, Entities: e.ents}
+		if w.Entities == nil {
+			w.Entities = []eventEntity{}
+		}
+		if e.task != "" {
+			w.Task = &e.task
+		}
+		e.enc[l], _ = json.Marshal(w)
+	}
+	return e.enc[l]
 }
 
 // journal keeps events oldest first; deleted events are dropped from the head without
@@ -82,21 +103,12 @@ type eventEntity struct {
 }
 
 // newEvent appends an event; created never goes backwards so the journal stays ordered.
-func (st *state) newEvent(created time.Time, typ, user, msg, detail, taskID string, ents ...eventEntity) *event {
+func (st *state) newEvent(created time.Time, typ, user string, msg, detail text, taskID string, ents ...eventEntity) *event {
 	if l := st.events.last(); l != nil && created.Before(l.created) {
 		created = l.created
 	}
 	created = created.Truncate(time.Microsecond)
-	e := &event{id: st.uuid(), typ: typ, user: user, created: created}
-	w := eventJSON{ID: e.id, Message: msg, DetailMessage: detail, User: user, Type: typ,
-		Created: ts(created), Readed: []string{}, Entities: ents}
-	if w.Entities == nil {
-		w.Entities = []eventEntity{}
-	}
-	if taskID != "" {
-		w.Task = &taskID
-	}
-	e.json, _ = json.Marshal(w)
+	e := &event{id: st.uuid(), typ: typ, user: user, created: created, task: taskID, msg: msg, detail: detail, ents: ents}
 	st.events.add(e)
 	return e
 }
@@ -116,41 +128,58 @@ func (st *state) randomEvent(created time.Time, spec EventSpec) *event {
 	}
 	class := spec.EntityClass
 	var ents []eventEntity
-	msg := spec.Message
+	msg := txt(spec.Message, "")
 	user := "system"
 	templates := eventMessages[typ]
 	if len(templates) == 0 { // a type of the caller's own: a message that fits any
-		templates = []string{"%s: " + typ + " event"}
+		templates = []text{txt("%s: "+typ+" event", "%s: событие "+typ)}
+	}
+	pick := func(subject text) text {
+		tm := templates[st.rng.IntN(len(templates))]
+		return text{fmt.Sprintf(tm.en, subject.en), fmt.Sprintf(tm.ru, subject.ru)}
 	}
 	switch {
 	case class == "" && len(st.domains) > 0 || class == "domain" && len(st.domains) > 0:
 		d := st.domains[st.rng.IntN(len(st.domains))]
 		ents = []eventEntity{{d.id, "domain"}}
-		if msg == "" {
-			msg = fmt.Sprintf(templates[st.rng.IntN(len(templates))], "Virtual machine "+d.name)
+		if msg.en == "" {
+			msg = pick(txtf("Virtual machine %s", "Виртуальная машина %s", d.name))
 		}
 	case (class == "" || class == "node") && len(st.nodes) > 0:
 		n := st.nodes[st.rng.IntN(len(st.nodes))]
 		ents = []eventEntity{{n.id, "node"}}
-		if msg == "" {
-			msg = fmt.Sprintf(templates[st.rng.IntN(len(templates))], "Node "+n.name)
+		if msg.en == "" {
+			msg = pick(txtf("Node %s", "Узел %s", n.name))
 		}
 	case class != "" && class != "none":
 		ents = []eventEntity{{st.uuid(), class}}
 	}
-	if msg == "" {
-		msg = "Controller heartbeat"
+	if msg.en == "" {
+		msg = txt("Controller heartbeat", "Контроллер на связи")
 	}
 	if st.rng.IntN(4) == 0 {
 		user = "admin"
 	}
-	return st.newEvent(created, typ, user, msg, "", "", ents...)
+	return st.newEvent(created, typ, user, msg, text{}, "", ents...)
 }
 
-var eventMessages = map[string][]string{
-	"info":    {"%s: configuration changed", "%s: backup finished", "%s: snapshot created", "%s: guest agent connected"},
-	"warning": {"%s: high memory usage", "%s: guest agent is not responding", "%s: disk usage above 85%%"},
-	"error":   {"%s: failed to start", "%s: storage I/O error", "%s: lost connection"},
+var eventMessages = map[string][]text{
+	"info": {
+		txt("%s: configuration changed", "%s: конфигурация изменена"),
+		txt("%s: backup finished", "%s: резервное копирование завершено"),
+		txt("%s: snapshot created", "%s: снимок создан"),
+		txt("%s: guest agent connected", "%s: гостевой агент подключён"),
+	},
+	"warning": {
+		txt("%s: high memory usage", "%s: высокое потребление памяти"),
+		txt("%s: guest agent is not responding", "%s: гостевой агент не отвечает"),
+		txt("%s: disk usage above 85%%", "%s: диск заполнен более чем на 85%%"),
+	},
+	"error": {
+		txt("%s: failed to start", "%s: не удалось запустить"),
+		txt("%s: storage I/O error", "%s: ошибка ввода-вывода хранилища"),
+		txt("%s: lost connection", "%s: потеряна связь"),
+	},
 }
 
 // seedEvents fills the journal with InitialEvents events spread over the last hours.
@@ -171,29 +200,6 @@ func (st *state) seedEvents(now time.Time) {
 			st.randomEvent(t, EventSpec{})
 			i++
 		}
-	}
-}
-
-// generate writes background events owed at EventRate since the last call.
-func (st *state) generate(now time.Time) {
-	if st.eventRate <= 0 {
-		st.lastGen = now
-		st.eventDebt = 0
-		return
-	}
-	if el := now.Sub(st.lastGen); el > 0 {
-		st.eventDebt += st.eventRate * el.Seconds()
-	}
-	st.lastGen = now
-	for st.eventDebt >= 1 {
-		burst := 1
-		if st.rng.IntN(10) == 0 {
-			burst = min(2+st.rng.IntN(3), int(st.eventDebt))
-		}
-		for range burst {
-			st.randomEvent(now, EventSpec{})
-		}
-		st.eventDebt -= float64(burst)
 	}
 }
 
@@ -236,10 +242,18 @@ func (s *Server) EventCount() int {
 	return s.st.events.len()
 }
 
-// SetEventRate changes the background event rate (events per second; 0 stops it).
+// SetEventRate changes the rate of the background activity, in journal events per second:
+// simulated operations with their tasks and events, see activity.go. 0 stops it at once: its
+// running tasks end now and a lost guest agent comes back, so the journal then holds still.
 func (s *Server) SetEventRate(perSecond float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.st.generate(s.now())
+	now := s.now()
+	s.st.advance(now)
 	s.st.eventRate = perSecond
+	if perSecond > 0 {
+		s.st.scheduleActivity(now, 1)
+		return
+	}
+	s.st.stopActivity(now)
 }

@@ -119,11 +119,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-var faultMessages = map[int]string{
-	500: "Internal server error.",
-	502: "Bad gateway.",
-	503: "Service is temporarily unavailable.",
-	418: "The controller is being updated, try again later.",
+var faultMessages = map[int]text{
+	500: txt("Internal server error.", "Внутренняя ошибка сервера."),
+	502: txt("Bad gateway.", "Ошибка шлюза."),
+	503: txt("Service is temporarily unavailable.", "Сервис временно недоступен."),
+	418: txt("The controller is being updated, try again later.", "Контроллер обновляется, повторите попытку позже."),
 }
 
 const proxyErrorPage = `<html>
@@ -142,7 +142,10 @@ type statusWriter struct {
 	status int
 	logged bool
 	log    func(status int)
+	lang   lang // of the request, for error texts
 }
+
+func (w *statusWriter) language() lang { return w.lang }
 
 func (w *statusWriter) done(status int) {
 	if !w.logged {
@@ -183,7 +186,7 @@ func (s *Server) api(next http.Handler) http.Handler {
 			r.Body = io.NopCloser(bytes.NewReader(b))
 			logged = string(b[:min(len(b), 1024)])
 		}
-		sw := &statusWriter{ResponseWriter: w, log: func(status int) {
+		sw := &statusWriter{ResponseWriter: w, lang: reqLang(r), log: func(status int) {
 			s.record(Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Status: status,
 				Start: start, Duration: time.Since(start), Body: logged})
 		}}
@@ -225,7 +228,7 @@ func (s *Server) applyFault(w *statusWriter, r *http.Request, f *Fault, next htt
 	case "reset":
 		hj, ok := w.ResponseWriter.(http.Hijacker)
 		if !ok {
-			writeError(w, errDetail(500, "500", "connection reset not supported"))
+			writeError(w, errDetail(500, "500", txt("Connection reset not supported.", "")))
 			return
 		}
 		conn, _, err := hj.Hijack()
@@ -253,9 +256,9 @@ func (s *Server) applyFault(w *statusWriter, r *http.Request, f *Fault, next htt
 		if st == 0 {
 			st = http.StatusInternalServerError
 		}
-		msg := faultMessages[st]
-		if msg == "" {
-			msg = http.StatusText(st)
+		msg, ok := faultMessages[st]
+		if !ok {
+			msg = txt(http.StatusText(st), "")
 		}
 		writeError(w, errDetail(st, strconv.Itoa(st), msg))
 	}

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -39,7 +40,7 @@ func (s *Server) availableGuestCmds(w http.ResponseWriter, r *http.Request, id s
 	_, ok := s.st.domainByID[id]
 	s.mu.Unlock()
 	if !ok {
-		writeError(w, errNotFound("Virtual machine"))
+		writeError(w, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена.")))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"qemu_available_cmds": guestCommands})
@@ -57,7 +58,7 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 		return
 	}
 	if !guestCommandSet[cmd] {
-		writeError(w, errField("qemu_cmd", "invalid", fmt.Sprintf("Unknown guest agent command %q.", cmd)))
+		writeError(w, errField("qemu_cmd", "invalid", txtf("Unknown guest agent command %q.", "Неизвестная команда гостевого агента %q.", cmd)))
 		return
 	}
 	fargs, _ := body["fargs"].(map[string]any)
@@ -66,7 +67,7 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 		n, isNum := v.(json.Number)
 		f, err := strconv.ParseFloat(string(n), 64)
 		if !isNum || err != nil || f <= 0 {
-			writeError(w, errField("timeout", "invalid", "A positive number of seconds is required."))
+			writeError(w, errField("timeout", "invalid", txt("A positive number of seconds is required.", "Требуется положительное число секунд.")))
 			return
 		}
 		timeout = time.Duration(f * float64(time.Second))
@@ -78,13 +79,13 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 	var result any
 	switch {
 	case !ok:
-		e = errNotFound("Virtual machine")
+		e = errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена."))
 	case d.power != powerOn:
-		e = errRule(fmt.Sprintf("Virtual machine %s is not running.", d.name))
+		e = errRule(txtf("Virtual machine %s is not running.", "Виртуальная машина %s не запущена.", d.name))
 	case !d.linux && !s.opts.GuestCommandsWindows:
-		e = errRule("Guest commands are available for Linux guests only.")
+		e = errRule(txt("Guest commands are available for Linux guests only.", "Гостевые команды доступны только для гостевых ОС Linux."))
 	case !d.agentActive():
-		e = errRule(fmt.Sprintf("Guest agent of virtual machine %s is not active.", d.name))
+		e = errRule(txtf("Guest agent of virtual machine %s is not active.", "Гостевой агент виртуальной машины %s не активен.", d.name))
 	case d.hang:
 		// handled below, outside the lock
 	default:
@@ -101,7 +102,7 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 			return
 		case <-s.stop:
 		}
-		writeError(w, errRule(fmt.Sprintf("guest agent timeout: command %s got no answer within %s", cmd, timeout)))
+		writeError(w, errRule(txtf("guest agent timeout: command %s got no answer within %s", "тайм-аут гостевого агента: команда %s не получила ответа за %s", cmd, timeout)))
 		return
 	}
 	if e != nil {
@@ -167,9 +168,14 @@ func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now ti
 	case "guest-fsfreeze-freeze", "guest-fsfreeze-freeze-list", "guest-fsfreeze-thaw":
 		return len(d.fsinfo(seed)), nil
 	case "guest-exec":
-		return map[string]any{"pid": 1000 + int(seed%30000)}, nil
+		return d.exec(fargs, seed)
 	case "guest-exec-status":
-		return map[string]any{"exited": true, "exitcode": 0, "out-data": ""}, nil
+		pid, ok := intArg(fargs["pid"])
+		res, known := d.execs[pid]
+		if !ok || !known {
+			return nil, errField("fargs", "invalid", txt("Invalid parameter 'pid'.", "Недопустимый параметр 'pid'."))
+		}
+		return res, nil
 	case "guest-ssh-get-authorized-keys":
 		user, _ := fargs["username"].(string)
 		if user == "" {
@@ -244,4 +250,69 @@ func (d *domain) interfaces(seed uint64) []map[string]any {
 				{"ip-address-type": "ipv4", "ip-address": d.ipv4, "prefix": 16},
 				{"ip-address-type": "ipv6", "ip-address": fmt.Sprintf("fe80::5054:ff:fe%02x:%02x%02x", byte(seed>>16), byte(seed>>8), byte(seed)), "prefix": 64}}},
 	}
+}
+
+// execHistory bounds the guest-exec results a VM keeps for guest-exec-status.
+const execHistory = 64
+
+// exec runs guest-exec as the spec's table shows: the result carries exitcode, out-data and
+// exited at once (and pid, for guest-exec-status). It is deterministic: a program that exists
+// echoes its arguments; a path that does not exist gives exit code 127 and err-data.
+func (d *domain) exec(fargs map[string]any, seed uint64) (any, *apiError) {
+	path, _ := fargs["path"].(string)
+	var args []string
+	if raw, ok := fargs["arg"]; ok && raw != nil {
+		list, ok := raw.([]any)
+		if !ok {
+			return nil, errField("fargs", "invalid", txt("arg must be an array of strings.", "arg должен быть массивом строк."))
+		}
+		for _, a := range list {
+			s, ok := a.(string)
+			if !ok {
+				return nil, errField("fargs", "invalid", txt("arg must be an array of strings.", "arg должен быть массивом строк."))
+			}
+			args = append(args, s)
+		}
+	}
+	if d.execs == nil {
+		d.execs = map[int]map[string]any{}
+		d.execSeq = 1000 + int(seed%30000)
+	}
+	d.execSeq++
+	pid := d.execSeq
+	res := map[string]any{"pid": pid, "exited": true}
+	if d.guestHasProgram(path) {
+		res["exitcode"] = 0
+		res["out-data"] = strings.Join(args, " ") + "\n"
+	} else {
+		res["exitcode"] = 127
+		res["out-data"] = ""
+		res["err-data"] = fmt.Sprintf("Failed to execute child process \u201c%s\u201d (No such file or directory)\n", path)
+	}
+	d.execs[pid] = res
+	delete(d.execs, pid-execHistory)
+	return res, nil
+}
+
+// guestHasProgram is the simulated guest's file system: programs in the usual directories.
+func (d *domain) guestHasProgram(path string) bool {
+	if d.linux {
+		for _, dir := range []string{"/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/", "/usr/local/bin/"} {
+			if name, ok := strings.CutPrefix(path, dir); ok && name != "" && !strings.Contains(name, "/") {
+				return true
+			}
+		}
+		return false
+	}
+	p := strings.ToLower(strings.ReplaceAll(path, "/", `\`))
+	return strings.HasPrefix(p, `c:\windows\system32\`) && strings.HasSuffix(p, ".exe") || p == "cmd.exe" || p == "powershell.exe"
+}
+
+func intArg(v any) (int, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(string(n))
+	return i, err == nil
 }

@@ -34,8 +34,9 @@ type state struct {
 
 	events    journal
 	eventRate float64
-	eventDebt float64
-	lastGen   time.Time
+	nextGen   time.Time // when the next background operation starts (eventRate > 0)
+	bgClones  []*domain // VMs the background activity cloned, oldest first
+	agentLost *domain   // the VM whose agent the background activity stopped, if any
 }
 
 type node struct {
@@ -90,6 +91,12 @@ type domain struct {
 	poweredAt   time.Time
 	nodeSince   time.Time
 	seq         int
+	busy        int                    // running tasks working on this VM
+	pinned      bool                   // a client or a control call touched it: the background leaves it alone
+	pctNumbers  bool                   // usage percentages as numbers (Options.PercentNumbers)
+	alt         bool                   // shapes of the alternative profile (Options.Profile)
+	execs       map[int]map[string]any // guest-exec results by pid, for guest-exec-status
+	execSeq     int
 
 	listJSON []byte // cached list encoding; nil when stale
 }
@@ -115,7 +122,9 @@ func (st *state) init(o Options) {
 	st.events.init(o.EventsRetention)
 	st.eventRate = o.EventRate
 	now := o.Now()
-	st.lastGen = now
+	if st.eventRate > 0 {
+		st.scheduleActivity(now, 1)
+	}
 	base := now.Add(-30 * 24 * time.Hour).Truncate(time.Second)
 
 	for i := range o.Clusters {
@@ -134,7 +143,7 @@ func (st *state) init(o Options) {
 			status:     "ACTIVE",
 			cpuPct:     round2(st.rng.Float64() * 80),
 			memPct:     round2(10 + st.rng.Float64()*80),
-			stringPct:  st.rng.Float64() < o.StringPercentNodes,
+			stringPct:  stringPct(st.rng.Float64(), o),
 			ballooning: true,
 			created:    base,
 		}
@@ -176,6 +185,23 @@ func (st *state) init(o Options) {
 	st.seedEvents(now)
 }
 
+// stringPct decides whether a node sends its percentages as strings; draw is always drawn so
+// the seeded inventory does not depend on the option.
+func stringPct(draw float64, o Options) bool {
+	if o.StringPercentNodes != 0 {
+		return draw < o.StringPercentNodes
+	}
+	return !o.PercentNumbers
+}
+
+// percent is a usage percentage as the platform sends it: a decimal string, or a number.
+func percent(v float64, asString bool) any {
+	if asString {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return v
+}
+
 var vmPrefixes = []string{"web", "db", "app", "cache", "ci", "mail", "build", "vdi", "mon", "proxy"}
 
 // newDomain makes a VM with seeded properties; the caller adds it with addDomain.
@@ -183,19 +209,21 @@ func (st *state) newDomain(created time.Time) *domain {
 	st.vmSeq++
 	o := st.opts
 	d := &domain{
-		id:      st.uuid(),
-		name:    fmt.Sprintf("%s-%05d", vmPrefixes[st.rng.IntN(len(vmPrefixes))], st.vmSeq),
-		cpus:    []int{1, 2, 4, 8}[st.rng.IntN(4)],
-		memMiB:  []int{1024, 2048, 4096, 8192, 16384}[st.rng.IntN(5)],
-		status:  "ACTIVE",
-		power:   powerOff,
-		linux:   st.rng.Float64() < o.LinuxFraction,
-		agent:   st.rng.Float64() < o.AgentFraction,
-		agentUp: true,
-		ipv4:    fmt.Sprintf("10.%d.%d.%d", 100+st.vmSeq/65000, (st.vmSeq/250)%256, st.vmSeq%250+2),
-		vdisks:  1 + st.rng.IntN(3),
-		created: created,
-		seq:     st.vmSeq,
+		id:         st.uuid(),
+		name:       fmt.Sprintf("%s-%05d", vmPrefixes[st.rng.IntN(len(vmPrefixes))], st.vmSeq),
+		cpus:       []int{1, 2, 4, 8}[st.rng.IntN(4)],
+		memMiB:     []int{1024, 2048, 4096, 8192, 16384}[st.rng.IntN(5)],
+		status:     "ACTIVE",
+		power:      powerOff,
+		linux:      st.rng.Float64() < o.LinuxFraction,
+		agent:      st.rng.Float64() < o.AgentFraction,
+		agentUp:    true,
+		ipv4:       fmt.Sprintf("10.%d.%d.%d", 100+st.vmSeq/65000, (st.vmSeq/250)%256, st.vmSeq%250+2),
+		vdisks:     1 + st.rng.IntN(3),
+		created:    created,
+		seq:        st.vmSeq,
+		pctNumbers: o.PercentNumbers,
+		alt:        o.Profile == ProfileAlternative,
 	}
 	if len(st.nodes) > 0 {
 		d.node = st.nodes[st.rng.IntN(len(st.nodes))]
@@ -406,11 +434,7 @@ func (n *node) wire() nodeJSON {
 		ManagementIP: n.ip, DomainsCount: n.domains, DomainsOnCount: n.on,
 		Cluster:        ref{n.cluster.id, n.cluster.name},
 		DatacenterName: "Default datacenter", DatacenterID: datacenterID,
-		CPUUsed: n.cpuPct, MemUsed: n.memPct,
-	}
-	if n.stringPct {
-		j.CPUUsed = strconv.FormatFloat(n.cpuPct, 'f', 2, 64)
-		j.MemUsed = strconv.FormatFloat(n.memPct, 'f', 2, 64)
+		CPUUsed: percent(n.cpuPct, n.stringPct), MemUsed: percent(n.memPct, n.stringPct),
 	}
 	return j
 }
@@ -428,15 +452,15 @@ func (n *node) detail(now time.Time) nodeDetailJSON {
 }
 
 type clusterJSON struct {
-	ID          string  `json:"id"`
-	VerboseName string  `json:"verbose_name"`
-	CPUCount    int     `json:"cpu_count"`
-	MemoryCount int     `json:"memory_count"`
-	NodesCount  int     `json:"nodes_count"`
-	Status      string  `json:"status"`
-	CPUUsed     float64 `json:"cpu_used_percent_user"`
-	MemUsed     float64 `json:"mem_used_percent_user"`
-	Created     string  `json:"created,omitempty"`
+	ID          string `json:"id"`
+	VerboseName string `json:"verbose_name"`
+	CPUCount    int    `json:"cpu_count"`
+	MemoryCount int    `json:"memory_count"`
+	NodesCount  int    `json:"nodes_count"`
+	Status      string `json:"status"`
+	CPUUsed     any    `json:"cpu_used_percent_user"`
+	MemUsed     any    `json:"mem_used_percent_user"`
+	Created     string `json:"created,omitempty"`
 }
 
 func (st *state) clusterWire(c *cluster, detail bool) clusterJSON {
@@ -452,10 +476,12 @@ func (st *state) clusterWire(c *cluster, detail bool) clusterJSON {
 		cpu += n.cpuPct * float64(n.cpus)
 		mem += n.memPct * float64(n.memMiB)
 	}
+	var cpuPct, memPct float64
 	if j.CPUCount > 0 {
-		j.CPUUsed = round2(cpu / float64(j.CPUCount))
-		j.MemUsed = round2(mem / float64(j.MemoryCount))
+		cpuPct = round2(cpu / float64(j.CPUCount))
+		memPct = round2(mem / float64(j.MemoryCount))
 	}
+	j.CPUUsed, j.MemUsed = percent(cpuPct, !st.opts.PercentNumbers), percent(memPct, !st.opts.PercentNumbers)
 	if detail {
 		j.Created = ts(c.created)
 	}
@@ -480,13 +506,18 @@ func (st *state) poolWire(p *datapool) poolJSON {
 	j := poolJSON{ID: p.id, VerboseName: p.name, Status: p.status, Type: p.typ, Size: p.sizeMiB,
 		UsedSpace: p.used, FreeSpace: p.sizeMiB - p.used, VdiskCount: p.vdisks, FileCount: p.files,
 		IsoCount: p.isos, NodesConnected: []map[string]any{}}
-	for i, n := range st.nodes {
-		if p.typ == "local" && i > 0 {
-			break // a local pool lives on one node
-		}
+	for _, n := range st.poolNodes(p) {
 		j.NodesConnected = append(j.NodesConnected, map[string]any{"id": n.id, "verbose_name": n.name, "connection_status": "SUCCESS"})
 	}
 	return j
+}
+
+// poolNodes are the nodes a datapool is connected to: a local pool lives on the first node.
+func (st *state) poolNodes(p *datapool) []*node {
+	if p.typ == "local" && len(st.nodes) > 0 {
+		return st.nodes[:1]
+	}
+	return st.nodes
 }
 
 type guestUtilsJSON struct {
@@ -499,39 +530,45 @@ type guestUtilsJSON struct {
 }
 
 type domainJSON struct {
-	ID                 string   `json:"id"`
-	VerboseName        string   `json:"verbose_name"`
-	MemoryCount        int      `json:"memory_count"`
-	CPUCount           int      `json:"cpu_count"`
-	Status             string   `json:"status"`
-	UserPowerState     int      `json:"user_power_state"`
-	Node               *ref     `json:"node"`
-	Parent             *ref     `json:"parent"`
-	Template           bool     `json:"template"`
-	Thin               bool     `json:"thin"`
-	ResourcePool       *ref     `json:"resource_pool"`
-	GuestUtils         any      `json:"guest_utils"`
-	CPUUsedPercentUser float64  `json:"cpu_used_percent_user"`
-	MemUsedPercentUser float64  `json:"mem_used_percent_user"`
-	VdisksCount        int      `json:"vdisks_count"`
-	Tags               []string `json:"tags"`
+	ID                 string `json:"id"`
+	VerboseName        string `json:"verbose_name"`
+	MemoryCount        int    `json:"memory_count"`
+	CPUCount           int    `json:"cpu_count"`
+	Status             string `json:"status"`
+	UserPowerState     int    `json:"user_power_state"`
+	Node               *ref   `json:"node"`
+	Parent             *ref   `json:"parent"`
+	Template           bool   `json:"template"`
+	Thin               bool   `json:"thin"`
+	ResourcePool       *ref   `json:"resource_pool"` // null, or an object in the alternative profile
+	GuestUtils         any    `json:"guest_utils"`
+	CPUUsedPercentUser any    `json:"cpu_used_percent_user"`
+	MemUsedPercentUser any    `json:"mem_used_percent_user"`
+	VdisksCount        int    `json:"vdisks_count"`
+	Tags               any    `json:"tags"` // strings, or {colour, verbose_name} in the alternative profile
 }
 
 type domainDetailJSON struct {
 	domainJSON
 	OSType              string `json:"os_type"`
 	OSVersion           string `json:"os_version"`
-	UptimeOnCurrentNode int    `json:"uptime_on_current_node"`
+	UptimeOnCurrentNode any    `json:"uptime_on_current_node"` // seconds, or an object (alternative)
 	UptimeTotal         int    `json:"uptime_total"`
 	Cluster             string `json:"cluster"`
 	Datapool            *ref   `json:"datapool"`
 	Created             string `json:"created"`
+	Permissions         any    `json:"permissions"` // an array, or an object (alternative)
+	CPUTopology         any    `json:"cpu_topology,omitempty"`
 }
 
 func (d *domain) wire() domainJSON {
 	j := domainJSON{ID: d.id, VerboseName: d.name, MemoryCount: d.memMiB, CPUCount: d.cpus,
 		Status: d.status, UserPowerState: d.power, Template: d.template, Thin: d.thin,
-		GuestUtils: struct{}{}, VdisksCount: d.vdisks, Tags: []string{}}
+		GuestUtils: struct{}{}, VdisksCount: d.vdisks, Tags: d.tags()}
+	if d.alt {
+		j.ResourcePool = &ref{resourcePoolID, "Default resource pool"}
+	}
+	var cpu, mem float64
 	if d.node != nil {
 		j.Node = &ref{d.node.id, d.node.name}
 	}
@@ -539,8 +576,9 @@ func (d *domain) wire() domainJSON {
 		j.Parent = &ref{d.parent.id, d.parent.name}
 	}
 	if d.power == powerOn {
-		j.CPUUsedPercentUser, j.MemUsedPercentUser = d.cpuPct, d.memPct
+		cpu, mem = d.cpuPct, d.memPct
 	}
+	j.CPUUsedPercentUser, j.MemUsedPercentUser = percent(cpu, !d.pctNumbers), percent(mem, !d.pctNumbers)
 	if d.agent {
 		j.GuestUtils = guestUtilsJSON{Version: "101.1.0", Hostname: d.hostname(),
 			IPv4: []string{d.ipv4}, Interfaces: []string{d.iface()}, QemuState: d.agentActive()}
@@ -555,8 +593,65 @@ func (d *domain) listBytes() []byte {
 	return d.listJSON
 }
 
-func (d *domain) detail(now time.Time) domainDetailJSON {
-	j := domainDetailJSON{domainJSON: d.wire(), OSType: "Linux", OSVersion: "Ubuntu 22.04", Created: ts(d.created)}
+// resourcePoolID is the one resource pool of the alternative profile.
+const resourcePoolID = "00000000-0000-4000-8000-0000000000a1"
+
+// tags: a few VMs (by their number, not the seeded source) carry tags, as strings or, in the
+// alternative profile, as {colour, verbose_name} objects.
+func (d *domain) tags() any {
+	var names []string
+	if d.seq%5 == 0 {
+		names = append(names, "prod")
+	}
+	if d.seq%7 == 0 {
+		names = append(names, "backup-daily")
+	}
+	if !d.alt {
+		if names == nil {
+			return []string{}
+		}
+		return names
+	}
+	objs := make([]map[string]string, len(names))
+	for i, n := range names {
+		objs[i] = map[string]string{"colour": []string{"#4caf50", "#2196f3"}[i%2], "verbose_name": n}
+	}
+	return objs
+}
+
+var domainPermissions = []string{"view", "update", "remove", "start", "shutdown", "clone", "backup"}
+
+// detail is the domain detail. The alternative profile (Options.Profile) sends the detail
+// objects the vendor's mock shows: uptime_on_current_node {start_time, uptime, system_time},
+// cpu_topology.cpu_count without a top-level cpu_count, permissions as an object.
+func (d *domain) detail(now time.Time) any {
+	j := d.detailJSON(now)
+	if !d.alt {
+		return j
+	}
+	j.CPUTopology = map[string]any{"cpu_count": d.cpus, "cpu_sockets": 1, "cpu_cores": d.cpus, "cpu_threads": 1}
+	up := 0
+	start := now
+	if d.power == powerOn {
+		start = later(d.poweredAt, d.nodeSince)
+		up = int(now.Sub(start).Seconds())
+	}
+	j.UptimeOnCurrentNode = map[string]any{"start_time": ts(start), "uptime": up, "system_time": ts(now)}
+	perms := map[string]bool{}
+	for _, p := range domainPermissions {
+		perms[p] = true
+	}
+	j.Permissions = perms
+	b, _ := json.Marshal(j)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	delete(m, "cpu_count")
+	return m
+}
+
+func (d *domain) detailJSON(now time.Time) domainDetailJSON {
+	j := domainDetailJSON{domainJSON: d.wire(), OSType: "Linux", OSVersion: "Ubuntu 22.04", Created: ts(d.created),
+		UptimeOnCurrentNode: 0, Permissions: domainPermissions}
 	if !d.linux {
 		j.OSType, j.OSVersion = "Windows", "Windows Server 2019"
 	}

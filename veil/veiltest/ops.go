@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -49,7 +50,7 @@ func (s *Server) operateRepeat(w http.ResponseWriter, r *http.Request, repeat fu
 	if key != "" {
 		if t, ok := s.st.taskByID[key]; ok {
 			// Spec §4.4: a known key never runs again; it reports the existing operation.
-			var env any = s.st.envelope(t, now)
+			var env any = s.st.envelope(t, now, reqLang(r))
 			if repeat != nil {
 				if v, ok := repeat(now); ok {
 					env = v
@@ -61,6 +62,14 @@ func (s *Server) operateRepeat(w http.ResponseWriter, r *http.Request, repeat fu
 		}
 	}
 	t, e := fn(w, now, body, key, userFrom(r.Context()))
+	if t != nil {
+		// The background activity leaves alone what a client works on.
+		for id := range t.entities {
+			if d, ok := s.st.domainByID[id]; ok {
+				d.pinned = true
+			}
+		}
+	}
 	s.mu.Unlock()
 	if e != nil {
 		writeError(w, e)
@@ -86,31 +95,23 @@ func domainEnts(ds ...*domain) map[string]string {
 func (st *state) lookupDomain(id string) (*domain, *apiError) {
 	d, ok := st.domainByID[id]
 	if !ok {
-		return nil, errNotFound("Virtual machine")
+		return nil, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена."))
 	}
 	return d, nil
-}
-
-// gone is the failure of a task whose domain was deleted while it ran.
-func (st *state) gone(d *domain) error {
-	if _, ok := st.domainByID[d.id]; !ok {
-		return fmt.Errorf("virtual machine %s no longer exists", d.name)
-	}
-	return nil
 }
 
 func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
 	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
 		n, ok := s.st.nodeByID[id]
 		if !ok {
-			return nil, errNotFound("Node")
+			return nil, errNotFound(txt("Node is not found.", "Узел не найден."))
 		}
 		on, e := boolField(body, "ballooning", true)
 		if e != nil {
 			return nil, e
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "node_ballooning", verbose: fmt.Sprintf("Change ballooning of node %s", n.name), key: key, user: user,
+			name: nameBallooning(n), key: key, user: user,
 			entities: map[string]string{n.id: "node"},
 			apply:    func(time.Time) error { n.ballooning = on; return nil },
 			entity:   func(now time.Time) any { return n.detail(now) },
@@ -136,10 +137,10 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		}
 		if d.template {
-			return nil, errRule(fmt.Sprintf("Virtual machine %s is a template and cannot be started.", d.name))
+			return nil, errRule(txtf("Virtual machine %s is a template and cannot be started.", "Виртуальная машина %s является шаблоном и не может быть запущена.", d.name))
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_start", verbose: "Start virtual machine " + d.name, key: key, user: user,
+			name: nameStart(d), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(at time.Time) error {
 				if err := s.st.gone(d); err != nil {
@@ -163,12 +164,8 @@ func (s *Server) shutdown(w http.ResponseWriter, r *http.Request, id string) {
 		if e != nil {
 			return nil, e
 		}
-		verb := "Shutdown"
-		if force {
-			verb = "Force shutdown"
-		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_shutdown", verbose: verb + " virtual machine " + d.name, key: key, user: user,
+			name: nameShutdown(d, force), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(at time.Time) error {
 				if err := s.st.gone(d); err != nil {
@@ -182,6 +179,11 @@ func (s *Server) shutdown(w http.ResponseWriter, r *http.Request, id string) {
 	})
 }
 
+// clone makes count VMs from a template (thin clones) or a VM. As the vendor's Python client
+// does, the client may choose their ids (domains_ids); names come from verbose_name, numbered
+// "-1", "-2"... when count > 1. One VM is one task; several are a multitask with a task per VM
+// (their parent), PARTIAL when only some succeed. The task's response is the new VM, or the
+// list of them.
 func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 	s.operate(w, r, func(w http.ResponseWriter, now time.Time, body map[string]any, key, user string) (*task, *apiError) {
 		src, e := s.st.lookupDomain(id)
@@ -192,9 +194,51 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 		if e != nil {
 			return nil, e
 		}
+		var ids []string
+		if v, ok := body["domains_ids"]; ok && v != nil {
+			list, ok := v.([]any)
+			if !ok {
+				return nil, errField("domains_ids", "invalid", txt("Expected a list of UUIDs.", "Ожидается список UUID."))
+			}
+			seen := map[string]bool{}
+			for _, x := range list {
+				id, ok := x.(string)
+				if !ok || !isUUID(id) {
+					return nil, errField("domains_ids", "invalid", txt("Must be a list of valid UUIDs.", "Должен быть списком корректных UUID."))
+				}
+				id = strings.ToLower(id)
+				if seen[id] || s.st.domainByID[id] != nil {
+					return nil, errField("domains_ids", "unique", txtf("Virtual machine id %s is already used.", "Идентификатор виртуальной машины %s уже используется.", id))
+				}
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		count := max(len(ids), 1)
+		if v, ok := body["count"]; ok && v != nil {
+			n, err := strconv.Atoi(fmt.Sprint(v))
+			if err != nil || n < 1 || n > 1000 {
+				return nil, errField("count", "invalid", txt("Must be an integer from 1 to 1000.", "Должно быть целым числом от 1 до 1000."))
+			}
+			if len(ids) > 0 && n != len(ids) {
+				return nil, errField("domains_ids", "invalid", txtf("Expected %d ids for count %d, got %d.", "Ожидалось идентификаторов: %d (count %d), получено: %d.", n, n, len(ids)))
+			}
+			count = n
+		}
+		names := []string{name}
+		if count > 1 {
+			names = make([]string, count)
+			for i := range names {
+				names[i] = fmt.Sprintf("%s-%d", name, i+1)
+			}
+		}
+		taken := map[string]bool{}
 		for _, d := range s.st.domains {
-			if d.name == name {
-				return nil, errField("verbose_name", "unique", "A virtual machine with this name already exists.")
+			taken[d.name] = true
+		}
+		for _, n := range names {
+			if taken[n] {
+				return nil, errField("verbose_name", "unique", txtf("A virtual machine named %s already exists.", "Виртуальная машина с именем %s уже существует.", n))
 			}
 		}
 		n := src.node
@@ -202,7 +246,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		} else if v != "" {
 			if n = s.st.nodeByID[v]; n == nil {
-				return nil, errField("node", "invalid", "Node is not found.")
+				return nil, errField("node", "invalid", txt("Node is not found.", "Узел не найден."))
 			}
 		}
 		pool := src.pool
@@ -210,32 +254,75 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		} else if v != "" {
 			if pool = s.st.poolByID[v]; pool == nil {
-				return nil, errField("datapool", "invalid", "Data pool is not found.")
+				return nil, errField("datapool", "invalid", txt("Data pool is not found.", "Пул данных не найден."))
 			}
 		}
-		c := s.st.newDomain(now)
-		c.name, c.node, c.pool = name, n, pool
-		c.cpus, c.memMiB, c.linux, c.agent, c.vdisks = src.cpus, src.memMiB, src.linux, src.agent, src.vdisks
-		c.power, c.status = powerOff, "CREATING"
-		// A clone of a template is thin: it keeps the template as its parent.
-		if src.template {
-			c.thin, c.parent = true, src
+		clones := make([]*domain, count)
+		for i := range clones {
+			cid := ""
+			if len(ids) > 0 {
+				cid = ids[i]
+			}
+			clones[i] = s.st.cloneOf(src, cid, names[i], n, pool, now)
 		}
-		s.st.addDomain(c)
-		return s.st.startTask(now, taskSpec{
-			name: "domain_clone", verbose: fmt.Sprintf("Clone virtual machine %s to %s", src.name, name), key: key, user: user,
-			entities: domainEnts(src, c),
-			apply: func(at time.Time) error {
-				if err := s.st.gone(c); err != nil {
-					return err
-				}
-				c.status = "ACTIVE"
-				c.touch()
-				return nil
-			},
-			entity: s.st.domainEntity(c),
-		}), nil
+		if count == 1 {
+			c := clones[0]
+			return s.st.startTask(now, taskSpec{
+				name: nameClone(c, src), key: key, user: user,
+				entities: domainEnts(src, c),
+				apply:    s.st.cloneDone(c),
+				entity:   s.st.domainEntity(c),
+			}), nil
+		}
+		return s.st.startMultiClone(now, src, clones, key, user), nil
 	})
+}
+
+// startMultiClone starts the multitask of a clone with count > 1 and a task per VM; the
+// multitask ends just after them and sums them up.
+func (st *state) startMultiClone(now time.Time, src *domain, clones []*domain, key, user string) *task {
+	list := func(now time.Time) any {
+		out := make([]any, 0, len(clones))
+		for _, c := range clones {
+			if _, ok := st.domainByID[c.id]; ok {
+				out = append(out, c.detail(now))
+			}
+		}
+		return out
+	}
+	var children []*task
+	parent := st.startTask(now, taskSpec{
+		name: nameMultiClone(src, len(clones)), key: key, user: user,
+		entities: domainEnts(append([]*domain{src}, clones...)...),
+		duration: st.opts.TaskDuration + time.Microsecond,
+		apply: func(time.Time) error {
+			var ok int
+			for _, c := range children {
+				if c.status == "SUCCESS" {
+					ok++
+				}
+			}
+			switch ok {
+			case len(children):
+				return nil
+			case 0:
+				return textError(txt("No virtual machine was created.", "Ни одна виртуальная машина не создана."))
+			}
+			return partialError(txtf("%d of %d virtual machines were created.", "Создано %d из %d виртуальных машин.", ok, len(children)))
+		},
+		entity:   list,
+		response: list,
+	})
+	parent.multitask = true
+	for _, c := range clones {
+		children = append(children, st.startTask(now, taskSpec{
+			name: nameClone(c, src), user: user, parent: parent.id,
+			entities: domainEnts(src, c),
+			apply:    st.cloneDone(c),
+			entity:   st.domainEntity(c),
+		}))
+	}
+	return parent
 }
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
@@ -248,15 +335,15 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		}
 		if d.template && s.st.hasThinClones(d) {
-			return nil, errRule(fmt.Sprintf("Template %s has thin clones and cannot be removed: that would break them.", d.name))
+			return nil, errRule(txtf("Template %s has thin clones and cannot be removed: that would break them.", "У шаблона %s есть тонкие клоны, его нельзя удалить: это нарушит их работу.", d.name))
 		}
 		if d.status == "DELETING" {
-			return nil, errRule(fmt.Sprintf("Virtual machine %s is already being deleted.", d.name))
+			return nil, errRule(txtf("Virtual machine %s is already being deleted.", "Виртуальная машина %s уже удаляется.", d.name))
 		}
 		d.status = "DELETING"
 		d.touch()
 		return s.st.startTask(now, taskSpec{
-			name: "domain_remove", verbose: "Remove virtual machine " + d.name, key: key, user: user,
+			name: nameRemove(d), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(time.Time) error {
 				s.st.removeDomain(d)
@@ -287,17 +374,16 @@ func (s *Server) sshInject(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, e
 		}
 		if !d.linux {
-			return nil, errRule("SSH key injection is available for Linux guests only.")
+			return nil, errRule(txt("SSH key injection is available for Linux guests only.", "Добавление SSH-ключей доступно только для гостевых ОС Linux."))
 		}
 		if d.power == powerOn && !d.agentActive() {
-			return nil, errRule("SSH key injection into a running virtual machine needs an active guest agent.")
+			return nil, errRule(txt("SSH key injection into a running virtual machine needs an active guest agent.", "Для добавления SSH-ключей в запущенную виртуальную машину нужен активный гостевой агент."))
 		}
 		if d.power != powerOn && d.power != powerOff {
-			return nil, errRule("The virtual machine must be powered off, or on with an active guest agent.")
+			return nil, errRule(txt("The virtual machine must be powered off, or on with an active guest agent.", "Виртуальная машина должна быть выключена или включена с активным гостевым агентом."))
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_ssh_inject", verbose: fmt.Sprintf("Inject SSH key for %s into virtual machine %s", sshUser, d.name),
-			key: key, user: user, entities: domainEnts(d),
+			name: nameSSHInject(d), key: key, user: user, entities: domainEnts(d),
 			apply: func(time.Time) error {
 				if err := s.st.gone(d); err != nil {
 					return err
@@ -324,13 +410,13 @@ func (s *Server) setTemplate(w http.ResponseWriter, r *http.Request, id string) 
 			return nil, e
 		}
 		if d.template && s.st.hasThinClones(d) {
-			return nil, errRule(fmt.Sprintf("Template %s has thin clones and cannot be modified: merge a prepared thin clone into it instead.", d.name))
+			return nil, errRule(txtf("Template %s has thin clones and cannot be modified: merge a prepared thin clone into it instead.", "У шаблона %s есть тонкие клоны, его нельзя изменять: вместо этого слейте с ним подготовленный тонкий клон.", d.name))
 		}
 		if on && d.power == powerOn {
-			return nil, errRule(fmt.Sprintf("Virtual machine %s must be powered off to become a template.", d.name))
+			return nil, errRule(txtf("Virtual machine %s must be powered off to become a template.", "Виртуальная машина %s должна быть выключена, чтобы стать шаблоном.", d.name))
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_template", verbose: "Change template flag of virtual machine " + d.name, key: key, user: user,
+			name: nameTemplate(d, on), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(time.Time) error {
 				if err := s.st.gone(d); err != nil {
@@ -353,14 +439,14 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		}
 		d, ok := s.st.domainByID[id]
 		if !ok {
-			return nil, errField("domain", "invalid", "Virtual machine is not found.")
+			return nil, errField("domain", "invalid", txt("Virtual machine is not found.", "Виртуальная машина не найдена."))
 		}
 		pool := d.pool
 		if v, e := stringField(body, "datapool", false); e != nil {
 			return nil, e
 		} else if v != "" {
 			if pool = s.st.poolByID[v]; pool == nil {
-				return nil, errField("datapool", "invalid", "Data pool is not found.")
+				return nil, errField("datapool", "invalid", txt("Data pool is not found.", "Пул данных не найден."))
 			}
 		}
 		if _, e := boolField(body, "compress", false); e != nil {
@@ -369,13 +455,16 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		if v, ok := body["limit_days"]; ok && v != nil {
 			n, isNum := v.(json.Number)
 			if _, err := strconv.Atoi(string(n)); !isNum || err != nil {
-				return nil, errField("limit_days", "invalid", "A valid integer is required.")
+				return nil, errField("limit_days", "invalid", txt("A valid integer is required.", "Требуется целое число."))
 			}
 		}
 		return s.st.startTask(now, taskSpec{
-			name: "domain_backup", verbose: "Backup virtual machine " + d.name, key: key, user: user,
+			name: nameBackup(d), key: key, user: user,
 			entities: domainEnts(d),
 			apply: func(time.Time) error {
+				if err := s.st.gone(d); err != nil {
+					return err
+				}
 				if pool != nil {
 					pool.files++
 					pool.used = min(pool.sizeMiB, pool.used+d.memMiB)
@@ -384,4 +473,32 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 			},
 		}), nil
 	})
+}
+
+// cloneOf adds a VM in CREATING made from src on node n and pool p (a template's clone is thin:
+// the template stays its parent); id "" draws one. cloneDone is its task's apply.
+func (st *state) cloneOf(src *domain, id, name string, n *node, p *datapool, now time.Time) *domain {
+	c := st.newDomain(now)
+	if id != "" {
+		c.id = id
+	}
+	c.name, c.node, c.pool = name, n, p
+	c.cpus, c.memMiB, c.linux, c.agent, c.vdisks = src.cpus, src.memMiB, src.linux, src.agent, src.vdisks
+	c.power, c.status = powerOff, "CREATING"
+	if src.template {
+		c.thin, c.parent = true, src
+	}
+	st.addDomain(c)
+	return c
+}
+
+func (st *state) cloneDone(c *domain) func(time.Time) error {
+	return func(time.Time) error {
+		if err := st.gone(c); err != nil {
+			return err
+		}
+		c.status = "ACTIVE"
+		c.touch()
+		return nil
+	}
 }

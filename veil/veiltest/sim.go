@@ -6,13 +6,35 @@
 // Behaviour chosen where the spec leaves room (documented here because clients depend on it):
 //   - State-changing operations create a task that runs for Options.TaskDuration. With ?async=1
 //     they answer 202 with {"_task":{...},"_entity":{...}} (or only "_task" for remove and
-//     backup). Without it they wait until the task is final and answer 200 with the same
-//     envelope carrying the final task.
+//     backup). Without it they wait until the task is final and answer 200 with the resource
+//     (start, shutdown, template, ssh-inject → the VM; clone → the created VM; ballooning →
+//     the node; remove, backup → the final task), or 400 with the error of a failed task.
+//   - Tasks are named as the platform names them: a sentence naming the entities ("Starting
+//     the virtual machine win_test."), verbose_name "Task"; the detail lists the task's journal
+//     events. Every operation writes an event when its task is created and one when it
+//     finishes or fails, each with task and entities set.
+//   - EventRate drives background activity in journal events per second: operations on VMs
+//     no client or control call has touched (start/stop, backups, clones and their removal,
+//     migrations) run as tasks, and guest agents stop answering and come back (activity.go).
+//   - Clone takes domains_ids (ids the client chose) and count; with count > 1 the VMs are
+//     named verbose_name-1, -2... and made by a multitask (is_multitask) with one task per VM
+//     (parent set). GET /api/tasks/<id>/response/ answers the operation's result (the new VM,
+//     or the list of them), 400 while the task runs or when it failed.
+//   - Accept-Language ru (the supported language of highest weight) gives Russian event
+//     messages, task names and error texts; en, the default, English.
 //   - An idempotency_key becomes the id of the task. A repeated key answers with the envelope
 //     of the existing task (200), and for start with the domain object.
-//   - The domains filter "name" is a case-insensitive substring match on verbose_name.
+//   - Filters: nodes cluster; domains node, cluster, datapool, resource_pool, template,
+//     status, power_state, ids, name (a case-insensitive substring of verbose_name); data-pools
+//     node, cluster; tasks parent, status; events type, user, task. A value that names nothing
+//     (an unknown id, an invalid boolean) gives an empty list, not an error. Every collection
+//     takes ordering=<field>[,-<field>] on its list fields (unknown fields are ignored), and
+//     every collection and detail takes fields=<key>,<key> to return only those keys.
 //   - Error codes: "50004" not found, "401", "403", "405", "invalid"/"required" for field
 //     errors, "400" for rule violations, "500"/"503"/"418" for injected faults.
+//   - guest-exec answers {exitcode, out-data, exited, pid} at once (spec §4.3): a program in
+//     the usual bin directories echoes its arguments, another path exits 127 with err-data;
+//     guest-exec-status of the pid answers the same.
 //   - A hung guest agent answers 400 with detail "guest agent timeout ..." after the command
 //     timeout (fargs or body "timeout" seconds, default 5, bounded by the request).
 //   - limit=0 returns an empty page with the right count; offset beyond count is an empty page.
@@ -46,14 +68,16 @@ type Options struct {
 	// Defaults 0.8, 0.9, 0.8; a negative value means 0.
 	RunningFraction, AgentFraction, LinuxFraction float64
 
-	// StringPercentNodes is the fraction of nodes whose cpu_used_percent_user and
-	// mem_used_percent_user are sent as JSON strings (the real platform does both).
-	// Default 0.3; negative means none.
+	// Usage percentages (cpu_used_percent_user, mem_used_percent_user) of nodes, clusters and
+	// domains are decimal strings ("12.50"), as the vendor's Go client expects; PercentNumbers
+	// sends JSON numbers instead. StringPercentNodes, when set, mixes the two on nodes: that
+	// fraction of nodes sends strings, the others numbers (negative: none sends strings).
+	PercentNumbers     bool
 	StringPercentNodes float64
 
 	InitialEvents   int           // events already in the journal at start
 	InitialTasks    int           // finished tasks already in the journal (default 20; -1 none)
-	EventRate       float64       // background events per second (0 = none)
+	EventRate       float64       // background activity, in journal events per second (0 = none)
 	EventsOrder     string        // default ordering of /api/events/: "newest_first" (default) or "oldest_first"
 	EventsRetention int           // keep at most N events (0 = unlimited); oldest are deleted
 	TaskDuration    time.Duration // how long a task takes (default 300ms); progress grows over it
@@ -62,13 +86,32 @@ type Options struct {
 	Latency, LatencyJitter time.Duration // added to every /api/ request
 	FaultRate              float64       // fraction of /api/ requests answered with a random 500/503/418
 
+	// Profile chooses between the shapes the vendor's clients show where the platform is
+	// inconsistent (platform-facts.md): ProfileDefault ("default") or ProfileAlternative
+	// ("alternative": envelopes carry "entity" as a uuid instead of "_entity", usage
+	// percentages are numbers, domains have a resource_pool object and tags as
+	// {colour, verbose_name}, the domain detail has uptime_on_current_node as an object,
+	// cpu_topology.cpu_count without cpu_count, and permissions as an object).
+	Profile string
+
 	// GuestCommandsWindows lets guest-command run on Windows guests; the spec says Linux only.
 	GuestCommandsWindows bool
 
 	Now func() time.Time // clock (default time.Now)
 }
 
+// The profiles of Options.Profile.
+const (
+	ProfileDefault     = "default"
+	ProfileAlternative = "alternative"
+)
+
 func (o Options) withDefaults() Options {
+	if o.Profile != ProfileAlternative {
+		o.Profile = ProfileDefault
+	} else {
+		o.PercentNumbers = true
+	}
 	if o.Token == "" {
 		o.Token = "sim-token"
 	}
@@ -110,7 +153,6 @@ func (o Options) withDefaults() Options {
 	frac(&o.RunningFraction, 0.8)
 	frac(&o.AgentFraction, 0.9)
 	frac(&o.LinuxFraction, 0.8)
-	frac(&o.StringPercentNodes, 0.3)
 	if o.EventsOrder != "oldest_first" {
 		o.EventsOrder = "newest_first"
 	}

@@ -2,25 +2,35 @@ package veiltest
 
 import (
 	"encoding/json"
-	"fmt"
+	"errors"
+	"slices"
 	"strconv"
 	"time"
 )
 
 // task is one entry of the task journal. While it runs its progress follows the clock;
 // when its deadline passes, apply changes the platform state (an error makes it FAILED).
+//
+// Its name is a sentence naming the entities, as the platform writes it ("Starting the virtual
+// machine win_test."); its journal events (created, then finished or failed) point at it.
 type task struct {
-	id, name, verbose string
+	id                string
+	name              text
+	parent            string // the multitask this task is part of; "" for none
+	multitask         bool
+	background        bool // started by the background activity (activity.go)
 	status            string
 	created, deadline time.Time
 	finished          time.Time
 	user              string
 	entities          map[string]string
-	errMsg            string
+	errMsg            text
 	apply             func(now time.Time) error
 	entity            func(now time.Time) any // nil: data_without_entity
+	response          func(now time.Time) any // GET /api/tasks/<id>/response/; nil: the entity
+	events            []*event
 	done              chan struct{}
-	final             []byte // cached encoding once final
+	final             [langCount][]byte // cached list encoding once final
 }
 
 func (t *task) isFinal() bool { return t.status != "IN_PROGRESS" }
@@ -36,14 +46,28 @@ type taskJSON struct {
 	Executed      any               `json:"executed"`
 	ErrorMessage  string            `json:"error_message"`
 	IsCancellable bool              `json:"is_cancellable"`
+	IsMultitask   bool              `json:"is_multitask"`
+	Parent        *string           `json:"parent"`
 	User          map[string]any    `json:"user"`
 	Entities      map[string]string `json:"entities"`
 }
 
-func (t *task) wire(now time.Time, dur time.Duration) taskJSON {
-	j := taskJSON{ID: t.id, VerboseName: t.verbose, Name: t.name, Status: t.status,
-		Created: ts(t.created), Executed: 0, ErrorMessage: t.errMsg,
+// taskDetailJSON is the detail of a task: the list fields plus its journal events.
+type taskDetailJSON struct {
+	taskJSON
+	Events             []json.RawMessage `json:"events"`
+	NodesUserResponses []any             `json:"nodes_user_responses"`
+}
+
+var taskVerboseName = txt("Task", "Задача")
+
+func (t *task) wire(now time.Time, l lang) taskJSON {
+	j := taskJSON{ID: t.id, VerboseName: taskVerboseName.in(l), Name: t.name.in(l), Status: t.status,
+		Created: ts(t.created), Executed: 0, ErrorMessage: t.errMsg.in(l), IsMultitask: t.multitask,
 		User: map[string]any{"id": userID(t.user), "username": t.user}, Entities: t.entities}
+	if t.parent != "" {
+		j.Parent = &t.parent
+	}
 	if t.isFinal() {
 		j.Progress = 100
 		f := ts(t.finished)
@@ -53,7 +77,7 @@ func (t *task) wire(now time.Time, dur time.Duration) taskJSON {
 		return j
 	}
 	j.IsCancellable = true
-	if dur > 0 {
+	if dur := t.deadline.Sub(t.created); dur > 0 {
 		j.Progress = min(99, int(100*now.Sub(t.created)/dur))
 	}
 	j.Progress = max(j.Progress, 0)
@@ -66,39 +90,96 @@ func userID(name string) int {
 		return 1
 	case "viewer":
 		return 2
+	case "system":
+		return 3
 	}
 	return 0
 }
 
-func (st *state) taskBytes(t *task, now time.Time) []byte {
-	if t.final != nil {
-		return t.final
+// taskBytes is the list form of a task.
+func (st *state) taskBytes(t *task, now time.Time, l lang) []byte {
+	if t.final[l] != nil {
+		return t.final[l]
 	}
-	b, _ := json.Marshal(t.wire(now, st.opts.TaskDuration))
+	b, _ := json.Marshal(t.wire(now, l))
 	if t.isFinal() {
-		t.final = b
+		t.final[l] = b
 	}
 	return b
 }
 
-// envelope is data_with_entity or data_without_entity.
-func (st *state) envelope(t *task, now time.Time) map[string]any {
-	env := map[string]any{"_task": json.RawMessage(st.taskBytes(t, now))}
-	if t.entity != nil {
-		if e := t.entity(now); e != nil {
-			env["_entity"] = e
+// taskDetail is the detail form of a task: with its journal events, those the journal still
+// keeps (Options.EventsRetention deletes the oldest).
+func (st *state) taskDetail(t *task, now time.Time, l lang) taskDetailJSON {
+	j := taskDetailJSON{taskJSON: t.wire(now, l), Events: make([]json.RawMessage, 0, len(t.events)), NodesUserResponses: []any{}}
+	kept := t.events[:0]
+	for _, e := range t.events {
+		if st.events.byID[e.id] == e {
+			kept = append(kept, e)
+			j.Events = append(j.Events, e.bytes(l))
 		}
+	}
+	clear(t.events[len(kept):])
+	t.events = kept
+	return j
+}
+
+// envelope is data_with_entity or data_without_entity.
+func (st *state) envelope(t *task, now time.Time, l lang) map[string]any {
+	env := map[string]any{"_task": st.taskDetail(t, now, l)}
+	if t.entity == nil {
+		return env
+	}
+	e := t.entity(now)
+	if e == nil {
+		return env
+	}
+	if st.opts.Profile != ProfileAlternative {
+		env["_entity"] = e
+		return env
+	}
+	// The alternative profile: "entity", the uuid (vendor code reads it so).
+	b, _ := json.Marshal(e)
+	var one struct {
+		ID string `json:"id"`
+	}
+	var many []struct {
+		ID string `json:"id"`
+	}
+	switch {
+	case json.Unmarshal(b, &one) == nil && one.ID != "":
+		env["entity"] = one.ID
+	case json.Unmarshal(b, &many) == nil && len(many) > 0:
+		env["entity"] = many[0].ID
 	}
 	return env
 }
 
+// result is what an operation answers without ?async=1 and at /api/tasks/<id>/response/: the
+// resource it worked on (the VM for start, shutdown, template), what it created (clone), or,
+// for operations without one (remove, backup), the final task.
+func (st *state) result(t *task, now time.Time, l lang) any {
+	switch {
+	case t.response != nil:
+		return t.response(now)
+	case t.entity != nil:
+		if e := t.entity(now); e != nil {
+			return e
+		}
+	}
+	return st.taskDetail(t, now, l)
+}
+
 type taskSpec struct {
-	name, verbose string
-	key           string // idempotency key, becomes the task id
-	user          string
-	entities      map[string]string
-	apply         func(now time.Time) error
-	entity        func(now time.Time) any
+	name     text
+	key      string // idempotency key, becomes the task id
+	user     string
+	parent   string
+	entities map[string]string
+	duration time.Duration // 0: Options.TaskDuration
+	apply    func(now time.Time) error
+	entity   func(now time.Time) any
+	response func(now time.Time) any
 }
 
 func (st *state) startTask(now time.Time, sp taskSpec) *task {
@@ -106,88 +187,123 @@ func (st *state) startTask(now time.Time, sp taskSpec) *task {
 	if id == "" {
 		id = st.uuid()
 	}
-	t := &task{id: id, name: sp.name, verbose: sp.verbose, status: "IN_PROGRESS", created: now,
-		deadline: now.Add(st.opts.TaskDuration), user: sp.user, entities: sp.entities,
-		apply: sp.apply, entity: sp.entity, done: make(chan struct{})}
+	dur := sp.duration
+	if dur <= 0 {
+		dur = st.opts.TaskDuration
+	}
+	t := &task{id: id, name: sp.name, status: "IN_PROGRESS", created: now, parent: sp.parent,
+		deadline: now.Add(dur), user: sp.user, entities: sp.entities,
+		apply: sp.apply, entity: sp.entity, response: sp.response, done: make(chan struct{})}
 	if t.entities == nil {
 		t.entities = map[string]string{}
 	}
 	st.tasks = append(st.tasks, t)
 	st.taskByID[t.id] = t
 	st.running = append(st.running, t)
-	st.newEvent(now, "info", t.user, fmt.Sprintf("Task '%s' started", t.verbose), "", t.id, t.eventEntities()...)
+	st.markBusy(t, 1)
+	t.events = append(t.events, st.newEvent(now, "info", t.user,
+		taskMessage(txt("Task created:  ", "Задача создана:  "), t.name), text{}, t.id, t.eventEntities()...))
 	return t
 }
 
+// taskMessage is the message of a task's journal event: "Task created:  <task name>" (two
+// spaces, as the platform writes it).
+func taskMessage(prefix, name text) text {
+	return text{prefix.en + name.en, prefix.in(langRU) + name.in(langRU)}
+}
+
+// markBusy counts the running tasks of each domain, so the background activity leaves a VM
+// alone while an operation works on it.
+func (st *state) markBusy(t *task, delta int) {
+	for id, class := range t.entities {
+		if class != "domain" {
+			continue
+		}
+		if d, ok := st.domainByID[id]; ok {
+			d.busy += delta
+		}
+	}
+}
+
 func (t *task) eventEntities() []eventEntity {
-	var out []eventEntity
+	out := make([]eventEntity, 0, len(t.entities))
 	for id, class := range t.entities {
 		out = append(out, eventEntity{id, class})
 	}
+	slices.SortFunc(out, func(a, b eventEntity) int {
+		switch {
+		case a.EntityUUID < b.EntityUUID:
+			return -1
+		case a.EntityUUID > b.EntityUUID:
+			return 1
+		}
+		return 0
+	})
 	return out
 }
 
-// advance brings the simulation up to now: background events, then due tasks.
+// advance brings the simulation up to now: due tasks finish and background operations start in
+// the order of their instants, so the journal tells one story in time order.
 func (st *state) advance(now time.Time) {
-	st.generate(now)
-	if len(st.running) == 0 {
-		return
+	if st.eventRate <= 0 {
+		st.nextGen = time.Time{}
 	}
-	keep := st.running[:0]
-	for _, t := range st.running {
-		if now.Before(t.deadline) {
-			keep = append(keep, t)
-			continue
+	for {
+		due := -1
+		for i, t := range st.running {
+			if !t.deadline.After(now) && (due < 0 || t.deadline.Before(st.running[due].deadline)) {
+				due = i
+			}
 		}
-		st.finish(t, t.deadline)
+		bg := st.eventRate > 0 && !st.nextGen.After(now)
+		switch {
+		case due >= 0 && (!bg || !st.running[due].deadline.After(st.nextGen)):
+			t := st.running[due]
+			st.running = slices.Delete(st.running, due, due+1)
+			st.finish(t, t.deadline)
+		case bg:
+			at := st.nextGen
+			n := st.activity(at)
+			st.scheduleActivity(at, float64(max(n, 1)))
+		default:
+			return
+		}
 	}
-	clear(st.running[len(keep):])
-	st.running = keep
+}
+
+// scheduleActivity sets the next background operation after one that writes n events, so the
+// journal grows at Options.EventRate events per second.
+func (st *state) scheduleActivity(from time.Time, n float64) {
+	st.nextGen = from.Add(time.Duration(n / st.eventRate * float64(time.Second)))
 }
 
 func (st *state) finish(t *task, at time.Time) {
 	var err error
 	if st.opts.TaskFailureRate > 0 && st.rng.Float64() < st.opts.TaskFailureRate {
-		err = fmt.Errorf("simulated failure")
+		err = textError(txt("Simulated failure.", "Имитированный сбой."))
 	} else if t.apply != nil {
 		err = t.apply(at)
 	}
+	st.markBusy(t, -1)
 	t.finished = at
 	if err != nil {
-		t.status, t.errMsg = "FAILED", err.Error()
-		st.newEvent(at, "error", t.user, fmt.Sprintf("Task '%s' failed", t.verbose), err.Error(), t.id, t.eventEntities()...)
+		var te textError
+		var pe partialError
+		t.status = "FAILED"
+		switch {
+		case errors.As(err, &te):
+			t.errMsg = text(te)
+		case errors.As(err, &pe):
+			t.errMsg, t.status = text(pe), "PARTIAL"
+		default:
+			t.errMsg = txt(err.Error(), "")
+		}
+		t.events = append(t.events, st.newEvent(at, "error", t.user,
+			taskMessage(txt("Task failed:  ", "Задача завершилась с ошибкой:  "), t.name), t.errMsg, t.id, t.eventEntities()...))
 	} else {
 		t.status = "SUCCESS"
-		st.newEvent(at, "info", t.user, fmt.Sprintf("Task '%s' finished successfully", t.verbose), "", t.id, t.eventEntities()...)
+		t.events = append(t.events, st.newEvent(at, "info", t.user,
+			taskMessage(txt("Task finished successfully:  ", "Задача успешно завершена:  "), t.name), text{}, t.id, t.eventEntities()...))
 	}
 	close(t.done)
-}
-
-// seedTasks writes finished tasks in the past so the journal is not empty at start.
-func (st *state) seedTasks(now time.Time) {
-	kinds := []struct{ name, verb string }{
-		{"domain_start", "Start"}, {"domain_shutdown", "Shutdown"}, {"domain_backup", "Backup"},
-		{"domain_clone", "Clone"}, {"domain_ssh_inject", "SSH key injection into"},
-	}
-	t := now.Add(-2 * time.Hour)
-	for range st.opts.InitialTasks {
-		k := kinds[st.rng.IntN(len(kinds))]
-		ents := map[string]string{}
-		target := "virtual machine"
-		if len(st.domains) > 0 {
-			d := st.domains[st.rng.IntN(len(st.domains))]
-			ents[d.id] = "domain"
-			target = "virtual machine " + d.name
-		}
-		dur := time.Duration(1+st.rng.IntN(30000)) * time.Millisecond
-		tk := &task{id: st.uuid(), name: k.name, verbose: k.verb + " " + target, status: "SUCCESS",
-			created: t, finished: t.Add(dur), deadline: t.Add(dur), user: "admin", entities: ents, done: make(chan struct{})}
-		if st.rng.IntN(10) == 0 {
-			tk.status, tk.errMsg = "FAILED", "Operation timed out"
-		}
-		close(tk.done)
-		st.tasks = append(st.tasks, tk)
-		st.taskByID[tk.id] = tk
-		t = t.Add(time.Duration(1+st.rng.IntN(300)) * time.Second)
-	}
 }
