@@ -504,7 +504,11 @@ func (r *faultRig) checkEpisodes(row faultRow, mark int) {
 		}
 		ok := len(s)%2 == 0
 		for i := 0; ok && i < len(s); i++ {
-			ok = s[i] == map[bool]string{true: "start", false: "end"}[i%2 == 0]
+			want := "start"
+			if i%2 == 1 {
+				want = "end"
+			}
+			ok = s[i] == want
 		}
 		pairs := len(s) / 2
 		r.t.Logf("%s episode lines: %v", w.pair.name, seq)
