@@ -6,7 +6,7 @@ REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 PKGS      := ./...
 
-.PHONY: all build test test-deps vet race fuzz-seed rules-test fuzz demo bench bench-reference lint clean
+.PHONY: all build test test-deps vet race fuzz-seed rules-test fuzz demo demo-ha bench bench-reference lint clean
 
 all: build
 
@@ -63,6 +63,11 @@ fuzz:
 ## rules when installed); Ctrl-C stops them all.
 demo: build
 	bash scripts/demo.sh
+
+## demo-ha: three replicas sharing three simulated controllers on a three-node NATS cluster
+## (embedded, no nats-server needed); it prints how to kill one and watch the hand-over.
+demo-ha: build
+	bash scripts/demo-ha.sh
 
 ## bench: every performance goal as a ratio to its floor measured in the same run; the results
 ## go to bench/out/ (ignored). bench-reference makes the last run the committed reference.

@@ -62,6 +62,7 @@ type Inventory struct {
 	refreshed    bool
 	authFailed   bool // the last refresh got 401/403: reload the token before the next
 	lastAttempt  time.Time
+	lastStart    time.Time // of the refresh running now, or of the last one
 	lastDuration time.Duration
 	lastError    string
 }
@@ -109,7 +110,8 @@ type InventoryStatus struct {
 	Up           bool
 	Ready        bool // the first refresh has finished (successfully or not)
 	AuthFailed   bool
-	LastAttempt  time.Time
+	LastAttempt  time.Time // start of the last finished refresh
+	LastStart    time.Time // start of the refresh running now, or of the last one: the loop is alive
 	LastDuration time.Duration
 	LastError    string
 	Nodes        int
@@ -179,8 +181,11 @@ func (inv *Inventory) Run(ctx context.Context) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		// A refresh never outlives its interval, so a slow controller cannot pile them up.
-		rctx, cancel := context.WithTimeout(ctx, interval)
+		// Refreshes never overlap (the next starts once this one ended and a tick came). A slow
+		// controller may take longer than one interval, its requests each bounded by the
+		// client's timeout; a refresh still running after three intervals is abandoned (failed):
+		// data that old is stale anyway.
+		rctx, cancel := context.WithTimeout(ctx, refreshLimit(interval))
 		_ = inv.Refresh(rctx) // errors are kept in the status and logged on state change
 		cancel()
 		select {
@@ -190,6 +195,9 @@ func (inv *Inventory) Run(ctx context.Context) {
 		}
 	}
 }
+
+// refreshLimit is how long one refresh may take: three intervals.
+func refreshLimit(interval time.Duration) time.Duration { return 3 * interval }
 
 // refreshInterval is collect.interval, or 30s when unset (config.Load never leaves it unset),
 // so that Run and the HELP texts agree.
@@ -227,6 +235,9 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	}
 
 	start := time.Now()
+	inv.mu.Lock()
+	inv.lastStart = start
+	inv.mu.Unlock()
 	type result struct {
 		name string
 		err  error
@@ -550,6 +561,7 @@ func (inv *Inventory) Status() InventoryStatus {
 		Ready:        inv.refreshed,
 		AuthFailed:   inv.authFailed,
 		LastAttempt:  inv.lastAttempt,
+		LastStart:    inv.lastStart,
 		LastDuration: inv.lastDuration,
 		LastError:    inv.lastError,
 		Nodes:        len(inv.snap.nodes),

@@ -254,16 +254,11 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := streamLeader(t, js, stream)
+	streamLeader(t, js, stream) // placed with three replicas
 	var lost *testutil.NATS
-	for _, n := range cluster.Nodes {
-		if s := n.Server(); s != nil && s.Name() == leader {
-			lost = n
-		}
-	}
-	if lost == nil {
-		t.Fatalf("stream leader %q is none of the cluster's servers", leader)
-	}
+	testutil.Eventually(t, 20*time.Second, func() bool { lost = cluster.StreamLeader(stream); return lost != nil },
+		"a leader of stream %s", stream)
+	leader := lost.Name()
 	before := streamCount(t, js, stream)
 	lost.Stop()
 	testutil.Eventually(t, 30*time.Second, func() bool { return streamCount(t, js, stream) > before+30 },

@@ -291,24 +291,14 @@ func TestStreamLeaderLossKeepsOneHolder(t *testing.T) {
 	w.waitConverged(20*time.Second, a, b, d)
 
 	var leader *testutil.NATS
-	for _, n := range c.Nodes {
-		if s := n.Server(); s != nil && s.JetStreamIsStreamLeader("$G", "KV_"+w.bucket) {
-			leader = n
-		}
-	}
-	if leader == nil {
-		t.Fatal("no leader of the KV stream")
-	}
+	testutil.Eventually(t, 10*time.Second, func() bool { leader = c.StreamLeader("KV_" + w.bucket); return leader != nil },
+		"a leader of the KV stream")
 	w.resetGaps()
 	start := time.Now()
 	leader.Stop()
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		for _, n := range c.Nodes {
-			if s := n.Server(); s != nil && s.JetStreamIsStreamLeader("$G", "KV_"+w.bucket) {
-				return true
-			}
-		}
-		return false
+		l := c.StreamLeader("KV_" + w.bucket)
+		return l != nil && l != leader
 	}, "a new leader of the KV stream")
 	t.Logf("new stream leader after %v", time.Since(start))
 	// Leases are kept or move, never held twice (world.acquired checks every acquisition), and

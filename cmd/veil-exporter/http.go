@@ -57,13 +57,14 @@ func (d *daemon) unhealthy(now time.Time) string {
 		return "events are not forwarded: the NATS connection was lost in a failed reload"
 	}
 	for _, ct := range ctrls {
-		// A loop that has not attempted a refresh in three intervals plus a request timeout is stuck.
+		// A loop that has not started a refresh in four intervals plus a request timeout is stuck:
+		// a refresh is abandoned after three intervals, and the next starts at once.
 		st := ct.inventory.Status()
-		limit := 3*cfg.Collect.Interval + ct.cfg.Timeout
-		if !st.LastAttempt.IsZero() && now.Sub(st.LastAttempt) > limit {
-			return fmt.Sprintf("controller %s: no inventory refresh for %s", ct.cfg.Name, now.Sub(st.LastAttempt).Round(time.Second))
+		limit := 4*cfg.Collect.Interval + ct.cfg.Timeout
+		if !st.LastStart.IsZero() && now.Sub(st.LastStart) > limit {
+			return fmt.Sprintf("controller %s: no inventory refresh for %s", ct.cfg.Name, now.Sub(st.LastStart).Round(time.Second))
 		}
-		if st.LastAttempt.IsZero() && now.Sub(d.started) > limit {
+		if st.LastStart.IsZero() && now.Sub(d.started) > limit {
 			return fmt.Sprintf("controller %s: inventory never refreshed", ct.cfg.Name)
 		}
 		if ct.forwarder != nil {

@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/config"
@@ -87,7 +86,7 @@ func (d *daemon) coordinate(cfg *config.Config, conn *forwarder.Conn) {
 	}
 	coord, err := ha.New(js, ha.Options{
 		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL, Instance: cfg.HA.Instance,
-		Controllers: names, Logger: log.With(d.base, "component", "ha"),
+		Controllers: names, Logger: d.base, // the package adds component=ha
 		OnAcquire: d.acquired, OnRelease: d.released,
 	})
 	if err != nil {

@@ -5,7 +5,6 @@ package testutil
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Eventually polls cond until it returns true and fails the test when timeout passes first.
@@ -80,13 +77,15 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// NATS is an embedded nats-server with JetStream on a temp dir; Stop and Start keep its port
-// and store, so a test can take NATS away and bring it back.
+// NATS is a nats-server with JetStream on a temp dir: embedded (StartNATS), or a process of its
+// own (a node of StartCluster). Stop and Start keep its port and store, so a test can take NATS
+// away and bring it back.
 type NATS struct {
 	t    testing.TB
 	opts server.Options
 	mu   sync.Mutex
 	srv  *server.Server
+	node *node // a cluster node's process; nil when embedded
 }
 
 // StartNATS starts a single JetStream server on a free loopback port; the test's cleanup stops it.
@@ -105,7 +104,10 @@ func StartNATS(t testing.TB) *NATS {
 // URL is the client URL of the server (valid while it is stopped too).
 func (n *NATS) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(n.opts.Port) }
 
-// Server is the running server, nil while stopped.
+// Name is the server's name, as stream and cluster information give it.
+func (n *NATS) Name() string { return n.opts.ServerName }
+
+// Server is the running embedded server, nil while stopped and for a cluster node.
 func (n *NATS) Server() *server.Server {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -117,6 +119,10 @@ func (n *NATS) Start() {
 	n.t.Helper()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.node != nil {
+		n.node.start(n.t)
+		return
+	}
 	if n.srv != nil {
 		return
 	}
@@ -135,6 +141,11 @@ func (n *NATS) Start() {
 // Stop shuts the server down (a no-op while stopped).
 func (n *NATS) Stop() {
 	n.mu.Lock()
+	if n.node != nil {
+		defer n.mu.Unlock()
+		n.node.stop()
+		return
+	}
 	srv := n.srv
 	n.srv = nil
 	n.mu.Unlock()
@@ -142,99 +153,6 @@ func (n *NATS) Stop() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	}
-}
-
-// Cluster is three JetStream servers on loopback joined by routes.
-type Cluster struct{ Nodes []*NATS }
-
-// StartCluster starts a three-node JetStream cluster and waits until it has a meta leader.
-func StartCluster(t testing.TB) *Cluster {
-	t.Helper()
-	const size = 3
-	clientPorts := make([]int, size)
-	routePorts := make([]int, size)
-	for i := range size {
-		clientPorts[i], routePorts[i] = FreePort(t), FreePort(t)
-	}
-	c := &Cluster{}
-	for i := range size {
-		var routes []string
-		for j := range size {
-			if j != i {
-				routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePorts[j]))
-			}
-		}
-		opts := server.Options{
-			ServerName: "n" + strconv.Itoa(i), Host: "127.0.0.1", Port: clientPorts[i],
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "veil-test", Host: "127.0.0.1", Port: routePorts[i]},
-			Routes:  server.RoutesFromStr(joinComma(routes)),
-		}
-		c.Nodes = append(c.Nodes, &NATS{t: t, opts: opts})
-	}
-	var wg sync.WaitGroup
-	for _, n := range c.Nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); n.Start() }()
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, n := range c.Nodes {
-			n.Stop()
-		}
-	})
-	// A meta leader alone is not enough: an R3 stream created before the leader has seen every
-	// peer fails with "no suitable peers for placement".
-	Eventually(t, 30*time.Second, func() bool {
-		for _, n := range c.Nodes {
-			s := n.Server()
-			if s == nil || !s.JetStreamIsLeader() {
-				continue
-			}
-			info, err := s.Jsz(&server.JSzOptions{})
-			if err != nil || info.Meta == nil || len(info.Meta.Replicas) != len(c.Nodes)-1 {
-				return false
-			}
-			for _, p := range info.Meta.Replicas {
-				if !p.Current || p.Offline {
-					return false
-				}
-			}
-			return true
-		}
-		return false
-	}, "a JetStream meta leader that sees every peer current")
-	// Even then a slow machine may refuse the first R3 placement: prove it with a probe stream.
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	EventuallyNil(t, 60*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "READY_PROBE", Subjects: []string{"ready.probe"}, Replicas: size})
-		return err
-	}, "an R3 probe stream to be placed")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := js.DeleteStream(ctx, "READY_PROBE"); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// URLs is the comma-separated list of the cluster's client URLs.
-func (c *Cluster) URLs() string {
-	var urls []string
-	for _, n := range c.Nodes {
-		urls = append(urls, n.URL())
-	}
-	return joinComma(urls)
 }
 
 func joinComma(s []string) string {
