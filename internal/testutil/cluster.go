@@ -169,7 +169,8 @@ func StartCluster(t testing.TB) *Cluster {
 		t.Fatal(err)
 	}
 	EventuallyNil(t, 60*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		// Short attempts: one sent before there is a meta leader is never answered.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "READY_PROBE", Subjects: []string{"ready.probe"}, Replicas: size})
 		return err
