@@ -254,10 +254,12 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	streamLeader(t, js, stream) // placed with three replicas
 	var lost *testutil.NATS
-	testutil.Eventually(t, 20*time.Second, func() bool { lost = cluster.StreamLeader(stream); return lost != nil },
-		"a leader of stream %s", stream)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		info := streamInfo(js, stream)
+		lost = cluster.StreamLeader(stream)
+		return lost != nil && info != nil && info.Cluster != nil && len(info.Cluster.Replicas) == 2
+	}, "stream %s with a leader and two replicas (the exporter creates it with ha.replicas 3)", stream)
 	leader := lost.Name()
 	before := streamCount(t, js, stream)
 	lost.Stop()
@@ -292,38 +294,27 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	}
 }
 
-func streamLeader(t *testing.T, js jetstream.JetStream, stream string) string {
-	t.Helper()
-	var leader string
-	testutil.Eventually(t, 20*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s, err := js.Stream(ctx, stream)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(ctx)
-		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
-			return false
-		}
-		leader = info.Cluster.Leader
-		return true
-	}, "stream %s with a leader and two replicas (the exporter creates it with ha.replicas 3)", stream)
-	return leader
-}
-
-func streamCount(t *testing.T, js jetstream.JetStream, stream string) int {
+// streamInfo is the stream's information, nil when it cannot be had now.
+func streamInfo(js jetstream.JetStream, stream string) *jetstream.StreamInfo {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		return -1
+		return nil
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		return -1
+		return nil
 	}
-	return int(info.State.Msgs)
+	return info
+}
+
+// streamCount is how many messages the stream holds, -1 when it cannot be had now.
+func streamCount(t *testing.T, js jetstream.JetStream, stream string) int {
+	if info := streamInfo(js, stream); info != nil {
+		return int(info.State.Msgs)
+	}
+	return -1
 }
 
 // readStream reads the first n messages of the stream by sequence and groups their event ids

@@ -1,0 +1,257 @@
+// This file holds one round of coordination: let go of ended leases, acquire what this replica
+// should run, and hand over at most one controller (the hand-over record).
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/go-kit/log/level"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// reconcile lets go of ended leases, acquires what this replica should own and hands over one
+// controller that another replica should own.
+func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
+	var expired []*Lease
+	for _, l := range c.heldLeases() {
+		if !l.Valid() {
+			expired = append(expired, l)
+		}
+	}
+	c.drop(ctx, kv, expired, "expired: not renewed in time", true)
+	c.mu.Lock()
+	announce := c.announce
+	c.mu.Unlock()
+	if announce {
+		c.heartbeat(ctx, kv)
+	}
+
+	now := time.Now()
+	self := c.opts.Instance
+	type acquisition struct {
+		controller string
+		e          *entry
+	}
+	var (
+		acquire  []acquisition
+		adopt    []*Lease
+		removed  []*Lease
+		handOver *Lease
+	)
+	c.mu.Lock()
+	live := c.view.liveInstances(now, c.ttl)
+	live[self] = &instanceRecord{Instance: self, Controllers: c.controllers}
+	eligible := make(map[string][]string, len(live))
+	for id, r := range live {
+		eligible[id] = r.Controllers
+	}
+	desired := assign(eligible)
+	mine := map[string]bool{}
+	anyFree := false
+	for _, ct := range c.controllers {
+		mine[ct] = true
+		if c.held[ct] != nil {
+			continue
+		}
+		key := leaseKey(ct)
+		st := c.view.lease(key, now, c.ttl)
+		if a, ok := c.attempts[key]; ok {
+			// An acquisition whose reply was lost shows up in the bucket: it is ours since it was sent.
+			if !st.free && st.e.lease.ID == a.id && a.sent.Add(c.ttl-c.margin).After(now) {
+				l := newLease(ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl-c.margin), c.kick)
+				adopt = append(adopt, l)
+				delete(c.attempts, key)
+				continue
+			}
+			if !st.free && st.e.lease.ID != a.id || now.Sub(a.sent) > c.ttl {
+				delete(c.attempts, key)
+			}
+		}
+		if !st.free {
+			continue
+		}
+		anyFree = true
+		if desired[ct] == self || now.Sub(st.freeSince) >= c.ttl {
+			acquire = append(acquire, acquisition{ct, st.e})
+		}
+	}
+	for ct, l := range c.held {
+		if !mine[ct] {
+			removed = append(removed, l)
+		}
+	}
+	inFlight, marker := c.view.handOver(now, c.ttl)
+	if inFlight == nil && !anyFree && len(acquire) == 0 && len(adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
+		if ct := c.mover(desired, live, now); ct != "" {
+			handOver = c.held[ct]
+		}
+	}
+	c.mu.Unlock()
+
+	c.drop(ctx, kv, removed, "removed from the configuration", true)
+	for _, l := range adopt {
+		c.took(l)
+	}
+	got := make([]*Lease, len(acquire))
+	var wg sync.WaitGroup
+	for i, a := range acquire {
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i] = c.acquire(ctx, kv, a.controller, a.e) }()
+	}
+	wg.Wait()
+	for _, l := range got {
+		if l != nil {
+			c.took(l)
+		}
+	}
+	c.endHandOver(ctx, kv)
+	if handOver != nil {
+		c.lastHandOver = now
+		to := desired[handOver.controller]
+		if c.claimHandOver(ctx, kv, marker, handOver.controller, to) {
+			c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+to, true)
+		}
+	}
+}
+
+// claimHandOver writes the hand-over record, which only one replica at a time can do: the
+// views of two replicas may differ for a moment, the bucket's revision check does not. marker
+// is the record's entry as seen (a stale one is replaced over its revision).
+func (c *Coordinator) claimHandOver(ctx context.Context, kv jetstream.KeyValue, marker *entry, controller, to string) bool {
+	b, _ := json.Marshal(handOverRecord{Controller: controller, From: c.opts.Instance, To: to, At: time.Now().UTC()})
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	var rev uint64
+	var err error
+	if marker == nil || marker.deleted {
+		rev, err = kv.Create(cctx, handOverKey, b)
+	} else {
+		rev, err = kv.Update(cctx, handOverKey, b, marker.rev)
+	}
+	if isCASFailure(err) {
+		// Another replica is handing over, or the view was behind: read the key for the next look.
+		g, gerr := kv.Get(cctx, handOverKey)
+		c.mu.Lock()
+		switch {
+		case gerr == nil:
+			c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			c.view.forget(handOverKey) // gone by the bucket's max age
+		}
+		c.mu.Unlock()
+		return false
+	}
+	if err != nil {
+		c.setErr("couldn't start handing over "+controller, err)
+		return false
+	}
+	c.mu.Lock()
+	c.view.apply(handOverKey, rev, jetstream.KeyValuePut, b, time.Now())
+	c.mu.Unlock()
+	return true
+}
+
+// endHandOver deletes the hand-over record once the controller it names is held here: the
+// next one may move.
+func (c *Coordinator) endHandOver(ctx context.Context, kv jetstream.KeyValue) {
+	c.mu.Lock()
+	r, e := c.view.handOver(time.Now(), c.ttl)
+	done := r != nil && c.held[r.Controller] != nil
+	c.mu.Unlock()
+	if !done {
+		return
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if err := kv.Delete(cctx, handOverKey, jetstream.LastRevision(e.rev)); err != nil && !isCASFailure(err) {
+		level.Debug(c.logger).Log("msg", "couldn't delete the hand-over record; it expires instead", "controller", r.Controller, "err", err)
+	}
+}
+
+// mover picks the one controller to hand over now: among those held by a live replica that is
+// not their desired owner, the first by holder and name. Every replica computes the same, so
+// controllers move one at a time. It returns the controller when it is this replica's to move.
+func (c *Coordinator) mover(desired map[string]string, live map[string]*instanceRecord, now time.Time) string {
+	var bestHolder, best string
+	for ct, want := range desired {
+		holder := ""
+		if c.held[ct] != nil {
+			holder = c.opts.Instance
+		} else if st := c.view.lease(leaseKey(ct), now, c.ttl); !st.free {
+			holder = st.holder
+		}
+		if holder == "" {
+			// A controller without an owner (one just handed over, not yet taken): hand over
+			// nothing else until it has one, or two would be unowned at once.
+			return ""
+		}
+		if holder == want || live[holder] == nil {
+			continue
+		}
+		if best == "" || holder < bestHolder || holder == bestHolder && ct < best {
+			bestHolder, best = holder, ct
+		}
+	}
+	if bestHolder != c.opts.Instance || c.held[best] == nil {
+		return ""
+	}
+	return best
+}
+
+// acquire writes a lease for controller over the state e seen in the view; nil when another
+// replica was faster or NATS did not answer.
+func (c *Coordinator) acquire(ctx context.Context, kv jetstream.KeyValue, controller string, e *entry) *Lease {
+	key := leaseKey(controller)
+	id := uuid.NewString()
+	since := time.Now()
+	b := c.leaseValue(controller, id, since)
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	sent := time.Now()
+	var rev uint64
+	var err error
+	if e == nil || e.deleted {
+		rev, err = kv.Create(cctx, key, b)
+	} else {
+		rev, err = kv.Update(cctx, key, b, e.rev)
+	}
+	if isCASFailure(err) {
+		// The view was behind: read the key so that the next look is right.
+		g, gerr := kv.Get(cctx, key)
+		c.mu.Lock()
+		switch {
+		case gerr == nil:
+			c.view.apply(key, g.Revision(), g.Operation(), g.Value(), time.Now())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound) && e != nil && !e.deleted:
+			c.view.forget(key) // gone by the bucket's max age
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		c.mu.Lock()
+		c.attempts[key] = attempt{id: id, sent: sent}
+		c.mu.Unlock()
+		c.setErr("couldn't acquire lease of "+controller, err)
+		return nil
+	}
+	c.mu.Lock()
+	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
+	c.mu.Unlock()
+	return newLease(controller, key, id, since, rev, sent.Add(c.ttl-c.margin), c.kick)
+}
+
+// took makes an acquired lease held and starts the controller.
+func (c *Coordinator) took(l *Lease) {
+	c.mu.Lock()
+	c.held[l.controller] = l
+	c.transitions[l.controller]++
+	c.mu.Unlock()
+	level.Info(c.logger).Log("msg", "controller acquired", "controller", l.controller, "token", l.token)
+	c.opts.OnAcquire(l)
+}
