@@ -1,8 +1,9 @@
 package veiltest
 
-// This file holds the API's front door: §7 error bodies and JSON answers, routing,
-// authentication and /api/docs/, then the request bodies of the state-changing operations and
-// how they answer with a task (the operations themselves are in ops.go and guest.go).
+// This file holds the API's front door: §7 error bodies and JSON answers, the order of the checks
+// (404, 401/403, 405; the route table and /api/docs/ are in routes.go), then the request bodies
+// of the state-changing operations and how they answer with a task (the operations themselves
+// are in ops.go and guest.go).
 
 import (
 	"bytes"
@@ -60,15 +61,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	writeJSONBytes(w, status, b)
 }
 
-type handlers map[string]http.HandlerFunc
-
-// serveAPI resolves the path (404), then checks credentials (401/403), then the method (405).
+// serveAPI resolves the path (404), then checks credentials (401/403), then the method (405),
+// then serves the route of the table (routes.go).
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	p := strings.Trim(strings.TrimPrefix(r.URL.Path, "/api/"), "/")
-	segs := strings.Split(p, "/")
-	hs := s.resolve(segs)
-	if hs == nil {
+	if r.Method == http.MethodHead {
+		r = r.Clone(r.Context())
+		r.Method = http.MethodGet
+	}
+	pattern, allowed := s.match(r)
+	if pattern == "" && len(allowed) == 0 {
 		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
+		return
+	}
+	if s.isPublic(pattern) {
+		s.table.ServeHTTP(w, r)
 		return
 	}
 	user, e := s.authenticate(r)
@@ -76,30 +82,21 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	method := r.Method
-	if method == http.MethodHead {
-		method = http.MethodGet
-	}
-	h, ok := hs[method]
-	if !ok {
-		allowed := make([]string, 0, len(hs))
-		for m := range hs {
-			allowed = append(allowed, m)
-		}
+	if pattern == "" {
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		writeError(w, errDetail(http.StatusMethodNotAllowed, "405", txtf("Method %q not allowed.", "Метод %q не разрешён.", r.Method)))
 		return
 	}
-	if method != http.MethodGet && user == "viewer" {
+	if r.Method != http.MethodGet && user == "viewer" {
 		writeError(w, errDetail(http.StatusForbidden, "403", txt("You do not have permission to perform this action.", "У вас недостаточно прав для выполнения данного действия.")))
 		return
 	}
 	r = r.WithContext(withUser(r.Context(), user))
-	if fields := r.URL.Query().Get("fields"); fields != "" && method == http.MethodGet {
-		withFields(w, r, fields, h)
+	if fields := r.URL.Query().Get("fields"); fields != "" && r.Method == http.MethodGet {
+		withFields(w, r, fields, s.table.ServeHTTP)
 		return
 	}
-	h(w, r)
+	s.table.ServeHTTP(w, r)
 }
 
 func (s *Server) authenticate(r *http.Request) (string, *apiError) {
@@ -118,98 +115,6 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 		return "viewer", nil
 	}
 	return "", errDetail(http.StatusUnauthorized, "401", txt("Invalid token.", "Недействительный токен."))
-}
-
-func (s *Server) resolve(segs []string) handlers {
-	n := len(segs)
-	switch segs[0] {
-	case "docs":
-		if n == 1 {
-			return handlers{"GET": s.docs}
-		}
-	case "nodes":
-		switch {
-		case n == 1:
-			return handlers{"GET": s.listNodes}
-		case n == 2:
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getNode(w, r, segs[1]) }}
-		case n == 3 && segs[2] == "ballooning":
-			return handlers{"PUT": func(w http.ResponseWriter, r *http.Request) { s.ballooning(w, r, segs[1]) }}
-		}
-	case "clusters", "data-pools", "tasks", "events":
-		// Read-only collections: a list and a detail.
-		list, get := map[string]http.HandlerFunc{
-			"clusters": s.listClusters, "data-pools": s.listPools, "tasks": s.listTasks, "events": s.listEvents,
-		}[segs[0]], map[string]func(http.ResponseWriter, *http.Request, string){
-			"clusters": s.getCluster, "data-pools": s.getPool, "tasks": s.getTask, "events": s.getEvent,
-		}[segs[0]]
-		switch {
-		case n == 1:
-			return handlers{"GET": list}
-		case n == 2:
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { get(w, r, segs[1]) }}
-		case n == 3 && segs[0] == "tasks" && segs[2] == "response":
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.taskResponse(w, r, segs[1]) }}
-		}
-	case "domains":
-		switch {
-		case n == 1:
-			return handlers{"GET": s.listDomains}
-		case n == 2 && segs[1] == "backup":
-			return handlers{"POST": s.backup}
-		case n == 2:
-			return handlers{"GET": func(w http.ResponseWriter, r *http.Request) { s.getDomain(w, r, segs[1]) }}
-		case n == 3:
-			id := segs[1]
-			op := func(f func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
-				return func(w http.ResponseWriter, r *http.Request) { f(w, r, id) }
-			}
-			switch segs[2] {
-			case "start":
-				return handlers{"POST": op(s.start)}
-			case "shutdown":
-				return handlers{"POST": op(s.shutdown)}
-			case "clone":
-				return handlers{"POST": op(s.clone)}
-			case "remove":
-				return handlers{"POST": op(s.remove)}
-			case "ssh-inject":
-				return handlers{"POST": op(s.sshInject)}
-			case "template":
-				return handlers{"PUT": op(s.setTemplate)}
-			case "available-guest-cmds":
-				return handlers{"GET": op(s.availableGuestCmds)}
-			case "guest-command":
-				return handlers{"POST": op(s.guestCommand)}
-			}
-		}
-	}
-	return nil
-}
-
-var endpoints = []string{
-	"GET /api/docs/",
-	"GET /api/nodes/", "GET /api/nodes/{id}/", "PUT /api/nodes/{id}/ballooning/",
-	"GET /api/clusters/", "GET /api/clusters/{id}/",
-	"GET /api/data-pools/", "GET /api/data-pools/{id}/",
-	"GET /api/domains/", "GET /api/domains/{id}/", "POST /api/domains/{id}/start/",
-	"POST /api/domains/{id}/shutdown/", "POST /api/domains/{id}/clone/", "POST /api/domains/{id}/remove/",
-	"POST /api/domains/{id}/ssh-inject/", "PUT /api/domains/{id}/template/", "POST /api/domains/backup/",
-	"GET /api/domains/{id}/available-guest-cmds/", "POST /api/domains/{id}/guest-command/",
-	"GET /api/tasks/", "GET /api/tasks/{id}/", "GET /api/tasks/{id}/response/", "GET /api/events/", "GET /api/events/{id}/",
-}
-
-func (s *Server) docs(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"title":        "VeiL platform API (veiltest simulator)",
-		"endpoints":    endpoints,
-		"pagination":   "limit (0..100, default 100, larger values are clamped), offset",
-		"async":        "state-changing operations: with ?async=1 202 and {_task, _entity} (profile alternative: {_task, entity}); without it 200 and the resource once the task is done",
-		"profile":      s.opts.Profile,
-		"languages":    "Accept-Language: en (default) or ru",
-		"auth":         "Authorization: jwt <token>",
-		"events_order": s.opts.EventsOrder,
-	})
 }
 
 // ---- request bodies ----

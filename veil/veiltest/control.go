@@ -4,19 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 )
-
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/api/", s.api(http.HandlerFunc(s.serveAPI)))
-	mux.HandleFunc("/_sim/", s.serveControl)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
-	})
-	return mux
-}
 
 // ---- scenario drivers: changes made "behind the API", as an operator or a failure would ----
 
@@ -279,35 +268,50 @@ func (d *jsonDuration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// serveControl serves the control routes of the table (routes.go); an unknown one is a 404.
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
-	p := strings.Trim(strings.TrimPrefix(r.URL.Path, "/_sim/"), "/")
-	segs := strings.Split(p, "/")
-	bad := func(err error) { writeError(w, errDetail(http.StatusBadRequest, "400", txt(err.Error(), ""))) }
-	decode := func(v any) bool {
-		if r.ContentLength == 0 {
-			return true
-		}
-		if err := json.NewDecoder(r.Body).Decode(v); err != nil {
-			bad(fmt.Errorf("bad JSON body: %w", err))
-			return false
-		}
+	if pattern, _ := s.match(r); pattern == "" {
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown control endpoint "+r.Method+" "+r.URL.Path, "")))
+		return
+	}
+	s.table.ServeHTTP(w, r)
+}
+
+// decodeBody reads an optional JSON body into v; false (and a 400 written) when it is not JSON.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if r.ContentLength == 0 {
 		return true
 	}
-	post := r.Method == http.MethodPost
-	get := r.Method == http.MethodGet
-	ok := map[string]any{"ok": true}
-	switch {
-	case get && p == "state":
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		badRequest(w, fmt.Errorf("bad JSON body: %w", err))
+		return false
+	}
+	return true
+}
+
+func badRequest(w http.ResponseWriter, err error) {
+	writeError(w, errDetail(http.StatusBadRequest, "400", txt(err.Error(), "")))
+}
+
+// okBody is the answer of a control call that has nothing else to say.
+var okBody = map[string]any{"ok": true}
+
+var controlRoutes = []route{
+	{"GET /_sim/state", "counts of nodes, VMs, tasks, events", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Summary())
-	case get && p == "ids":
+	}},
+	{"GET /_sim/ids", "ids of nodes, clusters, datapools, VMs", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string][]string{"nodes": s.NodeIDs(), "clusters": s.ClusterIDs(),
 			"datapools": s.DatapoolIDs(), "domains": s.DomainIDs()})
-	case get && p == "requests":
+	}},
+	{"GET /_sim/requests", "the request log", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Requests())
-	case post && p == "requests/reset":
+	}},
+	{"POST /_sim/requests/reset", "empty the request log", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		s.ResetRequests()
-		writeJSON(w, http.StatusOK, ok)
-	case post && p == "events":
+		writeJSON(w, http.StatusOK, okBody)
+	}},
+	{"POST /_sim/events", "add events: {n, type, same_created, message, entity_class}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct {
 			N           int    `json:"n"`
 			Type        string `json:"type"`
@@ -315,41 +319,46 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 			Message     string `json:"message"`
 			EntityClass string `json:"entity_class"`
 		}
-		if decode(&b) {
+		if decodeBody(w, r, &b) {
 			writeJSON(w, http.StatusOK, map[string]any{"ids": s.AddEvents(b.N, EventSpec{Type: b.Type,
 				SameCreated: b.SameCreated, Message: b.Message, EntityClass: b.EntityClass})})
 		}
-	case post && p == "events/delete_oldest":
+	}},
+	{"POST /_sim/events/delete_oldest", "delete the oldest events: {n}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct{ N int }
-		if decode(&b) {
+		if decodeBody(w, r, &b) {
 			writeJSON(w, http.StatusOK, map[string]any{"deleted": s.DeleteOldestEvents(b.N)})
 		}
-	case post && p == "event_rate":
+	}},
+	{"POST /_sim/event_rate", "background operations per second: {per_second}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct {
 			PerSecond float64 `json:"per_second"`
 		}
-		if decode(&b) {
+		if decodeBody(w, r, &b) {
 			s.SetEventRate(b.PerSecond)
-			writeJSON(w, http.StatusOK, ok)
+			writeJSON(w, http.StatusOK, okBody)
 		}
-	case post && p == "latency":
+	}},
+	{"POST /_sim/latency", "answer latency: {fixed, jitter}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct{ Fixed, Jitter jsonDuration }
-		if decode(&b) {
+		if decodeBody(w, r, &b) {
 			s.SetLatency(time.Duration(b.Fixed), time.Duration(b.Jitter))
-			writeJSON(w, http.StatusOK, ok)
+			writeJSON(w, http.StatusOK, okBody)
 		}
-	case post && p == "fault_rate":
+	}},
+	{"POST /_sim/fault_rate", "share of requests answered with a random fault: {rate}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct{ Rate float64 }
-		if decode(&b) {
+		if decodeBody(w, r, &b) {
 			s.SetFaultRate(b.Rate)
-			writeJSON(w, http.StatusOK, ok)
+			writeJSON(w, http.StatusOK, okBody)
 		}
-	case post && p == "faults":
+	}},
+	{"POST /_sim/faults", "faults by path: [{path, kind, status, latency, ...}]", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var fs []struct {
 			Fault
 			Latency jsonDuration `json:"latency"`
 		}
-		if decode(&fs) {
+		if decodeBody(w, r, &fs) {
 			out := make([]Fault, len(fs))
 			for i, f := range fs {
 				out[i] = f.Fault
@@ -358,35 +367,37 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 			s.SetFaults(out...)
 			writeJSON(w, http.StatusOK, map[string]any{"faults": len(out)})
 		}
-	case post && p == "domains/add":
+	}},
+	{"POST /_sim/domains/add", "add VMs: {n}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct{ N int }
-		if decode(&b) {
+		if decodeBody(w, r, &b) {
 			writeJSON(w, http.StatusOK, map[string]any{"ids": s.AddVMs(b.N)})
 		}
-	case post && len(segs) == 3 && segs[0] == "nodes" && segs[2] == "status":
+	}},
+	{"POST /_sim/nodes/{id}/status", "set a node's status: {status}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct{ Status string }
-		if decode(&b) {
-			if err := s.SetNodeStatus(segs[1], b.Status); err != nil {
-				bad(err)
+		if decodeBody(w, r, &b) {
+			if err := s.SetNodeStatus(r.PathValue("id"), b.Status); err != nil {
+				badRequest(w, err)
 				return
 			}
-			writeJSON(w, http.StatusOK, ok)
+			writeJSON(w, http.StatusOK, okBody)
 		}
-	case post && len(segs) == 3 && segs[0] == "domains":
-		s.controlDomain(w, r, segs[1], segs[2], decode, bad)
-	default:
-		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown control endpoint "+r.Method+" "+r.URL.Path, "")))
-	}
+	}},
+	{"POST /_sim/domains/{id}/{action}", "power_off, power_on, delete, migrate {node}, agent {running}, hang {hang}, clock_offset {seconds}", false,
+		func(s *Server, w http.ResponseWriter, r *http.Request) {
+			s.controlDomain(w, r, r.PathValue("id"), r.PathValue("action"))
+		}},
 }
 
-func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, action string, decode func(any) bool, bad func(error)) {
+func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, action string) {
 	var b struct {
 		Node    string  `json:"node"`
 		Running bool    `json:"running"`
 		Hang    bool    `json:"hang"`
 		Seconds float64 `json:"seconds"`
 	}
-	if !decode(&b) {
+	if !decodeBody(w, r, &b) {
 		return
 	}
 	var err error
@@ -410,8 +421,8 @@ func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, actio
 		return
 	}
 	if err != nil {
-		bad(err)
+		badRequest(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	writeJSON(w, http.StatusOK, okBody)
 }

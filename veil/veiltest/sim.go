@@ -172,10 +172,13 @@ type Server struct {
 
 	opts    Options
 	handler http.Handler
-	srv     *http.Server
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	close   sync.Once
+	// table serves every route of routes.go; apiRoutes and controlRoutes are those routes.
+	table                    *http.ServeMux
+	apiRoutes, controlRoutes []route
+	srv                      *http.Server
+	stop                     chan struct{}
+	wg                       sync.WaitGroup
+	close                    sync.Once
 
 	mu sync.Mutex // guards everything below up to the request log
 	st state
