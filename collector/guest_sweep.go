@@ -84,6 +84,17 @@ func (g *GuestChecker) RunStatus() []runstatus.Status {
 	return []runstatus.Status{st}
 }
 
+// lastSweepEnd is when the last full sweep ended (zero before the first): Status without the
+// coverage count, which walks every VM under the checker's lock.
+func (g *GuestChecker) lastSweepEnd() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.sweep.done {
+		return time.Time{}
+	}
+	return g.sweep.end
+}
+
 // Status reports guest-check coverage and the last sweep.
 func (g *GuestChecker) Status() GuestStatus {
 	inv := g.snapshot()

@@ -73,13 +73,16 @@ func (s *Server) routes() http.Handler {
 // platform routes /api/domains/backup/ before /api/domains/{id}/: a GET there is a 405, not a
 // VM named "backup".
 func (s *Server) match(r *http.Request) (pattern string, allowed []string) {
+	// The request's own method first: a route without wildcards is the most literal there is.
+	if _, p := s.table.Handler(r); p != "" && !strings.Contains(strings.TrimSuffix(p, "{$}"), "{") {
+		return p, nil
+	}
 	best, bestWild := "", -1
 	byMethod := map[string]string{}
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		q := r
 		if m != r.Method {
-			q = r.Clone(r.Context())
-			q.Method = m
+			q = &http.Request{Method: m, URL: r.URL, Host: r.Host} // all the mux looks at
 		}
 		_, p := s.table.Handler(q)
 		if p == "" {
