@@ -136,6 +136,22 @@ func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
 		}
 	}
 
+	// A reload may not change the ha section while replicas run: refused, the old one goes on.
+	cfgA := filepath.Join(dir, "pod-a.yaml")
+	body, err := os.ReadFile(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgA, []byte(strings.Replace(string(body), "lease_ttl: 3s", "lease_ttl: 4s", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := ds["pod-a"].do(t, http.MethodPost, "/-/reload"); code != http.StatusInternalServerError || !strings.Contains(msg, "the ha section changed") {
+		t.Errorf("reload changing ha.lease_ttl = %d %q, want refused", code, msg)
+	}
+	if err := os.WriteFile(cfgA, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	// Stop the replica that runs the most (SIGTERM): the others take its controllers over at
 	// once, well before its leases could expire, and forward what comes meanwhile exactly once.
 	victim := "pod-a"
