@@ -342,6 +342,14 @@ func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, ancho
 	pl := fw.startPipeline(ctx)
 	next, err := fw.readPages(ctx, pos, b, count, anchored, pl)
 	n, perr := pl.close()
+	fw.mu.Lock()
+	switch {
+	case perr != nil && ctx.Err() == nil:
+		fw.serialLeft = serialEvents // what failed goes out again one at a time, in order
+	case pl.serial:
+		fw.serialLeft = max(0, fw.serialLeft-n)
+	}
+	fw.mu.Unlock()
 	if perr != nil {
 		return n, perr // a publish failure or a lost position outranks what reading saw
 	}

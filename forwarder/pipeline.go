@@ -53,7 +53,18 @@ type pipeline struct {
 	epoch    uint64
 	sent     int64
 	resolved atomic.Int64
+
+	// serial (after a failure): one event at a time, each sent only once the one before was
+	// acknowledged. Pipelined, a failure in the middle of a flight may be followed by later
+	// messages of that flight being stored, ahead of the one that failed and is sent again
+	// (seen: a stream full for a while, then not); one at a time, the retry keeps the order.
+	serial bool
+	step   chan struct{} // a batch resolved (serial only)
+	ctx    context.Context
 }
+
+// serialEvents is how many events are published one at a time after a failure.
+const serialEvents = 100
 
 type sentBatch struct {
 	events []veil.Event
@@ -72,8 +83,15 @@ func (fw *Forwarder) startPipeline(ctx context.Context) *pipeline {
 	}
 	size := max(1, min(pending/4, maxBatchEvents))
 	depth := min(max(0, pending/size-2), 8)
+	fw.mu.Lock()
+	serial := fw.serialLeft > 0 && fw.opts.Conn.js != nil
+	fw.mu.Unlock()
+	if serial {
+		size, depth = 1, 0
+	}
 	p := &pipeline{fw: fw, size: size, atMostOnce: fw.opts.Conn.js == nil, nc: fw.opts.Conn.nc,
-		queue: make(chan sentBatch, depth), failed: make(chan struct{}), done: make(chan struct{})}
+		queue: make(chan sentBatch, depth), failed: make(chan struct{}), done: make(chan struct{}),
+		serial: serial, step: make(chan struct{}, 1), ctx: ctx}
 	p.epoch = reconnects(p.nc)
 	go p.acknowledge(ctx)
 	return p
@@ -100,6 +118,15 @@ func (p *pipeline) send(batch []veil.Event) error {
 			return p.sendErr
 		}
 		p.epoch = r // nothing in flight: the new connection is a clean start
+	}
+	for p.serial && p.resolved.Load() != p.sent {
+		select {
+		case <-p.step:
+		case <-p.failed:
+			return p.err
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
 	}
 	fw := p.fw
 	if fw.opts.Fence != nil && !fw.opts.Fence() {
@@ -162,6 +189,10 @@ func (p *pipeline) acknowledge(ctx context.Context) {
 		n, err := b.wait(ctx)
 		if err == nil {
 			p.resolved.Add(1)
+			select {
+			case p.step <- struct{}{}:
+			default:
+			}
 		}
 		if n > 0 {
 			pos = fw.acknowledged(b.events[:n], b.msgs[:n])
