@@ -199,7 +199,11 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 	for _, order := range []string{"oldest_first", "newest_first"} {
 		c := "BenchmarkCatchUp/" + order
 		rate, ratio := r.get(c, "events/s"), r.get(c, "ratio", "ratio_to_floor", "ratio-to-floor")
-		figs = append(figs, figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, ratio)), "page floor", ratio, ">=", 0.9))
+		f := figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, ratio)), "page floor", ratio, ">=", 0.9)
+		if nom, ms := r.get(c, "ratio_nominal"), r.get(c, "answer_ms"); len(nom) > 0 && len(ms) > 0 {
+			f.Note = fmt.Sprintf("floor from the simulator's measured answer time %.2f ms per page; %.3f of the nominal 20 ms floor", median(ms), median(nom))
+		}
+		figs = append(figs, f)
 	}
 
 	d := "BenchmarkSteadyStateDelay"
