@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // writeOrdered writes one page of items given in the collection's default order, ordered
@@ -47,15 +48,31 @@ func filter(q url.Values, name string) (string, bool) {
 	return v, v != ""
 }
 
-func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
+// detail answers one object: find looks it up under the state's lock, at now, and returns what
+// to answer (encoded as JSON, or []byte already encoded); not found is the platform's 404 with
+// notFound as its text.
+func (s *Server) detail(w http.ResponseWriter, notFound text, find func(now time.Time) (any, bool)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.st.nodeByID[id]
-	if !ok {
-		writeError(w, errNotFound(txt("Node is not found.", "Узел не найден.")))
-		return
+	v, ok := find(s.now())
+	switch b, raw := v.([]byte); {
+	case !ok:
+		writeError(w, errNotFound(notFound))
+	case raw:
+		writeJSONBytes(w, http.StatusOK, b)
+	default:
+		writeJSON(w, http.StatusOK, v)
 	}
-	writeJSON(w, http.StatusOK, n.detail(s.now()))
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request, id string) {
+	s.detail(w, txt("Node is not found.", "Узел не найден."), func(now time.Time) (any, bool) {
+		n, ok := s.st.nodeByID[id]
+		if !ok {
+			return nil, false
+		}
+		return n.detail(now), true
+	})
 }
 
 func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
@@ -72,14 +89,13 @@ func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getCluster(w http.ResponseWriter, r *http.Request, id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.st.clByID[id]
-	if !ok {
-		writeError(w, errNotFound(txt("Cluster is not found.", "Кластер не найден.")))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.st.clusterWire(c, true))
+	s.detail(w, txt("Cluster is not found.", "Кластер не найден."), func(time.Time) (any, bool) {
+		c, ok := s.st.clByID[id]
+		if !ok {
+			return nil, false
+		}
+		return s.st.clusterWire(c, true), true
+	})
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
@@ -113,14 +129,13 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request, id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, ok := s.st.poolByID[id]
-	if !ok {
-		writeError(w, errNotFound(txt("Data pool is not found.", "Пул данных не найден.")))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.st.poolWire(d))
+	s.detail(w, txt("Data pool is not found.", "Пул данных не найден."), func(time.Time) (any, bool) {
+		d, ok := s.st.poolByID[id]
+		if !ok {
+			return nil, false
+		}
+		return s.st.poolWire(d), true
+	})
 }
 
 func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) {
@@ -240,16 +255,14 @@ func domainFilter(q url.Values) func(*domain) bool {
 }
 
 func (s *Server) getDomain(w http.ResponseWriter, r *http.Request, id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	s.st.advance(now)
-	d, ok := s.st.domainByID[id]
-	if !ok {
-		writeError(w, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена.")))
-		return
-	}
-	writeJSON(w, http.StatusOK, d.detail(now))
+	s.detail(w, txt("Virtual machine is not found.", "Виртуальная машина не найдена."), func(now time.Time) (any, bool) {
+		s.st.advance(now)
+		d, ok := s.st.domainByID[id]
+		if !ok {
+			return nil, false
+		}
+		return d.detail(now), true
+	})
 }
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
@@ -304,16 +317,14 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request, id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	s.st.advance(now)
-	t, ok := s.st.taskByID[id]
-	if !ok {
-		writeError(w, errNotFound(txt("Task is not found.", "Задача не найдена.")))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.st.taskDetail(t, now, reqLang(r)))
+	s.detail(w, txt("Task is not found.", "Задача не найдена."), func(now time.Time) (any, bool) {
+		s.st.advance(now)
+		t, ok := s.st.taskByID[id]
+		if !ok {
+			return nil, false
+		}
+		return s.st.taskDetail(t, now, reqLang(r)), true
+	})
 }
 
 // taskResponse is the result of a task's operation (what a synchronous call answers): the
@@ -400,12 +411,11 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ev, ok := s.st.events.byID[id]
-	if !ok {
-		writeError(w, errNotFound(txt("Event is not found.", "Событие не найдено.")))
-		return
-	}
-	writeJSONBytes(w, http.StatusOK, ev.bytes(reqLang(r)))
+	s.detail(w, txt("Event is not found.", "Событие не найдено."), func(time.Time) (any, bool) {
+		ev, ok := s.st.events.byID[id]
+		if !ok {
+			return nil, false
+		}
+		return ev.bytes(reqLang(r)), true
+	})
 }
