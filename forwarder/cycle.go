@@ -346,8 +346,8 @@ func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, ancho
 	switch {
 	case perr != nil && ctx.Err() == nil:
 		fw.serialLeft = serialEvents // what failed goes out again one at a time, in order
-	case pl.serial:
-		fw.serialLeft = max(0, fw.serialLeft-n)
+	default:
+		fw.serialLeft = pl.serial // what this cycle did not send of it
 	}
 	fw.mu.Unlock()
 	if perr != nil {

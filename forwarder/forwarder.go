@@ -111,23 +111,27 @@ type Forwarder struct {
 	// serialLeft is how many events are still to be published one at a time after a failure
 	// (pipeline.go); guarded by mu.
 	serialLeft int
-	backlog    int
-	published  map[pubKey]uint64
-	classes    map[string]bool // entity_class label values in use, at most maxEntityClasses
-	pubErrors  uint64
-	dups       uint64
-	gaps       uint64
-	episodes   uint64
-	lastGap    GapEpisode
-	lastAcked  time.Time // wall clock of the last acknowledgement (not the event's created)
-	lastErr    string
-	notReady   string // why NATS, stream or position store keep events back; "" when they don't
-	stopped    bool
-	cycleOK    bool
-	cycleDur   time.Duration
-	lastOK     time.Time
-	gapLogged  bool
-	failures   failureLog
+	// epoch is the connection's reconnect count the last pipeline started under (epochSeen once
+	// one did): a new connection sends its first event alone (pipeline.go). Guarded by mu.
+	epoch     uint64
+	epochSeen bool
+	backlog   int
+	published map[pubKey]uint64
+	classes   map[string]bool // entity_class label values in use, at most maxEntityClasses
+	pubErrors uint64
+	dups      uint64
+	gaps      uint64
+	episodes  uint64
+	lastGap   GapEpisode
+	lastAcked time.Time // wall clock of the last acknowledgement (not the event's created)
+	lastErr   string
+	notReady  string // why NATS, stream or position store keep events back; "" when they don't
+	stopped   bool
+	cycleOK   bool
+	cycleDur  time.Duration
+	lastOK    time.Time
+	gapLogged bool
+	failures  failureLog
 	// recent is a ring of the last acknowledged events; recentN counts all ever added.
 	recent  [recentLen]RecentEvent
 	recentN int

@@ -54,16 +54,21 @@ type pipeline struct {
 	sent     int64
 	resolved atomic.Int64
 
-	// serial (after a failure): one event at a time, each sent only once the one before was
-	// acknowledged. Pipelined, a failure in the middle of a flight may be followed by later
-	// messages of that flight being stored, ahead of the one that failed and is sent again
-	// (seen: a stream full for a while, then not); one at a time, the retry keeps the order.
-	serial bool
-	step   chan struct{} // a batch resolved (serial only)
-	ctx    context.Context
+	// serial is how many events are still to be sent one at a time, each only once the one
+	// before was acknowledged; then batches of fullSize are pipelined again. Pipelined, a
+	// failure in the middle of a flight may be followed by later messages of that flight being
+	// stored ahead of the one that failed and is sent again (seen: a stream full for a while,
+	// then not; a new connection whose server had not yet learnt of the stream: "no
+	// responders" for the first messages only). One at a time, what follows keeps its place.
+	serial   int
+	waitNext bool // the last batch was sent one at a time: the next waits for it
+	fullSize int
+	step     chan struct{} // a batch resolved
+	ctx      context.Context
 }
 
-// serialEvents is how many events are published one at a time after a failure.
+// serialEvents is how many events are published one at a time after a failure; after a new
+// connection, the first one is.
 const serialEvents = 100
 
 type sentBatch struct {
@@ -84,14 +89,21 @@ func (fw *Forwarder) startPipeline(ctx context.Context) *pipeline {
 	size := max(1, min(pending/4, maxBatchEvents))
 	depth := min(max(0, pending/size-2), 8)
 	fw.mu.Lock()
-	serial := fw.serialLeft > 0 && fw.opts.Conn.js != nil
-	fw.mu.Unlock()
-	if serial {
-		size, depth = 1, 0
+	if e := reconnects(fw.opts.Conn.nc); !fw.epochSeen || e != fw.epoch {
+		fw.epochSeen, fw.epoch = true, e
+		fw.serialLeft = max(fw.serialLeft, 1) // the first message proves the stream reachable
 	}
-	p := &pipeline{fw: fw, size: size, atMostOnce: fw.opts.Conn.js == nil, nc: fw.opts.Conn.nc,
+	serial := 0
+	if fw.opts.Conn.js != nil {
+		serial = fw.serialLeft
+	}
+	fw.mu.Unlock()
+	p := &pipeline{fw: fw, size: size, fullSize: size, atMostOnce: fw.opts.Conn.js == nil, nc: fw.opts.Conn.nc,
 		queue: make(chan sentBatch, depth), failed: make(chan struct{}), done: make(chan struct{}),
 		serial: serial, step: make(chan struct{}, 1), ctx: ctx}
+	if serial > 0 {
+		p.size = 1
+	}
 	p.epoch = reconnects(p.nc)
 	go p.acknowledge(ctx)
 	return p
@@ -119,7 +131,7 @@ func (p *pipeline) send(batch []veil.Event) error {
 		}
 		p.epoch = r // nothing in flight: the new connection is a clean start
 	}
-	for p.serial && p.resolved.Load() != p.sent {
+	for p.waitNext && p.resolved.Load() != p.sent {
 		select {
 		case <-p.step:
 		case <-p.failed:
@@ -141,6 +153,12 @@ func (p *pipeline) send(batch []veil.Event) error {
 	var err error
 	b.sent, b.wait, err = fw.pub.send(msgs, p.epoch)
 	p.sent++
+	p.waitNext = p.serial > 0
+	if p.serial > 0 {
+		if p.serial -= len(batch); p.serial <= 0 {
+			p.serial, p.size = 0, p.fullSize
+		}
+	}
 	p.queue <- b
 	if err != nil {
 		p.sendErr = err
