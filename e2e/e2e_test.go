@@ -50,6 +50,23 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// goBuild builds the project's commands (./cmd/...) into a temp dir of tb and returns it; each
+// binary is named after its command.
+func goBuild(tb testing.TB, cmds ...string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	build := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, cmds...)...)
+	build.Dir = filepath.Dir(wd)
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
+}
+
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
@@ -194,12 +211,7 @@ func operatorKit(t *testing.T, profile string) {
 		}
 	}
 
-	exporter := filepath.Join(dir, "veil-exporter")
-	build := exec.Command("go", "build", "-o", exporter, "./cmd/veil-exporter")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exporter := filepath.Join(goBuild(t, "./cmd/veil-exporter"), "veil-exporter")
 
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(sim.Token+"\n"), 0o600); err != nil {

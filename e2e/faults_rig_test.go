@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,14 +28,8 @@ type faultBinaries struct{ exporter, sim string }
 
 func buildFaultBinaries(t *testing.T) faultBinaries {
 	t.Helper()
-	dir := t.TempDir()
-	b := faultBinaries{exporter: filepath.Join(dir, "veil-exporter"), sim: filepath.Join(dir, "veil-sim")}
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/veil-exporter", "./cmd/veil-sim")
-	build.Dir = repoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return b
+	dir := goBuild(t, "./cmd/veil-exporter", "./cmd/veil-sim")
+	return faultBinaries{exporter: filepath.Join(dir, "veil-exporter"), sim: filepath.Join(dir, "veil-sim")}
 }
 
 // faultRig is one row's world: a simulator process, an embedded NATS server, the exporter.
@@ -414,34 +407,4 @@ func (r *faultRig) streamIDs(want int) ([]string, error) {
 		}
 	}
 	return ids, nil
-}
-
-func checkExactlyOnceInOrder(t *testing.T, want, got []string) {
-	t.Helper()
-	seen := map[string]int{}
-	for _, id := range got {
-		seen[id]++
-	}
-	var doubled, missing []string
-	for id, n := range seen {
-		if n > 1 {
-			doubled = append(doubled, fmt.Sprintf("%s×%d", id, n))
-		}
-	}
-	for _, id := range want {
-		if seen[id] == 0 {
-			missing = append(missing, id)
-		}
-	}
-	if len(doubled) > 0 || len(missing) > 0 {
-		t.Fatalf("%d events in the journal, %d on the stream: doubled %v, missing %v", len(want), len(got), doubled, missing)
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d events in the journal, %d on the stream", len(want), len(got))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("out of order at %d: stream has %s, journal has %s", i, got[i], want[i])
-		}
-	}
 }

@@ -232,7 +232,7 @@ func runFaultRow(t *testing.T, bins faultBinaries, row faultRow) {
 		return err
 	}, "the exporter to recover and forward all %d events", len(want))
 	recovered := time.Since(removed)
-	checkExactlyOnceInOrder(t, want, got)
+	exactlyOnceInOrder(t, row.name, want, got)
 
 	r.checkEpisodes(row, mark)
 	n, longest, problems := scrapes.finish()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,13 +25,7 @@ import (
 func BenchmarkReplicas(b *testing.B) {
 	cluster := testutil.StartCluster(b)
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "veil-exporter")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/veil-exporter")
-	wd, _ := os.Getwd()
-	build.Dir = filepath.Dir(wd)
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := filepath.Join(goBuild(b, "./cmd/veil-exporter"), "veil-exporter")
 	const token = "ha-bench-token"
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte(token), 0o600)
@@ -97,21 +90,9 @@ func BenchmarkReplicas(b *testing.B) {
 		reps[inst] = proc(inst, fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, leaseTTL))
 		reps[inst].start()
 	}
-	ownerOf := func(live map[string]*replicaProc) map[string][]string {
-		o := map[string][]string{}
-		for inst, p := range live {
-			for _, ct := range p.runs() {
-				o[ct] = append(o[ct], inst)
-			}
-		}
-		return o
-	}
 	settled := func(live map[string]*replicaProc) bool {
-		o := ownerOf(live)
-		for _, n := range names {
-			if len(o[n]) != 1 {
-				return false
-			}
+		if !oneOwnerEach(live, names) {
+			return false
 		}
 		for _, p := range live {
 			if len(p.runs()) == 0 {
@@ -126,7 +107,7 @@ func BenchmarkReplicas(b *testing.B) {
 	three := requests()
 
 	// kill -9 the owner of c0 and time the move.
-	victim := ownerOf(reps)["c0"][0]
+	victim := ownersOf(reps)["c0"][0]
 	rest := map[string]*replicaProc{}
 	for inst, p := range reps {
 		if inst != victim {
@@ -136,15 +117,7 @@ func BenchmarkReplicas(b *testing.B) {
 	killed := time.Now()
 	reps[victim].signal(syscall.SIGKILL)
 	reps[victim].wait()
-	testutil.Eventually(b, leaseTTL+30*time.Second, func() bool {
-		o := ownerOf(rest)
-		for _, n := range names {
-			if len(o[n]) != 1 {
-				return false
-			}
-		}
-		return true
-	}, "the killed replica's controllers to move")
+	testutil.Eventually(b, leaseTTL+30*time.Second, func() bool { return oneOwnerEach(rest, names) }, "the killed replica's controllers to move")
 	takeover := time.Since(killed)
 
 	bound := leaseTTL + 2*time.Second

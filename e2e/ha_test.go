@@ -110,12 +110,7 @@ func (p *replicaProc) runs() []string {
 func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	cluster := testutil.StartCluster(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "veil-exporter")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/veil-exporter")
-	build.Dir = repoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := filepath.Join(goBuild(t, "./cmd/veil-exporter"), "veil-exporter")
 	const token = "ha-e2e-token"
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte(token), 0o600)
@@ -184,24 +179,15 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	}()
 
 	// owners maps each controller to the live replicas that say they run it.
-	owners := func(live ...string) map[string][]string {
-		o := map[string][]string{}
-		for _, inst := range live {
-			for _, ct := range procs[inst].runs() {
-				o[ct] = append(o[ct], inst)
-			}
+	live := func(insts ...string) map[string]*replicaProc {
+		m := map[string]*replicaProc{}
+		for _, i := range insts {
+			m[i] = procs[i]
 		}
-		return o
+		return m
 	}
-	oneEach := func(live ...string) bool {
-		o := owners(live...)
-		for _, n := range names {
-			if len(o[n]) != 1 {
-				return false
-			}
-		}
-		return true
-	}
+	owners := func(insts ...string) map[string][]string { return ownersOf(live(insts...)) }
+	oneEach := func(insts ...string) bool { return oneOwnerEach(live(insts...), names) }
 	all := []string{"pod-a", "pod-b", "pod-c"}
 	without := func(inst string) []string {
 		return slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == inst })
@@ -292,6 +278,28 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	for _, n := range names {
 		exactlyOnceInOrder(t, n, created[n], got[n])
 	}
+}
+
+// ownersOf maps each controller to the replicas whose /metrics say they run it.
+func ownersOf(procs map[string]*replicaProc) map[string][]string {
+	o := map[string][]string{}
+	for inst, p := range procs {
+		for _, ct := range p.runs() {
+			o[ct] = append(o[ct], inst)
+		}
+	}
+	return o
+}
+
+// oneOwnerEach says whether each of names is run by exactly one of procs.
+func oneOwnerEach(procs map[string]*replicaProc, names []string) bool {
+	o := ownersOf(procs)
+	for _, n := range names {
+		if len(o[n]) != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // streamInfo is the stream's information, nil when it cannot be had now.
