@@ -2,21 +2,35 @@ package forwarder
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
 // BenchmarkCatchUp publishes a 100,000-event backlog with 20 ms simulator latency per page and
-// reports throughput as a ratio to the floor: a page (events.page_size, 100 by default) per 20 ms
-// times the pages read concurrently. Run with -benchtime=1x.
+// reports throughput as a ratio to the floor: a page (events.page_size, 100 by default) per answer
+// time times the pages read concurrently. Run with -benchtime=1x.
+//
+// The simulator runs as a process of its own (bin/veil-sim, built once), as the platform does in
+// production and as the inventory benchmarks have it: in the benchmark's process its heap (the
+// backlog, its request log) and its goroutines would share the exporter's garbage collector and
+// scheduler, and time the platform spends would be counted as the forwarder's.
 //
 // ratio (events/s) is measured from Run's start, so it includes the start-up (position load and
 // save, locating the boundary, the first page): about 50 ms, two round trips, once per backlog.
@@ -28,13 +42,12 @@ func BenchmarkCatchUp(b *testing.B) {
 			const backlog = 100_000
 			latency := benchLatency()
 			for range b.N {
-				r := newRig(b, veiltest.Options{EventsOrder: order, InitialTasks: -1}, order, "earliest")
-				r.sim.AddEvents(backlog, veiltest.EventSpec{})
-				r.sim.SetLatency(latency, 0)
+				r := newRig(b, veiltest.Options{InitialTasks: -1}, order, "earliest")
+				sim := startSimProcess(b, "--initial-events", strconv.Itoa(backlog), "--events-order", order, "--latency", latency.String())
 				// The client's limit is what the platform sees: the same as the forwarder's
 				// concurrency, as the daemon wires it (controllers[].max_concurrency).
 				var err error
-				r.cli, err = veil.New(veil.Config{URL: r.sim.URL, Token: r.sim.Token, MaxConcurrency: catchUpPages, MaxRetries: 5, RetryBaseDelay: 5 * time.Millisecond})
+				r.cli, err = veil.New(veil.Config{URL: sim.url, Token: sim.token, MaxConcurrency: catchUpPages, MaxRetries: 5, RetryBaseDelay: 5 * time.Millisecond})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -69,18 +82,24 @@ func BenchmarkCatchUp(b *testing.B) {
 					b.ReportMetric(rateFirst, "events_from_first/s")
 				}
 				b.ReportMetric(el.Seconds(), "s/backlog")
-				if n := r.sim.InFlightMax(); n > fw.concurrency() {
-					b.Fatalf("%d requests in flight at the platform, budget %d", n, fw.concurrency())
+				var state struct {
+					InFlightMax int `json:"in_flight_max"`
+				}
+				sim.get(b, "/_sim/state", &state)
+				if state.InFlightMax > fw.concurrency() {
+					b.Fatalf("%d requests in flight at the platform, budget %d", state.InFlightMax, fw.concurrency())
 				}
 				if latency > 0 {
 					// The floor is what the platform allowed in this run: pages of fw.page events,
 					// concurrency at a time, each taking the time the simulator took to answer it
-					// (its log: the configured latency plus its timer's overshoot and its own
-					// work, about 1.2 ms on this machine). The nominal floor assumes exactly the
-					// configured latency.
+					// (its request log: the configured latency plus its timer's overshoot and its
+					// own work, about 1 ms on this machine). The nominal floor assumes exactly
+					// the configured latency.
+					var reqs []veiltest.Request
+					sim.get(b, "/_sim/requests", &reqs)
 					var sum time.Duration
 					var n int
-					for _, q := range r.sim.Requests() {
+					for _, q := range reqs {
 						if q.Path == "/api/events/" && !q.Start.Before(start) {
 							sum += q.Duration
 							n++
@@ -101,6 +120,64 @@ func BenchmarkCatchUp(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// simProcess is a veil-sim process on a free loopback port, stopped when the benchmark ends.
+type simProcess struct{ url, token string }
+
+var (
+	simBuild    sync.Once
+	simBin      string
+	simBuildErr error
+)
+
+func startSimProcess(b *testing.B, args ...string) *simProcess {
+	b.Helper()
+	simBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "veil-sim-bench-")
+		if err != nil {
+			simBuildErr = err
+			return
+		}
+		simBin = filepath.Join(dir, "veil-sim")
+		if out, err := exec.Command("go", "build", "-o", simBin, "github.com/veil-exporter/veil-exporter/cmd/veil-sim").CombinedOutput(); err != nil {
+			simBuildErr = fmt.Errorf("build veil-sim: %v\n%s", err, out)
+		}
+	})
+	if simBuildErr != nil {
+		b.Fatal(simBuildErr)
+	}
+	p := &simProcess{url: "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), token: "bench-token"}
+	cmd := exec.Command(simBin, append([]string{"--listen", strings.TrimPrefix(p.url, "http://"), "--token", p.token, "--event-rate", "0"}, args...)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	testutil.EventuallyNil(b, time.Minute, func() error {
+		resp, err := http.Get(p.url + "/_sim/state")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}, "veil-sim did not start")
+	return p
+}
+
+// get decodes the JSON answer of a control endpoint.
+func (p *simProcess) get(b *testing.B, path string, v any) {
+	b.Helper()
+	resp, err := http.Get(p.url + path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		b.Fatalf("%s: %v", path, err)
 	}
 }
 

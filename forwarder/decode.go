@@ -1,5 +1,5 @@
-// Event decoding for the forwarder: a page is read as raw results (one validating pass by the
-// client) and each event is then walked for the few fields forwarding needs (id, type, created,
+// Event decoding for the forwarder: a page's answer is decoded as raw results (one validating
+// pass by the client's rules) and each event is then walked for the few fields forwarding needs (id, type, created,
 // entities), with veil.Event's lenient rules, instead of being decoded whole by reflection. This
 // runs for every event of a catch-up; a page's request slot is free again before it runs.
 package forwarder
@@ -15,38 +15,45 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// eventPager reads one page of the journal as raw results: the one call of veil.Client the
-// forwarder needs.
+// eventPager reads one page of the journal, undecoded: the one call of veil.Client the forwarder
+// needs.
 type eventPager interface {
-	rawPage(ctx context.Context, offset, limit int, ordering string) (veil.Page[json.RawMessage], error)
+	pageBody(ctx context.Context, offset, limit int, ordering string) ([]byte, error)
 }
 
 // clientPager reads pages through the platform client (limits, retries, token).
 type clientPager struct{ c *veil.Client }
 
-func (p clientPager) rawPage(ctx context.Context, offset, limit int, ordering string) (veil.Page[json.RawMessage], error) {
+func (p clientPager) pageBody(ctx context.Context, offset, limit int, ordering string) ([]byte, error) {
 	q := veil.Query{}
 	if ordering != "" {
 		q.Set("ordering", ordering)
 	}
-	return veil.ListPage[json.RawMessage](ctx, p.c, "/api/events/", offset, limit, q)
+	return veil.PageBody(ctx, p.c, eventsPath, offset, limit, q)
 }
+
+const eventsPath = "/api/events/"
 
 // eventsPage reads and decodes one page.
 func (fw *Forwarder) eventsPage(ctx context.Context, offset, limit int) (veil.Page[veil.Event], error) {
-	raw, err := fw.pager.rawPage(ctx, offset, limit, fw.ordering)
+	body, err := fw.pager.pageBody(ctx, offset, limit, fw.ordering)
 	if err != nil {
 		return veil.Page[veil.Event]{}, err
 	}
-	return decodeEvents(raw, offset)
+	return decodeEvents(body, offset)
 }
 
-// decodeEvents decodes the raw results of a page read at offset.
-func decodeEvents(raw veil.Page[json.RawMessage], offset int) (veil.Page[veil.Event], error) {
+// decodeEvents decodes the answer for a page read at offset: the envelope validated by the
+// client's rules, then each event.
+func decodeEvents(body []byte, offset int) (veil.Page[veil.Event], error) {
+	raw, err := veil.DecodePage[json.RawMessage](eventsPath, body, offset)
+	if err != nil {
+		return veil.Page[veil.Event]{}, err
+	}
 	pg := veil.Page[veil.Event]{Count: raw.Count, Results: make([]veil.Event, len(raw.Results))}
 	for i, r := range raw.Results {
 		if err := decodeEvent(r, &pg.Results[i]); err != nil {
-			return veil.Page[veil.Event]{}, fmt.Errorf("veil: decoding /api/events/ (offset %d): result %d: %w", offset, offset+i, err)
+			return veil.Page[veil.Event]{}, fmt.Errorf("veil: decoding %s (offset %d): result %d: %w", eventsPath, offset, offset+i, err)
 		}
 	}
 	return pg, nil

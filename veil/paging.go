@@ -205,6 +205,17 @@ func hintKey(path string, q Query) string {
 
 // ListPage reads one page of a collection: offset, limit (capped at 100) and query.
 func ListPage[T any](ctx context.Context, c *Client, path string, offset, limit int, q Query) (Page[T], error) {
+	body, err := PageBody(ctx, c, path, offset, limit, q)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	return DecodePage[T](path, body, offset)
+}
+
+// PageBody reads one page of a collection like ListPage and returns the answer undecoded, so a
+// caller reading pages concurrently can send its next request before decoding this one
+// (DecodePage).
+func PageBody(ctx context.Context, c *Client, path string, offset, limit int, q Query) ([]byte, error) {
 	if limit <= 0 || limit > MaxPageSize {
 		limit = MaxPageSize
 	}
@@ -217,12 +228,14 @@ func ListPage[T any](ctx context.Context, c *Client, path string, offset, limit 
 	query.Set("offset", strconv.Itoa(offset))
 	r := &request{method: http.MethodGet, endpoint: path, path: escapePath(path), query: query, retry: true}
 	body, _, err := c.do(ctx, r)
-	if err != nil {
-		return Page[T]{}, err
-	}
+	return body, err
+}
+
+// DecodePage decodes a page of path read at offset (PageBody's answer).
+func DecodePage[T any](path string, body []byte, offset int) (Page[T], error) {
 	p, err := decodePage[T](body, offset)
 	if err != nil {
-		return Page[T]{}, fmt.Errorf("veil: decoding %s (offset %d): %w", r, offset, err)
+		return Page[T]{}, fmt.Errorf("veil: decoding GET %s (offset %d): %w", path, offset, err)
 	}
 	return p, nil
 }
