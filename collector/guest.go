@@ -57,8 +57,8 @@ type GuestStatus struct {
 
 // GuestChecker checks the guest agents of one controller's running VMs: guest-ping every
 // ping interval, guest-get-osinfo on connect and every osinfo interval, guest-get-fsinfo,
-// guest-get-time and guest-network-get-interfaces on their intervals. Each VM has a fixed phase
-// inside each interval (a hash of its id), so calls spread evenly instead of bursting; a
+// guest-get-time and guest-network-get-interfaces on their intervals. Each VM has fixed phases
+// inside the intervals (hashes of its id), so calls spread evenly instead of bursting; a
 // time-ordered queue holding each VM at most once feeds at most cfg.Concurrency workers. When
 // the inventory is too large for the request budget, checks stretch instead of piling up. It
 // is a prometheus.Collector and a runstatus.Reporter.
@@ -100,9 +100,13 @@ type guestErrKey struct{ command, reason string }
 // while a worker checks the VM it is out of the queue (index -1), so nobody else schedules it.
 type guestVM struct {
 	id    string
-	phase float64 // 0..1, position inside every interval
-	index int     // in the queue; -1 while checked by a worker
-	gone  bool    // no longer eligible: drop it when its check returns
+	phase float64 // 0..1, the ping's position inside its interval
+	// slow is the other checks' position inside theirs, a second hash of the id: when the
+	// checker runs behind, VMs are visited in the order of their ping phase, and reads at that
+	// same phase would alias with the sweep (most VMs' reads in one sweep, few in the next).
+	slow  float64
+	index int  // in the queue; -1 while checked by a worker
+	gone  bool // no longer eligible: drop it when its check returns
 
 	nextPing, nextOS, nextFS, nextTime, nextNet time.Time       // zero = not scheduled
 	cmds                                        map[string]bool // offered by the guest; nil = ask

@@ -3,6 +3,7 @@ package collector
 // Guest checker tests: the request budget, concurrency, and the spread of checks over time.
 
 import (
+	"container/heap"
 	"fmt"
 	"math"
 	"sort"
@@ -285,3 +286,61 @@ func TestGuestCheckerWaitingForBudgetIsNoTimeout(t *testing.T) {
 type noDomains struct{}
 
 func (noDomains) DomainsGen() ([]veil.Domain, uint64) { return nil, 0 }
+
+// TestGuestReadsSpreadOverSweepsWhenBehind runs the schedule on a virtual clock: 2,000 VMs, a
+// budget of 100 requests/s, pings wanted every second and network reads every minute, so the
+// checker runs behind and sweeps take about 30 s (20 s of pings, 10 of reads). Each sweep must
+// carry its share of the reads: reading at the ping's phase, or counting the interval from the
+// visit, gathered most VMs' reads into every other sweep (sweeps of 40 and 20 s by turns).
+func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
+	const (
+		n      = 2000
+		budget = 100.0
+	)
+	cfg := guestTestConfig()
+	cfg.PingInterval, cfg.NetworkInterval = time.Second, time.Minute
+	cfg.FSInfoInterval, cfg.TimeInterval = 0, 0
+	g := NewGuestChecker("x", nil, cfg, noDomains{}, nil)
+	clock := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	for i := range n {
+		v := g.newVM(fmt.Sprintf("vm-%05d", i), clock)
+		v.os, v.nextOS = &veil.GuestOSInfo{}, time.Time{} // osinfo is not this test's subject
+		heap.Push(&g.queue, v)
+	}
+	perRequest := time.Duration(float64(time.Second) / budget)
+	floor := time.Duration(float64(n) / (budget - n/cfg.NetworkInterval.Seconds()) * float64(time.Second))
+	pings, reads, sweepStart := 0, 0, clock
+	for sweep := 1; sweep <= 12; {
+		v := heap.Pop(&g.queue).(*guestVM)
+		if d := v.due(); d.After(clock) {
+			clock = d
+		}
+		p := checkPlan{ping: !v.nextPing.After(clock), net: !v.nextNet.IsZero() && !v.nextNet.After(clock)}
+		if p.ping {
+			pings++
+			clock = clock.Add(perRequest)
+		}
+		if p.net {
+			reads++
+			clock = clock.Add(perRequest)
+		}
+		g.reschedule(v, clock, p)
+		if pings < n {
+			continue
+		}
+		dur := clock.Sub(sweepStart)
+		share := float64(n) * dur.Seconds() / cfg.NetworkInterval.Seconds()
+		t.Logf("sweep %d: %s, %d reads (share %.0f)", sweep, dur.Round(10*time.Millisecond), reads, share)
+		// The first sweep reads every VM once (all fall due within it) and the second settles.
+		if sweep > 2 {
+			if dur < floor*85/100 || dur > floor*115/100 {
+				t.Errorf("sweep %d took %s, want within 15%% of %s", sweep, dur.Round(10*time.Millisecond), floor)
+			}
+			if f := float64(reads) / share; f < 0.8 || f > 1.2 {
+				t.Errorf("sweep %d carried %d network reads, want about %.0f", sweep, reads, share)
+			}
+		}
+		sweep++
+		pings, reads, sweepStart = 0, 0, clock
+	}
+}
