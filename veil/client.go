@@ -176,6 +176,7 @@ type request struct {
 	body     []byte
 	retry    bool          // safe to send again (GET, or a body with an idempotency key)
 	timeout  time.Duration // on the wire, per attempt; 0 = the client's
+	slotted  func()        // if set, called once the first attempt holds a request slot
 }
 
 func (r *request) String() string { return r.method + " " + r.endpoint }
@@ -247,6 +248,10 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 		return nil, 0, 0, ctx.Err()
 	}
 	defer func() { <-c.slots }()
+	if r.slotted != nil {
+		r.slotted()
+		r.slotted = nil
+	}
 	// The rate limiter is consulted after taking a slot, so the send follows the permit at once
 	// and the rate holds at the wire.
 	if c.pacer != nil {

@@ -58,19 +58,49 @@ func listPages[T any](ctx context.Context, c *Client, path string, q Query, o li
 		defer func() { cancel(); wg.Wait() }()
 
 		type fetched struct {
-			page Page[T]
-			err  error
+			body   []byte
+			offset int
+			err    error
 		}
 		var pending []chan fetched // in offset order
+		// Pages take the client's request slots in offset order, each after the one before
+		// it: goroutines started together run in no particular order (the newest often
+		// first), and the first page taking its slot last kept every page after it waiting
+		// to be emitted while the slots stood idle (at 10,000 VMs, page 0 was sent 110 ms
+		// into a 360 ms refresh).
+		prev := make(chan struct{})
+		close(prev)
 		fetch := func(ctx context.Context, offset int) {
 			ch := make(chan fetched, 1)
+			after, slotted := prev, make(chan struct{})
+			prev = slotted
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p, err := ListPage[T](ctx, c, path, offset, MaxPageSize, q)
-				ch <- fetched{p, err}
+				var once sync.Once
+				turn := func() { once.Do(func() { close(slotted) }) }
+				defer turn()
+				select {
+				case <-after:
+				case <-ctx.Done():
+					ch <- fetched{err: fmt.Errorf("veil: GET %s: %w", path, ctx.Err())}
+					return
+				}
+				body, err := pageBody(ctx, c, path, offset, MaxPageSize, q, turn)
+				ch <- fetched{body, offset, err}
 			}()
 			pending = append(pending, ch)
+		}
+		// Pages are decoded here, in offset order, as they are emitted: decoded by their
+		// fetchers, sixteen pages at once, the one due next shared the cores with fifteen that
+		// were not, and the request slots stood idle while it waited.
+		take := func() (Page[T], error) {
+			f := <-pending[0]
+			pending = pending[1:]
+			if f.err != nil {
+				return Page[T]{}, f.err
+			}
+			return DecodePage[T](path, f.body, f.offset)
 		}
 
 		var key string
@@ -90,13 +120,11 @@ func listPages[T any](ctx context.Context, c *Client, path string, q Query, o li
 			}
 		}
 
-		f := <-pending[0]
-		pending = pending[1:]
-		if f.err != nil {
-			yield(zero, f.err)
+		first, err := take()
+		if err != nil {
+			yield(zero, err)
 			return
 		}
-		first := f.page
 		stride, total := len(first.Results), first.Count
 		if o.remember {
 			h := pageHint{count: first.Count}
@@ -147,17 +175,16 @@ func listPages[T any](ctx context.Context, c *Client, path string, q Query, o li
 			if len(pending) == 0 {
 				return
 			}
-			f := <-pending[0]
-			pending = pending[1:]
-			if f.err != nil {
-				yield(zero, f.err)
+			pg, err := take()
+			if err != nil {
+				yield(zero, err)
 				return
 			}
-			total = max(total, f.page.Count)
-			if len(f.page.Results) < stride {
+			total = max(total, pg.Count)
+			if len(pg.Results) < stride {
 				ended = true
 			}
-			if !emit(f.page.Results) {
+			if !emit(pg.Results) {
 				return
 			}
 		}
@@ -216,6 +243,11 @@ func ListPage[T any](ctx context.Context, c *Client, path string, offset, limit 
 // caller reading pages concurrently can send its next request before decoding this one
 // (DecodePage).
 func PageBody(ctx context.Context, c *Client, path string, offset, limit int, q Query) ([]byte, error) {
+	return pageBody(ctx, c, path, offset, limit, q, nil)
+}
+
+// pageBody is PageBody; slotted, if set, is called once the request holds a request slot.
+func pageBody(ctx context.Context, c *Client, path string, offset, limit int, q Query, slotted func()) ([]byte, error) {
 	if limit <= 0 || limit > MaxPageSize {
 		limit = MaxPageSize
 	}
@@ -226,7 +258,7 @@ func PageBody(ctx context.Context, c *Client, path string, offset, limit int, q 
 	}
 	query.Set("limit", strconv.Itoa(limit))
 	query.Set("offset", strconv.Itoa(offset))
-	r := &request{method: http.MethodGet, endpoint: path, path: escapePath(path), query: query, retry: true}
+	r := &request{method: http.MethodGet, endpoint: path, path: escapePath(path), query: query, retry: true, slotted: slotted}
 	body, _, err := c.do(ctx, r)
 	return body, err
 }

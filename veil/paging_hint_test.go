@@ -74,3 +74,43 @@ func TestListAllGuessesPagesFromTheLastRead(t *testing.T) {
 		}
 	}
 }
+
+// TestListSendsPagesInOffsetOrder: the pages of a read, guessed from the last one, are sent in
+// offset order. Goroutines started together run in no particular order; a first page sent last
+// held every page after it in memory, waiting to be emitted, while the request slots stood idle.
+// With one slot the order of sending is the order the server sees.
+func TestListSendsPagesInOffsetOrder(t *testing.T) {
+	var mu sync.Mutex
+	var offsets []int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		off, _ := strconv.Atoi(r.URL.Query().Get("offset"))
+		mu.Lock()
+		offsets = append(offsets, off)
+		mu.Unlock()
+		res := []map[string]any{}
+		for i := off; i < min(off+100, 1000); i++ {
+			res = append(res, map[string]any{"id": fmt.Sprintf("vm-%05d", i)})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": 1000, "results": res})
+	}))
+	defer srv.Close()
+	c, err := New(Config{URL: srv.URL, Token: "t", MaxConcurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for read := range 20 {
+		mu.Lock()
+		offsets = nil
+		mu.Unlock()
+		if got, err := c.Domains(context.Background(), nil); err != nil || len(got) != 1000 {
+			t.Fatalf("read %d: %d domains, %v", read, len(got), err)
+		}
+		mu.Lock()
+		for i := 1; i < len(offsets); i++ {
+			if offsets[i] <= offsets[i-1] {
+				t.Fatalf("read %d: pages sent at offsets %v, want ascending", read, offsets)
+			}
+		}
+		mu.Unlock()
+	}
+}
