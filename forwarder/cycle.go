@@ -18,7 +18,7 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	fw.mu.Lock()
 	pos, hint := fw.pos.clone(), fw.hint
 	fw.mu.Unlock()
-	b, count, anchored, err := fw.locate(ctx, &pos, hint)
+	b, count, anchored, seen, err := fw.locate(ctx, &pos, hint)
 	if err != nil {
 		return 0, err
 	}
@@ -48,7 +48,7 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	// boundary just was rather than searching the whole list, which under a moving list takes
 	// long enough for the list to move again.
 	fw.setHint(b)
-	return fw.read(ctx, pos, b, count, anchored)
+	return fw.read(ctx, pos, b, count, anchored, seen)
 }
 
 // setUpError is a stream or position store set-up that failed with NATS connected.
@@ -87,19 +87,22 @@ func (fw *Forwarder) setHint(h int) {
 // locate finds the boundary offset b between published and new events: oldest first, offsets
 // below b are published; newest first, offsets from b on are. anchored says that the published
 // event next to b exists (otherwise reading starts at the very start of the list). It also
-// notices events lost at the source and records what is needed to count future losses.
-func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, count int, anchored bool, err error) {
+// notices events lost at the source and records what is needed to count future losses. seen is
+// the page it found the boundary on, when it found it on the first page it read: reading may
+// take its first page from it (seen.cover).
+func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, count int, anchored bool, seen *seenPage, err error) {
 	o := max(0, hint-fw.page/2)
 	pg, err := fw.eventsPage(ctx, o, fw.page)
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
+		return 0, 0, false, nil, fmt.Errorf("couldn't read events: %w", err)
 	}
 	if o > 0 && len(pg.Results) == 0 { // the list shrank below the hint
 		o = 0
 		if pg, err = fw.eventsPage(ctx, 0, fw.page); err != nil {
-			return 0, 0, false, fmt.Errorf("couldn't read events: %w", err)
+			return 0, 0, false, nil, fmt.Errorf("couldn't read events: %w", err)
 		}
 	}
+	seen = &seenPage{start: o, page: pg}
 	fw.learnOrder(pg.Results)
 	d := fw.dir()
 	count = pg.Count
@@ -124,12 +127,14 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, co
 	case j < 0 && o+len(items) >= count:
 		b = count
 	case j == 0:
+		seen = nil
 		b, o, items, err = fw.walkDown(ctx, o, items, pred)
 	default:
+		seen = nil
 		b, o, items, err = fw.walkUp(ctx, o, items, count, pred)
 	}
 	if err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, nil, err
 	}
 	// Is the published event next to the boundary still there?
 	if d == oldestFirst {
@@ -145,7 +150,7 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, co
 		fw.mu.Unlock()
 		fw.observe(ctx, pos, d, b, count, o, items)
 	}
-	return b, count, anchored, nil
+	return b, count, anchored, seen, nil
 }
 
 // walkDown looks for the boundary below a page that begins past it, a page at a time, before
@@ -338,9 +343,9 @@ func (fw *Forwarder) oldestListed(ctx context.Context, d direction) (time.Time, 
 // ones push them to higher offsets newest first, retention pulls them to lower offsets oldest
 // first), so that the list moving between two reads shifts the overlap inside the page instead of
 // past it.
-func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, anchored bool) (int, error) {
+func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, anchored bool, seen *seenPage) (int, error) {
 	pl := fw.startPipeline(ctx)
-	next, err := fw.readPages(ctx, pos, b, count, anchored, pl)
+	next, err := fw.readPages(ctx, pos, b, count, anchored, seen, pl)
 	n, perr := pl.close()
 	fw.mu.Lock()
 	switch {
@@ -361,7 +366,7 @@ func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, ancho
 
 // readPages reads the new events and sends them through pl in batches; it returns the offset
 // where the next cycle expects the boundary.
-func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, anchored bool, pl *pipeline) (int, error) {
+func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, anchored bool, seen *seenPage, pl *pipeline) (int, error) {
 	d := fw.dir()
 	page := fw.page
 	sl := newSlack(fw.slack, page)
@@ -404,7 +409,7 @@ func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, 
 			}
 		}
 	}
-	f := fetchPages(ctx, fw.pager, fw.ordering, fw.concurrency(), spans)
+	f := fetchPages(ctx, fw.pager, fw.ordering, fw.concurrency(), seen, spans)
 	defer f.stop()
 
 	batch := make([]veil.Event, 0, pl.size)

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,4 +242,40 @@ func tiesAcrossPages(t *testing.T, r *rig) []string {
 	t.Cleanup(stop)
 	testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published > 0 }, "publishing under way")
 	return append(want, r.sim.AddEvents(25, veiltest.EventSpec{SameCreated: true})...)
+}
+
+// TestACycleWithNewEventsReadsTheListOnce: a cycle that finds a few new events publishes them
+// from the page it located the boundary on, without asking the platform for it again; the
+// events still arrive exactly once in order.
+func TestACycleWithNewEventsReadsTheListOnce(t *testing.T) {
+	for _, order := range []string{"newest_first", "oldest_first"} {
+		t.Run(order, func(t *testing.T) {
+			r := newRig(t, veiltest.Options{EventsOrder: order, InitialTasks: -1}, order, "earliest")
+			r.ev.PollInterval = time.Second // one cycle at a time in the window below
+			rec := subscribe(t, r.nats.URL())
+			want := r.sim.AddEvents(20, veiltest.EventSpec{})
+			fw, stop := r.run()
+			t.Cleanup(stop)
+			testutil.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published == 20 }, "the first 20 events published")
+			from := time.Now()
+			want = append(want, r.sim.AddEvents(5, veiltest.EventSpec{})...)
+			var until time.Time
+			for deadline := time.Now().Add(10 * time.Second); fw.Status().Published < 25; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("published %d of 25", fw.Status().Published)
+				}
+			}
+			until = time.Now()
+			exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 10*time.Second))
+			var pages []string
+			for _, q := range r.sim.Requests() {
+				if q.Path == "/api/events/" && q.Start.After(from) && q.Start.Before(until) && !strings.Contains("&"+q.Query, "&limit=1&") {
+					pages = append(pages, q.Query)
+				}
+			}
+			if len(pages) != 1 {
+				t.Errorf("the cycle that published the new events read %d pages (%v), want 1", len(pages), pages)
+			}
+		})
+	}
 }

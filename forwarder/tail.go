@@ -116,11 +116,40 @@ type pageResult struct {
 // (-1: none).
 type pageSpan struct{ start, limit, at int }
 
+// seenPage is a page read at offset start moments before (by locate).
+type seenPage struct {
+	start int
+	page  veil.Page[veil.Event]
+}
+
+// cover returns what a read of sp would have returned when the page was read, if the page holds
+// all of it: the rows of sp, or those up to the end of the list when the page reached it.
+func (s *seenPage) cover(sp pageSpan) (veil.Page[veil.Event], bool) {
+	if s == nil || sp.start < s.start {
+		return veil.Page[veil.Event]{}, false
+	}
+	from, n := sp.start-s.start, len(s.page.Results)
+	to := from + sp.limit
+	if to > n && s.start+n < s.page.Count { // beyond the page, and the list went on past it
+		return veil.Page[veil.Event]{}, false
+	}
+	to = min(to, n)
+	if from > to {
+		return veil.Page[veil.Event]{}, false
+	}
+	return veil.Page[veil.Event]{Count: s.page.Count, Results: s.page.Results[from:to:to]}, true
+}
+
 // fetchPages runs concurrency readers, each sending its next request the moment its last answer
 // was read: a reader hands the page over to be decoded and takes the next span itself, so no
 // goroutine has to be woken between one answer and the next request of that slot (on a busy
 // machine such a wake costs about half a millisecond per page).
-func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency int, spans func(yield func(pageSpan) bool)) *pageFetcher {
+//
+// The first span is not requested when seen covers it: the page locate has just read holds it.
+// Reading it again would show the list as it was one round trip later, which proves nothing
+// more (every page is read at its own moment anyway) and costs the platform a request in every
+// cycle that finds new events.
+func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency int, seen *seenPage, spans func(yield func(pageSpan) bool)) *pageFetcher {
 	ctx, cancel := context.WithCancel(ctx)
 	// Up to concurrency requests are in flight and up to prefetchPages pages wait for the
 	// consumer, so reading goes on while a batch is being published.
@@ -135,6 +164,21 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency 
 			return sp, nil, false
 		}
 		res := make(chan pageResult, 1)
+		if pg, ok := seen.cover(sp); ok {
+			seen = nil
+			res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, page: pg}
+			select {
+			case f.out <- res:
+			case <-ctx.Done():
+				return sp, nil, false
+			}
+			sp, ok = next()
+			if !ok {
+				return sp, nil, false
+			}
+			res = make(chan pageResult, 1)
+		}
+		seen = nil // only the first span may be taken from it
 		select {
 		case f.out <- res: // blocks while prefetchPages pages are pending
 			return sp, res, true
