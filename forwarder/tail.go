@@ -155,7 +155,7 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency 
 	// consumer, so reading goes on while a batch is being published.
 	f := &pageFetcher{out: make(chan chan pageResult, max(prefetchPages, concurrency)), cancel: cancel}
 	next, stopSpans := iter.Pull(spans)
-	var mu sync.Mutex // next, and the order of f.out
+	var mu sync.Mutex // next, seen, and the order of f.out
 	take := func() (pageSpan, chan pageResult, bool) {
 		mu.Lock()
 		defer mu.Unlock()
