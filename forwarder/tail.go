@@ -159,31 +159,25 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency 
 	take := func() (pageSpan, chan pageResult, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		sp, ok := next()
-		if !ok {
-			return sp, nil, false
-		}
-		res := make(chan pageResult, 1)
-		if pg, ok := seen.cover(sp); ok {
-			seen = nil
-			res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, page: pg}
-			select {
-			case f.out <- res:
-			case <-ctx.Done():
-				return sp, nil, false
-			}
-			sp, ok = next()
+		for {
+			sp, ok := next()
 			if !ok {
 				return sp, nil, false
 			}
-			res = make(chan pageResult, 1)
-		}
-		seen = nil // only the first span may be taken from it
-		select {
-		case f.out <- res: // blocks while prefetchPages pages are pending
-			return sp, res, true
-		case <-ctx.Done():
-			return sp, nil, false
+			res := make(chan pageResult, 1)
+			pg, covered := seen.cover(sp)
+			seen = nil // only the first span may be taken from it
+			if covered {
+				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, page: pg}
+			}
+			select {
+			case f.out <- res: // blocks while prefetchPages pages are pending
+			case <-ctx.Done():
+				return sp, nil, false
+			}
+			if !covered {
+				return sp, res, true
+			}
 		}
 	}
 	var readers sync.WaitGroup
