@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -48,23 +47,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// goBuild builds the project's commands (./cmd/...) into a temp dir of tb and returns it; each
-// binary is named after its command.
-func goBuild(tb testing.TB, cmds ...string) string {
-	tb.Helper()
-	dir := tb.TempDir()
-	wd, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	build := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, cmds...)...)
-	build.Dir = filepath.Dir(wd)
-	if out, err := build.CombinedOutput(); err != nil {
-		tb.Fatalf("go build: %v\n%s", err, out)
-	}
-	return dir
 }
 
 func repoRoot(t *testing.T) string {
@@ -109,21 +91,6 @@ func start(t *testing.T, dir, name string, args ...string) {
 			t.Logf("--- %s (tail)\n%s", filepath.Base(name), b)
 		}
 	})
-}
-
-func waitHTTP(t *testing.T, u string, timeout time.Duration) {
-	t.Helper()
-	testutil.EventuallyNil(t, timeout, func() error {
-		resp, err := http.Get(u)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(resp.Status)
-		}
-		return nil
-	}, "%s to answer 200", u)
 }
 
 func get(t *testing.T, u string) []byte {
@@ -211,7 +178,7 @@ func operatorKit(t *testing.T, profile string) {
 		}
 	}
 
-	exporter := filepath.Join(goBuild(t, "./cmd/veil-exporter"), "veil-exporter")
+	exporter := testutil.Build(t, "cmd/veil-exporter")
 
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(sim.Token+"\n"), 0o600); err != nil {
@@ -238,7 +205,7 @@ nats:
 		t.Fatal(err)
 	}
 	start(t, dir, exporter, "--config.file", cfgFile, "--web.listen-address", webAddr, "--log.level", "debug")
-	waitHTTP(t, "http://"+webAddr+"/-/ready", 30*time.Second)
+	testutil.WaitHTTP(t, "http://"+webAddr+"/-/ready", 30*time.Second)
 
 	// Operations that run as tasks (some fail) while the exporter watches, so the task panels
 	// and the task alert have data.
@@ -288,7 +255,7 @@ scrape_configs:
 	start(t, dir, promBin, "--config.file="+promCfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address="+promAddr)
 	promURL := "http://" + promAddr
-	waitHTTP(t, promURL+"/-/ready", 30*time.Second)
+	testutil.WaitHTTP(t, promURL+"/-/ready", 30*time.Second)
 
 	// Wait for enough samples for rate() over the dashboards' windows.
 	testutil.Eventually(t, 60*time.Second, func() bool {

@@ -28,8 +28,7 @@ type faultBinaries struct{ exporter, sim string }
 
 func buildFaultBinaries(t *testing.T) faultBinaries {
 	t.Helper()
-	dir := goBuild(t, "./cmd/veil-exporter", "./cmd/veil-sim")
-	return faultBinaries{exporter: filepath.Join(dir, "veil-exporter"), sim: filepath.Join(dir, "veil-sim")}
+	return faultBinaries{exporter: testutil.Build(t, "cmd/veil-exporter"), sim: testutil.Build(t, "cmd/veil-sim")}
 }
 
 // faultRig is one row's world: a simulator process, an embedded NATS server, the exporter.
@@ -62,7 +61,7 @@ func newFaultRig(t *testing.T, bins faultBinaries, row faultRow) *faultRig {
 	r.sim = "http://" + simAddr
 	start(t, r.dir, bins.sim, "--listen", simAddr, "--token", r.token, "--seed", "11",
 		"--nodes", "2", "--vms", "6", "--initial-events", "20", "--event-rate", "0")
-	waitHTTP(t, r.sim+"/_sim/state", 20*time.Second)
+	testutil.WaitHTTP(t, r.sim+"/_sim/state", 20*time.Second)
 	var err error
 	if r.client, err = veil.New(veil.Config{URL: r.sim, Token: r.token}); err != nil {
 		t.Fatal(err)

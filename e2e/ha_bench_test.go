@@ -25,7 +25,7 @@ import (
 func BenchmarkReplicas(b *testing.B) {
 	cluster := testutil.StartCluster(b)
 	dir := b.TempDir()
-	bin := filepath.Join(goBuild(b, "./cmd/veil-exporter"), "veil-exporter")
+	bin := testutil.Build(b, "cmd/veil-exporter")
 	const token = "ha-bench-token"
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte(token), 0o600)

@@ -110,7 +110,7 @@ func (p *replicaProc) runs() []string {
 func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	cluster := testutil.StartCluster(t)
 	dir := t.TempDir()
-	bin := filepath.Join(goBuild(t, "./cmd/veil-exporter"), "veil-exporter")
+	bin := testutil.Build(t, "cmd/veil-exporter")
 	const token = "ha-e2e-token"
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte(token), 0o600)

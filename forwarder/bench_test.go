@@ -3,15 +3,12 @@ package forwarder
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,30 +123,10 @@ func BenchmarkCatchUp(b *testing.B) {
 // simProcess is a veil-sim process on a free loopback port, stopped when the benchmark ends.
 type simProcess struct{ url, token string }
 
-var (
-	simBuild    sync.Once
-	simBin      string
-	simBuildErr error
-)
-
 func startSimProcess(b *testing.B, args ...string) *simProcess {
 	b.Helper()
-	simBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "veil-sim-bench-")
-		if err != nil {
-			simBuildErr = err
-			return
-		}
-		simBin = filepath.Join(dir, "veil-sim")
-		if out, err := exec.Command("go", "build", "-o", simBin, "github.com/veil-exporter/veil-exporter/cmd/veil-sim").CombinedOutput(); err != nil {
-			simBuildErr = fmt.Errorf("build veil-sim: %v\n%s", err, out)
-		}
-	})
-	if simBuildErr != nil {
-		b.Fatal(simBuildErr)
-	}
 	p := &simProcess{url: "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), token: "bench-token"}
-	cmd := exec.Command(simBin, append([]string{"--listen", strings.TrimPrefix(p.url, "http://"), "--token", p.token, "--event-rate", "0"}, args...)...)
+	cmd := exec.Command(testutil.Build(b, "cmd/veil-sim"), append([]string{"--listen", strings.TrimPrefix(p.url, "http://"), "--token", p.token, "--event-rate", "0"}, args...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -158,13 +135,7 @@ func startSimProcess(b *testing.B, args ...string) *simProcess {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	testutil.EventuallyNil(b, time.Minute, func() error {
-		resp, err := http.Get(p.url + "/_sim/state")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err
-	}, "veil-sim did not start")
+	testutil.WaitHTTP(b, p.url+"/_sim/state", time.Minute)
 	return p
 }
 

@@ -8,12 +8,9 @@ package testutil
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,47 +31,13 @@ type node struct {
 	done chan struct{}
 }
 
-var (
-	buildOnce sync.Once
-	nodeBin   string
-	buildErr  error
-)
-
-// natsnode builds the natsnode command once per test binary, in a directory named after this
-// process (directories of processes gone are removed on the way).
-func natsnode(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		old, _ := filepath.Glob(filepath.Join(os.TempDir(), "veil-natsnode-*"))
-		for _, d := range old {
-			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "veil-natsnode-"))
-			if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) != nil {
-				os.RemoveAll(d)
-			}
-		}
-		dir := filepath.Join(os.TempDir(), "veil-natsnode-"+strconv.Itoa(os.Getpid()))
-		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
-			return
-		}
-		nodeBin = filepath.Join(dir, "natsnode")
-		out, err := exec.Command("go", "build", "-o", nodeBin, "github.com/veil-exporter/veil-exporter/internal/testutil/natsnode").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build natsnode: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return nodeBin
-}
-
 // start runs the node (a no-op while it runs) and returns once it accepts connections.
 func (p *node) start(t testing.TB) {
 	t.Helper()
 	if p.cmd != nil {
 		return
 	}
-	cmd := exec.Command(natsnode(t), p.args...)
+	cmd := exec.Command(Build(t, "internal/testutil/natsnode"), p.args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

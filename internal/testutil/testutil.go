@@ -5,8 +5,10 @@ package testutil
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"testing"
@@ -164,4 +166,20 @@ func joinComma(s []string) string {
 		b.WriteString(v)
 	}
 	return b.String()
+}
+
+// WaitHTTP waits until a GET of u answers 200.
+func WaitHTTP(tb testing.TB, u string, timeout time.Duration) {
+	tb.Helper()
+	EventuallyNil(tb, timeout, func() error {
+		resp, err := http.Get(u)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	}, "%s to answer 200", u)
 }

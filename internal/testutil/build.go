@@ -1,0 +1,67 @@
+// This file holds Build: the project's commands built once per test binary, for tests that run
+// them as processes of their own (the exporter, the simulator, natsnode).
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+const module = "github.com/veil-exporter/veil-exporter/"
+
+var (
+	buildMu  sync.Mutex
+	builds   = map[string]*build{}
+	binDir   string
+	binDirOK sync.Once
+)
+
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Build builds the command at pkg (a path inside the module, e.g. "cmd/veil-sim") once per test
+// binary and returns the binary's path. Binaries go to a directory named after this process;
+// directories of processes gone are removed on the way.
+func Build(tb testing.TB, pkg string) string {
+	tb.Helper()
+	binDirOK.Do(func() {
+		old, _ := filepath.Glob(filepath.Join(os.TempDir(), "veil-bin-*"))
+		for _, d := range old {
+			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "veil-bin-"))
+			if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) != nil {
+				os.RemoveAll(d)
+			}
+		}
+		binDir = filepath.Join(os.TempDir(), "veil-bin-"+strconv.Itoa(os.Getpid()))
+	})
+	buildMu.Lock()
+	b, ok := builds[pkg]
+	if !ok {
+		b = &build{}
+		builds[pkg] = b
+	}
+	buildMu.Unlock()
+	b.once.Do(func() {
+		if b.err = os.MkdirAll(binDir, 0o755); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(binDir, filepath.Base(pkg))
+		if out, err := exec.Command("go", "build", "-o", b.path, module+pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		tb.Fatal(b.err)
+	}
+	return b.path
+}
