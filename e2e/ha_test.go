@@ -231,15 +231,7 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 
 	// 3. The NATS server leading the stream goes away mid-stream: a new leader is elected and
 	// forwarding goes on; the server comes back.
-	nc, err := nats.Connect(cluster.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := cluster.JetStream(t)
 	var lost *testutil.NATS
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		info := streamInfo(js, stream)

@@ -122,15 +122,7 @@ func StartCluster(t testing.TB) *Cluster {
 	})
 	// The cluster is ready once it places an R3 stream: before its meta leader has seen every
 	// peer, placement fails with "no suitable peers for placement".
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t)
 	EventuallyNil(t, 60*time.Second, func() error {
 		// Short attempts: one sent before there is a meta leader is never answered.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -144,6 +136,21 @@ func StartCluster(t testing.TB) *Cluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// JetStream is a JetStream client of the cluster, its connection closed when the test ends.
+func (c *Cluster) JetStream(tb testing.TB) jetstream.JetStream {
+	tb.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return js
 }
 
 // URLs is the comma-separated list of the cluster's client URLs.
