@@ -435,10 +435,11 @@ func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, 
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
-		if r.err != nil {
-			return 0, flushThen(flush, fmt.Errorf("couldn't read events: %w", r.err))
+		pg, err := r.page()
+		if err != nil {
+			return 0, flushThen(flush, fmt.Errorf("couldn't read events: %w", err))
 		}
-		items := r.page.Results
+		items := pg.Results
 		if fw.auto {
 			if dd := detect(items); dd != unknownOrder && dd != d {
 				fw.learnOrder(items)
@@ -470,7 +471,7 @@ func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, 
 				}
 			}
 		case first:
-			if d == newestFirst && r.start+len(items) < r.page.Count {
+			if d == newestFirst && r.start+len(items) < pg.Count {
 				return 0, resync() // grown past the slack: the oldest event is not on the page
 			}
 		default:

@@ -108,8 +108,18 @@ type pageFetcher struct {
 
 type pageResult struct {
 	start, limit, at int
-	page             veil.Page[veil.Event]
+	body             []byte                // the answer, decoded by the consumer (page)
+	taken            veil.Page[veil.Event] // or the rows taken from a page already read
+	isTaken          bool
 	err              error
+}
+
+// page decodes the answer (or returns the rows taken).
+func (r *pageResult) page() (veil.Page[veil.Event], error) {
+	if r.err != nil || r.isTaken {
+		return r.taken, r.err
+	}
+	return decodeEvents(r.body, r.start)
 }
 
 // pageSpan is one page to read; at is the offset where the row it must overlap was expected
@@ -141,9 +151,11 @@ func (s *seenPage) cover(sp pageSpan) (veil.Page[veil.Event], bool) {
 }
 
 // fetchPages runs concurrency readers, each sending its next request the moment its last answer
-// was read: a reader hands the page over to be decoded and takes the next span itself, so no
-// goroutine has to be woken between one answer and the next request of that slot (on a busy
-// machine such a wake costs about half a millisecond per page).
+// was read: a reader hands the answer over and takes the next span itself, so no goroutine has
+// to be woken between one answer and the next request of that slot (on a busy machine such a
+// wake costs about half a millisecond per page). The consumer decodes each answer when it comes
+// to it: it waits for that page in order anyway, and decoding there rather than in a goroutine
+// per page leaves the cores to the round trips while answers arrive.
 //
 // The first span is not requested when seen covers it: the page locate has just read holds it.
 // Reading it again would show the list as it was one round trip later, which proves nothing
@@ -168,7 +180,7 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency 
 			pg, covered := seen.cover(sp)
 			seen = nil // only the first span may be taken from it
 			if covered {
-				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, page: pg}
+				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, taken: pg, isTaken: true}
 			}
 			select {
 			case f.out <- res: // blocks while prefetchPages pages are pending
@@ -191,16 +203,10 @@ func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency 
 					return
 				}
 				body, err := p.pageBody(ctx, sp.start, sp.limit, ordering)
+				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, body: body, err: err}
 				if err != nil {
-					res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, err: err}
 					return // the consumer stops at this page
 				}
-				f.wg.Add(1)
-				go func() {
-					defer f.wg.Done()
-					pg, err := decodeEvents(body, sp.start)
-					res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, page: pg, err: err}
-				}()
 			}
 		}()
 	}
