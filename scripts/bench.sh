@@ -7,7 +7,8 @@
 # Resident memory is that of the real bin/veil-exporter against 10,000 VMs.
 #
 # BENCH_COUNT (runs per benchmark, default 5), BENCH_SIZES (default "1000 10000 50000"),
-# BENCH_GUEST_VMS (default 10000), BENCH_GUEST_COUNT (default 3).
+# BENCH_GUEST_VMS (default 10000), BENCH_GUEST_COUNT (default 3), BENCH_EVENTS_COUNT (runs of each
+# forwarder benchmark, default 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ COUNT=${BENCH_COUNT:-5}
 SIZES=${BENCH_SIZES:-1000 10000 50000}
 GUEST_VMS=${BENCH_GUEST_VMS:-10000}
 GUEST_COUNT=${BENCH_GUEST_COUNT:-3}
+EVENTS_COUNT=${BENCH_EVENTS_COUNT:-5}
 OUT=bench/out
 SIM_ADDR=127.0.0.1:${BENCH_SIM_PORT:-18765}
 WEB_ADDR=127.0.0.1:${BENCH_WEB_PORT:-19867}
@@ -112,9 +114,10 @@ VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench
   -test.benchtime 1x -test.count "$GUEST_COUNT" -test.timeout 20m | tee -a "$RAW"
 
 if [ "$have_fw" = 1 ]; then
+  # Five runs each: a catch-up run varies by about 1% from the next, as much as its margin.
   echo "== event catch-up and delivery delay"
   (cd forwarder && ../"$OUT/forwarder.test" -test.run '^$' -test.bench '^(BenchmarkCatchUp|BenchmarkSteadyStateDelay)$' \
-    -test.benchtime 1x -test.count 3 -test.timeout 10m) | tee -a "$RAW" || echo "forwarder benchmarks failed: not measured"
+    -test.benchtime 1x -test.count "$EVENTS_COUNT" -test.timeout 15m) | tee -a "$RAW" || echo "forwarder benchmarks failed: not measured"
 else
   echo "== forwarder benchmarks not found: event figures not measured"
 fi

@@ -202,6 +202,9 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 		f := figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, ratio)), "page floor", ratio, ">=", 0.9)
 		if nom, ms := r.get(c, "ratio_nominal"), r.get(c, "answer_ms"); len(nom) > 0 && len(ms) > 0 {
 			f.Note = fmt.Sprintf("floor from the simulator's measured answer time %.2f ms per page; %.3f of the nominal 20 ms floor", median(ms), median(nom))
+			if ro := r.get(c, "reader_only_ratio"); len(ro) > 0 {
+				f.Note += fmt.Sprintf("; a client doing nothing but read pages reaches %.3f of this floor", median(ro))
+			}
 		}
 		figs = append(figs, f)
 	}
