@@ -37,12 +37,13 @@ type Conn struct {
 	logger log.Logger
 	// files holds the digest of each credential, key and CA file at connect, by path: a reload
 	// reconnects when one was replaced, even with the same configuration text.
-	files   map[string][sha256.Size]byte
-	mu      sync.Mutex
-	lastErr string
-	down    bool // a failure was logged and no connection came since
-	shown   bool // a connection was logged
-	setupMu sync.Mutex
+	files     map[string][sha256.Size]byte
+	mu        sync.Mutex
+	lastErr   string
+	lastErrAt time.Time
+	down      bool // a failure was logged and no connection came since
+	shown     bool // a connection was logged
+	setupMu   sync.Mutex
 	// streamOK says the stream was created or checked since the connection last came up: a
 	// reconnect may reach a server (a fresh one) that lacks it.
 	streamOK atomic.Bool
@@ -53,11 +54,13 @@ type Conn struct {
 }
 
 // ConnStatus is what the status page shows of the NATS connection; it never holds secrets.
+// LastError stays after the connection came back: LastErrorAt tells when it happened.
 type ConnStatus struct {
-	URL       string
-	Connected bool
-	LastError string
-	Embedded  bool
+	URL         string
+	Connected   bool
+	LastError   string
+	LastErrorAt time.Time
+	Embedded    bool
 }
 
 // Connect starts the embedded server when configured and connects, reconnecting forever with
@@ -155,7 +158,7 @@ func (c *Conn) failed(err error, msg string) {
 	}
 	text := redactErr(err, c.cfg)
 	c.mu.Lock()
-	c.lastErr = text
+	c.lastErr, c.lastErrAt = text, time.Now()
 	first := !c.down
 	c.down = true
 	c.mu.Unlock()
@@ -366,7 +369,7 @@ func startEmbedded(cfg config.Embedded) (*server.Server, error) {
 
 func (c *Conn) setErr(err error) {
 	c.mu.Lock()
-	c.lastErr = redactErr(err, c.cfg)
+	c.lastErr, c.lastErrAt = redactErr(err, c.cfg), time.Now()
 	c.mu.Unlock()
 }
 
@@ -418,7 +421,7 @@ func fileDigests(cfg config.NATS) map[string][sha256.Size]byte {
 func (c *Conn) Status() ConnStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ConnStatus{URL: c.url, Connected: c.Connected(), LastError: c.lastErr, Embedded: c.srv != nil}
+	return ConnStatus{URL: c.url, Connected: c.Connected(), LastError: c.lastErr, LastErrorAt: c.lastErrAt, Embedded: c.srv != nil}
 }
 
 // Close drains nothing: positions are only advanced on acknowledgements, so closing loses nothing.

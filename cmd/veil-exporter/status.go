@@ -64,7 +64,9 @@ type natsStatus struct {
 	URL       string `json:"url"`
 	Connected bool   `json:"connected"`
 	Embedded  bool   `json:"embedded"`
-	LastError string `json:"last_error,omitempty"`
+	// The last error stays after the connection came back; last_error_at says when it was.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 }
 
 type controllerStatus struct {
@@ -222,7 +224,7 @@ func (d *daemon) status() statusData {
 func natsView(c forwarder.ConnStatus) *natsStatus {
 	// The forwarder already strips credentials; redacting again costs nothing and keeps a
 	// password out of the page should that ever change.
-	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError}
+	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError, LastErrorAt: c.LastErrorAt}
 }
 
 func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {

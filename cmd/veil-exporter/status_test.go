@@ -120,6 +120,14 @@ func TestStatusPageRendering(t *testing.T) {
 			want: []string{`<span class="badge bad">not connected</span>`, `<span class="err">nats: no servers available</span>`},
 		},
 		{
+			name: "a NATS error from before the connection came back is shown as past, with its time",
+			edit: func(s *statusData) {
+				s.NATS.LastError, s.NATS.LastErrorAt = "dial tcp 127.0.0.1:4222: connect: connection refused", pageNow.Add(-90*time.Second)
+			},
+			want:    []string{`<span class="badge ok">connected</span>`, `<span class="dim">dial tcp 127.0.0.1:4222: connect: connection refused</span> · <time`, `>1m30s ago</time> <span class="dim">(connected since)</span>`},
+			notWant: []string{`<span class="err">dial tcp`},
+		},
+		{
 			name: "zero times read never",
 			edit: func(s *statusData) {
 				s.Controllers[0].Events.LastPublished = time.Time{}
