@@ -344,3 +344,34 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 		pings, reads, sweepStart = 0, 0, clock
 	}
 }
+
+// TestGuestSweepFailsWithTheControllerError: a sweep fails for the controller's errors, and its
+// error names one of them, not a VM's refusal that came after it (the last failure of any kind);
+// the next sweep keeps saying so until it ends.
+func TestGuestSweepFailsWithTheControllerError(t *testing.T) {
+	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, nil)
+	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, id := range []string{"vm-a", "vm-b"} {
+		g.vms[id] = g.newVM(id, now)
+	}
+	g.startSweep(now)
+	g.countError("vm-a", "guest-ping", "api_error", &veil.APIError{StatusCode: 500})
+	g.countError("vm-b", "guest-ping", "agent_not_running", veil.ErrAgentNotRunning)
+	check := func(when string) {
+		t.Helper()
+		st := g.RunStatus()[0]
+		if st.Success || st.Error != "guest-ping on vm-a: api_error" {
+			t.Errorf("%s: success %v, error %q; want a failure naming the controller's error on vm-a", when, st.Success, st.Error)
+		}
+	}
+	check("during the sweep")
+	g.leaveSweep("vm-a", now.Add(time.Second))
+	g.leaveSweep("vm-b", now.Add(time.Second)) // the sweep ends, the next starts
+	g.countError("vm-b", "guest-ping", "agent_not_running", veil.ErrAgentNotRunning)
+	check("after it, during the next")
+	g.leaveSweep("vm-a", now.Add(2*time.Second))
+	g.leaveSweep("vm-b", now.Add(2*time.Second))
+	if st := g.RunStatus()[0]; !st.Success || st.Error != "" {
+		t.Errorf("a sweep without controller errors: success %v, error %q; want success and no error", st.Success, st.Error)
+	}
+}

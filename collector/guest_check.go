@@ -326,6 +326,7 @@ func (g *GuestChecker) countError(id, cmd, reason string, err error) {
 	g.sweep.errCount++
 	if guestControllerFailure(reason, err) {
 		g.sweep.apiErrs++
+		g.sweep.apiErr = g.lastEr
 	}
 	level.Debug(g.logger).Log("msg", "guest command failed", "domain_id", id, "command", cmd, "reason", reason, "err", err)
 }

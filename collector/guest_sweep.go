@@ -16,7 +16,9 @@ import (
 type guestSweep struct {
 	start    time.Time
 	pending  map[string]struct{}
-	apiErrs  int // controller-side failures during this sweep
+	apiErrs  int    // controller-side failures during this sweep
+	apiErr   string // the last of them: why the sweep fails (a refusal about one VM does not)
+	failErr  string // why the last finished sweep failed
 	running  bool
 	done     bool // at least one sweep finished
 	dur      time.Duration
@@ -28,7 +30,7 @@ type guestSweep struct {
 
 func (g *GuestChecker) startSweep(now time.Time) {
 	g.sweep.start = now
-	g.sweep.apiErrs, g.sweep.errCount = 0, 0
+	g.sweep.apiErrs, g.sweep.errCount, g.sweep.apiErr = 0, 0, ""
 	g.sweep.pending = make(map[string]struct{}, len(g.vms))
 	for id, v := range g.vms {
 		if !v.unsupported {
@@ -54,13 +56,13 @@ func (g *GuestChecker) leaveSweep(id string, now time.Time) {
 	s := &g.sweep
 	s.running, s.done = false, true
 	s.dur, s.end = now.Sub(s.start), now
-	s.ok = s.apiErrs == 0
+	s.ok, s.failErr = s.apiErrs == 0, s.apiErr
 	if s.ok {
 		s.okEnd = now
 	}
 	switch {
 	case s.apiErrs > 0:
-		level.Warn(g.logger).Log("msg", "guest sweep finished with controller errors", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", g.lastEr)
+		level.Warn(g.logger).Log("msg", "guest sweep finished with controller errors", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr)
 	case s.errCount > 0:
 		level.Debug(g.logger).Log("msg", "guest sweep finished with failed guest commands", "errors", s.errCount, "duration", s.dur)
 	}
@@ -74,12 +76,9 @@ func (g *GuestChecker) RunStatus() []runstatus.Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.sweep
-	st := runstatus.Status{Collector: "guest", Success: s.apiErrs == 0, LastSuccess: s.okEnd}
+	st := runstatus.Status{Collector: "guest", Success: s.apiErrs == 0, LastSuccess: s.okEnd, Error: s.apiErr}
 	if s.done {
-		st.Success, st.Duration = s.ok, s.dur
-	}
-	if !st.Success {
-		st.Error = g.lastEr
+		st.Success, st.Duration, st.Error = s.ok, s.dur, s.failErr
 	}
 	return []runstatus.Status{st}
 }
