@@ -3,6 +3,7 @@ package collector
 // Guest checker tests: the request budget, concurrency, and the spread of checks over time.
 
 import (
+	"bytes"
 	"container/heap"
 	"fmt"
 	"math"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-kit/log"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -347,9 +350,11 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 
 // TestGuestSweepFailsWithTheControllerError: a sweep fails for the controller's errors, and its
 // error names one of them, not a VM's refusal that came after it (the last failure of any kind);
-// the next sweep keeps saying so until it ends.
+// the next sweep keeps saying so until it ends. Failing sweeps are logged once when they start
+// failing and once when one succeeds again.
 func TestGuestSweepFailsWithTheControllerError(t *testing.T) {
-	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, nil)
+	var logs bytes.Buffer
+	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, log.NewLogfmtLogger(log.NewSyncWriter(&logs)))
 	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{"vm-a", "vm-b"} {
 		g.vms[id] = g.newVM(id, now)
@@ -369,9 +374,17 @@ func TestGuestSweepFailsWithTheControllerError(t *testing.T) {
 	g.leaveSweep("vm-b", now.Add(time.Second)) // the sweep ends, the next starts
 	g.countError("vm-b", "guest-ping", "agent_not_running", veil.ErrAgentNotRunning)
 	check("after it, during the next")
-	g.leaveSweep("vm-a", now.Add(2*time.Second))
-	g.leaveSweep("vm-b", now.Add(2*time.Second))
+	for i := range 3 { // three more sweeps fail
+		g.countError("vm-a", "guest-ping", "api_error", &veil.APIError{StatusCode: 503})
+		g.leaveSweep("vm-a", now.Add(time.Duration(2+i)*time.Second))
+		g.leaveSweep("vm-b", now.Add(time.Duration(2+i)*time.Second))
+	}
+	g.leaveSweep("vm-a", now.Add(9*time.Second))
+	g.leaveSweep("vm-b", now.Add(9*time.Second))
 	if st := g.RunStatus()[0]; !st.Success || st.Error != "" {
 		t.Errorf("a sweep without controller errors: success %v, error %q; want success and no error", st.Success, st.Error)
+	}
+	if n, m := strings.Count(logs.String(), "guest sweep failed:"), strings.Count(logs.String(), "guest sweep succeeded again"); n != 1 || m != 1 {
+		t.Errorf("logged %d failures and %d recoveries over four failed sweeps and a good one, want 1 and 1:\n%s", n, m, logs.String())
 	}
 }
