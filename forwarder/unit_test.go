@@ -320,12 +320,7 @@ func TestPositionStopsAtTheFirstUnacknowledgedEvent(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
 	r.ev.PollInterval = 20 * time.Millisecond
 	r.nc.JetStream.MaxPending = 20 // batches of 5, several in flight when the stream fills up
-	nc, err := nats.Connect(r.nats.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testutil.JetStream(t, r.nats.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	limit := func(maxMsgs int64) {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -271,13 +270,7 @@ func TestLeaseTakenFromUnderTheHolderIsLetGo(t *testing.T) {
 
 func bucket(t *testing.T, w *world) jetstream.KeyValue {
 	t.Helper()
-	nc, err := nats.Connect(w.urls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(context.Background(), w.bucket)
+	kv, err := testutil.JetStream(t, w.urls).KeyValue(context.Background(), w.bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
@@ -17,16 +16,7 @@ import (
 // seen on CI: two controllers released within 5 ms) and checks that only the first may release
 // until the controller it handed over is held by someone.
 func TestOnlyOneHandOverAtATime(t *testing.T) {
-	n := testutil.StartNATS(t)
-	nc, err := nats.Connect(n.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testutil.JetStream(t, testutil.StartNATS(t).URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "HANDOVER_TEST", History: 1})

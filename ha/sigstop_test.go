@@ -59,12 +59,7 @@ func positionWorker(kv jetstream.KeyValue, l *Lease, who string, report func(str
 
 func createBucket(t *testing.T, w *world) jetstream.KeyValue {
 	t.Helper()
-	nc, err := nats.Connect(w.urls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js := testutil.JetStream(t, w.urls)
 	var kv jetstream.KeyValue
 	testutil.EventuallyNil(t, 60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/forwarder"
@@ -97,12 +96,7 @@ func TestHealthyFailsWhenForwarderStops(t *testing.T) {
 	d := startDaemon(t, cfgFile)
 	d.waitReady(t)
 
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testutil.JetStream(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var kv jetstream.KeyValue

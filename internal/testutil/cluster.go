@@ -141,7 +141,14 @@ func StartCluster(t testing.TB) *Cluster {
 // JetStream is a JetStream client of the cluster, its connection closed when the test ends.
 func (c *Cluster) JetStream(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	nc, err := nats.Connect(c.URLs())
+	return JetStream(tb, c.URLs())
+}
+
+// JetStream is a JetStream client of the server at url (or of any in a comma-separated list),
+// its connection closed when the test ends.
+func JetStream(tb testing.TB, url string) jetstream.JetStream {
+	tb.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
