@@ -126,13 +126,14 @@ func readerOnly(b *testing.B, sim *simProcess, ordering string, page, concurrenc
 	if err != nil {
 		b.Fatal(err)
 	}
+	p := clientPager{c: cli}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range concurrency {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < readerPages; i = next.Add(1) - 1 {
-				if _, err := veil.PageBody(context.Background(), cli, "/api/events/", int(i)*page, page, veil.Query{"ordering": {ordering}}); err != nil {
+				if _, err := p.pageBody(context.Background(), int(i)*page, page, ordering); err != nil {
 					b.Error(err)
 					return
 				}
@@ -172,7 +173,7 @@ func (p *simProcess) answerTime(b *testing.B, since time.Time) time.Duration {
 	var sum time.Duration
 	var n int
 	for _, q := range reqs {
-		if q.Path == "/api/events/" && !q.Start.Before(since) {
+		if q.Path == eventsPath && !q.Start.Before(since) {
 			sum += q.Duration
 			n++
 		}
