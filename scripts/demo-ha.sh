@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 STATE=${STATE:-$(mktemp -d -t veil-demo-ha.XXXXXX)}
+mkdir -p "$STATE" # a STATE given may not exist yet
 NATS_PORTS=${NATS_PORTS:-4222,4223,4224}
 TOKEN=demo-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 printf '%s\n' "$TOKEN" > "$STATE/demo.token"

@@ -11,6 +11,7 @@ WEB_ADDR=${WEB_ADDR:-127.0.0.1:9867}
 NATS_ADDR=${NATS_ADDR:-127.0.0.1:4222}
 PROM_ADDR=${PROM_ADDR:-127.0.0.1:9090}
 STATE=${STATE:-$(mktemp -d -t veil-demo.XXXXXX)}
+mkdir -p "$STATE" # a STATE given may not exist yet
 TOKEN=demo-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 
 printf '%s\n' "$TOKEN" > "$STATE/demo.token"
