@@ -8,6 +8,8 @@ package testutil
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -24,27 +26,29 @@ import (
 // Cluster is three JetStream servers on loopback joined by routes.
 type Cluster struct{ Nodes []*NATS }
 
-// node is a natsnode process that Stop and Start end and run again with the same arguments.
+// node is a natsnode process (bin) that Stop and Start end and run again with the same
+// arguments.
 type node struct {
+	bin  string
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// start runs the node (a no-op while it runs) and returns once it accepts connections.
-func (p *node) start(t testing.TB) {
-	t.Helper()
+// start runs the node (a no-op while it runs) and returns once it accepts connections. It
+// returns an error rather than failing the test: StartCluster starts the nodes in goroutines.
+func (p *node) start() error {
 	if p.cmd != nil {
-		return
+		return nil
 	}
-	cmd := exec.Command(Build(t, "internal/testutil/natsnode"), p.args...)
+	cmd := exec.Command(p.bin, p.args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	ready := make(chan bool, 1)
 	go func() {
@@ -60,14 +64,15 @@ func (p *node) start(t testing.TB) {
 	case ok := <-ready:
 		if !ok {
 			<-done
-			t.Fatalf("natsnode %v did not start", p.args)
+			return fmt.Errorf("natsnode %v did not start", p.args)
 		}
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
-		t.Fatalf("natsnode %v not ready within 30 s", p.args)
+		return fmt.Errorf("natsnode %v not ready within 30 s", p.args)
 	}
 	p.cmd, p.done = cmd, done
+	return nil
 }
 
 // stop ends the node as a shutdown does (a no-op while stopped).
@@ -95,6 +100,7 @@ func StartCluster(t testing.TB) *Cluster {
 		clientPorts[i], routePorts[i] = FreePort(t), FreePort(t)
 	}
 	c := &Cluster{}
+	bin := Build(t, "internal/testutil/natsnode")
 	for i := range size {
 		var routes []string
 		for j := range size {
@@ -105,14 +111,14 @@ func StartCluster(t testing.TB) *Cluster {
 		name := "n" + strconv.Itoa(i)
 		c.Nodes = append(c.Nodes, &NATS{t: t,
 			opts: server.Options{ServerName: name, Port: clientPorts[i]},
-			node: &node{args: []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
+			node: &node{bin: bin, args: []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
 				"-cluster-port", strconv.Itoa(routePorts[i]), "-routes", joinComma(routes), "-store", t.TempDir()}},
 		})
 	}
 	var wg sync.WaitGroup
-	for _, n := range c.Nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); n.Start() }()
+	errs := make([]error, size)
+	for i, n := range c.Nodes {
+		wg.Go(func() { errs[i] = n.start() })
 	}
 	wg.Wait()
 	t.Cleanup(func() {
@@ -120,6 +126,9 @@ func StartCluster(t testing.TB) *Cluster {
 			n.Stop()
 		}
 	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 	// The cluster is ready once it places an R3 stream: before its meta leader has seen every
 	// peer, placement fails with "no suitable peers for placement".
 	js := c.JetStream(t)

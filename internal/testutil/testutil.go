@@ -68,16 +68,31 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago and that it has not returned
+// before in this process: the kernel may hand a port just closed out again, and a cluster given
+// the same port for two nodes never forms (seen on CI: two route ports alike).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, ok := portsGiven[port]; !ok {
+			portsGiven[port] = struct{}{}
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]struct{}{}
+)
 
 // NATS is a nats-server with JetStream on a temp dir: embedded (StartNATS), or a process of its
 // own (a node of StartCluster). Stop and Start keep its port and store, so a test can take NATS
@@ -119,25 +134,32 @@ func (n *NATS) Server() *server.Server {
 // Start starts the server again (a no-op while it runs).
 func (n *NATS) Start() {
 	n.t.Helper()
+	if err := n.start(); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// start is Start without failing the test, for goroutines other than the test's.
+func (n *NATS) start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.node != nil {
-		n.node.start(n.t)
-		return
+		return n.node.start()
 	}
 	if n.srv != nil {
-		return
+		return nil
 	}
 	opts := n.opts
 	srv, err := server.NewServer(&opts)
 	if err != nil {
-		n.t.Fatal(err)
+		return err
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(20 * time.Second) {
-		n.t.Fatal("nats-server did not start")
+		return errors.New("nats-server did not start")
 	}
 	n.srv = srv
+	return nil
 }
 
 // Stop shuts the server down (a no-op while stopped).

@@ -31,3 +31,16 @@ func TestClusterElectsAMetaLeader(t *testing.T) {
 		t.Fatalf("client knows %d servers, want 3", got)
 	}
 }
+
+// TestFreePortNeverRepeats: a cluster takes six ports at once; the kernel may hand a just-closed
+// port out again, and two nodes given one port never form a cluster.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[int]bool{}
+	for range 2000 {
+		p := FreePort(t)
+		if seen[p] {
+			t.Fatalf("port %d returned twice", p)
+		}
+		seen[p] = true
+	}
+}
