@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -341,30 +340,6 @@ func subsetOf(sub, of string) bool {
 		}
 	}
 	return len(a) == len(b)
-}
-
-func startEmbedded(cfg config.Embedded) (*server.Server, error) {
-	host, portStr, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("bad nats.embedded.listen %q: %w", cfg.Listen, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("bad nats.embedded.listen port %q: %w", portStr, err)
-	}
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "veil-exporter", Host: host, Port: port,
-		JetStream: true, StoreDir: cfg.StoreDir, NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("couldn't create embedded NATS server: %w", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return nil, fmt.Errorf("embedded NATS server did not start on %s", cfg.Listen)
-	}
-	return srv, nil
 }
 
 func (c *Conn) setErr(err error) {

@@ -1,0 +1,39 @@
+package forwarder
+
+// The embedded NATS server: started in the exporter's process when nats.embedded is configured,
+// with JetStream storing under its store directory.
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/veil-exporter/veil-exporter/config"
+)
+
+func startEmbedded(cfg config.Embedded) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("bad nats.embedded.listen %q: %w", cfg.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("bad nats.embedded.listen port %q: %w", portStr, err)
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "veil-exporter", Host: host, Port: port,
+		JetStream: true, StoreDir: cfg.StoreDir, NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("couldn't create embedded NATS server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("embedded NATS server did not start on %s", cfg.Listen)
+	}
+	return srv, nil
+}
