@@ -23,6 +23,9 @@ type position struct {
 	// Known is true once a position was established (start: latest with an empty journal
 	// stays known with a zero Created).
 	Known bool `json:"known"`
+	// FromStart says the position is where events.start put a first start, not one published
+	// up to: the stream's, when it holds any of this controller, replaces it without a rewind.
+	FromStart bool `json:"from_start,omitempty"`
 	// Seen describes the journal when it was last read, so that events lost at the source
 	// (deleted before they could be read) can be counted exactly: Ahead events were newer than
 	// the position up to and including the newest one then, Tail.

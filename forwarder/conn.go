@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,12 @@ type Conn struct {
 	// streamOK says the stream was created or checked since the connection last came up: a
 	// reconnect may reach a server (a fresh one) that lacks it.
 	streamOK atomic.Bool
-	closeOne sync.Once
+	// atomic says the stream takes atomic batches (allow_atomic, nats-server 2.12+); expect that
+	// the server enforces an expected last sequence over a subject filter (2.11+). Both are
+	// learnt when the stream is set up.
+	atomic, expect atomic.Bool
+	featuresShown  bool // learnFeatures logged once; guarded by setupMu
+	closeOne       sync.Once
 	// replicas of the stream and the positions bucket when this connection creates them: the
 	// replicas' ha.replicas, so that losing one NATS server of a cluster pauses nothing. 1 alone.
 	replicas atomic.Int32
@@ -219,11 +225,64 @@ func (c *Conn) setUp(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout(c.cfg))
 	defer cancel()
-	if err := c.ensureStream(ctx); err != nil {
+	sc, err := c.ensureStream(ctx)
+	if err != nil {
 		return fmt.Errorf("couldn't set up stream %s on NATS at %s: %w", c.cfg.JetStream.Stream, c.url, err)
 	}
+	c.learnFeatures(sc)
 	c.streamOK.Store(true)
 	return nil
+}
+
+// learnFeatures decides how publishes are guarded on this stream and server, and says once per
+// change what is missing for the full guarantee.
+func (c *Conn) learnFeatures(sc jetstream.StreamConfig) {
+	v := c.nc.ConnectedServerVersion()
+	expect := serverAtLeast(v, 2, 11)
+	atomicOK := expect && sc.AllowAtomicPublish && serverAtLeast(v, 2, 12)
+	wasExpect, wasAtomic := c.expect.Swap(expect), c.atomic.Swap(atomicOK)
+	switch {
+	case !expect && (wasExpect || !c.featuresShown):
+		level.Warn(c.logger).Log("msg", "the NATS server is older than 2.11: publishes carry no expectation the stream enforces, and only the duplicate window guards against publishing twice; upgrade NATS",
+			"server_version", v)
+	case expect && !atomicOK && (wasAtomic || !c.featuresShown):
+		level.Warn(c.logger).Log("msg", "the stream does not take atomic batches: events are published one at a time, each checked by the stream (slower); set allow_atomic on the stream (nats-server 2.12+)",
+			"stream", sc.Name, "server_version", v)
+	}
+	c.featuresShown = true
+}
+
+// serverAtLeast compares a server version "2.12.1" with major.minor; unparsable is too old.
+func serverAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+func (c *Conn) atomicBatches() bool { return c.atomic.Load() }
+func (c *Conn) expectations() bool  { return c.expect.Load() }
+
+// noAtomic follows the stream refusing atomic batches (allow_atomic turned off): set up again,
+// which also says so.
+func (c *Conn) noAtomic() {
+	c.atomic.Store(false)
+	c.streamOK.Store(false)
+}
+
+// reconnects is how many times nc connected again; a change means a new connection to a server
+// that may have lost what it acknowledged.
+func reconnects(nc *nats.Conn) uint64 {
+	if nc == nil {
+		return 0
+	}
+	return nc.Stats().Reconnects
 }
 
 // errStreamConfig is a stream that NATS answered for but that does not fit the configuration.
@@ -266,7 +325,7 @@ func reconnectDelay(attempts int) time.Duration {
 // ensureStream creates the stream when it does not exist (create_stream) and otherwise only
 // checks it: the stream is usually provisioned with its own limits (deploy/nats/stream.json:
 // max_age, max_bytes, ...), which an update from here would reset to unlimited.
-func (c *Conn) ensureStream(ctx context.Context) error {
+func (c *Conn) ensureStream(ctx context.Context) (jetstream.StreamConfig, error) {
 	name := c.cfg.JetStream.Stream
 	subject := c.cfg.SubjectPrefix + ".>"
 	dw := c.cfg.JetStream.DuplicateWindow
@@ -277,35 +336,36 @@ func (c *Conn) ensureStream(ctx context.Context) error {
 	// recovering its store right after a restart, or be away).
 	s, err := c.js.Stream(ctx, name)
 	if err == nil {
-		return c.checkStream(s.CachedInfo().Config, subject, dw)
+		sc := s.CachedInfo().Config
+		return sc, c.checkStream(sc, subject)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return err
+		return jetstream.StreamConfig{}, err
 	}
 	if !c.cfg.JetStream.CreateStream {
-		return fmt.Errorf("%w: stream %s does not exist and nats.jetstream.create_stream is false", errStreamConfig, name)
+		return jetstream.StreamConfig{}, fmt.Errorf("%w: stream %s does not exist and nats.jetstream.create_stream is false", errStreamConfig, name)
 	}
-	if _, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage, Replicas: c.Replicas(),
-	}); err != nil {
-		// Already in use: another instance created it meanwhile; the retry checks it.
-		return err
+		// Atomic batches carry the expectation that fences publishing (publish.go); a server
+		// older than 2.12 refuses the field, so it is asked for only where it is known.
+		AllowAtomicPublish: serverAtLeast(c.nc.ConnectedServerVersion(), 2, 12),
 	}
-	level.Info(c.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw, "replicas", c.Replicas())
-	return nil
+	if _, err = c.js.CreateStream(ctx, sc); err != nil {
+		// Already in use: another instance created it meanwhile; the retry checks it.
+		return jetstream.StreamConfig{}, err
+	}
+	level.Info(c.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw, "replicas", c.Replicas(), "allow_atomic", sc.AllowAtomicPublish)
+	return sc, nil
 }
 
-// checkStream verifies an existing stream without changing it. Subjects not captured would lose
-// every event: an error. A duplicate window shorter than configured narrows what a restart can
-// resend without duplicates, but still works: a warning.
-func (c *Conn) checkStream(sc jetstream.StreamConfig, subject string, dw time.Duration) error {
+// checkStream verifies an existing stream without changing it: subjects not captured would lose
+// every event. (A short duplicate window is no concern: each publish carries an expectation the
+// stream enforces, publish.go.)
+func (c *Conn) checkStream(sc jetstream.StreamConfig, subject string) error {
 	if !covers(sc.Subjects, subject) {
 		return fmt.Errorf("%w: stream %s does not capture subjects %q (its subjects: %q); add them to the stream or change nats.subject_prefix",
 			errStreamConfig, sc.Name, subject, sc.Subjects)
-	}
-	if sc.Duplicates < dw {
-		level.Warn(c.logger).Log("msg", "stream's duplicate window is shorter than nats.jetstream.duplicate_window: events resent after a longer outage or restart may be delivered twice; the stream is left unchanged",
-			"stream", sc.Name, "stream_duplicate_window", sc.Duplicates, "duplicate_window", dw)
 	}
 	return nil
 }

@@ -2,11 +2,13 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/go-kit/log/level"
+	"github.com/nats-io/nats.go"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -15,6 +17,12 @@ import (
 func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	// NATS is checked first, so readiness follows it even while the journal cannot be read.
 	natsErr := fw.checkNATS(ctx)
+	if natsErr == nil && fw.mustSync() {
+		natsErr = fw.syncFromStream(ctx)
+		if errors.Is(natsErr, errFenced) || errors.Is(natsErr, errCheckpointConflict) {
+			return 0, natsErr
+		}
+	}
 	fw.mu.Lock()
 	pos, hint := fw.pos.clone(), fw.hint
 	fw.mu.Unlock()
@@ -76,6 +84,15 @@ func (fw *Forwarder) checkNATS(ctx context.Context) error {
 	}
 	fw.setNotReady(err)
 	return err
+}
+
+// mustSync says whether the position must be read from the stream before publishing: at start,
+// on a new connection (the server may have lost what it acknowledged), after a refused or
+// uncertain publish.
+func (fw *Forwarder) mustSync() bool {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return fw.needSync || fw.epoch != reconnects(fw.opts.Conn.nc)
 }
 
 func (fw *Forwarder) setHint(h int) {
@@ -349,8 +366,8 @@ func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, ancho
 	n, perr := pl.close()
 	fw.mu.Lock()
 	switch {
-	case perr != nil && ctx.Err() == nil:
-		fw.serialLeft = serialEvents // what failed goes out again one at a time, in order
+	case perr != nil && ctx.Err() == nil && !errors.Is(perr, errConflict):
+		fw.serialLeft = serialEvents // what failed goes out again one at a time
 	default:
 		fw.serialLeft = pl.serial // what this cycle did not send of it
 	}
@@ -412,15 +429,17 @@ func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, 
 	f := fetchPages(ctx, fw.pager, fw.ordering, fw.concurrency(), seen, spans)
 	defer f.stop()
 
-	batch := make([]veil.Event, 0, pl.size)
+	batch := sentBatch{events: make([]veil.Event, 0, pl.size), msgs: make([]*nats.Msg, 0, pl.size)}
 	flush := func() error {
-		if len(batch) == 0 {
+		if len(batch.events) == 0 {
 			return nil
 		}
 		err := pl.send(batch)
-		batch = make([]veil.Event, 0, pl.size) // the acknowledger owns the one sent
+		// The publisher owns the one sent.
+		batch = sentBatch{events: make([]veil.Event, 0, pl.size), msgs: make([]*nats.Msg, 0, pl.size)}
 		return err
 	}
+	prefix, source := fw.opts.NATS.SubjectPrefix, fw.source
 	resync := func() error {
 		sl.widen()
 		return flushThen(flush, errResync)
@@ -508,8 +527,9 @@ func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, 
 				continue
 			}
 			pos.advance(e.Created.Time, e.ID)
-			batch = append(batch, e)
-			if len(batch) >= pl.size {
+			batch.events = append(batch.events, e)
+			batch.msgs = append(batch.msgs, message(prefix, fw.opts.Controller, source, &batch.events[len(batch.events)-1], &pos, d))
+			if len(batch.events) >= pl.size {
 				if err := flush(); err != nil {
 					return 0, err
 				}

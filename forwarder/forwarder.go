@@ -58,7 +58,15 @@ type Status struct {
 	// LastGap describes the latest.
 	GapEpisodes uint64
 	LastGap     GapEpisode
-	LastError   string
+	// Conflicts counts publishes the stream refused (its newest message of the controller was
+	// not the expected one); Rewinds the times the stream held less than the stored position,
+	// LastRewind the latest.
+	Conflicts  uint64
+	Rewinds    uint64
+	LastRewind Rewind
+	// StreamSeq is the stream sequence of the controller's newest message (0: none known).
+	StreamSeq uint64
+	LastError string
 	// NotReady says why events are not forwarded now ("" when they are): NATS, stream or
 	// position store not available.
 	NotReady string
@@ -111,27 +119,35 @@ type Forwarder struct {
 	// serialLeft is how many events are still to be published one at a time after a failure
 	// (pipeline.go); guarded by mu.
 	serialLeft int
-	// epoch is the connection's reconnect count the last pipeline started under (epochSeen once
-	// one did): a new connection sends its first event alone (pipeline.go). Guarded by mu.
-	epoch     uint64
-	epochSeen bool
-	backlog   int
-	published map[pubKey]uint64
-	classes   map[string]bool // entity_class label values in use, at most maxEntityClasses
-	pubErrors uint64
-	dups      uint64
-	gaps      uint64
-	episodes  uint64
-	lastGap   GapEpisode
-	lastAcked time.Time // wall clock of the last acknowledgement (not the event's created)
-	lastErr   string
-	notReady  string // why NATS, stream or position store keep events back; "" when they don't
-	stopped   bool
-	cycleOK   bool
-	cycleDur  time.Duration
-	lastOK    time.Time
-	gapLogged bool
-	failures  failureLog
+	// seq is the stream sequence of the controller's newest message (0: none), what the next
+	// publish expects; epoch the connection's reconnect count when the position was last read
+	// from the stream, needSync that it must be read again before publishing (streampos.go).
+	seq      uint64
+	epoch    uint64
+	needSync bool
+	// conflicts counts publishes the stream refused; inConflict that the last publish was one
+	// (one log line per episode).
+	conflicts  uint64
+	inConflict bool
+	rewinds    uint64
+	lastRewind Rewind
+	backlog    int
+	published  map[pubKey]uint64
+	classes    map[string]bool // entity_class label values in use, at most maxEntityClasses
+	pubErrors  uint64
+	dups       uint64
+	gaps       uint64
+	episodes   uint64
+	lastGap    GapEpisode
+	lastAcked  time.Time // wall clock of the last acknowledgement (not the event's created)
+	lastErr    string
+	notReady   string // why NATS, stream or position store keep events back; "" when they don't
+	stopped    bool
+	cycleOK    bool
+	cycleDur   time.Duration
+	lastOK     time.Time
+	gapLogged  bool
+	failures   failureLog
 	// recent is a ring of the last acknowledged events; recentN counts all ever added.
 	recent  [recentLen]RecentEvent
 	recentN int
@@ -147,7 +163,7 @@ type pubKey struct{ typ, class string }
 const maxEntityClasses = 50
 
 type descs struct {
-	published, pubErrors, dups, gaps, episodes, newestCreated, backlog, natsUp *prometheus.Desc
+	published, pubErrors, dups, gaps, episodes, conflicts, rewinds, newestCreated, backlog, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.
@@ -159,7 +175,7 @@ func New(opts Options) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[pubKey]uint64{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL)}
+		published: map[pubKey]uint64{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true}
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
 	}
@@ -183,7 +199,7 @@ func New(opts Options) (*Forwarder, error) {
 		fw.opts.NATS.SubjectPrefix = opts.NATS.SubjectPrefix
 	}
 	if opts.Conn.js != nil {
-		fw.pub = &jsPublisher{js: opts.Conn.js, timeout: publishTimeout(opts.NATS)}
+		fw.pub = &jsPublisher{conn: opts.Conn, filter: fw.subjectFilter(), timeout: publishTimeout(opts.NATS)}
 	} else {
 		fw.pub = &corePublisher{nc: opts.Conn.nc, timeout: publishTimeout(opts.NATS)}
 	}
@@ -214,6 +230,8 @@ func New(opts Options) (*Forwarder, error) {
 		dups:          prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published."+polled, nil, c),
 		gaps:          prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read: the exact count, or a lower bound when it is not known."+polled, nil, c),
 		episodes:      prometheus.NewDesc("veil_events_gap_episodes_total", "Times the stored position's event was found deleted and continuity with it could not be proven: events may have been lost, how many is not known (veil_events_gaps_total has the lower bound)."+polled, nil, c),
+		conflicts:     prometheus.NewDesc("veil_events_publish_conflicts_total", "Publishes the stream refused because its newest message of this controller was not the expected one (another replica published, or the stream holds other than the forwarder thought); the position is then read from the stream again."+polled, nil, c),
+		rewinds:       prometheus.NewDesc("veil_events_rewinds_total", "Times the stream held less of this controller than the stored position (NATS lost acknowledged messages): the events in between were published again from the journal."+polled, nil, c),
 		newestCreated: prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event (the stored position)."+polled, nil, c),
 		backlog:       prometheus.NewDesc("veil_events_backlog", "Events known but not yet published; also counted while NATS is unreachable."+polled, nil, c),
 		natsUp:        prometheus.NewDesc("veil_nats_connected", "1 if the event forwarder's NATS connection is up, read at scrape time.", nil, c),
@@ -445,7 +463,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // everything (earliest).
 func (fw *Forwarder) initialPosition(ctx context.Context) (position, error) {
 	if fw.opts.Events.Start == "earliest" {
-		return position{}, nil
+		return position{FromStart: true}, nil
 	}
 	pg, err := fw.eventsPage(ctx, 0, fw.page)
 	if err != nil {
@@ -466,8 +484,8 @@ func (fw *Forwarder) initialPosition(ctx context.Context) (position, error) {
 		}
 		p.advance(e.Created.Time, e.ID)
 	}
-	p.Known = true
-	level.Info(fw.logger).Log("msg", "no stored position; starting after the newest event", "created", p.Created)
+	p.Known, p.FromStart = true, true
+	level.Info(fw.logger).Log("msg", "no stored position; starting after the newest event unless the stream holds events of this controller", "created", p.Created)
 	return p, nil
 }
 
@@ -513,6 +531,7 @@ func (fw *Forwarder) Status() Status {
 	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
 		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
 		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
+		Conflicts: fw.conflicts, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, StreamSeq: fw.seq,
 		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
 		Subject: fw.opts.NATS.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
 	n := min(fw.recentN, recentLen)
@@ -542,7 +561,7 @@ func (fw *Forwarder) RunStatus() []runstatus.Status {
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.newestCreated, d.backlog, d.natsUp} {
+	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.rewinds, d.newestCreated, d.backlog, d.natsUp} {
 		ch <- x
 	}
 }
@@ -559,6 +578,8 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.dups, prometheus.CounterValue, float64(fw.dups))
 	ch <- prometheus.MustNewConstMetric(d.gaps, prometheus.CounterValue, float64(fw.gaps))
 	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
+	ch <- prometheus.MustNewConstMetric(d.conflicts, prometheus.CounterValue, float64(fw.conflicts))
+	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
 	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, unix(fw.pos.Created))
 	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
 	up := 0.0

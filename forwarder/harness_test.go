@@ -48,7 +48,7 @@ func subscribe(t testing.TB, url string) *receiver {
 	var cons jetstream.Consumer
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"},
-			Duplicates: time.Hour, Storage: jetstream.FileStorage}); err != nil {
+			Duplicates: time.Hour, Storage: jetstream.FileStorage, AllowAtomicPublish: true}); err != nil {
 			return false
 		}
 		cons, err = js.OrderedConsumer(ctx, "VEIL_EVENTS", jetstream.OrderedConsumerConfig{})

@@ -3,14 +3,16 @@ package forwarder
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -28,10 +30,11 @@ func sanitizeToken(s string) string {
 	}, s)
 }
 
-// message builds the NATS message of one event: subject, CloudEvents binary headers, raw body.
-// The header map is sized once and its values share one backing array: this runs for every
-// event of a catch-up.
-func message(prefix, controller, controllerURL string, e *veil.Event) *nats.Msg {
+// message builds the NATS message of one event: subject, CloudEvents binary headers, the headers
+// that resume from it (pos: the position with this event added), raw body. The header map is
+// sized once for every header the publish adds (position, expectation, batch): this runs for
+// every event of a catch-up.
+func message(prefix, controller, controllerURL string, e *veil.Event, pos *position, order direction) *nats.Msg {
 	class := "none"
 	subject := ""
 	if len(e.Entities) > 0 {
@@ -40,12 +43,13 @@ func message(prefix, controller, controllerURL string, e *veil.Event) *nats.Msg 
 	id := controller + "." + e.ID
 	v := [...]string{id, "application/json", "1.0", id, controllerURL, prefix + "." + e.Type, createdText(e), subject}
 	vals := v[:]
-	h := make(nats.Header, len(v))
+	h := make(nats.Header, len(v)+8)
 	for i, k := range [...]string{nats.MsgIdHdr, "Content-Type", "ce-specversion", "ce-id", "ce-source", "ce-type", "ce-time", "ce-subject"} {
 		if vals[i] != "" || k != "ce-subject" {
 			h[k] = vals[i : i+1 : i+1]
 		}
 	}
+	positionHeaders(h, pos, order)
 	return &nats.Msg{
 		Subject: prefix + "." + sanitizeToken(controller) + "." + sanitizeToken(e.Type) + "." + sanitizeToken(class),
 		Header:  h,
@@ -87,94 +91,183 @@ func createdText(e *veil.Event) string {
 	return e.Created.UTC().Format(time.RFC3339Nano)
 }
 
-// publisher sends a batch in order without waiting; the returned wait reports how many leading
-// messages are safely published, so that sending the next batch overlaps waiting for this one.
-// sent is how many messages left for the server; err says why the others did not. Sending stops
-// once the connection's reconnect count is no longer epoch: messages written to the old
-// connection may be lost, and the rest must not overtake them.
+// publisher stores a batch on the stream in order, right after the controller's message with
+// sequence expect (0: the stream holds none of it): it returns how many leading messages are
+// stored and the stream sequence of the last of them.
 type publisher interface {
-	send(msgs []*nats.Msg, epoch uint64) (sent int, wait func(ctx context.Context) (int, error), err error)
+	publish(ctx context.Context, msgs []*nats.Msg, expect uint64) (n int, last uint64, err error)
 }
 
-// noRetry turns off the client's own retry of an asynchronous publish answered "no responders"
-// (a cluster without a stream leader for a moment): it resends each message on its own timer, so
-// a batch that met no leader reached the stream in a random order (seen with three replicas on a
-// three-node cluster). Failed, the batch is sent again in order from the position instead.
-var noRetry = jetstream.WithRetryAttempts(0)
+// errConflict is the stream refusing a publish because its newest message of the controller is
+// not the one expected (another replica published, or the stream lost or holds more than we
+// thought): the position is read again from the stream.
+var errConflict = errors.New("the stream refused the publish: its newest message of this controller is not the expected one")
 
-// jsPublisher publishes asynchronously to JetStream; an event counts only once it and all before
-// it are acknowledged.
+// apiError is a JetStream error answer.
+type apiError struct {
+	Code        int    `json:"code"`
+	ErrCode     int    `json:"err_code"`
+	Description string `json:"description"`
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%s (error %d)", e.Description, e.ErrCode) }
+
+// JetStream error codes the forwarder acts on.
+const (
+	errCodeWrongLastSeq      = 10071
+	errCodeWrongLastSeqConst = 10164
+	errCodeBatchDuplicate    = 10201
+	errCodeAtomicDisabled    = 10174
+	errCodeNoMessage         = 10037
+)
+
+// jsPublisher publishes to JetStream with the expectation the stream leader enforces: an atomic
+// batch whose first message expects the controller's last sequence (one round trip per batch),
+// or, on a stream without allow_atomic, one message at a time, each expecting the one before.
 type jsPublisher struct {
-	js      jetstream.JetStream
+	conn    *Conn
+	filter  string // <prefix>.<controller>.>: the messages the expectation is about
 	timeout time.Duration
 }
 
-func (p *jsPublisher) send(msgs []*nats.Msg, epoch uint64) (int, func(context.Context) (int, error), error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
-	var sendErr error
-	nc := p.js.Conn()
-	for _, m := range msgs {
-		if reconnects(nc) != epoch {
-			sendErr = errReconnected
-			break
-		}
-		// The message carries Nats-Msg-Id already (message): jetstream.WithMsgID would only
-		// look it up and set it again, an option closure and a header write per event.
-		f, err := p.js.PublishMsgAsync(m, noRetry)
-		if err != nil {
-			sendErr = fmt.Errorf("couldn't publish: %w", err)
-			break
-		}
-		futures = append(futures, f)
+func (p *jsPublisher) publish(ctx context.Context, msgs []*nats.Msg, expect uint64) (int, uint64, error) {
+	if len(msgs) == 0 {
+		return 0, expect, nil
 	}
-	return len(futures), func(ctx context.Context) (int, error) {
-		// The client times futures out by itself (publish_timeout); this timer only guards
-		// against a future that never resolves.
-		timer := time.NewTimer(p.timeout)
-		defer timer.Stop()
-		for i, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return i, fmt.Errorf("publish not acknowledged: %w", err)
-			case <-timer.C:
-				return i, errors.New("publish not acknowledged within publish_timeout")
-			case <-ctx.Done():
-				return i, ctx.Err()
-			}
+	var n int
+	var last uint64
+	var err error
+	if p.conn.atomicBatches() {
+		n, last, err = p.atomic(ctx, msgs, expect)
+		switch {
+		case isAPIError(err, errCodeAtomicDisabled):
+			p.conn.noAtomic() // turned off on the stream meanwhile: one at a time until set up again
+			n, last, err = p.serial(ctx, msgs, expect)
+		case isAPIError(err, errCodeBatchDuplicate):
+			// The stream's duplicate window knows an event of the batch though the expectation
+			// held (its message was deleted since): one at a time, a duplicate is acknowledged as
+			// stored and the rest goes on.
+			n, last, err = p.serial(ctx, msgs, expect)
 		}
-		return len(futures), sendErr
-	}, sendErr
+	} else {
+		n, last, err = p.serial(ctx, msgs, expect)
+	}
+	if isAPIError(err, errCodeWrongLastSeq) || isAPIError(err, errCodeWrongLastSeqConst) {
+		err = fmt.Errorf("%w: %w", errConflict, err)
+	}
+	return n, last, err
 }
 
-// corePublisher is at-most-once: a flush after the batch is all the confirmation core NATS gives.
+// atomic sends msgs as one ADR-50 batch: all stored or none.
+func (p *jsPublisher) atomic(ctx context.Context, msgs []*nats.Msg, expect uint64) (int, uint64, error) {
+	id := uuid.NewString()
+	p.expect(msgs[0].Header, expect)
+	nc := p.conn.nc
+	for i, m := range msgs {
+		m.Header[batchIDHdr] = []string{id}
+		m.Header[batchSeqHdr] = []string{strconv.Itoa(i + 1)}
+		if i == len(msgs)-1 {
+			m.Header[batchCommitHdr] = []string{"1"}
+			break
+		}
+		// No reply asked: the commit's answer covers the batch, and a message lost on the way
+		// makes the server refuse the commit (a gap in the batch sequence).
+		if err := nc.PublishMsg(m); err != nil {
+			return 0, 0, fmt.Errorf("couldn't publish: %w", err)
+		}
+	}
+	ack, err := p.request(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return 0, 0, err
+	}
+	return len(msgs), ack.Seq, nil
+}
+
+// serial sends one message at a time, each expecting the sequence of the one before.
+func (p *jsPublisher) serial(ctx context.Context, msgs []*nats.Msg, expect uint64) (int, uint64, error) {
+	for i, m := range msgs {
+		delete(m.Header, batchIDHdr) // left by an atomic attempt
+		delete(m.Header, batchSeqHdr)
+		delete(m.Header, batchCommitHdr)
+		p.expect(m.Header, expect)
+		ack, err := p.request(ctx, m)
+		if err != nil {
+			return i, expect, err
+		}
+		if !ack.Duplicate {
+			expect = ack.Seq
+		}
+	}
+	return len(msgs), expect, nil
+}
+
+// expect adds the expectation, unless the server is too old to know its subject filter (it
+// would check the message's own subject instead): then Nats-Msg-Id alone guards.
+func (p *jsPublisher) expect(h nats.Header, seq uint64) {
+	if !p.conn.expectations() {
+		return
+	}
+	h[hdrExpectSubjSeq] = []string{strconv.FormatUint(seq, 10)}
+	h[hdrExpectSubjFilt] = []string{p.filter}
+}
+
+// Atomic batch headers (ADR-50).
+const (
+	batchIDHdr     = "Nats-Batch-Id"
+	batchSeqHdr    = "Nats-Batch-Sequence"
+	batchCommitHdr = "Nats-Batch-Commit"
+)
+
+type pubAck struct {
+	Error     *apiError `json:"error"`
+	Stream    string    `json:"stream"`
+	Seq       uint64    `json:"seq"`
+	Duplicate bool      `json:"duplicate"`
+}
+
+// request publishes m and waits for the stream's answer.
+func (p *jsPublisher) request(ctx context.Context, m *nats.Msg) (pubAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	resp, err := p.conn.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return pubAck{}, fmt.Errorf("publish not acknowledged: %w", err)
+	}
+	var ack pubAck
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return pubAck{}, fmt.Errorf("publish not acknowledged: couldn't decode the answer: %w", err)
+	}
+	if e := ack.Error; e != nil {
+		return pubAck{}, fmt.Errorf("publish refused: %w", e)
+	}
+	return ack, nil
+}
+
+func isAPIError(err error, code int) bool {
+	var e *apiError
+	return errors.As(err, &e) && e.ErrCode == code
+}
+
+// corePublisher is at-most-once: a flush after the batch is all the confirmation core NATS gives,
+// and what left counts as published, confirmed or not, so that nothing is sent twice.
 type corePublisher struct {
 	nc      *nats.Conn
 	timeout time.Duration
 }
 
-func (p *corePublisher) send(msgs []*nats.Msg, epoch uint64) (int, func(context.Context) (int, error), error) {
-	failed := func(i int, err error) (int, func(context.Context) (int, error), error) {
-		return i, func(context.Context) (int, error) { return i, err }, err
-	}
+func (p *corePublisher) publish(ctx context.Context, msgs []*nats.Msg, _ uint64) (int, uint64, error) {
 	if !p.nc.IsConnected() {
-		return failed(0, nats.ErrDisconnected)
+		return 0, 0, nats.ErrDisconnected
 	}
 	for i, m := range msgs {
-		if reconnects(p.nc) != epoch {
-			return failed(i, errReconnected)
-		}
 		if err := p.nc.PublishMsg(m); err != nil {
-			return failed(i, fmt.Errorf("couldn't publish: %w", err))
+			return i, 0, fmt.Errorf("couldn't publish: %w", err)
 		}
 	}
-	return len(msgs), func(ctx context.Context) (int, error) {
-		fctx, cancel := context.WithTimeout(ctx, p.timeout)
-		defer cancel()
-		if err := p.nc.FlushWithContext(fctx); err != nil {
-			// At most once: the messages left, so they count as published even unconfirmed.
-			return len(msgs), fmt.Errorf("couldn't confirm publishing (core NATS, at most once): %w", err)
-		}
-		return len(msgs), nil
-	}, nil
+	fctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	if err := p.nc.FlushWithContext(fctx); err != nil {
+		return len(msgs), 0, fmt.Errorf("couldn't confirm publishing (core NATS, at most once): %w", err)
+	}
+	return len(msgs), 0, nil
 }

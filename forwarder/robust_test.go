@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -288,79 +289,83 @@ func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 	}
 }
 
-// gatedPublisher holds every batch's acknowledgement until the gate opens, so that batches stay
-// unresolved for as long as a test needs.
-type gatedPublisher struct {
-	publisher
-	gate chan struct{}
+// messagesOf builds the messages of events as a cycle does, each with the position it resumes from.
+func messagesOf(fw *Forwarder, events []veil.Event) []*nats.Msg {
+	var pos position
+	msgs := make([]*nats.Msg, len(events))
+	for i := range events {
+		pos.advance(events[i].Created.Time, events[i].ID)
+		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.source, &events[i], &pos, oldestFirst)
+	}
+	return msgs
 }
 
-func (g *gatedPublisher) send(msgs []*nats.Msg, epoch uint64) (int, func(context.Context) (int, error), error) {
-	n, wait, err := g.publisher.send(msgs, epoch)
-	return n, func(ctx context.Context) (int, error) {
-		<-g.gate
-		return wait(ctx)
-	}, err
-}
-
-// TestReconnectStopsSendingWhileBatchesAreUnresolved proves that once the NATS connection was
-// replaced, a pipeline sends nothing more while a batch sent before is unresolved (its tail may
-// be lost, and later events must not be stored first), and sends on when nothing was in flight.
-func TestReconnectStopsSendingWhileBatchesAreUnresolved(t *testing.T) {
+// TestStreamRefusesWhatDoesNotFollowItsNewestMessage proves that the expectation each publish
+// carries is the fence: a batch whose acknowledgement was lost across a reconnect, or a replica
+// that lost its lease, cannot store anything that does not follow the controller's newest message
+// on the stream, whatever the duplicate window; read again from the stream, publishing goes on in
+// order.
+func TestStreamRefusesWhatDoesNotFollowItsNewestMessage(t *testing.T) {
 	tests := []struct {
-		name     string
-		inFlight bool // a batch is sent and unresolved when the connection is replaced
-		wantErr  error
-		stored   uint64 // messages in the stream at the end
+		name      string
+		reconnect bool // NATS restarts between the two publishes
+		stale     bool // the second publish comes from another forwarder that read the stream first
 	}{
-		{"a batch in flight across the reconnect stops the next send", true, errReconnected, 3},
-		{"nothing in flight across the reconnect sends on", false, nil, 3},
+		{"an acknowledgement lost across a reconnect", true, false},
+		{"a replica publishing after another one did", false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "oldest_first", "earliest")
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			r.sim.AddEvents(6, veiltest.EventSpec{})
+			ids := r.sim.AddEvents(6, veiltest.EventSpec{})
 			pg, err := r.cli.EventsPage(ctx, 0, 6, "created")
 			if err != nil || len(pg.Results) != 6 {
 				t.Fatalf("events: %v (%d)", err, len(pg.Results))
 			}
-			fw := r.forwarder()
-			gate := make(chan struct{})
-			fw.pub = &gatedPublisher{publisher: fw.pub, gate: gate}
-			pl := fw.startPipeline(ctx)
 			first, second := pg.Results[:3], pg.Results[3:]
-			if tt.inFlight {
-				if err := pl.send(first); err != nil {
-					t.Fatal(err)
+			a, b := r.forwarder(), r.forwarder()
+			for _, fw := range []*Forwarder{a, b} {
+				if err := fw.syncFromStream(ctx); err != nil || fw.seq != 0 {
+					t.Fatalf("sync on an empty stream: seq %d, %v", fw.seq, err)
 				}
+			}
+			// a stores the first three; its acknowledgement is dropped (a.seq stays 0).
+			if n, _, err := a.pub.publish(ctx, messagesOf(a, first), 0); err != nil || n != 3 {
+				t.Fatalf("first batch: %d, %v", n, err)
+			}
+			if tt.reconnect {
+				before := reconnects(r.conn.nc)
+				r.nats.Stop()
+				r.nats.Start()
+				testutil.Eventually(t, 20*time.Second, func() bool { return reconnects(r.conn.nc) != before && r.conn.Connected() }, "reconnected")
 				waitStored(ctx, t, r, 3)
 			}
-			before := reconnects(r.conn.nc)
-			r.nats.Stop()
-			r.nats.Start()
-			testutil.Eventually(t, 20*time.Second, func() bool { return reconnects(r.conn.nc) != before && r.conn.Connected() }, "reconnected")
-			waitStored(ctx, t, r, map[bool]uint64{true: 3, false: 0}[tt.inFlight]) // JetStream is back
-			batch := second
-			if !tt.inFlight {
-				batch = first
+			next := a
+			if tt.stale {
+				next = b
 			}
-			if err := pl.send(batch); !errors.Is(err, tt.wantErr) {
-				t.Fatalf("send after the reconnect: %v, want %v", err, tt.wantErr)
+			// Events the stream has not seen (no duplicate window can catch them), after a sequence
+			// the stream moved past: refused, nothing stored.
+			if _, _, err := next.pub.publish(ctx, messagesOf(next, second), 0); !errors.Is(err, errConflict) {
+				t.Fatalf("publish expecting a stale sequence: %v, want a conflict", err)
 			}
-			if tt.wantErr != nil {
-				if err := pl.send(second); !errors.Is(err, tt.wantErr) {
-					t.Fatalf("a later send: %v, want %v", err, tt.wantErr)
-				}
+			if n := streamMsgs(ctx, t, r); n != 3 {
+				t.Fatalf("%d messages stored after the refused publish, want 3", n)
 			}
-			close(gate)
-			pl.close()
-			waitStored(ctx, t, r, tt.stored)
-			// pl.close returned: nothing is in flight any more, a later count cannot differ.
-			if n := streamMsgs(ctx, t, r); n != tt.stored {
-				t.Fatalf("%d messages stored, want %d", n, tt.stored)
+			// Read again from the stream, the position is the third event, and the rest follows.
+			if err := next.syncFromStream(ctx); err != nil {
+				t.Fatal(err)
 			}
+			if st := next.Status(); st.StreamSeq != 3 || len(st.PositionIDs) != 1 || st.PositionIDs[0] != ids[2] {
+				t.Fatalf("position from the stream: seq %d ids %v, want 3 and %s", st.StreamSeq, st.PositionIDs, ids[2])
+			}
+			if n, last, err := next.pub.publish(ctx, messagesOf(next, second), next.seq); err != nil || n != 3 || last != 6 {
+				t.Fatalf("publish after reading the stream: %d up to %d, %v", n, last, err)
+			}
+			rec := subscribe(t, r.nats.URL())
+			exactlyOnceInOrder(t, "prod", ids, rec.waitFor(t, 6, 10*time.Second))
 		})
 	}
 }

@@ -41,7 +41,7 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 	provisioned := jetstream.StreamConfig{
 		Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"}, Storage: jetstream.FileStorage,
 		MaxAge: 720 * time.Hour, MaxBytes: 10 << 30, MaxMsgSize: 1 << 20, Duplicates: 2 * time.Hour,
-		DenyDelete: true, AllowDirect: true, Description: "provisioned by hand",
+		DenyDelete: true, AllowDirect: true, Description: "provisioned by hand", AllowAtomicPublish: true,
 	}
 	tests := []struct {
 		name     string
@@ -79,12 +79,24 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 					t.Errorf("subjects changed: %q", got.Subjects)
 				}
 			}},
-		{"a too short duplicate window is a warning, stream unchanged", withStream(provisioned, func(c *jetstream.StreamConfig) { c.Duplicates = time.Minute }), true,
-			"", "duplicate window is shorter", func(t *testing.T, got jetstream.StreamConfig) {
-				if got.Duplicates != time.Minute || got.MaxAge != 720*time.Hour {
+		// The expectation every publish carries guards against duplicates, not the window.
+		{"a short duplicate window is no concern, stream unchanged", withStream(provisioned, func(c *jetstream.StreamConfig) { c.Duplicates = time.Second }), true,
+			"", "", func(t *testing.T, got jetstream.StreamConfig) {
+				if got.Duplicates != time.Second || got.MaxAge != 720*time.Hour {
 					t.Errorf("stream settings changed: %+v", got)
 				}
 			}},
+		{"a stream without allow_atomic is a warning, stream unchanged", withStream(provisioned, func(c *jetstream.StreamConfig) { c.AllowAtomicPublish = false }), true,
+			"", "does not take atomic batches", func(t *testing.T, got jetstream.StreamConfig) {
+				if got.AllowAtomicPublish || got.MaxAge != 720*time.Hour {
+					t.Errorf("stream settings changed: %+v", got)
+				}
+			}},
+		{"a created stream takes atomic batches", nil, true, "", "", func(t *testing.T, got jetstream.StreamConfig) {
+			if !got.AllowAtomicPublish {
+				t.Errorf("created stream without allow_atomic: %+v", got)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

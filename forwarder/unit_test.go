@@ -35,7 +35,9 @@ func TestMessageSubjectHeadersAndBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.ev.Raw = json.RawMessage(raw)
-			m := message("veil.events", tt.controller, "https://veil.example.com", &tt.ev)
+			pos := position{}
+			pos.advance(tt.ev.Created.Time, tt.ev.ID)
+			m := message("veil.events", tt.controller, "https://veil.example.com", &tt.ev, &pos, oldestFirst)
 			if m.Subject != tt.wantSubject {
 				t.Errorf("subject %q, want %q", m.Subject, tt.wantSubject)
 			}
@@ -170,12 +172,14 @@ func TestMetricsAfterPublishing(t *testing.T) {
 	want := map[string]float64{
 		"veil_events_published_total,entity_class=none,type=error": 4,
 		"veil_events_published_total,entity_class=node,type=error": 3,
-		"veil_events_backlog":              0,
-		"veil_events_gaps_total":           0,
-		"veil_events_gap_episodes_total":   0,
-		"veil_events_duplicates_total":     0,
-		"veil_events_publish_errors_total": 0,
-		"veil_nats_connected":              1,
+		"veil_events_backlog":                 0,
+		"veil_events_gaps_total":              0,
+		"veil_events_gap_episodes_total":      0,
+		"veil_events_duplicates_total":        0,
+		"veil_events_publish_errors_total":    0,
+		"veil_nats_connected":                 1,
+		"veil_events_publish_conflicts_total": 0,
+		"veil_events_rewinds_total":           0,
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
@@ -188,8 +192,8 @@ func TestMetricsAfterPublishing(t *testing.T) {
 	if _, ok := got["veil_events_position_timestamp_seconds"]; ok {
 		t.Errorf("veil_events_position_timestamp_seconds is still exported (it equalled last_published)")
 	}
-	if series != 9 {
-		t.Errorf("%d series, want 9: %v", series, got)
+	if series != 11 {
+		t.Errorf("%d series, want 11: %v", series, got)
 	}
 	// The cycle that published the events ends (and is recorded) just after the acknowledgements.
 	testutil.EventuallyNil(t, 10*time.Second, func() error {
@@ -408,26 +412,25 @@ func TestEventSourceCarriesNoCredentials(t *testing.T) {
 }
 
 // TestRepublishedEventIsDroppedByTheStream proves that the Nats-Msg-Id header message() sets is
-// what JetStream deduplicates on: the same events published again (a restart before the position
-// was stored) are acknowledged as duplicates and stored once.
+// the second line behind the expectation: the same events published again right after themselves
+// (the expectation holds: as after their messages were deleted within the duplicate window) are
+// acknowledged as duplicates and stored once.
 func TestRepublishedEventIsDroppedByTheStream(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
 	fw := r.forwarder()
 	events := []veil.Event{{ID: "e1", Type: "info", Raw: json.RawMessage(`{"id":"e1"}`)}, {ID: "e2", Type: "error", Raw: json.RawMessage(`{"id":"e2"}`)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var last uint64
 	for round := range 2 {
-		msgs := make([]*nats.Msg, len(events))
-		for i := range events {
-			msgs[i] = message("veil.events", "prod", fw.source, &events[i])
-		}
-		sent, wait, err := fw.pub.send(msgs, reconnects(r.conn.nc))
-		if err != nil || sent != len(msgs) {
-			t.Fatalf("round %d: sent %d, %v", round, sent, err)
-		}
-		if n, err := wait(ctx); err != nil || n != len(msgs) {
+		n, seq, err := fw.pub.publish(ctx, messagesOf(fw, events), last)
+		if err != nil || n != len(events) {
 			t.Fatalf("round %d: acknowledged %d, %v", round, n, err)
 		}
+		if round == 1 && seq != last {
+			t.Fatalf("round %d: duplicates moved the expected sequence from %d to %d", round, last, seq)
+		}
+		last = seq
 	}
 	s, err := r.conn.js.Stream(ctx, "VEIL_EVENTS")
 	if err != nil {

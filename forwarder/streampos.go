@@ -1,0 +1,250 @@
+package forwarder
+
+// This file makes the stream the position: the headers each message carries so that the
+// forwarder can resume from its controller's newest message alone, reading that message from the
+// stream leader, and reconciling it with the stored position (the fallback).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-kit/log/level"
+	"github.com/nats-io/nats.go"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// Headers that let the forwarder resume from one message (README: "Headers").
+const (
+	// hdrCreated is the event's created instant, RFC 3339 with nanoseconds in UTC.
+	hdrCreated = "Veil-Created"
+	// hdrCreatedIDs is a JSON array of the ids published at that instant up to and including
+	// this one: several events may share an instant.
+	hdrCreatedIDs = "Veil-Created-Ids"
+	// hdrOrder is the order the journal was read in (oldest_first, newest_first).
+	hdrOrder = "Veil-Journal-Order"
+)
+
+// Expectation headers the stream leader enforces (nats-server 2.11+).
+const (
+	hdrExpectSubjSeq  = "Nats-Expected-Last-Subject-Sequence"
+	hdrExpectSubjFilt = "Nats-Expected-Last-Subject-Sequence-Subject"
+)
+
+// positionHeaders adds what resumes from this message: its created and the ids published at that
+// instant (pos after the event was added to it).
+func positionHeaders(h nats.Header, pos *position, order direction) {
+	ids, _ := json.Marshal(pos.IDs)
+	h[hdrCreated] = []string{pos.Created.UTC().Format(time.RFC3339Nano)}
+	h[hdrCreatedIDs] = []string{string(ids)}
+	h[hdrOrder] = []string{order.String()}
+}
+
+// streamPosition is the position a stored message says: from its headers, or, for a message
+// published before they existed, from the event in its body (its created and id alone).
+func streamPosition(h nats.Header, body []byte) (position, error) {
+	if c := h.Get(hdrCreated); c != "" {
+		t, err := time.Parse(time.RFC3339Nano, c)
+		if err != nil {
+			return position{}, fmt.Errorf("header %s: %w", hdrCreated, err)
+		}
+		var ids []string
+		if err := json.Unmarshal([]byte(h.Get(hdrCreatedIDs)), &ids); err != nil || len(ids) == 0 {
+			return position{}, fmt.Errorf("header %s: not a list of ids", hdrCreatedIDs)
+		}
+		return position{Created: t, IDs: ids, Known: true}, nil
+	}
+	var e eventKey
+	if err := decodeEventKey(body, &e); err != nil {
+		return position{}, fmt.Errorf("body of the newest message: %w", err)
+	}
+	return position{Created: e.created, IDs: []string{e.id}, Known: true}, nil
+}
+
+type eventKey struct {
+	id      string
+	created time.Time
+}
+
+func decodeEventKey(body []byte, k *eventKey) error {
+	var e veil.Event
+	if err := decodeEvent(body, &e); err != nil {
+		return err
+	}
+	if e.ID == "" || e.Created.IsZero() {
+		return errors.New("no id or created")
+	}
+	k.id, k.created = e.ID, e.Created.Time
+	return nil
+}
+
+// compare orders two positions: -1 when p is before q, 1 after, 0 the same. At one instant the
+// position holding fewer of the ids published then is the earlier one.
+func (p position) compare(q position) int {
+	switch {
+	case !p.Known && !q.Known:
+		return 0
+	case !p.Known:
+		return -1
+	case !q.Known:
+		return 1
+	}
+	if c := p.Created.Compare(q.Created); c != 0 {
+		return c
+	}
+	pq, qp := containsAll(q.IDs, p.IDs), containsAll(p.IDs, q.IDs)
+	switch {
+	case pq && qp:
+		return 0
+	case pq:
+		return -1
+	case qp:
+		return 1
+	}
+	return 0 // different ties of one instant: neither is provably ahead
+}
+
+func containsAll(set, sub []string) bool {
+	for _, x := range sub {
+		if !slices.Contains(set, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// Rewind is one time the stream held less of this controller than the stored position: the
+// events in between were published again from the journal.
+type Rewind struct {
+	At   time.Time // when it was noticed (zero: never)
+	From time.Time // created of the stored position
+	To   time.Time // created of the stream's newest event of this controller (zero: none)
+}
+
+// subjectFilter is what every message of this controller's events matches.
+func (fw *Forwarder) subjectFilter() string {
+	return fw.opts.NATS.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"
+}
+
+// syncFromStream reads the controller's newest message on the stream and makes it the position:
+// at start, after a reconnect and after the stream refused an expectation or a publish ended
+// uncertain. A stream that holds nothing of this controller (new, or aged out) leaves the stored
+// position in force.
+func (fw *Forwarder) syncFromStream(ctx context.Context) error {
+	c := fw.opts.Conn
+	if c.js == nil {
+		fw.mu.Lock()
+		fw.needSync = false
+		fw.mu.Unlock()
+		return nil
+	}
+	m, err := c.lastMessage(ctx, fw.opts.NATS.JetStream.Stream, fw.subjectFilter())
+	if err != nil {
+		return fmt.Errorf("couldn't read the position from the stream: %w", err)
+	}
+	var sp position
+	if m != nil {
+		if sp, err = streamPosition(m.header, m.data); err != nil {
+			return fmt.Errorf("couldn't read the position from stream message %d: %w", m.seq, err)
+		}
+	}
+	fw.mu.Lock()
+	cur := fw.pos
+	var rewound *Rewind
+	changed := false
+	switch {
+	case m == nil:
+		fw.seq = 0
+	default:
+		fw.seq = m.seq
+		c := sp.compare(cur)
+		if c != 0 || !cur.Known {
+			if c < 0 && cur.Known && !cur.FromStart {
+				fw.rewinds++
+				fw.lastRewind = Rewind{At: time.Now(), From: cur.Created, To: sp.Created}
+				rewound = &fw.lastRewind
+			}
+			fw.pos, changed = sp, true
+		}
+		if o := parseDirection(m.header.Get(hdrOrder)); fw.auto && fw.order == unknownOrder && o != unknownOrder {
+			fw.order = o
+		}
+	}
+	fw.needSync = false
+	fw.epoch = reconnects(c.nc)
+	pos, seq := fw.pos.clone(), fw.seq
+	fw.mu.Unlock()
+	if rewound != nil {
+		level.Warn(fw.logger).Log("msg", "the stream holds less of this controller than the stored position (messages lost by NATS): publishing the events in between again from the journal",
+			"stored", rewound.From, "stream", rewound.To, "stream_seq", seq)
+	} else if changed {
+		level.Info(fw.logger).Log("msg", "position taken from the stream", "created", pos.Created, "stream_seq", seq)
+	}
+	if changed {
+		// Kept in step: the fallback for a stream that will hold nothing of this controller.
+		return fw.savePosition(ctx, pos)
+	}
+	return nil
+}
+
+func parseDirection(s string) direction {
+	switch s {
+	case "oldest_first":
+		return oldestFirst
+	case "newest_first":
+		return newestFirst
+	}
+	return unknownOrder
+}
+
+// storedMsg is a message read back from the stream.
+type storedMsg struct {
+	seq    uint64
+	header nats.Header
+	data   []byte
+}
+
+// lastMessage reads the newest message matching filter through the stream leader's message get
+// API (not a direct get, which a lagging follower may answer); nil when there is none.
+func (c *Conn) lastMessage(ctx context.Context, stream, filter string) (*storedMsg, error) {
+	req, _ := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{filter})
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout(c.cfg))
+	defer cancel()
+	resp, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Error   *apiError `json:"error"`
+		Message *struct {
+			Seq    uint64 `json:"seq"`
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("couldn't decode the stream's answer: %w", err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrCode == 10037 { // no message found
+			return nil, nil
+		}
+		return nil, r.Error
+	}
+	if r.Message == nil {
+		return nil, errors.New("the stream's answer holds no message")
+	}
+	m := &storedMsg{seq: r.Message.Seq, data: r.Message.Data}
+	if len(r.Message.Header) > 0 {
+		if m.header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
+			return nil, fmt.Errorf("couldn't decode the headers of stream message %d: %w", m.seq, err)
+		}
+	}
+	return m, nil
+}
