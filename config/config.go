@@ -3,9 +3,11 @@
 package config
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/common/model"
+	"gopkg.in/yaml.v3"
 )
 
 // Config is the whole configuration file (DESIGN.md §4).
@@ -119,9 +121,66 @@ type JetStream struct {
 
 // Embedded runs a NATS server inside the daemon.
 type Embedded struct {
-	Enabled  bool   `yaml:"enabled"`
-	Listen   string `yaml:"listen"`
-	StoreDir string `yaml:"store_dir"`
+	Enabled  bool     `yaml:"enabled"`
+	Listen   string   `yaml:"listen"`
+	StoreDir string   `yaml:"store_dir"`
+	Sync     DiskSync `yaml:"sync"`
+}
+
+// DiskSync is when JetStream syncs its files to disk: after every write (Always) or every
+// Interval. JetStream acknowledges a message before it syncs it, so a power loss of the host
+// drops what was acknowledged since the last sync.
+type DiskSync struct {
+	Always   bool
+	Interval time.Duration
+	err      error // why the text read was neither; validation reports it
+}
+
+// ParseDiskSync reads "always" or a Go duration ("1s", "2m").
+func ParseDiskSync(s string) (DiskSync, error) {
+	if s == "always" {
+		return DiskSync{Always: true}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return DiskSync{}, fmt.Errorf("%q is neither always nor a duration like 1s or 2m", s)
+	}
+	if d <= 0 {
+		return DiskSync{}, fmt.Errorf("%q: the interval must be > 0 (or say always)", s)
+	}
+	return DiskSync{Interval: d}, nil
+}
+
+// String is the YAML form: "always" or the interval.
+func (s DiskSync) String() string {
+	if s.Always {
+		return "always"
+	}
+	return s.Interval.String()
+}
+
+// UnmarshalYAML takes the text; an invalid one is kept for validation, which names its line.
+func (s *DiskSync) UnmarshalYAML(n *yaml.Node) error {
+	var text string
+	if err := n.Decode(&text); err != nil {
+		return err
+	}
+	v, err := ParseDiskSync(text)
+	v.err = err
+	*s = v
+	return nil
+}
+
+// MarshalYAML writes the form UnmarshalYAML reads.
+func (s DiskSync) MarshalYAML() (any, error) { return s.String(), nil }
+
+// check says why s is no setting: its text was neither form, or the interval is not > 0.
+func (s DiskSync) check() error {
+	if s.err != nil || s.Always {
+		return s.err
+	}
+	_, err := ParseDiskSync(s.String())
+	return err
 }
 
 // Secret is a string that never prints itself.
@@ -161,7 +220,7 @@ func Default() Config {
 		NATS: NATS{
 			URL: "nats://127.0.0.1:4222", SubjectPrefix: "veil.events",
 			JetStream: JetStream{Enabled: true, Stream: "VEIL_EVENTS", CreateStream: true, DuplicateWindow: time.Hour, PublishTimeout: 5 * time.Second, MaxPending: 1000},
-			Embedded:  Embedded{Listen: "127.0.0.1:4222", StoreDir: "/var/lib/veil-exporter/nats"},
+			Embedded:  Embedded{Listen: "127.0.0.1:4222", StoreDir: "/var/lib/veil-exporter/nats", Sync: DiskSync{Interval: time.Second}},
 		},
 		HA: defaultHA(),
 	}

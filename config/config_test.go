@@ -261,3 +261,82 @@ func TestBackupAndGuestNetworkSettings(t *testing.T) {
 		t.Errorf("bad regexps: err = %v", err)
 	}
 }
+
+// TestEmbeddedSync: nats.embedded.sync is "always" or a positive Go duration, anything else is
+// refused with its line; left out, it is the default.
+func TestEmbeddedSync(t *testing.T) {
+	base := "controllers: [{name: a, url: 'http://x', token: t}]\nnats:\n  embedded:\n    enabled: true\n"
+	tests := []struct {
+		name    string
+		setting string // the line under embedded; empty leaves the key out
+		want    DiskSync
+		wantErr []string // substrings of the error; nil when accepted
+	}{
+		{"left out is the default", "", Default().NATS.Embedded.Sync, nil},
+		{"null is the default", "sync:", Default().NATS.Embedded.Sync, nil},
+		{"always", "sync: always", DiskSync{Always: true}, nil},
+		{"seconds", "sync: 1s", DiskSync{Interval: time.Second}, nil},
+		{"milliseconds", "sync: 250ms", DiskSync{Interval: 250 * time.Millisecond}, nil},
+		{"NATS's own default", "sync: 2m", DiskSync{Interval: 2 * time.Minute}, nil},
+		{"quoted", `sync: "10s"`, DiskSync{Interval: 10 * time.Second}, nil},
+		{"a word", "sync: fast", DiskSync{}, []string{"line 5", "nats.embedded.sync", `"fast" is neither always nor a duration`}},
+		{"capitalised", "sync: Always", DiskSync{}, []string{"line 5", "nats.embedded.sync", `"Always"`}},
+		{"a number without unit", "sync: 1", DiskSync{}, []string{"line 5", "nats.embedded.sync", `"1"`}},
+		{"empty", `sync: ""`, DiskSync{}, []string{"line 5", "nats.embedded.sync", `""`}},
+		{"zero", "sync: 0s", DiskSync{}, []string{"line 5", "nats.embedded.sync", "must be > 0"}},
+		{"negative", "sync: -1s", DiskSync{}, []string{"line 5", "nats.embedded.sync", "must be > 0"}},
+		{"never", "sync: never", DiskSync{}, []string{"nats.embedded.sync", `"never"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			yml := base
+			if tt.setting != "" {
+				yml += "    " + tt.setting + "\n"
+			}
+			cfg, err := Parse([]byte(yml))
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if got := cfg.NATS.Embedded.Sync; got != tt.want {
+					t.Errorf("sync = %+v, want %+v", got, tt.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted as %+v, want an error", cfg.NATS.Embedded.Sync)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestDiskSyncDefaultIsAShortInterval: the default bounds what a power loss of the embedded
+// server's host drops to a second of acknowledged events, not NATS's own two minutes.
+func TestDiskSyncDefaultIsAShortInterval(t *testing.T) {
+	s := Default().NATS.Embedded.Sync
+	if s.Always || s.Interval <= 0 || s.Interval > time.Second {
+		t.Errorf("default sync = %v, want an interval of at most 1s", s)
+	}
+}
+
+// TestDiskSyncRoundTrips: a dumped configuration reads back the same setting.
+func TestDiskSyncRoundTrips(t *testing.T) {
+	for _, s := range []DiskSync{{Always: true}, {Interval: time.Second}, {Interval: 1500 * time.Millisecond}, {Interval: 2 * time.Minute}} {
+		out, err := yaml.Marshal(Embedded{Sync: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Embedded
+		if err := yaml.Unmarshal(out, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.Sync != s || back.Sync.check() != nil {
+			t.Errorf("%v dumped as %q reads back as %+v", s, out, back.Sync)
+		}
+	}
+}

@@ -439,6 +439,9 @@ func (v *validator) nats(n *NATS) {
 	if n.Embedded.Enabled && n.Embedded.StoreDir == "" {
 		v.add("nats.embedded.store_dir", "required when the embedded server is enabled")
 	}
+	if err := n.Embedded.Sync.check(); err != nil {
+		v.add("nats.embedded.sync", "%v", err)
+	}
 }
 
 func oneOf(s string, set ...string) bool {
