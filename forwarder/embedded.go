@@ -1,7 +1,8 @@
 package forwarder
 
 // The embedded NATS server: started in the exporter's process when nats.embedded is configured,
-// with JetStream storing under its store directory.
+// with JetStream storing under its store directory and syncing it to disk as nats.embedded.sync
+// says (JetStream acknowledges before it syncs: the setting bounds what a power loss drops).
 
 import (
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 )
 
+// startEmbedded starts the server cfg describes and waits until it takes connections.
 func startEmbedded(cfg config.Embedded) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -23,10 +25,13 @@ func startEmbedded(cfg config.Embedded) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bad nats.embedded.listen port %q: %w", portStr, err)
 	}
-	srv, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: "veil-exporter", Host: host, Port: port,
 		JetStream: true, StoreDir: cfg.StoreDir, NoSigs: true, NoLog: true,
-	})
+	}
+	// A zero setting (a config built in code) leaves NATS's own default, two minutes.
+	opts.SyncAlways, opts.SyncInterval = cfg.Sync.Always, cfg.Sync.Interval
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("couldn't create embedded NATS server: %w", err)
 	}
