@@ -135,12 +135,19 @@ type eventsStatus struct {
 	Duplicates    uint64    `json:"duplicates_dropped"`
 	Gaps          uint64    `json:"gaps"`
 	// Gap episodes: times continuity with the stored position could not be proven (forwarder).
-	GapEpisodes uint64        `json:"gap_episodes"`
-	LastGap     *gapEpisode   `json:"last_gap_episode,omitempty"`
-	NotReady    string        `json:"not_ready,omitempty"` // why events are not forwarded now
-	LastError   string        `json:"last_error,omitempty"`
-	Stopped     bool          `json:"stopped"` // another instance owns the position
-	Recent      []recentEvent `json:"recent"`  // newest first
+	GapEpisodes uint64      `json:"gap_episodes"`
+	LastGap     *gapEpisode `json:"last_gap_episode,omitempty"`
+	// StreamSeq: the stream sequence of the controller's newest message (0: none known).
+	StreamSeq uint64 `json:"stream_sequence"`
+	// Conflicts: publishes the stream refused; Rewinds: times the stream held less than the
+	// stored position (the events in between published again).
+	Conflicts  uint64        `json:"publish_conflicts"`
+	Rewinds    uint64        `json:"rewinds"`
+	LastRewind *rewind       `json:"last_rewind,omitempty"`
+	NotReady   string        `json:"not_ready,omitempty"` // why events are not forwarded now
+	LastError  string        `json:"last_error,omitempty"`
+	Stopped    bool          `json:"stopped"` // another instance owns the position
+	Recent     []recentEvent `json:"recent"`  // newest first
 }
 
 // gapEpisode: events created between After and Before may have been deleted unread.
@@ -149,6 +156,13 @@ type gapEpisode struct {
 	After  time.Time `json:"after"`
 	Before time.Time `json:"before,omitzero"`
 	Lost   uint64    `json:"lost_at_least"`
+}
+
+// rewind: NATS held events of this controller only up to To; the stored position was From.
+type rewind struct {
+	At   time.Time `json:"at"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to,omitzero"`
 }
 
 type recentEvent struct {
@@ -264,6 +278,10 @@ func eventsView(f forwarder.Status) *eventsStatus {
 		Duplicates: f.Duplicates, Gaps: f.Gaps, GapEpisodes: f.GapEpisodes, NotReady: f.NotReady,
 		LastError: f.LastError, Stopped: f.Stopped,
 		Recent: make([]recentEvent, 0, len(f.Recent)),
+	}
+	e.StreamSeq, e.Conflicts, e.Rewinds = f.StreamSeq, f.Conflicts, f.Rewinds
+	if r := f.LastRewind; !r.At.IsZero() {
+		e.LastRewind = &rewind{At: r.At, From: r.From, To: r.To}
 	}
 	if g := f.LastGap; !g.At.IsZero() {
 		e.LastGap = &gapEpisode{At: g.At, After: g.After, Before: g.Before, Lost: g.Lost}
