@@ -87,7 +87,7 @@ func TestConfigExampleIsValidAndSetsEveryKeyToItsDefault(t *testing.T) {
 		"nats.tls.ca_file", "nats.tls.cert_file", "nats.tls.key_file", "nats.subject_prefix",
 		"nats.jetstream.enabled", "nats.jetstream.stream", "nats.jetstream.create_stream",
 		"nats.jetstream.duplicate_window", "nats.jetstream.publish_timeout", "nats.jetstream.max_pending",
-		"nats.embedded.enabled", "nats.embedded.listen", "nats.embedded.store_dir",
+		"nats.embedded.enabled", "nats.embedded.listen", "nats.embedded.store_dir", "nats.embedded.sync",
 	} {
 		if !keys[k] {
 			t.Errorf("config.example.yaml does not spell out %s", k)
@@ -290,8 +290,9 @@ func TestNATSStreamConfigCreatesADeduplicatingStream(t *testing.T) {
 	}
 	info := stream.CachedInfo().Config
 	if info.Name != "VEIL_EVENTS" || !slices.Equal(info.Subjects, []string{"veil.events.>"}) ||
-		info.Storage != jetstream.FileStorage || info.Duplicates != time.Hour {
-		t.Errorf("stream = %s %v %v dup %v, want VEIL_EVENTS [veil.events.>] file dup 1h", info.Name, info.Subjects, info.Storage, info.Duplicates)
+		info.Storage != jetstream.FileStorage || info.Duplicates != time.Hour || !info.AllowAtomicPublish {
+		t.Errorf("stream = %s %v %v dup %v atomic %v, want VEIL_EVENTS [veil.events.>] file dup 1h atomic (the forwarder publishes atomic batches)",
+			info.Name, info.Subjects, info.Storage, info.Duplicates, info.AllowAtomicPublish)
 	}
 
 	// The exporter's subjects are <prefix>.<controller>.<type>.<entity_class>.
@@ -311,5 +312,38 @@ func TestNATSStreamConfigCreatesADeduplicatingStream(t *testing.T) {
 	}
 	if si.State.Msgs != 1 {
 		t.Errorf("stream holds %d messages, want 1", si.State.Msgs)
+	}
+}
+
+// TestNATSServersSyncLikeTheEmbeddedOne: the NATS servers of the deployment files sync JetStream
+// to disk as often as the embedded server does by default, not every two minutes (NATS's
+// default), which bounds what a power loss of several of them at once drops.
+func TestNATSServersSyncLikeTheEmbeddedOne(t *testing.T) {
+	want := config.Default().NATS.Embedded.Sync
+	opts, err := server.ProcessConfigFile("nats/nats-server.conf")
+	if err != nil {
+		t.Fatalf("nats/nats-server.conf: %v", err)
+	}
+	if !opts.JetStream || opts.StoreDir == "" || opts.Cluster.Name == "" || len(opts.Routes) != 3 {
+		t.Errorf("nats-server.conf: jetstream %v in %q, cluster %q with %d routes; want JetStream on a store dir in a cluster of three",
+			opts.JetStream, opts.StoreDir, opts.Cluster.Name, len(opts.Routes))
+	}
+	if opts.SyncAlways != want.Always || opts.SyncInterval != want.Interval {
+		t.Errorf("nats-server.conf syncs always=%v every %v, want %v", opts.SyncAlways, opts.SyncInterval, want)
+	}
+
+	var v struct {
+		Config struct {
+			JetStream struct {
+				Merge map[string]any `yaml:"merge"`
+			} `yaml:"jetstream"`
+		} `yaml:"config"`
+	}
+	if err := yaml.Unmarshal(readFile(t, "kubernetes/ha/nats-values.yaml"), &v); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := v.Config.JetStream.Merge["sync_interval"].(string)
+	if s, err := config.ParseDiskSync(got); err != nil || s != want {
+		t.Errorf("nats-values.yaml config.jetstream.merge.sync_interval = %q (%v), want %v", got, err, want)
 	}
 }
