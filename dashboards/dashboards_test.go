@@ -76,6 +76,8 @@ var knownFamilies = map[string]string{
 	"veil_events_duplicates_total":                  "counter",
 	"veil_events_gaps_total":                        "counter",
 	"veil_events_gap_episodes_total":                "counter",
+	"veil_events_publish_conflicts_total":           "counter",
+	"veil_events_rewinds_total":                     "counter",
 	"veil_events_last_published_timestamp_seconds":  "gauge",
 	"veil_events_backlog":                           "gauge",
 	"veil_ha_leader":                                "gauge",
@@ -457,7 +459,7 @@ func TestDashboardsShowTheFamiliesTheyAreFor(t *testing.T) {
 			"veil_guest_network_receive_drop_total", "veil_guest_network_transmit_drop_total",
 			"veil_domain_last_backup_timestamp_seconds", "veil_domain_last_backup_success"},
 		"events-exporter.json": {"veil_events_published_total", "veil_events_gaps_total", "veil_events_gap_episodes_total",
-			"veil_events_last_published_timestamp_seconds"},
+			"veil_events_last_published_timestamp_seconds", "veil_events_rewinds_total", "veil_events_publish_conflicts_total"},
 	}
 	for name, families := range want {
 		used := map[string]bool{}
