@@ -100,46 +100,18 @@ func BenchmarkPublishOptions(b *testing.B) {
 	b.Run("serial_expect", func(b *testing.B) { run(b, false, chained(1000)) })
 	// As before: asynchronous, pipelined, Nats-Msg-Id alone (no fence).
 	b.Run("async_no_expectation", func(b *testing.B) {
-		run(b, true, func(ctx context.Context, c *Conn, msgs []*nats.Msg) error {
-			var futures []jetstream.PubAckFuture
-			for _, m := range msgs {
-				f, err := c.js.PublishMsgAsync(m)
-				if err != nil {
-					return err
-				}
-				futures = append(futures, f)
-			}
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
-					return err
-				}
-			}
-			return nil
+		run(b, true, func(_ context.Context, c *Conn, msgs []*nats.Msg) error {
+			return publishAsyncBatch(c.js, nil, "", msgs)
 		})
 	})
 	// One stream per controller: every sequence is predictable, so each message can expect the
 	// stream's last sequence and still be pipelined.
 	b.Run("stream_per_controller_predicted", func(b *testing.B) {
-		run(b, true, func(ctx context.Context, c *Conn, msgs []*nats.Msg) error {
-			var futures []jetstream.PubAckFuture
+		run(b, true, func(_ context.Context, c *Conn, msgs []*nats.Msg) error {
 			for i, m := range msgs {
 				m.Header.Set("Nats-Expected-Last-Sequence", strconv.Itoa(i))
-				f, err := c.js.PublishMsgAsync(m)
-				if err != nil {
-					return err
-				}
-				futures = append(futures, f)
 			}
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
-					return err
-				}
-			}
-			return nil
+			return publishAsyncBatch(c.js, nil, "", msgs)
 		})
 	})
 }
