@@ -22,6 +22,7 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 		if errors.Is(natsErr, errFenced) || errors.Is(natsErr, errCheckpointConflict) {
 			return 0, natsErr
 		}
+		fw.setNotReady(natsErr) // until the stream says where we are, nothing is published
 	}
 	fw.mu.Lock()
 	pos, hint := fw.pos.clone(), fw.hint
