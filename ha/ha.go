@@ -33,7 +33,9 @@
 // and takes it within milliseconds.
 // So a joining replica takes its share one controller at a time without gaps. Close (SIGTERM)
 // stops every controller and deletes every lease at once, so they move in well under a second;
-// a killed replica's leases expire, and move within lease_ttl plus one renew period.
+// a killed or paused replica's leases expire, and move within lease_ttl of its last renewal:
+// nothing is written when a lease runs out, so each replica looks at the bucket again at the
+// instant the next record it saw runs out, not at its next renew period (lease_ttl/3 later).
 //
 // # Fencing
 //
@@ -165,6 +167,7 @@ type Coordinator struct {
 	lastHandOver time.Time
 	attempts     map[string]attempt // by key: acquisitions whose reply was lost
 	watchStop    func()
+	wake         *time.Timer // kicks the loop when the view's next record runs out
 
 	descs descs
 }
@@ -293,6 +296,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}
 	c.startWatch(ctx, kv)
 	defer func() { c.watchStop() }()
+	defer c.wakeAt(time.Time{})
 	for !c.synced() {
 		select {
 		case <-c.kickCh:

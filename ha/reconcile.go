@@ -91,7 +91,11 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 			handOver = c.held[ct]
 		}
 	}
+	next := c.view.nextExpiry(now, c.ttl)
 	c.mu.Unlock()
+	// A lease of a stopped or paused holder runs out with no write to wake us: look again at
+	// that instant rather than at the next renew period, up to lease_ttl/3 later.
+	c.wakeAt(next)
 
 	c.drop(ctx, kv, removed, "removed from the configuration", true)
 	for _, l := range adopt {
@@ -116,6 +120,20 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 		if c.claimHandOver(ctx, kv, marker, handOver.controller, to) {
 			c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+to, true)
 		}
+	}
+}
+
+// wakeAt arms the kick of the loop for instant t (none when t is zero); Run's goroutine only.
+func (c *Coordinator) wakeAt(t time.Time) {
+	switch {
+	case t.IsZero():
+		if c.wake != nil {
+			c.wake.Stop()
+		}
+	case c.wake == nil:
+		c.wake = time.AfterFunc(time.Until(t), c.kick)
+	default:
+		c.wake.Reset(time.Until(t))
 	}
 }
 

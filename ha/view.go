@@ -131,6 +131,28 @@ func (v *view) handOver(now time.Time, ttl time.Duration) (*handOverRecord, *ent
 	return e.handOver, e
 }
 
+// nextExpiry is the first instant after now at which a judgement of reconcile changes by time
+// alone: a lease becomes free, a free lease has waited ttl for its desired owner, an instance
+// stops being live, a hand-over lapses. Zero when none is ahead.
+func (v *view) nextExpiry(now time.Time, ttl time.Duration) time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if v.synced {
+		consider(v.syncedAt.Add(ttl))
+	}
+	for _, e := range v.entries {
+		consider(e.observed.Add(ttl))
+		if e.lease != nil && !e.deleted {
+			consider(e.observed.Add(2 * ttl)) // free at +ttl, anyone's a ttl later
+		}
+	}
+	return next
+}
+
 // liveInstances maps each instance whose record changed within ttl to its controllers.
 func (v *view) liveInstances(now time.Time, ttl time.Duration) map[string]*instanceRecord {
 	out := map[string]*instanceRecord{}
