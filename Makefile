@@ -6,7 +6,7 @@ REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 PKGS      := ./...
 
-.PHONY: all build test test-deps vet race fuzz-seed rules-test fuzz demo demo-ha bench bench-reference lint clean
+.PHONY: all build test test-deps vet race fuzz-seed rules-test fuzz faults demo demo-ha bench bench-reference lint clean
 
 all: build
 
@@ -58,6 +58,13 @@ fuzz:
 	@for t in $$($(GO) test -list '^Fuzz' ./veil | grep '^Fuzz'); do \
 	  echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./veil || exit 1; \
 	done
+
+## faults: the durability suite (e2e/durability_test.go: kills, lost volumes and messages, lost
+## acknowledgements, pauses, a full disk) with every row's rounds FAULTS_SCALE times as many as in
+## `make test`; prints the checker's table (journal ids ok / lost / duplicated / out of order).
+FAULTS_SCALE ?= 5
+faults:
+	VEIL_FAULTS_SCALE=$(FAULTS_SCALE) $(GO) test -race -count=1 -v -timeout 60m -run '^(TestDurability|TestClassify)$$' ./e2e/
 
 ## demo: the simulator + the exporter with an embedded NATS server (+ Prometheus with the alert
 ## rules when installed); Ctrl-C stops them all.

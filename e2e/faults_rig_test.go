@@ -49,38 +49,15 @@ type faultRig struct {
 
 func newFaultRig(t *testing.T, bins faultBinaries, row faultRow) *faultRig {
 	t.Helper()
-	r := &faultRig{t: t, dir: t.TempDir(), token: "fault-token", bins: bins}
+	r := newSimRig(t, bins, freeAddr(t))
 	r.nats = testutil.StartNATS(t)
 	natsURL := r.nats.URL()
 	if row.target == natsServer && row.mode == slow {
 		r.proxy = startSlowProxy(t, strings.TrimPrefix(natsURL, "nats://"))
 		natsURL = "nats://" + r.proxy.addr()
 	}
-
-	simAddr := freeAddr(t)
-	r.sim = "http://" + simAddr
-	start(t, r.dir, bins.sim, "--listen", simAddr, "--token", r.token, "--seed", "11",
-		"--nodes", "2", "--vms", "6", "--initial-events", "20", "--event-rate", "0")
-	testutil.WaitHTTP(t, r.sim+"/_sim/state", 20*time.Second)
-	var err error
-	if r.client, err = veil.New(veil.Config{URL: r.sim, Token: r.token}); err != nil {
-		t.Fatal(err)
-	}
-
-	r.nc, err = nats.Connect(r.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
-		nats.RetryOnFailedConnect(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.nc.Close)
-	if r.js, err = jetstream.New(r.nc); err != nil {
-		t.Fatal(err)
-	}
-
+	r.connect(r.nats.URL())
 	tokenFile := filepath.Join(r.dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(r.token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	// Defaults wherever the fault's outcome depends on them (controller timeout 10s, JetStream
 	// timeouts 5s); short intervals so that the table runs in minutes. Guest checks are off:
 	// they are not what this table is about, and they would share the request budget.
@@ -103,6 +80,40 @@ nats:
 	r.web = "http://" + freeAddr(t)
 	r.logPath = filepath.Join(r.dir, "veil-exporter.log")
 	return r
+}
+
+// newSimRig starts a row's simulator, listening on simAddr, and writes the token file; NATS
+// and the exporter are the caller's.
+func newSimRig(t *testing.T, bins faultBinaries, simAddr string) *faultRig {
+	t.Helper()
+	r := &faultRig{t: t, dir: t.TempDir(), token: "fault-token", bins: bins}
+	r.sim = "http://" + simAddr
+	start(t, r.dir, bins.sim, "--listen", simAddr, "--token", r.token, "--seed", "11",
+		"--nodes", "2", "--vms", "6", "--initial-events", "20", "--event-rate", "0")
+	testutil.WaitHTTP(t, r.sim+"/_sim/state", 20*time.Second)
+	var err error
+	if r.client, err = veil.New(veil.Config{URL: r.sim, Token: r.token}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "token"), []byte(r.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// connect connects the test's own client, which reads the stream, to NATS at url.
+func (r *faultRig) connect(url string) {
+	r.t.Helper()
+	var err error
+	r.nc, err = nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		nats.RetryOnFailedConnect(true))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(r.nc.Close)
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 func (r *faultRig) startExporter() {

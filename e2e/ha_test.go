@@ -65,6 +65,25 @@ func (p *replicaProc) start() {
 	}, "%s to answer 200", u)
 }
 
+// endWithTest kills the process (woken first, if paused) when the test ends, and logs the tail
+// of its log when the test failed.
+func (p *replicaProc) endWithTest(t *testing.T, name string) {
+	t.Cleanup(func() {
+		if p.cmd != nil && p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(p.logPath)
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("--- %s (tail)\n%s", name, b)
+		}
+	})
+}
+
 func (p *replicaProc) signal(s syscall.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(s); err != nil {
@@ -138,20 +157,7 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 		}
 		p := &replicaProc{t: t, bin: bin, cfg: cfg, web: freeAddr(t), logPath: filepath.Join(dir, inst+".log")}
 		procs[inst] = p
-		t.Cleanup(func() {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Signal(syscall.SIGCONT)
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-			if t.Failed() {
-				b, _ := os.ReadFile(p.logPath)
-				if len(b) > 6000 {
-					b = b[len(b)-6000:]
-				}
-				t.Logf("--- %s (tail)\n%s", inst, b)
-			}
-		})
+		p.endWithTest(t, inst)
 		p.start()
 	}
 
