@@ -1,5 +1,5 @@
-// The replicas' figures for make bench: how long a killed owner's controllers take to move, and
-// what three replicas cost the controllers compared with one exporter.
+// The replicas' figures for make bench: how long a killed or paused owner's controllers take to
+// move, and what three replicas cost the controllers compared with one exporter.
 package e2e
 
 import (
@@ -20,6 +20,8 @@ import (
 // BenchmarkReplicas runs once whatever b.N (make bench asks for 1x). It reports
 //   - takeover-s: kill -9 of an owner until its controllers run elsewhere, with its bound
 //     lease_ttl + 2 s (ratio-to-bound, target <= 1);
+//   - stop-takeover-s: the same after SIGSTOP of an owner, which leaves its connections open
+//     (stop-ratio-to-bound, target <= 1);
 //   - requests-ratio: requests the controllers received from three replicas over a window,
 //     divided by those from one exporter without replicas over the same window (target <= 1.05).
 func BenchmarkReplicas(b *testing.B) {
@@ -106,24 +108,37 @@ func BenchmarkReplicas(b *testing.B) {
 	time.Sleep(window) // the measured window
 	three := requests()
 
-	// kill -9 the owner of c0 and time the move.
-	victim := ownersOf(reps)["c0"][0]
-	rest := map[string]*replicaProc{}
-	for inst, p := range reps {
-		if inst != victim {
-			rest[inst] = p
+	// moveAfter sends sig to the owner of c0 and times until every controller runs on exactly
+	// one of the others.
+	moveAfter := func(sig syscall.Signal) (string, time.Duration) {
+		victim := ownersOf(reps)["c0"][0]
+		rest := map[string]*replicaProc{}
+		for inst, p := range reps {
+			if inst != victim {
+				rest[inst] = p
+			}
 		}
+		sent := time.Now()
+		reps[victim].signal(sig)
+		if sig == syscall.SIGKILL {
+			reps[victim].wait()
+		}
+		testutil.Eventually(b, leaseTTL+30*time.Second, func() bool { return oneOwnerEach(rest, names) }, "the controllers of the replica sent %v to move", sig)
+		return victim, time.Since(sent)
 	}
-	killed := time.Now()
-	reps[victim].signal(syscall.SIGKILL)
-	reps[victim].wait()
-	testutil.Eventually(b, leaseTTL+30*time.Second, func() bool { return oneOwnerEach(rest, names) }, "the killed replica's controllers to move")
-	takeover := time.Since(killed)
+	victim, takeover := moveAfter(syscall.SIGKILL)
+	reps[victim].start()
+	testutil.Eventually(b, 60*time.Second, func() bool { return settled(reps) }, "the restarted replica to take its share")
+	victim, stopTakeover := moveAfter(syscall.SIGSTOP)
+	reps[victim].signal(syscall.SIGCONT)
+	testutil.Eventually(b, 60*time.Second, func() bool { return oneOwnerEach(reps, names) }, "one owner per controller once the paused replica runs again")
 
 	bound := leaseTTL + 2*time.Second
 	b.ReportMetric(takeover.Seconds(), "takeover-s")
 	b.ReportMetric(bound.Seconds(), "bound-s")
 	b.ReportMetric(takeover.Seconds()/bound.Seconds(), "ratio-to-bound")
+	b.ReportMetric(stopTakeover.Seconds(), "stop-takeover-s")
+	b.ReportMetric(stopTakeover.Seconds()/bound.Seconds(), "stop-ratio-to-bound")
 	b.ReportMetric(float64(single), "requests-one")
 	b.ReportMetric(float64(three), "requests-three")
 	b.ReportMetric(float64(three)/float64(max(single, 1)), "requests-ratio")

@@ -122,7 +122,7 @@ else
   echo "== forwarder benchmarks not found: event figures not measured"
 fi
 
-echo "== replicas: takeover after kill -9; controller requests of three replicas and of one exporter"
+echo "== replicas: takeover after kill -9 and after SIGSTOP; controller requests of three replicas and of one exporter"
 go test -c -o "$OUT/e2e.test" ./e2e
 (cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkReplicas$' -test.benchtime 1x -test.count 1 \
   -test.timeout 10m) | tee -a "$RAW" || echo "replicas benchmark failed: not measured"

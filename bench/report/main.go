@@ -227,6 +227,7 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 	h := "BenchmarkReplicas"
 	figs = append(figs,
 		figure("replicas: takeover after kill -9", "s", r.get(h, "takeover-s"), median(r.get(h, "bound-s")), "lease_ttl + 2 s", r.get(h, "ratio-to-bound"), "<=", 1),
+		figure("replicas: takeover after SIGSTOP", "s", r.get(h, "stop-takeover-s"), median(r.get(h, "bound-s")), "lease_ttl + 2 s", r.get(h, "stop-ratio-to-bound"), "<=", 1),
 		figure("replicas: controller requests, 3 replicas / 1 exporter", "requests", r.get(h, "requests-three"), median(r.get(h, "requests-one")), "one exporter", r.get(h, "requests-ratio"), "<=", 1.05))
 
 	f = figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, "", 0)
