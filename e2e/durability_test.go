@@ -376,6 +376,11 @@ func positionDiskFull(w *durabilityWorld) history {
 		testutil.Eventually(w.t, 30*time.Second, func() bool {
 			return strings.Contains(logFrom(w.t, p.logPath, mark), "no space left on device")
 		}, "the exporter to log that the position's disk is full (%s)", what)
+		for _, path := range []string{"/metrics", "/-/healthy"} {
+			if code, _, err := httpGet("http://" + p.web + path); err != nil || code != 200 {
+				w.t.Errorf("%s with the position's disk full (%s): %d %v", path, what, code, err)
+			}
+		}
 	}
 	mark := logSize(w.t, p.logPath)
 	w.addEvents(40)
@@ -383,7 +388,7 @@ func positionDiskFull(w *durabilityWorld) history {
 	// Killed while the disk is full: it must resume from the stream, whatever the file holds,
 	// and say again what is wrong.
 	h.tally(p)
-	scrapes.stop()
+	_, _, problems := scrapes.finish()
 	p.signal(syscall.SIGKILL)
 	p.wait()
 	h.faults++
@@ -396,12 +401,9 @@ func positionDiskFull(w *durabilityWorld) history {
 		w.t.Fatal(err)
 	}
 	h.ended = time.Now()
-	n, _, problems := scrapes.finish()
-	for _, pr := range problems {
+	_, _, more := scrapes.finish()
+	for _, pr := range append(problems, more...) {
 		w.t.Error(pr)
-	}
-	if n == 0 {
-		w.t.Error("no scrape was made")
 	}
 	h.tally(p)
 	return h
