@@ -1,7 +1,6 @@
 package forwarder
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,11 +40,15 @@ func message(prefix, controller, controllerURL string, e *veil.Event, pos *posit
 		class, subject = e.Entities[0].Class, e.Entities[0].UUID
 	}
 	id := controller + "." + e.ID
-	v := [...]string{id, "application/json", "1.0", id, controllerURL, prefix + "." + e.Type, createdText(e), subject}
+	ceTime := ""
+	if !e.Created.IsZero() {
+		ceTime = e.Created.UTC().Format(time.RFC3339Nano)
+	}
+	v := [...]string{id, "application/json", "1.0", ceHeader(id), ceHeader(controllerURL), ceHeader(prefix + "." + e.Type), ceTime, ceHeader(subject), "application/json"}
 	vals := v[:]
 	h := make(nats.Header, len(v)+8)
-	for i, k := range [...]string{nats.MsgIdHdr, "Content-Type", "ce-specversion", "ce-id", "ce-source", "ce-type", "ce-time", "ce-subject"} {
-		if vals[i] != "" || k != "ce-subject" {
+	for i, k := range [...]string{nats.MsgIdHdr, "Content-Type", "ce-specversion", "ce-id", "ce-source", "ce-type", "ce-time", "ce-subject", "ce-datacontenttype"} {
+		if vals[i] != "" || (k != "ce-subject" && k != "ce-time") {
 			h[k] = vals[i : i+1 : i+1]
 		}
 	}
@@ -55,6 +58,34 @@ func message(prefix, controller, controllerURL string, e *veil.Event, pos *posit
 		Header:  h,
 		Data:    e.Raw,
 	}
+}
+
+// ceHeader percent-encodes a CloudEvents attribute value as the NATS protocol binding asks (as
+// HTTP's does): space, '"', '%' and every byte outside printable ASCII. Values that need none,
+// nearly all, are returned as they are.
+func ceHeader(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '%' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '%' {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // eventSource is the controller URL without userinfo, for ce-source: a URL written as
@@ -74,21 +105,6 @@ func eventSource(controllerURL string) string {
 		return controllerURL[:start] + controllerURL[start+at+1:]
 	}
 	return controllerURL
-}
-
-// createdText is created as the API gave it when it can be found in the raw body, so that
-// precision survives; otherwise RFC 3339 with the parsed value.
-func createdText(e *veil.Event) string {
-	key := []byte(`"created":`)
-	if i := bytes.Index(e.Raw, key); i >= 0 {
-		rest := bytes.TrimLeft(e.Raw[i+len(key):], " ")
-		if len(rest) > 1 && rest[0] == '"' {
-			if j := bytes.IndexByte(rest[1:], '"'); j >= 0 {
-				return string(rest[1 : 1+j])
-			}
-		}
-	}
-	return e.Created.UTC().Format(time.RFC3339Nano)
 }
 
 // publisher stores a batch on the stream in order, right after the controller's message with

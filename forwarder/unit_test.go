@@ -32,9 +32,11 @@ func TestMessageSubjectHeadersAndBody(t *testing.T) {
 		{"no entity gives none and no ce-subject", "prod", veil.Event{ID: "e1", Type: "info"}, "veil.events.prod.info.none", ""},
 		{"dots, wildcards and spaces are sanitized, empty is unknown", "dc 1.prod", veil.Event{ID: "e1", Type: "", Entities: []veil.EventEntity{{Class: "a*b>c"}}}, "veil.events.dc_1_prod.unknown.a_b_c", ""},
 	}
+	created, _ := time.Parse(time.RFC3339Nano, "2021-08-20T13:08:09.761081+03:00") // the body's instant, another zone
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.ev.Raw = json.RawMessage(raw)
+			tt.ev.Created = veil.Time{Time: created}
 			pos := position{}
 			pos.advance(tt.ev.Created.Time, tt.ev.ID)
 			m := message("veil.events", tt.controller, "https://veil.example.com", &tt.ev, &pos, oldestFirst)
@@ -45,9 +47,9 @@ func TestMessageSubjectHeadersAndBody(t *testing.T) {
 				t.Errorf("body changed: %s", m.Data)
 			}
 			want := map[string]string{
-				nats.MsgIdHdr: tt.controller + ".e1", "ce-id": tt.controller + ".e1", "Content-Type": "application/json",
+				nats.MsgIdHdr: tt.controller + ".e1", "ce-id": ceHeader(tt.controller + ".e1"), "Content-Type": "application/json",
 				"ce-specversion": "1.0", "ce-source": "https://veil.example.com", "ce-type": "veil.events." + tt.ev.Type,
-				"ce-time": "2021-08-20T10:08:09.761081Z", "ce-subject": tt.wantSubj,
+				"ce-time": "2021-08-20T10:08:09.761081Z", "ce-subject": tt.wantSubj, "ce-datacontenttype": "application/json",
 			}
 			for k, v := range want {
 				if got := m.Header.Get(k); got != v {
