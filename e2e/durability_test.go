@@ -29,6 +29,7 @@ import (
 type durabilityRow struct {
 	name, what string
 	cluster    bool
+	partition  bool // the cluster Partitionable, the exporter connected through its client links
 	run        func(w *durabilityWorld) history
 }
 
@@ -49,7 +50,7 @@ func TestDurability(t *testing.T) {
 	for _, row := range durabilityRows() {
 		t.Run(row.name, func(t *testing.T) {
 			t.Parallel()
-			w := newDurabilityWorld(t, bins, row.cluster, scale)
+			w := newDurabilityWorld(t, bins, row.cluster, row.partition, scale)
 			h := row.run(w)
 			w.feeder.stop()
 			want := w.journal()
@@ -71,7 +72,7 @@ func TestDurability(t *testing.T) {
 }
 
 func durabilityRows() []durabilityRow {
-	return []durabilityRow{
+	rows := []durabilityRow{
 		{name: "position volume lost", what: "kill -9, the position file's directory deleted, restart", run: positionVolumeLost},
 		{name: "stream's newest messages lost", what: "kill -9, the newest 25 messages deleted, NATS restarted, restart", run: newestMessagesLost},
 		{name: "duplicate window 1s, kill -9", what: "stream with a 1 s duplicate window; kill -9 mid-batch, restart", run: shortWindowKills},
@@ -81,6 +82,7 @@ func durabilityRows() []durabilityRow {
 		{name: "stream leader paused", what: "SIGSTOP of the stream leader until another is elected, SIGCONT", cluster: true, run: leaderPaused},
 		{name: "owner paused past lease", what: "two replicas; SIGSTOP of the owner until its successor publishes, SIGCONT", cluster: true, run: ownerPaused},
 	}
+	return append(rows, partitionRows()...)
 }
 
 // durabilityWorld is one row's world: the simulator with a feeder adding events the whole time,
@@ -91,18 +93,27 @@ type durabilityWorld struct {
 	natsURL string            // what the exporter connects to
 	rounds  int               // the row's repetitions are this many times its base count
 	feeder  *feeder
+	nodeJS  map[*testutil.NATS]jetstream.JetStream // clients of one node each (leaderSeenBy)
 }
 
-func newDurabilityWorld(t *testing.T, bins faultBinaries, cluster bool, scale int) *durabilityWorld {
+func newDurabilityWorld(t *testing.T, bins faultBinaries, cluster, partition bool, scale int) *durabilityWorld {
 	w := &durabilityWorld{faultRig: newSimRig(t, bins, freeAddr(t)), rounds: scale}
-	if cluster {
+	switch {
+	case partition:
+		w.cluster = testutil.StartCluster(t, testutil.Partitionable())
+		w.natsURL = w.cluster.ClientURLs()
+	case cluster:
 		w.cluster = testutil.StartCluster(t)
 		w.natsURL = w.cluster.URLs()
-	} else {
+	default:
 		w.nats = testutil.StartNATS(t)
 		w.natsURL = w.nats.URL()
 	}
-	w.connect(w.natsURL)
+	if partition { // the checker's own connection passes no link
+		w.connect(w.cluster.URLs())
+	} else {
+		w.connect(w.natsURL)
+	}
 	w.feeder = w.feed()
 	t.Cleanup(w.feeder.stop)
 	return w

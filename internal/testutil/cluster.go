@@ -24,7 +24,10 @@ import (
 )
 
 // Cluster is three JetStream servers on loopback joined by routes.
-type Cluster struct{ Nodes []*NATS }
+type Cluster struct {
+	Nodes []*NATS
+	parts *partitions // with Partitionable
+}
 
 // node is a natsnode process (bin) that Stop and Start end and run again with the same
 // arguments.
@@ -91,8 +94,12 @@ func (p *node) stop() {
 }
 
 // StartCluster starts a three-node JetStream cluster and waits until it places an R3 stream.
-func StartCluster(t testing.TB) *Cluster {
+func StartCluster(t testing.TB, options ...ClusterOption) *Cluster {
 	t.Helper()
+	var cfg clusterConfig
+	for _, o := range options {
+		o(&cfg)
+	}
 	const size = 3
 	clientPorts := make([]int, size)
 	routePorts := make([]int, size)
@@ -100,19 +107,42 @@ func StartCluster(t testing.TB) *Cluster {
 		clientPorts[i], routePorts[i] = FreePort(t), FreePort(t)
 	}
 	c := &Cluster{}
+	var extra []string // every node's arguments besides its own
+	if cfg.partitionable {
+		c.parts = &partitions{routes: make([][]*Link, size)}
+		for i := range size {
+			c.parts.routes[i] = make([]*Link, size)
+			for j := range size {
+				if j != i {
+					c.parts.routes[i][j] = newLink(t, "127.0.0.1:"+strconv.Itoa(routePorts[j]))
+				}
+			}
+			c.parts.clients = append(c.parts.clients, newLink(t, "127.0.0.1:"+strconv.Itoa(clientPorts[i])))
+			c.parts.monitors = append(c.parts.monitors, FreePort(t))
+		}
+		extra = []string{"-no-advertise", "-cluster-advertise", "127.0.0.1:" + strconv.Itoa(refusingPort(t))}
+	}
 	bin := Build(t, "internal/testutil/natsnode")
 	for i := range size {
 		var routes []string
 		for j := range size {
-			if j != i {
+			switch {
+			case j == i:
+			case c.parts != nil:
+				routes = append(routes, "nats-route://"+c.parts.routes[i][j].Addr())
+			default:
 				routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePorts[j]))
 			}
 		}
 		name := "n" + strconv.Itoa(i)
+		args := []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
+			"-cluster-port", strconv.Itoa(routePorts[i]), "-routes", joinComma(routes), "-store", t.TempDir()}
+		if c.parts != nil {
+			args = append(append(args, extra...), "-http", strconv.Itoa(c.parts.monitors[i]))
+		}
 		c.Nodes = append(c.Nodes, &NATS{t: t,
 			opts: server.Options{ServerName: name, Port: clientPorts[i]},
-			node: &node{bin: bin, args: []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
-				"-cluster-port", strconv.Itoa(routePorts[i]), "-routes", joinComma(routes), "-store", t.TempDir()}},
+			node: &node{bin: bin, args: args},
 		})
 	}
 	var wg sync.WaitGroup

@@ -21,12 +21,19 @@ func main() {
 	clusterPort := flag.Int("cluster-port", 0, "route port")
 	routes := flag.String("routes", "", "comma-separated nats-route:// URLs of the other nodes")
 	store := flag.String("store", "", "JetStream store directory")
+	noAdvertise := flag.Bool("no-advertise", false, "tell clients no URL of the other nodes (cluster no_advertise)")
+	advertise := flag.String("cluster-advertise", "", "host:port this node gossips as its route address (cluster advertise)")
+	httpPort := flag.Int("http", 0, "monitoring port (0: none)")
 	flag.Parse()
 	opts := &server.Options{
 		ServerName: *name, Host: "127.0.0.1", Port: *port,
 		JetStream: true, StoreDir: *store, NoSigs: true, NoLog: true,
-		Cluster: server.ClusterOpts{Name: "veil-test", Host: "127.0.0.1", Port: *clusterPort},
-		Routes:  server.RoutesFromStr(*routes),
+		Cluster: server.ClusterOpts{Name: "veil-test", Host: "127.0.0.1", Port: *clusterPort,
+			NoAdvertise: *noAdvertise, Advertise: *advertise},
+		Routes: server.RoutesFromStr(*routes),
+	}
+	if *httpPort != 0 {
+		opts.HTTPHost, opts.HTTPPort = "127.0.0.1", *httpPort
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
