@@ -18,6 +18,14 @@ type Config struct {
 	Events      Events       `yaml:"events"`
 	NATS        NATS         `yaml:"nats"`
 	HA          HA           `yaml:"ha"`
+	SD          SD           `yaml:"sd"`
+}
+
+// SD configures HTTP service discovery of guests (/sd/domains).
+type SD struct {
+	// Port is the port of the targets handed to Prometheus when the request gives none: the
+	// port of what runs in the guests (node_exporter's 9100).
+	Port int `yaml:"port"`
 }
 
 // Controller is one platform controller to collect from.
@@ -223,6 +231,7 @@ func Default() Config {
 			Embedded:  Embedded{Listen: "127.0.0.1:4222", StoreDir: "/var/lib/veil-exporter/nats", Sync: DiskSync{Interval: time.Second}},
 		},
 		HA: defaultHA(),
+		SD: SD{Port: 9100},
 	}
 }
 

@@ -244,6 +244,9 @@ func (v *validator) config(c *Config) {
 		v.nats(&c.NATS)
 	}
 	v.ha(c)
+	if c.SD.Port < 1 || c.SD.Port > 65535 {
+		v.add("sd.port", "%d is not a port (1-65535)", c.SD.Port)
+	}
 }
 
 func (v *validator) controller(p string, c *Controller, seen map[string]bool) {
