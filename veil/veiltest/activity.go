@@ -82,14 +82,14 @@ func (st *state) gone(d *domain) error {
 func (st *state) seedTasks(now time.Time) {
 	t := now.Add(-2 * time.Hour)
 	for range st.opts.InitialTasks {
-		ents := map[string]string{}
+		var ents taskEntities
 		name := txt("Refreshing the controller licence.", "Обновление лицензии контроллера.")
 		if len(st.domains) > 0 {
 			d := st.domains[st.rng.IntN(len(st.domains))]
-			ents[d.id] = "domain"
+			ents = domainEnts(d)
 			switch k := st.rng.IntN(5); {
 			case d.thin && d.parent != nil && k == 0:
-				ents[d.parent.id] = "domain"
+				ents = domainEnts(d, d.parent)
 				name = nameClone(d, d.parent)
 			case k == 1:
 				name = nameShutdown(d, false)
@@ -260,7 +260,7 @@ func (st *state) bgMigrate(at time.Time) int {
 	}
 	n := to[st.rng.IntN(len(to))]
 	st.startBackground(at, taskSpec{name: nameMigrate(d, n), user: "admin",
-		entities: map[string]string{d.id: "domain", n.id: "node"}, duration: st.bgDuration(bgMigrateTask),
+		entities: taskEntities{{d.id, "domain"}, {n.id, "node"}}, duration: st.bgDuration(bgMigrateTask),
 		apply: func(at time.Time) error {
 			if err := st.gone(d); err != nil {
 				return err
@@ -295,7 +295,7 @@ func (st *state) bgClone(at time.Time) int {
 	}
 	c := st.cloneOf(src, "", fmt.Sprintf("%s-clone-%d", src.name, st.vmSeq+1), src.node, src.pool, at)
 	st.bgClones = append(st.bgClones, c)
-	st.startBackground(at, taskSpec{name: nameClone(c, src), user: "admin", entities: domainEnts(src, c),
+	st.startBackground(at, taskSpec{name: nameClone(c, src), user: "admin", entities: domainEnts(c, src),
 		duration: st.bgDuration(bgCloneTask), apply: st.cloneDone(c)})
 	return 2
 }

@@ -158,7 +158,7 @@ type domainJSON struct {
 	CPUUsedPercentUser any    `json:"cpu_used_percent_user"`
 	MemUsedPercentUser any    `json:"mem_used_percent_user"`
 	VdisksCount        int    `json:"vdisks_count"`
-	Tags               any    `json:"tags"` // strings, or {colour, verbose_name} in the alternative profile
+	Tags               any    `json:"tags"` // {colour, verbose_name} objects, or strings in the alternative profile
 }
 
 type domainDetailJSON struct {
@@ -209,8 +209,9 @@ func (d *domain) listBytes() []byte {
 // resourcePoolID is the one resource pool of the alternative profile.
 const resourcePoolID = "00000000-0000-4000-8000-0000000000a1"
 
-// tags: a few VMs (by their number, not the seeded source) carry tags, as strings or, in the
-// alternative profile, as {colour, verbose_name} objects.
+// tags: a few VMs (by their number, not the seeded source) carry tags, as {colour,
+// verbose_name} objects, which the vendor's Go client requires, or, in the alternative profile,
+// as strings.
 func (d *domain) tags() any {
 	var names []string
 	if d.seq%5 == 0 {
@@ -219,7 +220,7 @@ func (d *domain) tags() any {
 	if d.seq%7 == 0 {
 		names = append(names, "backup-daily")
 	}
-	if !d.alt {
+	if d.alt {
 		if names == nil {
 			return []string{}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,8 +65,8 @@ func (s *Server) operateRepeat(w http.ResponseWriter, r *http.Request, repeat fu
 	t, e := fn(w, now, body, key, userFrom(r.Context()))
 	if t != nil {
 		// The background activity leaves alone what a client works on.
-		for id := range t.entities {
-			if d, ok := s.st.domainByID[id]; ok {
+		for _, e := range t.entities {
+			if d, ok := s.st.domainByID[e.EntityUUID]; ok {
 				d.pinned = true
 			}
 		}
@@ -84,12 +85,13 @@ func (st *state) domainEntity(d *domain) func(time.Time) any {
 	return func(now time.Time) any { return d.detail(now) }
 }
 
-func domainEnts(ds ...*domain) map[string]string {
-	m := map[string]string{}
-	for _, d := range ds {
-		m[d.id] = "domain"
+// domainEnts are a task's domains in the order given: what the task creates first.
+func domainEnts(ds ...*domain) taskEntities {
+	es := make(taskEntities, len(ds))
+	for i, d := range ds {
+		es[i] = eventEntity{d.id, "domain"}
 	}
-	return m
+	return es
 }
 
 func (st *state) lookupDomain(id string) (*domain, *apiError) {
@@ -112,7 +114,7 @@ func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		return s.st.startTask(now, taskSpec{
 			name: nameBallooning(n), key: key, user: user,
-			entities: map[string]string{n.id: "node"},
+			entities: taskEntities{{n.id, "node"}},
 			apply:    func(time.Time) error { n.ballooning = on; return nil },
 			entity:   func(now time.Time) any { return n.detail(now) },
 		}), nil
@@ -269,7 +271,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 			c := clones[0]
 			return s.st.startTask(now, taskSpec{
 				name: nameClone(c, src), key: key, user: user,
-				entities: domainEnts(src, c),
+				entities: domainEnts(c, src),
 				apply:    s.st.cloneDone(c),
 				entity:   s.st.domainEntity(c),
 			}), nil
@@ -293,7 +295,7 @@ func (st *state) startMultiClone(now time.Time, src *domain, clones []*domain, k
 	var children []*task
 	parent := st.startTask(now, taskSpec{
 		name: nameMultiClone(src, len(clones)), key: key, user: user,
-		entities: domainEnts(append([]*domain{src}, clones...)...),
+		entities: domainEnts(append(slices.Clone(clones), src)...),
 		duration: st.opts.TaskDuration + time.Microsecond,
 		apply: func(time.Time) error {
 			var ok int
@@ -317,7 +319,7 @@ func (st *state) startMultiClone(now time.Time, src *domain, clones []*domain, k
 	for _, c := range clones {
 		children = append(children, st.startTask(now, taskSpec{
 			name: nameClone(c, src), user: user, parent: parent.id,
-			entities: domainEnts(src, c),
+			entities: domainEnts(c, src),
 			apply:    st.cloneDone(c),
 			entity:   st.domainEntity(c),
 		}))

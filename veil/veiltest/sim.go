@@ -89,9 +89,9 @@ type Options struct {
 	// Profile chooses between the shapes the vendor's clients show where the platform is
 	// inconsistent (platform-facts.md): ProfileDefault ("default") or ProfileAlternative
 	// ("alternative": envelopes carry "entity" as a uuid instead of "_entity", usage
-	// percentages are numbers, domains have a resource_pool object and tags as
-	// {colour, verbose_name}, the domain detail has uptime_on_current_node as an object,
-	// cpu_topology.cpu_count without cpu_count, and permissions as an object).
+	// percentages are numbers, domains have a resource_pool object and tags as strings
+	// instead of {colour, verbose_name}, the domain detail has uptime_on_current_node as an
+	// object, cpu_topology.cpu_count without cpu_count, and permissions as an object).
 	Profile string
 
 	// GuestCommandsWindows lets guest-command run on Windows guests; the spec says Linux only.

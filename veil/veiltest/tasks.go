@@ -23,7 +23,7 @@ type task struct {
 	created, deadline time.Time
 	finished          time.Time
 	user              string
-	entities          map[string]string
+	entities          taskEntities
 	errMsg            text
 	apply             func(now time.Time) error
 	entity            func(now time.Time) any // nil: data_without_entity
@@ -36,20 +36,20 @@ type task struct {
 func (t *task) isFinal() bool { return t.status != "IN_PROGRESS" }
 
 type taskJSON struct {
-	ID            string            `json:"id"`
-	VerboseName   string            `json:"verbose_name"`
-	Name          string            `json:"name"`
-	Progress      int               `json:"progress"`
-	Status        string            `json:"status"`
-	Created       string            `json:"created"`
-	FinishedTime  *string           `json:"finished_time"`
-	Executed      any               `json:"executed"`
-	ErrorMessage  string            `json:"error_message"`
-	IsCancellable bool              `json:"is_cancellable"`
-	IsMultitask   bool              `json:"is_multitask"`
-	Parent        *string           `json:"parent"`
-	User          map[string]any    `json:"user"`
-	Entities      map[string]string `json:"entities"`
+	ID            string         `json:"id"`
+	VerboseName   string         `json:"verbose_name"`
+	Name          string         `json:"name"`
+	Progress      int            `json:"progress"`
+	Status        string         `json:"status"`
+	Created       string         `json:"created"`
+	FinishedTime  *string        `json:"finished_time"`
+	Executed      any            `json:"executed"`
+	ErrorMessage  string         `json:"error_message"`
+	IsCancellable bool           `json:"is_cancellable"`
+	IsMultitask   bool           `json:"is_multitask"`
+	Parent        *string        `json:"parent"`
+	User          map[string]any `json:"user"`
+	Entities      taskEntities   `json:"entities"`
 }
 
 // taskDetailJSON is the detail of a task: the list fields plus its journal events.
@@ -175,7 +175,7 @@ type taskSpec struct {
 	key      string // idempotency key, becomes the task id
 	user     string
 	parent   string
-	entities map[string]string
+	entities taskEntities
 	duration time.Duration // 0: Options.TaskDuration
 	apply    func(now time.Time) error
 	entity   func(now time.Time) any
@@ -194,9 +194,6 @@ func (st *state) startTask(now time.Time, sp taskSpec) *task {
 	t := &task{id: id, name: sp.name, status: "IN_PROGRESS", created: now, parent: sp.parent,
 		deadline: now.Add(dur), user: sp.user, entities: sp.entities,
 		apply: sp.apply, entity: sp.entity, response: sp.response, done: make(chan struct{})}
-	if t.entities == nil {
-		t.entities = map[string]string{}
-	}
 	st.tasks = append(st.tasks, t)
 	st.taskByID[t.id] = t
 	st.running = append(st.running, t)
@@ -215,21 +212,18 @@ func taskMessage(prefix, name text) text {
 // markBusy counts the running tasks of each domain, so the background activity leaves a VM
 // alone while an operation works on it.
 func (st *state) markBusy(t *task, delta int) {
-	for id, class := range t.entities {
-		if class != "domain" {
+	for _, e := range t.entities {
+		if e.EntityClass != "domain" {
 			continue
 		}
-		if d, ok := st.domainByID[id]; ok {
+		if d, ok := st.domainByID[e.EntityUUID]; ok {
 			d.busy += delta
 		}
 	}
 }
 
 func (t *task) eventEntities() []eventEntity {
-	out := make([]eventEntity, 0, len(t.entities))
-	for id, class := range t.entities {
-		out = append(out, eventEntity{id, class})
-	}
+	out := slices.Clone(t.entities)
 	slices.SortFunc(out, func(a, b eventEntity) int {
 		switch {
 		case a.EntityUUID < b.EntityUUID:
@@ -306,4 +300,29 @@ func (st *state) finish(t *task, at time.Time) {
 			taskMessage(txt("Task finished successfully:  ", "Задача успешно завершена:  "), t.name), text{}, t.id, t.eventEntities()...))
 	}
 	close(t.done)
+}
+
+// taskEntities are a task's entities in the order the task was built, the entity it creates
+// first. They encode as the platform's {uuid: class} object in that order: a Go map would sort
+// the keys, and the vendor's Python client takes the first key as the created entity
+// (VeilTask.first_entity).
+type taskEntities []eventEntity
+
+func (es taskEntities) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, e := range es {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		id, err := json.Marshal(e.EntityUUID)
+		if err != nil {
+			return nil, err
+		}
+		class, err := json.Marshal(e.EntityClass)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, id...), ':'), class...)
+	}
+	return append(b, '}'), nil
 }
