@@ -64,6 +64,8 @@ type Inventory struct {
 	lastStart    time.Time // of the refresh running now, or of the last one
 	lastDuration time.Duration
 	lastError    string
+
+	discovery discoveryCache // GuestTargets of the latest snapshot
 }
 
 // snapshot holds immutable slices: a refresh replaces them, scrapes only read them.

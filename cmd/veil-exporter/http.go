@@ -21,6 +21,7 @@ func (d *daemon) handler(telemetryPath string) http.Handler {
 	mux.HandleFunc("/-/healthy", d.serveHealthy)
 	mux.HandleFunc("/-/ready", d.serveReady)
 	mux.HandleFunc("/-/reload", d.serveReload)
+	mux.HandleFunc("GET /sd/domains", d.serveSD)
 	mux.HandleFunc("GET /{$}", d.serveStatus) // GET also answers HEAD; other methods get 405
 	return mux
 }
