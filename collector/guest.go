@@ -52,7 +52,12 @@ type GuestStatus struct {
 	Unsupported       int           // VMs on which the platform refuses guest commands; not in Eligible
 	SweepDuration     time.Duration // real time of the last full ping sweep
 	LastSweep         time.Time     // when the last full ping sweep ended
-	LastError         string        // last failed command, with VM id and reason
+	LastError         string        // last failed command, with VM name, id and reason
+	// The last failed command apart: the VM (its name, the id when it has none), the command and
+	// the reason; LastIsState says the reason is a state of the guest (agent not running,
+	// commands not supported), not a failure.
+	LastErrorDomain, LastErrorDomainID, LastErrorCommand, LastErrorReason string
+	LastIsState                                                           bool
 }
 
 // GuestChecker checks the guest agents of one controller's running VMs: guest-ping every
@@ -92,6 +97,8 @@ type GuestChecker struct {
 	errs    map[guestErrKey]float64
 	sweep   guestSweep
 	lastEr  string
+	// the last failure apart: VM id, command, reason
+	lastErID, lastErCmd, lastErReason string
 }
 
 type guestErrKey struct{ command, reason string }

@@ -323,6 +323,7 @@ func (g *GuestChecker) countError(id, cmd, reason string, err error) {
 	}
 	g.errs[guestErrKey{cmd, reason}]++
 	g.lastEr = fmt.Sprintf("%s on %s: %s", cmd, id, reason)
+	g.lastErID, g.lastErCmd, g.lastErReason = id, cmd, reason
 	g.sweep.errCount++
 	if guestControllerFailure(reason, err) {
 		g.sweep.apiErrs++

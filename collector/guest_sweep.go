@@ -5,6 +5,7 @@ package collector
 // status the daemon turns into veil_collector_*{collector="guest"}, and the status page's view.
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/go-kit/log/level"
@@ -107,6 +108,18 @@ func (g *GuestChecker) Status() GuestStatus {
 	defer g.mu.Unlock()
 	eligible, unsupported := g.coverage(inv)
 	st := GuestStatus{Eligible: len(eligible), Unsupported: unsupported, LastError: g.lastEr}
+	if g.lastErID != "" {
+		name := g.lastErID
+		for i := range inv.doms {
+			if inv.doms[i].ID == g.lastErID && inv.doms[i].VerboseName != "" {
+				name = inv.doms[i].VerboseName
+				break
+			}
+		}
+		st.LastErrorDomain, st.LastErrorDomainID, st.LastErrorCommand, st.LastErrorReason = name, g.lastErID, g.lastErCmd, g.lastErReason
+		st.LastIsState = g.lastErReason == "agent_not_running" || g.lastErReason == "not_supported"
+		st.LastError = fmt.Sprintf("%s on %s (%s): %s", g.lastErCmd, name, g.lastErID, g.lastErReason)
+	}
 	for _, id := range eligible {
 		if v, ok := g.vms[id]; ok && v.pinged {
 			st.Checked++

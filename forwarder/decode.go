@@ -105,6 +105,22 @@ func decodeEvent(b []byte, e *veil.Event) error {
 	return nil
 }
 
+// eventMessage is the event's message (the status page shows it; nothing forwarded needs it, so
+// decodeEvent leaves it out of every event of a catch-up).
+func eventMessage(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	msg := ""
+	if len(raw) == 0 || raw[0] != '{' {
+		return msg
+	}
+	forEachField(raw, func(key, v []byte) {
+		if keyIs(key, "message") && len(v) > 0 && v[0] == '"' {
+			msg = jsonString(v)
+		}
+	})
+	return msg
+}
+
 // decodeEntities walks the entities array: an element that is not an object stays zero, a
 // field of the wrong type is ignored, anything but an array gives none (as the lenient rules do).
 func decodeEntities(v []byte) []veil.EventEntity {

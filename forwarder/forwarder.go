@@ -91,8 +91,8 @@ type GapEpisode struct {
 
 // RecentEvent is one published and acknowledged event as the status page lists it.
 type RecentEvent struct {
-	ID, Type, Subject string
-	Created           time.Time
+	ID, Type, Subject, Message string
+	Created                    time.Time
 }
 
 // recentLen bounds Status.Recent.

@@ -191,7 +191,7 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, seq uin
 			p.Ahead--
 		}
 		if i >= len(events)-recentLen {
-			fw.recent[fw.recentN%recentLen] = RecentEvent{ID: e.ID, Type: e.Type, Subject: msgs[i].Subject, Created: e.Created.Time}
+			fw.recent[fw.recentN%recentLen] = RecentEvent{ID: e.ID, Type: e.Type, Subject: msgs[i].Subject, Message: eventMessage(e.Raw), Created: e.Created.Time}
 			fw.recentN++
 		}
 	}

@@ -70,14 +70,37 @@ type natsStatus struct {
 }
 
 type controllerStatus struct {
-	Name       string            `json:"name"`
-	URL        string            `json:"url"`
-	State      string            `json:"state"` // up, down or starting (first refresh not done)
-	Error      string            `json:"error,omitempty"`
-	Inventory  inventoryStatus   `json:"inventory"`
-	Collectors []collectorStatus `json:"collectors"`       // the run status of each collector
-	Guest      *guestStatus      `json:"guest,omitempty"`  // nil when guest checks are off
-	Events     *eventsStatus     `json:"events,omitempty"` // nil when events are off
+	Name  string `json:"name"`
+	URL   string `json:"url"`
+	State string `json:"state"` // up, down or starting (first refresh not done)
+	Error string `json:"error,omitempty"`
+	// Problems: what is wrong, by name, failures first, at most maxProblems of ProblemsTotal.
+	Problems      []problem         `json:"problems"`
+	ProblemsTotal int               `json:"problems_total"`
+	Inventory     inventoryStatus   `json:"inventory"`
+	Collectors    []collectorStatus `json:"collectors"`       // the run status of each collector
+	Guest         *guestStatus      `json:"guest,omitempty"`  // nil when guest checks are off
+	Events        *eventsStatus     `json:"events,omitempty"` // nil when events are off
+}
+
+// problem is one object that is not as it should be (collector.Problem).
+type problem struct {
+	Kind    string `json:"kind"` // node, datapool, backup, guest, clock
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Failure bool   `json:"failure"` // a failure, not a state such as a node in SERVICE
+}
+
+// maxProblems caps the problems listed per controller; the total is said.
+const maxProblems = 25
+
+func problemsView(ps []collector.Problem) ([]problem, int) {
+	out := make([]problem, 0, min(len(ps), maxProblems))
+	for _, p := range ps[:min(len(ps), maxProblems)] {
+		out = append(out, problem{Kind: p.Kind, ID: p.ID, Name: p.Name, State: p.State, Failure: p.Failure})
+	}
+	return out, len(ps)
 }
 
 type inventoryStatus struct {
@@ -122,6 +145,13 @@ type guestStatus struct {
 	SweepDuration seconds   `json:"sweep_duration_seconds"`
 	LastSweep     time.Time `json:"last_sweep,omitzero"`
 	LastError     string    `json:"last_error,omitempty"`
+	// The last failed command apart: the VM by name (and id), the command, the reason, and
+	// whether that reason is a state of the guest rather than a failure.
+	LastErrorDomain   string `json:"last_error_domain,omitempty"`
+	LastErrorDomainID string `json:"last_error_domain_id,omitempty"`
+	LastErrorCommand  string `json:"last_error_command,omitempty"`
+	LastErrorReason   string `json:"last_error_reason,omitempty"`
+	LastIsState       bool   `json:"last_error_is_state,omitempty"`
 }
 
 type eventsStatus struct {
@@ -170,6 +200,7 @@ type recentEvent struct {
 	Type    string    `json:"type"`
 	Subject string    `json:"subject"`
 	ID      string    `json:"id"`
+	Message string    `json:"message"`
 }
 
 // seconds is a duration that reads as seconds in JSON, like the metrics.
@@ -224,9 +255,13 @@ func (d *daemon) status() statusData {
 				}
 			}
 		}
+		ps := ct.inventory.Problems()
 		if ct.guest != nil {
 			cs.Guest = guestView(ct.guest.Status())
+			ps = append(ps, ct.guest.Problems()...)
+			collector.SortProblems(ps)
 		}
+		cs.Problems, cs.ProblemsTotal = problemsView(ps)
 		if ct.forwarder != nil {
 			cs.Events = eventsView(ct.forwarder.Status())
 		}
@@ -243,7 +278,7 @@ func natsView(c forwarder.ConnStatus) *natsStatus {
 
 func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {
 	cs := controllerStatus{
-		Name: name, URL: url, State: "starting",
+		Name: name, URL: url, State: "starting", Problems: []problem{},
 		Inventory: inventoryStatus{
 			LastRefresh: inv.LastAttempt, RefreshDuration: seconds(inv.LastDuration), AuthFailed: inv.AuthFailed,
 			Nodes: inv.Nodes, Clusters: inv.Clusters, Datapools: inv.Datapools,
@@ -268,7 +303,8 @@ func controllerView(name, url string, inv collector.InventoryStatus) controllerS
 }
 
 func guestView(g collector.GuestStatus) *guestStatus {
-	return &guestStatus{Eligible: g.Eligible, Checked: g.Checked, Unsupported: g.Unsupported, SweepDuration: seconds(g.SweepDuration), LastSweep: g.LastSweep, LastError: g.LastError}
+	return &guestStatus{Eligible: g.Eligible, Checked: g.Checked, Unsupported: g.Unsupported, SweepDuration: seconds(g.SweepDuration), LastSweep: g.LastSweep, LastError: g.LastError,
+		LastErrorDomain: g.LastErrorDomain, LastErrorDomainID: g.LastErrorDomainID, LastErrorCommand: g.LastErrorCommand, LastErrorReason: g.LastErrorReason, LastIsState: g.LastIsState}
 }
 
 func eventsView(f forwarder.Status) *eventsStatus {
@@ -290,7 +326,7 @@ func eventsView(f forwarder.Status) *eventsStatus {
 		e.PositionIDs = []string{}
 	}
 	for _, r := range f.Recent {
-		e.Recent = append(e.Recent, recentEvent{Created: r.Created, Type: r.Type, Subject: r.Subject, ID: r.ID})
+		e.Recent = append(e.Recent, recentEvent{Created: r.Created, Type: r.Type, Subject: r.Subject, ID: r.ID, Message: r.Message})
 	}
 	return e
 }
@@ -324,6 +360,7 @@ var statusHTML string
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"when": when,
 	"abs":  absTime,
+	"sub":  func(a, b int) int { return a - b },
 }).Parse(statusHTML))
 
 func absTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000 UTC") }

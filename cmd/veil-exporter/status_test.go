@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -40,7 +41,7 @@ func fullStatus() statusData {
 				Subject: "veil.events.prod.>", Order: "oldest_first", Position: pageNow.Add(-2 * time.Second), PositionIDs: []string{"ev-9a", "ev-9b"},
 				Backlog: 4, Published: 117, LastPublished: pageNow.Add(-time.Second), Duplicates: 2, Gaps: 1, LastError: "publish timed out",
 				Recent: []recentEvent{
-					{Created: pageNow.Add(-2 * time.Second), Type: "error", Subject: "veil.events.prod.error.domain", ID: "ev-9b"},
+					{Created: pageNow.Add(-2 * time.Second), Type: "error", Subject: "veil.events.prod.error.domain", ID: "ev-9b", Message: "Node node-03 is not responding"},
 					{Created: pageNow.Add(-2 * time.Second), Type: "info", Subject: "veil.events.prod.info.node", ID: "ev-9a"},
 				},
 			},
@@ -84,11 +85,55 @@ func TestStatusPageRendering(t *testing.T) {
 			},
 		},
 		{
-			name: "recent events list created, type, subject and id",
+			name: "recent events list created, type, message, subject and id",
 			want: []string{
-				`<span class="badge bad">error</span></td><td><code>veil.events.prod.error.domain</code></td><td><code>ev-9b</code>`,
-				`<span class="badge info">info</span></td><td><code>veil.events.prod.info.node</code></td><td><code>ev-9a</code>`,
+				`<span class="badge bad">error</span></td><td>Node node-03 is not responding</td><td><code>veil.events.prod.error.domain</code></td><td><code>ev-9b</code>`,
+				`<span class="badge info">info</span></td><td><span class="dim">no message</span></td><td><code>veil.events.prod.info.node</code></td><td><code>ev-9a</code>`,
 			},
+		},
+		{
+			name: "what is wrong comes first, by name with the id on hover, failures in red, states not",
+			edit: func(s *statusData) {
+				s.Controllers[0].Problems = []problem{
+					{Kind: "node", ID: "n-3", Name: "node-03", State: "FAILED", Failure: true},
+					{Kind: "guest", ID: "d-7", Name: "web-07", State: "not answering guest-ping", Failure: true},
+					{Kind: "node", ID: "n-5", Name: "node-05", State: "SERVICE"},
+				}
+				s.Controllers[0].ProblemsTotal = 30
+			},
+			want: []string{
+				`<caption>What is wrong</caption>`,
+				`<span class="badge bad">node</span></td><td><span title="n-3">node-03</span></td><td><span class="err">FAILED</span>`,
+				`<span class="badge bad">guest</span></td><td><span title="d-7">web-07</span></td><td><span class="err">not answering guest-ping</span>`,
+				`<span class="badge wait">node</span></td><td><span title="n-5">node-05</span></td><td>SERVICE</td>`,
+				`and 27 more (30 in all`,
+			},
+		},
+		{
+			name:    "nothing wrong says so",
+			want:    []string{`<caption>What is wrong</caption>`, `Nothing: every node and datapool is ACTIVE`},
+			notWant: []string{`more (`},
+		},
+		{
+			name: "failed tasks are red, successful green",
+			want: []string{`<span class="badge bad">FAILED 4</span>`, `<span class="badge ok">SUCCESS 16</span>`},
+		},
+		{
+			name: "a guest state is not an error, and the VM is named",
+			edit: func(s *statusData) {
+				g := s.Controllers[0].Guest
+				g.LastErrorDomain, g.LastErrorDomainID, g.LastErrorCommand, g.LastErrorReason, g.LastIsState = "web-07", "d-7", "guest-ping", "agent_not_running", true
+			},
+			want:    []string{`<th>Last guest state</th><td><code>guest-ping</code> on <span title="d-7">web-07</span>: <span class="badge na">agent_not_running</span>`},
+			notWant: []string{`<span class="err">agent_not_running</span>`},
+		},
+		{
+			name: "a guest failure is red, and the VM is named",
+			edit: func(s *statusData) {
+				g := s.Controllers[0].Guest
+				g.LastErrorDomain, g.LastErrorDomainID, g.LastErrorCommand, g.LastErrorReason = "web-07", "d-7", "guest-ping", "timeout"
+			},
+			want: []string{`<th>Last error</th><td><code>guest-ping</code> on <span title="d-7">web-07</span>: <span class="err">timeout</span>`},
 		},
 		{
 			name: "times read as ago with the absolute time in the title",
@@ -319,7 +364,7 @@ func TestStatusPageWithEvents(t *testing.T) {
 
 	d := startDaemon(t, cfgFile)
 	d.waitReady(t)
-	type recent struct{ ID, Subject string }
+	type recent struct{ ID, Subject, Message string }
 	var st struct {
 		NATS struct {
 			URL       string `json:"url"`
@@ -370,6 +415,9 @@ func TestStatusPageWithEvents(t *testing.T) {
 	for _, r := range c.Events.Recent[len(c.Events.Recent)/2:] {
 		if !strings.Contains(page, "<code>"+r.ID+"</code>") || !strings.Contains(page, "<code>"+r.Subject+"</code>") {
 			t.Errorf("recent event %s (%s) not on the page", r.ID, r.Subject)
+		}
+		if r.Message == "" || !strings.Contains(page, "<td>"+template.HTMLEscapeString(r.Message)+"</td>") {
+			t.Errorf("recent event %s: message %q not on the page", r.ID, r.Message)
 		}
 	}
 

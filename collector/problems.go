@@ -1,0 +1,117 @@
+package collector
+
+// This file answers the status page's first question, "what is wrong?": the objects of the
+// cached inventory and guest checks that are not as they should be, by name. It reads only what
+// the collectors already hold; nothing here calls the controller.
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Problem is one object that is not as it should be.
+type Problem struct {
+	Kind  string // node, datapool, backup, guest, clock
+	ID    string
+	Name  string // verbose name; the id when it has none
+	State string // what is wrong: the status, "failed", "not answering", "off by 5.2s"
+	// Failure says it is a failure (red), not a state an operator may have chosen (a node in
+	// SERVICE) or that is passing (an agent restarting).
+	Failure bool
+}
+
+// ClockOffsetThreshold is the clock offset past which a guest's clock counts as a problem: the
+// alert VeilGuestClockOffset's threshold.
+const ClockOffsetThreshold = 1.0 // seconds
+
+// Problems lists the nodes and datapools that are not ACTIVE and the VMs whose newest finished
+// backup failed, failures first, then by kind and name.
+func (inv *Inventory) Problems() []Problem {
+	inv.mu.RLock()
+	snap := inv.snap
+	inv.mu.RUnlock()
+	var out []Problem
+	for _, n := range snap.nodes {
+		if n.Status != "ACTIVE" {
+			out = append(out, Problem{Kind: "node", ID: n.ID, Name: nameOr(n.VerboseName, n.ID), State: n.Status, Failure: objectFailed(n.Status)})
+		}
+	}
+	for _, p := range snap.datapools {
+		if p.Status != "ACTIVE" {
+			out = append(out, Problem{Kind: "datapool", ID: p.ID, Name: nameOr(p.VerboseName, p.ID), State: p.Status, Failure: objectFailed(p.Status)})
+		}
+	}
+	if snap.taskCounts != nil {
+		names := make(map[string]string, len(snap.domains))
+		for i := range snap.domains {
+			names[snap.domains[i].ID] = snap.domains[i].VerboseName
+		}
+		for _, b := range inv.backups.of(snap.domains) {
+			if !b.succeeded {
+				out = append(out, Problem{Kind: "backup", ID: b.id, Name: nameOr(names[b.id], b.id), State: "newest backup failed", Failure: true})
+			}
+		}
+	}
+	SortProblems(out)
+	return out
+}
+
+// objectFailed tells a failure (FAILED, ERROR, BROKEN, ...) from a state an operator chose or
+// that passes (SERVICE, CREATING, DELETING, ...).
+func objectFailed(status string) bool {
+	switch status {
+	case "SERVICE", "CREATING", "DELETING", "PARTIAL", "":
+		return false
+	}
+	return true
+}
+
+// Problems lists the checked guests that do not answer guest-ping and those whose clock is off
+// by more than ClockOffsetThreshold, by name.
+func (g *GuestChecker) Problems() []Problem {
+	inv := g.snapshot()
+	names := make(map[string]string, len(inv.doms))
+	for i := range inv.doms {
+		names[inv.doms[i].ID] = inv.doms[i].VerboseName
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	eligible, _ := g.coverage(inv)
+	var out []Problem
+	for _, id := range eligible {
+		v, ok := g.vms[id]
+		if !ok || !v.pinged {
+			continue
+		}
+		switch {
+		case !v.pingOK:
+			out = append(out, Problem{Kind: "guest", ID: id, Name: nameOr(names[id], id), State: "not answering guest-ping", Failure: true})
+		case v.hasClock && math.Abs(v.clock) > ClockOffsetThreshold:
+			out = append(out, Problem{Kind: "clock", ID: id, Name: nameOr(names[id], id), State: fmt.Sprintf("clock off by %+.1fs", v.clock), Failure: true})
+		}
+	}
+	SortProblems(out)
+	return out
+}
+
+// SortProblems orders problems failures first, then by kind and name.
+func SortProblems(ps []Problem) {
+	slices.SortFunc(ps, func(a, b Problem) int {
+		if a.Failure != b.Failure {
+			if a.Failure {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+	})
+}
+
+func nameOr(name, id string) string {
+	if name != "" {
+		return name
+	}
+	return id
+}

@@ -1,0 +1,71 @@
+package collector
+
+import (
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// TestInventoryProblemsNameNodesNotActive: a node FAILED is a failure, one in SERVICE a state,
+// both named, failures first; ACTIVE nodes are not listed.
+func TestInventoryProblemsNameNodesNotActive(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Nodes: 4, VMs: 5, Seed: 3, InitialTasks: -1}, testCollect(), veil.Config{})
+	nodes := f.sim.NodeIDs()
+	if err := f.sim.SetNodeStatus(nodes[1], "SERVICE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sim.SetNodeStatus(nodes[2], "FAILED"); err != nil {
+		t.Fatal(err)
+	}
+	f.mustRefresh(t)
+	ps := f.inv.Problems()
+	if len(ps) != 2 {
+		t.Fatalf("problems %+v, want the FAILED and the SERVICE node", ps)
+	}
+	if p := ps[0]; p.Kind != "node" || p.ID != nodes[2] || p.State != "FAILED" || !p.Failure || p.Name == "" || p.Name == p.ID {
+		t.Errorf("first problem %+v, want node %s FAILED, a failure, by name", p, nodes[2])
+	}
+	if p := ps[1]; p.ID != nodes[1] || p.State != "SERVICE" || p.Failure {
+		t.Errorf("second problem %+v, want node %s in SERVICE, not a failure", p, nodes[1])
+	}
+}
+
+// TestGuestProblemsNameSilentAgentsAndSkewedClocks: a hung agent and a clock 5 s off are listed
+// by VM name; healthy guests are not; a guest's state (agent not running) reads as a state in
+// the last error, not as a failure.
+func TestGuestProblemsNameSilentAgentsAndSkewedClocks(t *testing.T) {
+	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(4), cfg: guestTestConfig()})
+	ids := e.eligibleIDs()
+	e.waitSweeps(1, 5*time.Second)
+	if err := e.sim.SetGuestHang(ids[0], true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.SetClockOffset(ids[1], 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{ids[0]: "guest", ids[1]: "clock"}
+	e.eventually("the silent guest and the skewed clock listed", 10*time.Second, func() bool {
+		ps := e.gc.Problems()
+		if len(ps) != len(want) {
+			return false
+		}
+		for _, p := range ps {
+			if want[p.ID] != p.Kind || !p.Failure || p.Name == p.ID {
+				return false
+			}
+		}
+		return true
+	})
+	if err := e.sim.SetGuestHang(ids[0], false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.SetGuestAgent(ids[2], false); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the agent-not-running state is the last one, named", 10*time.Second, func() bool {
+		st := e.gc.Status()
+		return st.LastErrorDomainID == ids[2] && st.LastErrorReason == "agent_not_running" && st.LastIsState && st.LastErrorDomain != ids[2]
+	})
+}
