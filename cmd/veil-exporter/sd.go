@@ -64,11 +64,18 @@ func (d *daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 		srcs = append(srcs, s)
 	}
 	slices.SortFunc(srcs, func(a, b sdSource) int { return strings.Compare(a.controller, b.controller) })
-	body := appendSD(nil, srcs, strconv.Itoa(port))
+	n := 0
+	for _, s := range srcs {
+		n += len(s.targets)
+	}
+	body := appendSD(make([]byte, 0, 2+n*sdGroupSize), srcs, strconv.Itoa(port))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
 }
+
+// sdGroupSize is room enough for most target groups: one buffer, no regrowth.
+const sdGroupSize = 512
 
 // appendSD writes the target groups of srcs, in their order, as http_sd JSON. Written by hand:
 // at 50,000 VMs encoding/json with a map per group costs ten times as much.
@@ -84,7 +91,7 @@ func appendSD(b []byte, srcs []sdSource, port string) []byte {
 			}
 			first = false
 			b = append(b, `{"targets":[`...)
-			b = appendJSONString(b, net.JoinHostPort(t.IPv4, port))
+			b = appendTarget(b, t.IPv4, port)
 			b = append(b, `],"labels":{`...)
 			b = appendLabel(b, "__meta_veil_controller", s.controller, true)
 			b = appendLabel(b, "__meta_veil_domain_id", dom.ID, false)
@@ -105,6 +112,18 @@ func appendSD(b []byte, srcs []sdSource, port string) []byte {
 		}
 	}
 	return append(b, ']')
+}
+
+// appendTarget writes "host:port" as net.JoinHostPort does, without allocating.
+func appendTarget(b []byte, host, port string) []byte {
+	if strings.IndexByte(host, ':') >= 0 {
+		return appendJSONString(b, net.JoinHostPort(host, port))
+	}
+	b = appendJSONString(b, host)
+	b = b[:len(b)-1] // reopen the quoted host
+	b = append(b, ':')
+	b = append(b, port...)
+	return append(b, '"')
 }
 
 func appendLabel(b []byte, name, value string, first bool) []byte {
