@@ -252,9 +252,13 @@ func (k *kvCheckpoint) Save(ctx context.Context, p position) error {
 		return err
 	}
 	rev, err := k.put(ctx, b)
-	if isCASFailure(err) {
-		// An earlier write of ours may have been applied with its reply lost (disconnect,
-		// timeout): if the key holds it, its revision is ours to write over.
+	// An earlier write of ours may have been applied with its reply lost (disconnect, timeout),
+	// or be applied only now, after the key was read back: while the key holds a write of ours,
+	// its revision is ours to write over.
+	for range 3 {
+		if !isCASFailure(err) {
+			break
+		}
 		own, gerr := k.ownsKey(ctx)
 		if gerr != nil {
 			return fmt.Errorf("couldn't store position: %w", gerr)
@@ -263,9 +267,9 @@ func (k *kvCheckpoint) Save(ctx context.Context, p position) error {
 			return fmt.Errorf("%w (bucket %s, key %s)", errCheckpointConflict, PositionsBucket, k.key)
 		}
 		rev, err = k.put(ctx, b)
-		if isCASFailure(err) {
-			return fmt.Errorf("%w (bucket %s, key %s)", errCheckpointConflict, PositionsBucket, k.key)
-		}
+	}
+	if isCASFailure(err) {
+		return fmt.Errorf("%w (bucket %s, key %s)", errCheckpointConflict, PositionsBucket, k.key)
 	}
 	if err != nil {
 		return fmt.Errorf("couldn't store position: %w", err)
@@ -282,24 +286,25 @@ func (k *kvCheckpoint) put(ctx context.Context, b []byte) (uint64, error) {
 	return k.kv.Update(ctx, k.key, b, k.rev)
 }
 
-// ownsKey reads the key and says whether its latest value is one this instance wrote; if so it
-// adopts that revision.
+// ownsKey reads the key from the bucket's stream leader (a direct get may be answered by a
+// lagging replica, whose older revision would then read as another instance's write) and says
+// whether its latest value is one this instance wrote; if so it adopts that revision.
 func (k *kvCheckpoint) ownsKey(ctx context.Context) (bool, error) {
-	e, err := k.kv.Get(ctx, k.key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil // deleted by someone else
-	}
+	m, err := k.conn.lastMessage(ctx, "KV_"+PositionsBucket, "$KV."+PositionsBucket+"."+k.key)
 	if err != nil {
 		return false, fmt.Errorf("couldn't read position back: %w", err)
 	}
+	if m == nil || m.header.Get("KV-Operation") != "" {
+		return false, nil // deleted or purged by someone else
+	}
 	var r kvRecord
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
+	if err := json.Unmarshal(m.data, &r); err != nil {
 		return false, nil // not ours: we only write what decodes
 	}
 	if r.Writer != k.instance || r.Seq > k.seq {
 		return false, nil
 	}
-	k.rev = e.Revision()
+	k.rev = m.seq
 	return true, nil
 }
 
