@@ -138,7 +138,7 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 	c := fw.opts.Conn
 	if c.js == nil {
 		fw.mu.Lock()
-		fw.needSync = false
+		fw.needSync, fw.epoch = false, reconnects(c.nc)
 		fw.mu.Unlock()
 		return nil
 	}
