@@ -92,6 +92,10 @@ func NewAPIMetrics(controller string) *APIMetrics {
 			Namespace: namespace, Name: "api_request_duration_seconds", ConstLabels: cl,
 			Help:    "Duration of requests to the platform API by endpoint template.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			// Native buckets beside the classic ones: a protobuf scrape gets both.
+			NativeHistogramBucketFactor:     nativeBucketFactor,
+			NativeHistogramMaxBucketNumber:  nativeMaxBuckets,
+			NativeHistogramMinResetDuration: nativeMinResetDuration,
 		}, []string{"endpoint"}),
 	}
 }

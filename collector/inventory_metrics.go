@@ -205,7 +205,9 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d.tasksFinished, prometheus.CounterValue, f.n, f.name, f.status)
 		}
 		for _, h := range durations {
-			ch <- prometheus.MustNewConstHistogram(d.taskDuration, h.count, h.sum, h.buckets, h.name)
+			if m, err := newBothHistogram(d.taskDuration, h.count, h.sum, h.buckets, h.native, h.zero, h.created, h.name); err == nil {
+				ch <- m
+			}
 		}
 	}
 }

@@ -3,11 +3,15 @@ package collector
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"net/url"
 	"slices"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -63,6 +67,9 @@ type taskHistogram struct {
 	count   uint64
 	sum     float64
 	buckets []uint64 // cumulative is computed at scrape time
+	native  map[int]uint64
+	zero    uint64 // native zero bucket
+	created time.Time
 }
 
 func newTaskTracker(maxKinds int, lookback time.Duration) *taskTracker {
@@ -234,13 +241,21 @@ func (t *taskTracker) count(task *veil.Task, names func(id string) (string, bool
 	if secs <= 0 && !task.FinishedTime.IsZero() {
 		secs = task.FinishedTime.Sub(task.Created.Time).Seconds()
 	}
+	if secs < 0 || math.IsNaN(secs) {
+		secs = 0 // the platform's clocks disagreed: not a negative duration
+	}
 	h := t.durations[name]
 	if h == nil {
-		h = &taskHistogram{buckets: make([]uint64, len(taskDurationBuckets))}
+		h = &taskHistogram{buckets: make([]uint64, len(taskDurationBuckets)), native: map[int]uint64{}, created: time.Now()}
 		t.durations[name] = h
 	}
 	h.count++
 	h.sum += secs
+	if secs > prometheus.DefNativeHistogramZeroThreshold {
+		h.native[nativeKey(secs)]++
+	} else {
+		h.zero++
+	}
 	for i, ub := range taskDurationBuckets {
 		if secs <= ub {
 			h.buckets[i]++
@@ -259,6 +274,9 @@ type durationHist struct {
 	count   uint64
 	sum     float64
 	buckets map[float64]uint64
+	native  map[int]uint64 // of nativeSchema
+	zero    uint64
+	created time.Time
 }
 
 // values copies the counters for a scrape.
@@ -277,7 +295,7 @@ func (t *taskTracker) values() ([]finishedCount, []durationHist) {
 			cum += h.buckets[i]
 			b[ub] = cum
 		}
-		dh = append(dh, durationHist{name, h.count, h.sum, b})
+		dh = append(dh, durationHist{name, h.count, h.sum, b, maps.Clone(h.native), h.zero, h.created})
 	}
 	return fc, dh
 }
