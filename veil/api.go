@@ -97,6 +97,22 @@ func (c *Client) Event(ctx context.Context, id string) (*Event, error) {
 	return get[Event](ctx, c, "/api/events/{id}/", id)
 }
 
+// ControllerVersion reads the platform version of the controller (GET
+// /api/controllers/base-version/, as SpaceVM's own utilities read it). A controller older than
+// the endpoint answers 404: errors.Is(err, ErrNotFound).
+func (c *Client) ControllerVersion(ctx context.Context) (string, error) {
+	v, err := get[struct {
+		Version string `json:"version"`
+	}](ctx, c, "/api/controllers/base-version/", "")
+	if err != nil {
+		return "", err
+	}
+	if v.Version == "" {
+		return "", errors.New("veil: GET /api/controllers/base-version/: no version in the answer")
+	}
+	return v.Version, nil
+}
+
 // EventsPage reads one page of the journal; ordering is "", "created" or "-created".
 // Every Event has Raw set to the bytes the API returned for it.
 func (c *Client) EventsPage(ctx context.Context, offset, limit int, ordering string) (Page[Event], error) {

@@ -166,14 +166,38 @@ func TestEveryReadEndpointDecodes(t *testing.T) {
 		t.Fatalf("Event = %+v, %v; want the same bytes as in the page", ev, err)
 	}
 
+	if v, err := c.ControllerVersion(ctx); err != nil || v != veiltest.DefaultControllerVersion {
+		t.Fatalf("ControllerVersion = %q, %v; want %s", v, err, veiltest.DefaultControllerVersion)
+	}
+
 	mu.Lock()
 	defer mu.Unlock()
-	for _, ep := range []string{"/api/nodes/", "/api/nodes/{id}/", "/api/clusters/", "/api/clusters/{id}/",
+	for _, ep := range []string{"/api/controllers/base-version/", "/api/nodes/", "/api/nodes/{id}/", "/api/clusters/", "/api/clusters/{id}/",
 		"/api/data-pools/", "/api/data-pools/{id}/", "/api/domains/", "/api/domains/{id}/", "/api/tasks/",
 		"/api/tasks/{id}/", "/api/events/", "/api/events/{id}/"} {
 		if seen[ep] == 0 {
 			t.Errorf("observer never saw endpoint %s (saw %v)", ep, seen)
 		}
+	}
+}
+
+// TestControllerVersion: the version the controller reports, a new one after an upgrade, and
+// ErrNotFound from a controller older than the endpoint.
+func TestControllerVersion(t *testing.T) {
+	ctx := context.Background()
+	sim := newSim(t, veiltest.Options{ControllerVersion: "6.5.2"})
+	c := newClient(t, sim, nil)
+	if v, err := c.ControllerVersion(ctx); err != nil || v != "6.5.2" {
+		t.Fatalf("ControllerVersion = %q, %v; want 6.5.2", v, err)
+	}
+	sim.SetControllerVersion("6.5.3")
+	if v, err := c.ControllerVersion(ctx); err != nil || v != "6.5.3" {
+		t.Fatalf("after the upgrade ControllerVersion = %q, %v; want 6.5.3", v, err)
+	}
+	old := newSim(t, veiltest.Options{ControllerVersion: veiltest.NoControllerVersion})
+	v, err := newClient(t, old, nil).ControllerVersion(ctx)
+	if !errors.Is(err, veil.ErrNotFound) || v != "" {
+		t.Fatalf("an older controller: ControllerVersion = %q, %v; want ErrNotFound", v, err)
 	}
 }
 

@@ -33,6 +33,7 @@ func main() {
 	flag.Float64Var(&o.FaultRate, "fault-rate", 0, "fraction of /api/ requests answered with a random 500/503/418")
 	flag.StringVar(&o.Profile, "profile", "default", "shapes where the vendor's clients disagree: default, or alternative (\"entity\" uuid in envelopes, number percentages, a resource_pool object, tags as strings, domain detail objects)")
 	flag.BoolVar(&o.PercentNumbers, "percent-numbers", false, "send usage percentages of nodes, clusters and domains as JSON numbers instead of decimal strings (\"12.50\")")
+	flag.StringVar(&o.ControllerVersion, "controller-version", veiltest.DefaultControllerVersion, "platform version GET /api/controllers/base-version/ answers; none: 404, as on a controller older than the endpoint")
 	flag.DurationVar(&o.TaskDuration, "task-duration", 300*time.Millisecond, "how long a task runs")
 	flag.Parse()
 

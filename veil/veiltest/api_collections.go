@@ -2,7 +2,7 @@ package veiltest
 
 // This file holds the read side of the API: each collection's list (filters, ordering, one
 // page) and its detail, for nodes, clusters, datapools, domains, tasks (with a task's response)
-// and events.
+// and events, and the controller's version.
 
 import (
 	"net/http"
@@ -418,4 +418,28 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		return ev.bytes(reqLang(r)), true
 	})
+}
+
+// baseVersion answers GET /api/controllers/base-version/ as SpaceVM does: {"version": "..."}; a
+// controller older than the endpoint has no such URL.
+func (s *Server) baseVersion(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	v := s.version
+	s.mu.Unlock()
+	if v == NoControllerVersion {
+		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"version": v})
+}
+
+// SetControllerVersion changes what GET /api/controllers/base-version/ answers, as an upgrade
+// of the controller would; NoControllerVersion makes it a 404 ("" restores the default).
+func (s *Server) SetControllerVersion(v string) {
+	if v == "" {
+		v = DefaultControllerVersion
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version = v
 }

@@ -330,6 +330,15 @@ var controlRoutes = []route{
 			writeJSON(w, http.StatusOK, map[string]any{"deleted": s.DeleteOldestEvents(b.N)})
 		}
 	}},
+	{"POST /_sim/controller_version", "what GET /api/controllers/base-version/ answers: {version}; \"none\": 404", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
+		var b struct {
+			Version string `json:"version"`
+		}
+		if decodeBody(w, r, &b) {
+			s.SetControllerVersion(b.Version)
+			writeJSON(w, http.StatusOK, okBody)
+		}
+	}},
 	{"POST /_sim/event_rate", "background operations per second: {per_second}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct {
 			PerSecond float64 `json:"per_second"`

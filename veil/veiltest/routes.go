@@ -26,6 +26,7 @@ func withID(f func(s *Server, w http.ResponseWriter, r *http.Request, id string)
 
 var apiRoutes = []route{
 	{"GET /api/docs/{$}", "this page (HTML, no token)", true, (*Server).docs},
+	{"GET /api/controllers/base-version/{$}", "the controller's platform version: {version}; 404 on a controller older than the endpoint", false, (*Server).baseVersion},
 	{"GET /api/nodes/{$}", "nodes; filters cluster, ordering, fields", false, (*Server).listNodes},
 	{"GET /api/nodes/{id}/{$}", "one node", false, withID((*Server).getNode)},
 	{"PUT /api/nodes/{id}/ballooning/{$}", "memory ballooning on or off", false, withID((*Server).ballooning)},

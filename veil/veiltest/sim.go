@@ -97,6 +97,11 @@ type Options struct {
 	// GuestCommandsWindows lets guest-command run on Windows guests; the spec says Linux only.
 	GuestCommandsWindows bool
 
+	// ControllerVersion is what GET /api/controllers/base-version/ answers (default
+	// DefaultControllerVersion); NoControllerVersion makes it a 404, as on a controller older
+	// than the endpoint.
+	ControllerVersion string
+
 	Now func() time.Time // clock (default time.Now)
 }
 
@@ -104,6 +109,12 @@ type Options struct {
 const (
 	ProfileDefault     = "default"
 	ProfileAlternative = "alternative"
+)
+
+// Values of Options.ControllerVersion.
+const (
+	DefaultControllerVersion = "6.1.3"
+	NoControllerVersion      = "none"
 )
 
 func (o Options) withDefaults() Options {
@@ -162,6 +173,9 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.ControllerVersion == "" {
+		o.ControllerVersion = DefaultControllerVersion
+	}
 	return o
 }
 
@@ -180,8 +194,9 @@ type Server struct {
 	wg                       sync.WaitGroup
 	close                    sync.Once
 
-	mu sync.Mutex // guards everything below up to the request log
-	st state
+	mu      sync.Mutex // guards everything below up to the request log
+	st      state
+	version string // of the controller, or NoControllerVersion
 
 	faultMu   sync.Mutex
 	faultRand *rand.Rand
@@ -219,6 +234,7 @@ func NewUnstarted(opts Options) *Server {
 		faultRand: rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed_fa17)),
 		latency:   o.Latency,
 		jitter:    o.LatencyJitter,
+		version:   o.ControllerVersion,
 	}
 	s.st.init(o)
 	s.handler = s.routes()
