@@ -24,19 +24,23 @@ const (
 	collDatapools = "datapools"
 	collDomains   = "domains"
 	collTasks     = "tasks"
+	collVersion   = "version" // the controller's platform version, always read
 )
 
 const (
 	// unavailableRetryEvery: a collection the controller lacks (404, 403, 405) is asked for
 	// again at every this many refreshes only.
 	unavailableRetryEvery = 10
+	// versionEvery: the controller's version is read at every this many refreshes, and at the
+	// first one after an outage (an upgrade restarts the controller).
+	versionEvery = 10
 	// nameRetention keeps the name of an object gone from the inventory this long, so that
 	// the task deleting a VM, seen after the VM, still finds its name to replace.
 	nameRetention = time.Hour
 )
 
 // Inventory keeps the latest good snapshot of one controller's nodes, clusters, datapools,
-// domains and tasks, refreshed in the background, and exposes it as metrics.
+// domains, tasks and version, refreshed in the background, and exposes it as metrics.
 type Inventory struct {
 	controller string
 	client     *veil.Client
@@ -77,6 +81,7 @@ type snapshot struct {
 	domainsTotal int           // before filtering
 	domainsGen   uint64        // grows each time domains is replaced: the guest checker's cue
 	taskCounts   map[string]float64
+	version      string // of the platform; "" until read or where the controller lacks it
 }
 
 type collectionRun struct {
@@ -85,7 +90,7 @@ type collectionRun struct {
 	lastSuccess time.Time
 	err         string
 	unavailable bool // the controller lacks the collection (404, 403, 405)
-	skip        int  // refreshes left before an unavailable collection is asked again
+	skip        int  // refreshes left before an unavailable collection or the version is asked again
 }
 
 // knownName is an object's name and when the inventory last listed it.
@@ -143,6 +148,8 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 			inv.runs[c.name] = &collectionRun{}
 		}
 	}
+	inv.enabled = append(inv.enabled, collVersion)
+	inv.runs[collVersion] = &collectionRun{}
 	return inv, nil
 }
 
@@ -182,7 +189,8 @@ func refreshInterval(d time.Duration) time.Duration {
 // Refresh reads every enabled collection concurrently (within the client's limits) and
 // replaces the snapshot of each one that succeeded. It returns the failures joined; a
 // collection the controller lacks (404, 403, 405) is not one: it is marked unavailable and
-// asked again at every unavailableRetryEvery-th refresh only.
+// asked again at every unavailableRetryEvery-th refresh only. The version, which changes only
+// with an upgrade, is read at every versionEvery-th refresh and after an outage.
 func (inv *Inventory) Refresh(ctx context.Context) error {
 	inv.refreshMu.Lock()
 	defer inv.refreshMu.Unlock()
@@ -191,7 +199,11 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	reload := inv.authFailed
 	toRun := make([]string, 0, len(inv.enabled))
 	for _, name := range inv.enabled {
-		if r := inv.runs[name]; r.unavailable && r.skip > 0 {
+		r := inv.runs[name]
+		if name == collVersion && inv.refreshed && !inv.up {
+			r.skip = 0 // the controller may have been down for its upgrade
+		}
+		if (r.unavailable || name == collVersion) && r.skip > 0 {
 			r.skip--
 			continue
 		}
@@ -280,7 +292,10 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 				back = append(back, r)
 			}
 			r.set(&snap)
-			run.success, run.err, run.lastSuccess, run.unavailable = true, "", finished, false
+			run.success, run.err, run.lastSuccess, run.unavailable, run.skip = true, "", finished, false, 0
+			if r.name == collVersion {
+				run.skip = versionEvery - 1
+			}
 		case failUnavailable:
 			if !run.unavailable {
 				gone = append(gone, r)
@@ -289,7 +304,7 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			clearCollection(r.name, &snap)
 			run.success, run.err, run.unavailable, run.skip = false, r.err.Error(), true, unavailableRetryEvery-1
 		default:
-			run.success, run.err, run.unavailable = false, r.err.Error(), false
+			run.success, run.err, run.unavailable, run.skip = false, r.err.Error(), false, 0
 		}
 	}
 	inv.snap = snap
@@ -402,6 +417,8 @@ func clearCollection(name string, s *snapshot) {
 		s.domainsGen++
 	case collTasks:
 		s.taskCounts = nil
+	case collVersion:
+		s.version = ""
 	}
 }
 
@@ -471,6 +488,9 @@ func (inv *Inventory) collect(ctx context.Context, name string, start time.Time)
 			}
 			inv.backups.forget(present, start)
 		}, nil
+	case collVersion:
+		v, err := inv.client.ControllerVersion(ctx)
+		return func(s *snapshot) { s.version = v }, err
 	case collTasks:
 		read, err := inv.tasks.refresh(ctx, inv.client)
 		return func(s *snapshot) {

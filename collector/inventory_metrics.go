@@ -13,7 +13,7 @@ import (
 
 // inventoryDescs are built once per inventory; the controller is a constant label.
 type inventoryDescs struct {
-	up *prometheus.Desc
+	up, controllerInfo *prometheus.Desc
 
 	nodeInfo, nodeStatus, nodeCPUs, nodeMemory, nodeCPUUsage, nodeMemUsage, nodeDomains, nodeDomainsRunning *prometheus.Desc
 
@@ -38,6 +38,10 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 	}
 	return &inventoryDescs{
 		up: prometheus.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded; while it is 0 the inventory series keep the last good data."+every+".", nil, cl),
+		controllerInfo: prometheus.NewDesc("veil_controller_info",
+			"Platform version of the controller (GET /api/controllers/base-version/); value 1. Cached: read at the first inventory refresh, at the first after an outage and then every "+
+				strconv.Itoa(versionEvery)+"th refresh (every "+(interval*versionEvery).String()+"); absent where the controller lacks the endpoint (404).",
+			[]string{"version"}, cl),
 
 		nodeInfo:           d("node_info", "Node description; value 1.", "node_id", "node", "cluster", "management_ip"),
 		nodeStatus:         d("node_status", "Current status of the node; value 1.", "node_id", "status"),
@@ -97,7 +101,7 @@ var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "
 func (inv *Inventory) Describe(ch chan<- *prometheus.Desc) {
 	d := inv.descs
 	for _, desc := range []*prometheus.Desc{
-		d.up,
+		d.up, d.controllerInfo,
 		d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning,
 		d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage,
 		d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree,
@@ -125,6 +129,9 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(d.up, boolFloat(up))
+	if snap.version != "" {
+		gauge(d.controllerInfo, 1, snap.version)
+	}
 
 	for i := range snap.nodes {
 		n := &snap.nodes[i]

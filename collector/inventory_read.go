@@ -36,6 +36,7 @@ type InventoryStatus struct {
 	Domains      int // after domain_include/exclude
 	DomainsTotal int
 	Tasks        map[string]int // by status
+	Version      string         // of the platform; "" until read or where the controller lacks it
 	Collections  []CollectionStatus
 }
 
@@ -81,6 +82,7 @@ func (inv *Inventory) Status() InventoryStatus {
 		Domains:      len(inv.snap.domains),
 		DomainsTotal: inv.snap.domainsTotal,
 		Tasks:        map[string]int{},
+		Version:      inv.snap.version,
 	}
 	for s, n := range inv.snap.taskCounts {
 		st.Tasks[s] = int(n)
@@ -95,7 +97,7 @@ func (inv *Inventory) Status() InventoryStatus {
 }
 
 // RunStatus reports the last run of each enabled collection (nodes, clusters, datapools,
-// domains, tasks; backups are part of tasks) for the daemon's veil_collector_* families and
+// domains, tasks, version; backups are part of tasks) for the daemon's veil_collector_* families and
 // the status page. It implements runstatus.Reporter.
 func (inv *Inventory) RunStatus() []runstatus.Status {
 	inv.mu.RLock()

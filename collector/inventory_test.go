@@ -169,7 +169,7 @@ func TestExpositionMatchesGolden(t *testing.T) {
 	if err := testutil.CollectAndCompare(f.inv, exp, goldenFamilies...); err != nil {
 		t.Error(err)
 	}
-	for _, name := range []string{collNodes, collClusters, collDatapools, collDomains, collTasks} {
+	for _, name := range []string{collNodes, collClusters, collDatapools, collDomains, collTasks, collVersion} {
 		if r := runOf(t, f.inv, name); !r.Success || r.LastSuccess.IsZero() || r.Unavailable || r.Error != "" {
 			t.Errorf("collector %s: run %+v, want a success with its time", name, r)
 		}
@@ -294,23 +294,25 @@ func TestDomainFilters(t *testing.T) {
 	}
 }
 
+// TestDisabledCollectionsAreNotRequested: only the enabled collections and the controller's
+// version (always read: one small request) are asked for and reported.
 func TestDisabledCollectionsAreNotRequested(t *testing.T) {
 	cc := testCollect()
 	cc.Domains, cc.Tasks, cc.Clusters = false, false, false
 	f := newFixture(t, smallInventory, cc, veil.Config{})
 	f.mustRefresh(t)
 	for _, r := range f.sim.Requests() {
-		if !strings.HasPrefix(r.Path, "/api/nodes") && !strings.HasPrefix(r.Path, "/api/data-pools") {
+		if !strings.HasPrefix(r.Path, "/api/nodes") && !strings.HasPrefix(r.Path, "/api/data-pools") && r.Path != "/api/controllers/base-version/" {
 			t.Errorf("disabled collection requested: %s", r.Path)
 		}
 	}
 	for _, r := range f.inv.RunStatus() {
-		if r.Collector != collNodes && r.Collector != collDatapools {
+		if r.Collector != collNodes && r.Collector != collDatapools && r.Collector != collVersion {
 			t.Errorf("disabled collector reported: %+v", r)
 		}
 	}
-	if n := len(f.inv.RunStatus()); n != 2 {
-		t.Errorf("%d runs reported, want nodes and datapools", n)
+	if n := len(f.inv.RunStatus()); n != 3 {
+		t.Errorf("%d runs reported, want nodes, datapools and version", n)
 	}
 }
 
@@ -392,6 +394,7 @@ func TestHelpSaysDataIsCached(t *testing.T) {
 		want   []string
 	}{
 		{"veil_up", inv.descs.up, []string{"every 45s", "last good data"}},
+		{"veil_controller_info", inv.descs.controllerInfo, []string{"Cached", "every 10th refresh (every 7m30s)", "404"}},
 		{"veil_domain_info", inv.descs.domainInfo, []string{"every 45s", "last good data is kept while the controller fails"}},
 		{"veil_tasks_finished_total", inv.descs.tasksFinished, []string{"counted at each inventory refresh, every 45s"}},
 		{"veil_task_duration_seconds", inv.descs.taskDuration, []string{"counted at each inventory refresh, every 45s"}},

@@ -22,6 +22,7 @@ var knownFamilies = map[string]string{
 	"veil_api_requests_total":                       "counter",
 	"veil_api_request_duration_seconds":             "histogram",
 	"veil_exporter_build_info":                      "gauge",
+	"veil_controller_info":                          "gauge",
 	"veil_node_info":                                "gauge",
 	"veil_node_status":                              "gauge",
 	"veil_node_cpus":                                "gauge",

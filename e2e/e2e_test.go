@@ -368,7 +368,7 @@ scrape_configs:
 var contractFamilies = []string{
 	"veil_up", "veil_collector_success", "veil_collector_duration_seconds",
 	"veil_collector_last_success_timestamp_seconds", "veil_api_requests_total",
-	"veil_api_request_duration_seconds", "veil_exporter_build_info",
+	"veil_api_request_duration_seconds", "veil_exporter_build_info", "veil_controller_info",
 	"veil_node_info", "veil_node_status", "veil_node_cpus", "veil_node_memory_bytes",
 	"veil_node_cpu_usage_ratio", "veil_node_memory_usage_ratio", "veil_node_domains", "veil_node_domains_running",
 	"veil_cluster_info", "veil_cluster_status", "veil_cluster_cpus", "veil_cluster_memory_bytes", "veil_cluster_nodes",
@@ -405,7 +405,7 @@ func missingFamilies(exposition []byte) []string {
 		}
 	}
 	// Every collector of the contract reports its success, events included.
-	for _, c := range []string{"nodes", "clusters", "datapools", "domains", "tasks", "guest", "events"} {
+	for _, c := range []string{"nodes", "clusters", "datapools", "domains", "tasks", "version", "guest", "events"} {
 		if !strings.Contains(string(exposition), `veil_collector_success{collector="`+c+`"`) {
 			missing = append(missing, "veil_collector_success{collector="+c+"}")
 		}
