@@ -20,7 +20,7 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
@@ -76,7 +76,8 @@ type controller struct {
 
 // newDaemon runs on logger, which names no component: the daemon's own lines say
 // component=daemon, each controller's inventory, guest checker and forwarder theirs.
-func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver, rev string) *daemon {
+// The Go, process and promhttp metrics are the handler's (--web.disable-exporter-metrics).
+func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver string) *daemon {
 	d := &daemon{
 		ctx: ctx, configFile: configFile, logger: log.With(logger, "component", "daemon"), base: logger, version: ver,
 		registry:   prometheus.NewRegistry(),
@@ -90,9 +91,7 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver, r
 		}),
 	}
 	d.registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collector.NewBuildInfo(ver, rev),
+		versioncollector.NewCollector("veil_exporter"),
 		d.reloadOK, d.reloadTime,
 		controllersCollector{d},
 		newRunStatusCollector(d.runs),

@@ -3,21 +3,48 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	_ "github.com/prometheus/client_golang/prometheus/promhttp/zstd" // zstd offered to scrapers
 )
 
-func (d *daemon) handler(telemetryPath string) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle(telemetryPath, promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{
+// handlerOptions are the --web.* flags of the metrics handler.
+type handlerOptions struct {
+	telemetryPath          string
+	maxRequests            int  // parallel scrapes at most; 0: no limit
+	disableExporterMetrics bool // no go_*, process_*, promhttp_*
+}
+
+func (d *daemon) handler(o handlerOptions) http.Handler {
+	opts := promhttp.HandlerOpts{
 		// One inconsistent family must not cost the whole scrape.
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      promLogger{d},
-	}))
+		ErrorHandling:       promhttp.ContinueOnError,
+		ErrorLog:            promLogger{d},
+		MaxRequestsInFlight: o.maxRequests,
+		OfferedCompressions: []promhttp.Compression{promhttp.Identity, promhttp.Gzip, promhttp.Zstd},
+	}
+	var gatherer prometheus.Gatherer = d.registry
+	var exporter *prometheus.Registry
+	if !o.disableExporterMetrics {
+		exporter = prometheus.NewRegistry()
+		exporter.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		gatherer = prometheus.Gatherers{d.registry, exporter}
+		opts.Registry = exporter // promhttp_metric_handler_errors_total
+	}
+	metrics := d.logSendOnce(promhttp.HandlerFor(gatherer, opts))
+	if exporter != nil {
+		metrics = promhttp.InstrumentMetricHandler(exporter, metrics)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(o.telemetryPath, metrics)
 	mux.HandleFunc("/-/healthy", d.serveHealthy)
 	mux.HandleFunc("/-/ready", d.serveReady)
 	mux.HandleFunc("/-/reload", d.serveReload)
@@ -26,10 +53,74 @@ func (d *daemon) handler(telemetryPath string) http.Handler {
 	return mux
 }
 
+// promLogger is promhttp's ErrorLog. A failed write of the response (the scraper hung up) is
+// reported once per scrape by logSendOnce rather than once per metric family here.
 type promLogger struct{ d *daemon }
 
 func (l promLogger) Println(v ...any) {
+	for _, x := range v {
+		var se *sendError
+		if err, ok := x.(error); ok && errors.As(err, &se) {
+			se.w.countFailed()
+			return
+		}
+	}
 	level.Error(l.d.logger).Log("msg", "error gathering metrics", "err", fmt.Sprint(v...))
+}
+
+// logSendOnce logs one line for a scrape whose response could not be sent, with the number of
+// metric families that were not; promhttp would log each family.
+func (d *daemon) logSendOnce(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &sendWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if err, failed := sw.result(); err != nil {
+			level.Warn(d.logger).Log("msg", "couldn't send the scrape response", "remote", r.RemoteAddr, "families_not_sent", failed, "err", err.err)
+		}
+	})
+}
+
+// sendWriter remembers the first failed write; every later write fails at once with the same
+// error, which promLogger recognises.
+type sendWriter struct {
+	http.ResponseWriter
+	mu     sync.Mutex // a compressor may write from its own goroutine
+	err    *sendError
+	failed int
+}
+
+type sendError struct {
+	err error
+	w   *sendWriter
+}
+
+func (e *sendError) Error() string { return e.err.Error() }
+func (e *sendError) Unwrap() error { return e.err }
+
+func (w *sendWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.ResponseWriter.Write(p)
+	if err != nil {
+		w.err = &sendError{err: err, w: w}
+		return n, w.err
+	}
+	return n, nil
+}
+
+func (w *sendWriter) countFailed() {
+	w.mu.Lock()
+	w.failed++
+	w.mu.Unlock()
+}
+
+func (w *sendWriter) result() (*sendError, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err, w.failed
 }
 
 // serveHealthy is the liveness check: 503 with the reason when the daemon cannot recover

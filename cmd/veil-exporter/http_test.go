@@ -27,8 +27,8 @@ import (
 func TestEndpointsWithoutControllers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test", "abc")
-	srv := httptest.NewServer(d.handler("/metrics"))
+	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
+	srv := httptest.NewServer(d.handler(handlerOptions{telemetryPath: "/metrics"}))
 	defer srv.Close()
 
 	tests := []struct {

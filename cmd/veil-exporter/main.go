@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,87 +12,113 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	sloggokit "github.com/tjhop/slog-gokit"
 
 	"github.com/veil-exporter/veil-exporter/config"
 )
 
-// Set with -ldflags "-X main.version=... -X main.revision=...".
-var (
-	version  = ""
-	revision = ""
-)
+// The build is stamped through github.com/prometheus/common/version (Version, Revision, Branch,
+// BuildUser, BuildDate) by the Makefile and the Dockerfile.
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "veil-exporter:", err)
-		}
+		fmt.Fprintln(os.Stderr, "veil-exporter:", err)
 		os.Exit(1)
 	}
 }
 
 type flags struct {
-	configFile    string
-	configCheck   bool
-	listenAddress string
-	webConfigFile string
-	telemetryPath string
-	logLevel      string
-	logFormat     string
-	version       bool
+	configFile  string
+	configCheck bool
+	web         *web.FlagConfig
+	handler     handlerOptions
+	logLevel    string
+	logFormat   string
+	version     bool
+	help        bool // --help or -h was given: the usage is printed, nothing else runs
 }
 
-func parseFlags(args []string, stderr io.Writer) (*flags, error) {
+// parseFlags parses args as every Prometheus exporter does (kingpin, exporter-toolkit's web
+// flags, promslog's log flags); the usage goes to stdout.
+func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	f := &flags{}
-	fs := flag.NewFlagSet("veil-exporter", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.configFile, "config.file", "config.yaml", "configuration file")
-	fs.BoolVar(&f.configCheck, "config.check", false, "validate the config (and token files) and exit 0/1")
-	fs.StringVar(&f.listenAddress, "web.listen-address", ":9867", "address of the HTTP server")
-	fs.StringVar(&f.webConfigFile, "web.config.file", "", "exporter-toolkit web config (TLS, basic auth)")
-	fs.StringVar(&f.telemetryPath, "web.telemetry-path", "/metrics", "path of the metrics")
-	fs.StringVar(&f.logLevel, "log.level", "info", "debug, info, warn, error")
-	fs.StringVar(&f.logFormat, "log.format", "logfmt", "logfmt, json")
-	fs.BoolVar(&f.version, "version", false, "print version and exit")
-	if err := fs.Parse(args); err != nil {
+	app := kingpin.New("veil-exporter", "Exports the inventory of ECP VeiL controllers as Prometheus metrics, checks guest agents and forwards the platform's events to NATS.")
+	app.UsageWriter(stdout)
+	app.ErrorWriter(io.Discard) // the error is returned, and main prints it once
+	app.HelpFlag.Short('h')
+	app.Terminate(func(int) { f.help = true }) // only --help terminates: no app.Version
+	app.Flag("config.file", "Configuration file.").Default("config.yaml").StringVar(&f.configFile)
+	app.Flag("config.check", "Validate the configuration (and its token files and --web.config.file) and exit 0 or 1.").BoolVar(&f.configCheck)
+	f.web = kingpinflag.AddFlags(app, ":9867")
+	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.handler.telemetryPath)
+	app.Flag("web.max-requests", "Maximum number of parallel scrape requests. Use 0 to disable.").Default("40").IntVar(&f.handler.maxRequests)
+	app.Flag("web.disable-exporter-metrics", "Exclude metrics about the exporter itself (promhttp_*, process_*, go_*).").BoolVar(&f.handler.disableExporterMetrics)
+	logCfg := &promslog.Config{}
+	promslogflag.AddFlags(app, logCfg)
+	app.Flag("version", "Show the version and exit.").BoolVar(&f.version)
+	if _, err := app.Parse(doubleDash(app, args)); err != nil {
+		if f.help {
+			return f, nil // kingpin printed the usage, then failed on the missing command
+		}
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
+	f.logLevel, f.logFormat = logCfg.Level.String(), logCfg.Format.String()
 	return f, nil
 }
 
-func buildVersion() (ver, rev string) {
-	ver, rev = version, revision
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if ver == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			ver = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && rev == "" {
-				rev = s.Value
-			}
+// doubleDash turns the old single-dash spellings of the long flags (-config.file, the stdlib
+// flag style of earlier versions) into the double-dash ones kingpin parses.
+func doubleDash(app *kingpin.Application, args []string) []string {
+	long := map[string]bool{}
+	for _, fl := range app.Model().Flags {
+		long[fl.Name] = true
+		if fl.IsBoolFlag() {
+			long["no-"+fl.Name] = true
 		}
 	}
-	if ver == "" {
-		ver = "dev"
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "="); len(a) > 2 && a[0] == '-' && a[1] != '-' && long[name] {
+			a = "-" + a
+		}
+		out = append(out, a)
 	}
-	if rev == "" {
-		rev = "unknown"
-	}
-	return ver, rev
+	return out
+}
+
+var stampOnce sync.Once
+
+// stampVersion fills what the linker did not stamp from the Go build info, so that
+// veil_exporter_build_info and --version never show an empty version.
+func stampVersion() {
+	stampOnce.Do(func() {
+		if version.Version != "" {
+			return
+		}
+		version.Version = "dev"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			version.Version = bi.Main.Version
+		}
+	})
 }
 
 // newLoggers returns the go-kit logger everything of ours logs to (no component yet: each
@@ -146,15 +171,18 @@ func (t tsKey) Log(kv ...any) error {
 	return t.next.Log(out...)
 }
 
-// run is the whole daemon; onListen (tests) learns the bound address.
+// run is the whole daemon; onListen (tests) learns each bound address.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen func(addr string)) error {
-	f, err := parseFlags(args, stderr)
+	f, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
 	}
-	ver, rev := buildVersion()
+	if f.help {
+		return nil
+	}
+	stampVersion()
 	if f.version {
-		fmt.Fprintf(stdout, "veil-exporter, version %s (revision %s, %s)\n", ver, rev, runtime.Version())
+		fmt.Fprintln(stdout, version.Print("veil-exporter"))
 		return nil
 	}
 	if f.configCheck {
@@ -168,15 +196,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	if err != nil {
 		return err
 	}
-	if f.webConfigFile != "" {
-		if err := web.Validate(f.webConfigFile); err != nil {
+	if *f.web.WebConfigFile != "" {
+		if err := web.Validate(*f.web.WebConfigFile); err != nil {
 			return fmt.Errorf("invalid --web.config.file: %w", err)
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d := newDaemon(ctx, f.configFile, logger, ver, rev)
-	level.Info(d.logger).Log("msg", "starting veil-exporter", "version", ver, "revision", rev, "controllers", len(cfg.Controllers))
+	d := newDaemon(ctx, f.configFile, logger, version.Version)
+	level.Info(d.logger).Log("msg", "starting veil-exporter", "version", version.Version, "revision", version.GetRevision(), "branch", version.Branch, "controllers", len(cfg.Controllers))
 
 	if _, err := d.apply(cfg); err != nil {
 		return err
@@ -197,20 +225,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 		}
 	}()
 
-	l, err := net.Listen("tcp", f.listenAddress)
-	if err != nil {
-		return fmt.Errorf("couldn't listen: %w", err)
-	}
+	srv := &http.Server{Handler: d.handler(f.handler), ReadHeaderTimeout: 10 * time.Second}
 	if onListen != nil {
-		onListen(l.Addr().String())
+		// Called by Serve with each listener, once it listens (":0" in tests).
+		srv.BaseContext = func(l net.Listener) context.Context {
+			onListen(l.Addr().String())
+			return context.Background()
+		}
 	}
-	srv := &http.Server{Handler: d.handler(f.telemetryPath), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() {
-		webFlags := &web.FlagConfig{WebListenAddresses: &[]string{f.listenAddress}, WebSystemdSocket: new(bool), WebConfigFile: &f.webConfigFile}
-		errc <- web.Serve(l, srv, webFlags, webLogger)
-	}()
-	level.Info(d.logger).Log("msg", "listening", "address", l.Addr().String(), "telemetry_path", f.telemetryPath)
+	go func() { errc <- web.ListenAndServe(srv, f.web, webLogger) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("HTTP server: %w", err)
@@ -220,6 +244,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	_ = srv.Shutdown(sctx)
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		level.Error(d.logger).Log("msg", "HTTP server", "err", err)
+	}
 	return nil
 }
 
@@ -229,9 +256,9 @@ func checkConfig(f *flags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.webConfigFile != "" {
-		if err := web.Validate(f.webConfigFile); err != nil {
-			return fmt.Errorf("invalid --web.config.file %s: %w", f.webConfigFile, err)
+	if *f.web.WebConfigFile != "" {
+		if err := web.Validate(*f.web.WebConfigFile); err != nil {
+			return fmt.Errorf("invalid --web.config.file %s: %w", *f.web.WebConfigFile, err)
 		}
 	}
 	for _, c := range cfg.Controllers {

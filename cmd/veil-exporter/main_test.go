@@ -50,14 +50,16 @@ func TestFlagsVersionAndConfigCheck(t *testing.T) {
 		want    string // in stdout or the error
 	}{
 		{"version prints and exits", []string{"--version"}, false, "veil-exporter, version"},
+		{"help exits 0", []string{"--help"}, false, "--web.listen-address"},
+		{"old single-dash spellings still parse", []string{"-config.check", "-config.file", good}, false, "OK (1 controllers)"},
 		{"good config passes", []string{"--config.check", "--config.file", good}, false, "OK (1 controllers)"},
 		{"bad config names line and key", []string{"--config.check", "--config.file", bad}, true, "line 5"},
 		{"missing token file is reported", []string{"--config.check", "--config.file", strings.Replace(bad, "bad", "good", 1) + ".nope"}, true, "no such file"},
 		{"replicas on an external NATS pass", []string{"--config.check", "--config.file", haCfg}, false, "OK (1 controllers)"},
 		{"replicas on the single-node embedded NATS are refused", []string{"--config.check", "--config.file", haEmbedded}, true, "cannot be used with nats.embedded.enabled"},
 		{"and refused at start too", []string{"--config.file", haEmbedded, "--web.listen-address", "127.0.0.1:0"}, true, "cannot be used with nats.embedded.enabled"},
-		{"unknown flag", []string{"--web.listen"}, true, "flag provided but not defined"},
-		{"bad log level", []string{"--log.level", "loud", "--config.file", good}, true, "--log.level"},
+		{"unknown flag", []string{"--web.listen"}, true, "unknown long flag"},
+		{"bad log level", []string{"--log.level", "loud", "--config.file", good}, true, "unrecognized log level loud"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,14 +85,15 @@ type daemonUnderTest struct {
 	stop func()
 }
 
-func startDaemon(t *testing.T, configFile string) *daemonUnderTest {
+func startDaemon(t *testing.T, configFile string, extraArgs ...string) *daemonUnderTest {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &testutil.SyncBuffer{}
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, []string{"--config.file", configFile, "--web.listen-address", "127.0.0.1:0", "--log.level", "debug"}, io.Discard, logs, func(a string) { addrc <- a })
+		args := append([]string{"--config.file", configFile, "--web.listen-address", "127.0.0.1:0", "--log.level", "debug"}, extraArgs...)
+		errc <- run(ctx, args, io.Discard, logs, func(a string) { addrc <- a })
 	}()
 	var addr string
 	select {

@@ -35,7 +35,7 @@ func BenchmarkSDDomains(b *testing.B) {
 	}
 	cfg := config.Default()
 	cfg.Collect.Tasks = false
-	d := newDaemon(context.Background(), "bench.yaml", log.NewNopLogger(), "bench", "")
+	d := newDaemon(context.Background(), "bench.yaml", log.NewNopLogger(), "bench")
 	ct := &controller{cfg: config.Controller{Name: "bench"}}
 	if ct.inventory, err = newBenchInventory(client, cfg.Collect); err != nil {
 		b.Fatal(err)
