@@ -3,7 +3,14 @@ GO        ?= go
 BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
+BRANCH    ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+BUILD_USER ?= $(shell whoami 2>/dev/null || echo unknown)@$(shell hostname 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell date -u +%Y%m%d-%H:%M:%S)
+# Stamped as every Prometheus exporter: --version and veil_exporter_build_info read them.
+VERSION_PKG := github.com/prometheus/common/version
+LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) \
+             -X $(VERSION_PKG).Branch=$(BRANCH) -X $(VERSION_PKG).BuildUser=$(BUILD_USER) \
+             -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 PKGS      := ./...
 
 .PHONY: all build test test-deps vet race fuzz-seed rules-test fuzz faults demo demo-ha bench bench-reference lint clean
