@@ -73,7 +73,10 @@ type controllerStatus struct {
 	Name  string `json:"name"`
 	URL   string `json:"url"`
 	State string `json:"state"` // up, down or starting (first refresh not done)
-	Error string `json:"error,omitempty"`
+	// Version of the platform (GET /api/controllers/base-version/); "" until read or where the
+	// controller lacks it.
+	Version string `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// Problems: what is wrong, by name, failures first, at most maxProblems of ProblemsTotal.
 	Problems      []problem         `json:"problems"`
 	ProblemsTotal int               `json:"problems_total"`
@@ -278,7 +281,7 @@ func natsView(c forwarder.ConnStatus) *natsStatus {
 
 func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {
 	cs := controllerStatus{
-		Name: name, URL: url, State: "starting", Problems: []problem{},
+		Name: name, URL: url, State: "starting", Problems: []problem{}, Version: inv.Version,
 		Inventory: inventoryStatus{
 			LastRefresh: inv.LastAttempt, RefreshDuration: seconds(inv.LastDuration), AuthFailed: inv.AuthFailed,
 			Nodes: inv.Nodes, Clusters: inv.Clusters, Datapools: inv.Datapools,

@@ -110,6 +110,11 @@ func TestStatusPageRendering(t *testing.T) {
 			},
 		},
 		{
+			name: "the platform's version beside the controller",
+			edit: func(s *statusData) { s.Controllers[0].Version = "6.1.3" },
+			want: []string{`<span class="dim">version 6.1.3</span></h2>`},
+		},
+		{
 			name:    "nothing wrong says so",
 			want:    []string{`<caption>What is wrong</caption>`, `Nothing: every node and datapool is ACTIVE`},
 			notWant: []string{`more (`},
