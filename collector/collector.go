@@ -6,7 +6,6 @@
 package collector
 
 import (
-	"runtime"
 	"strconv"
 	"time"
 
@@ -50,27 +49,6 @@ func unixSeconds(t time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixNano()) / 1e9
-}
-
-// buildInfo is veil_exporter_build_info.
-type buildInfo struct {
-	desc   *prometheus.Desc
-	labels []string
-}
-
-// NewBuildInfo returns the collector of veil_exporter_build_info{version,revision,goversion}.
-func NewBuildInfo(version, revision string) prometheus.Collector {
-	return &buildInfo{
-		desc: prometheus.NewDesc("veil_exporter_build_info",
-			"A metric with a constant '1' value labeled by the version and revision veil-exporter was built from.",
-			[]string{"version", "revision", "goversion"}, nil),
-		labels: []string{version, revision, runtime.Version()},
-	}
-}
-
-func (b *buildInfo) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
-func (b *buildInfo) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, 1, b.labels...)
 }
 
 // APIMetrics counts the requests a controller's client makes: veil_api_requests_total and

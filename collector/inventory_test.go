@@ -191,7 +191,7 @@ func TestLintFindsNoProblem(t *testing.T) {
 		t.Fatal("no task histogram to lint")
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(f.inv, f.api, NewBuildInfo("1.0.0", "abc"))
+	reg.MustRegister(f.inv, f.api)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
