@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -60,7 +61,7 @@ func journalBackups(t *testing.T, sim *veiltest.Server, pattern string, cutoff t
 }
 
 func seconds(ts time.Time) string {
-	return strconv.FormatFloat(unixSeconds(ts), 'g', -1, 64)
+	return strconv.FormatFloat(metricutil.UnixSeconds(ts), 'g', -1, 64)
 }
 
 // checkBackups compares the backup series with the journal.
@@ -74,7 +75,7 @@ func checkBackups(t *testing.T, f *fixture, want map[string]lastBackup) {
 			continue
 		}
 		n++
-		if v := value(t, f.inv, "veil_domain_last_backup_success", d.ID); v != fmt.Sprint(boolFloat(lb.succeeded)) {
+		if v := value(t, f.inv, "veil_domain_last_backup_success", d.ID); v != fmt.Sprint(metricutil.Bool(lb.succeeded)) {
 			t.Errorf("%s: last backup success %s, want %v", d.ID, v, lb.succeeded)
 		}
 		ts := series(t, f.inv, "veil_domain_last_backup_timestamp_seconds", d.ID)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 )
 
 type guestDescs struct {
@@ -99,7 +100,7 @@ func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		checked++
-		gauge(d.pingSuccess, guestBool(v.pingOK), id)
+		gauge(d.pingSuccess, metricutil.Bool(v.pingOK), id)
 		gauge(d.pingDuration, v.pingDur, id)
 		if o := v.os; o != nil {
 			gauge(d.osInfo, 1, id, o.ID, o.Name, o.Version, o.KernelRelease, o.Machine, o.PrettyName)
@@ -126,11 +127,4 @@ func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
 	if g.sweep.done {
 		gauge(d.sweepDuration, g.sweep.dur.Seconds())
 	}
-}
-
-func guestBool(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -128,7 +129,7 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 			ch <- m
 		}
 	}
-	gauge(d.up, boolFloat(up))
+	gauge(d.up, metricutil.Bool(up))
 	if snap.version != "" {
 		gauge(d.controllerInfo, 1, snap.version)
 	}
@@ -187,7 +188,7 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 		if v.MemUsedPercentUser != nil {
 			gauge(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
 		}
-		gauge(d.domainAgent, boolFloat(v.GuestUtils.QemuState), v.ID)
+		gauge(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID)
 		if g := &v.GuestUtils; g.Hostname != "" || len(g.IPv4) > 0 {
 			ip := ""
 			if len(g.IPv4) > 0 {
@@ -200,9 +201,9 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 	if snap.taskCounts != nil { // tasks read: absent while the collection is off or unavailable
 		for _, b := range inv.backups.of(snap.domains) {
 			if !b.success.IsZero() {
-				gauge(d.lastBackupTime, unixSeconds(b.success), b.id)
+				gauge(d.lastBackupTime, metricutil.UnixSeconds(b.success), b.id)
 			}
-			gauge(d.lastBackupSuccess, boolFloat(b.succeeded), b.id)
+			gauge(d.lastBackupSuccess, metricutil.Bool(b.succeeded), b.id)
 		}
 		for _, s := range taskStatuses {
 			gauge(d.tasks, snap.taskCounts[s], s)

@@ -402,9 +402,6 @@ func TestHelpSaysDataIsCached(t *testing.T) {
 		{"veil_domain_last_backup_timestamp_seconds", inv.descs.lastBackupTime, []string{"Cached", "every 45s", "backup_lookback"}},
 		{"veil_domain_last_backup_success", inv.descs.lastBackupSuccess, []string{"Cached", "every 45s"}},
 		{"veil_guest_ping_duration_seconds", guest.descs.pingDuration, []string{"every 17s"}},
-		{"veil_collector_success", collectorSuccessDesc, []string{"background run", "cached"}},
-		{"veil_collector_duration_seconds", collectorDurationDesc, []string{"background run", "cached"}},
-		{"veil_collector_last_success_timestamp_seconds", collectorLastSuccessDesc, []string{"background run", "age of the cached data"}},
 	}
 	for _, tt := range tests {
 		s := tt.desc.String()

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -580,18 +581,7 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
 	ch <- prometheus.MustNewConstMetric(d.conflicts, prometheus.CounterValue, float64(fw.conflicts))
 	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
-	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, unix(fw.pos.Created))
+	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
 	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
-	up := 0.0
-	if fw.opts.Conn.Connected() {
-		up = 1
-	}
-	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, up)
-}
-
-func unix(t time.Time) float64 {
-	if t.IsZero() {
-		return 0
-	}
-	return float64(t.UnixNano()) / 1e9
+	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.opts.Conn.Connected()))
 }

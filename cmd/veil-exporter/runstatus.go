@@ -4,10 +4,9 @@ package main
 // each component reports (as node_exporter's collector.go does for its collectors).
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
 
@@ -84,21 +83,10 @@ func (c *runStatusCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, cr := range c.source() {
 		for _, r := range cr.reporters {
 			for _, s := range r.RunStatus() {
-				ok := 0.0
-				if s.Success {
-					ok = 1
-				}
-				ch <- prometheus.MustNewConstMetric(c.success, prometheus.GaugeValue, ok, cr.controller, s.Collector)
+				ch <- prometheus.MustNewConstMetric(c.success, prometheus.GaugeValue, metricutil.Bool(s.Success), cr.controller, s.Collector)
 				ch <- prometheus.MustNewConstMetric(c.duration, prometheus.GaugeValue, s.Duration.Seconds(), cr.controller, s.Collector)
-				ch <- prometheus.MustNewConstMetric(c.lastSuccess, prometheus.GaugeValue, unixSeconds(s.LastSuccess), cr.controller, s.Collector)
+				ch <- prometheus.MustNewConstMetric(c.lastSuccess, prometheus.GaugeValue, metricutil.UnixSeconds(s.LastSuccess), cr.controller, s.Collector)
 			}
 		}
 	}
-}
-
-func unixSeconds(t time.Time) float64 {
-	if t.IsZero() {
-		return 0
-	}
-	return float64(t.UnixNano()) / 1e9
 }
