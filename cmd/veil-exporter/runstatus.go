@@ -16,23 +16,14 @@ type controllerRuns struct {
 	reporters  []runstatus.Reporter
 }
 
-// reporters lists the components of ct that report their runs: the inventory, the guest checker
-// and the forwarder once they implement runstatus.Reporter. Until then (their branches add it)
-// it finds none, so the components' own veil_collector_* series are not doubled; after the
-// merge it lights up by itself and the components must stop emitting those families.
+// reporters lists the components of ct that report their runs.
 func reporters(ct *controller) []runstatus.Reporter {
-	parts := []any{ct.inventory}
+	out := []runstatus.Reporter{ct.inventory}
 	if ct.guest != nil { // a nil *GuestChecker in an interface is not nil: leave it out here
-		parts = append(parts, ct.guest)
+		out = append(out, ct.guest)
 	}
 	if ct.forwarder != nil {
-		parts = append(parts, ct.forwarder)
-	}
-	var out []runstatus.Reporter
-	for _, p := range parts {
-		if r, ok := p.(runstatus.Reporter); ok {
-			out = append(out, r)
-		}
+		out = append(out, ct.forwarder)
 	}
 	return out
 }
@@ -43,9 +34,7 @@ func (d *daemon) runs() []controllerRuns {
 	defer d.mu.RUnlock()
 	out := make([]controllerRuns, 0, len(d.controllers))
 	for _, ct := range d.controllers {
-		if rs := reporters(ct); len(rs) > 0 {
-			out = append(out, controllerRuns{controller: ct.cfg.Name, reporters: rs})
-		}
+		out = append(out, controllerRuns{controller: ct.cfg.Name, reporters: reporters(ct)})
 	}
 	return out
 }
