@@ -59,8 +59,8 @@
 //	coord, err := ha.New(js, ha.Options{
 //		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL,
 //		Instance: cfg.HA.Instance, Controllers: names, Logger: logger,
-//		OnAcquire: func(l *ha.Lease) { d.startController(l.Controller(), l) }, // work under l.Context()
-//		OnRelease: func(name string) { d.stopController(name) },                // return once stopped
+//		OnAcquire: d.acquired, // starts the controller under l.Context() and returns
+//		OnRelease: d.released, // returns once the controller has stopped
 //	})
 //	registry.MustRegister(coord)      // veil_ha_leader, veil_ha_lease_transitions_total, veil_ha_instances
 //	go coord.Run(ctx)                 // retries while NATS is down; never exits on its own

@@ -44,9 +44,6 @@ func newLease(controller, key, id string, since time.Time, rev uint64, deadline 
 // Controller is the name of the controller the lease is for.
 func (l *Lease) Controller() string { return l.controller }
 
-// Since is when this replica acquired the lease (wall clock).
-func (l *Lease) Since() time.Time { return l.since }
-
 // Token grows with every acquisition of this controller's lease by any replica (it is the
 // bucket revision of the acquiring write): a fencing token for stores that can compare it.
 func (l *Lease) Token() uint64 { return l.token }
