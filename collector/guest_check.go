@@ -104,7 +104,7 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 					r.offered = offered
 				}
 			}
-			p.os, p.fs, p.time, p.net = true, g.cfg.FSInfoInterval > 0, g.cfg.TimeInterval > 0, g.cfg.NetworkInterval > 0
+			p.os, p.fs, p.time, p.net = true, g.cfg.FSInfoInterval > 0, g.cfg.TimeInterval > 0, true
 		}
 	} else if down {
 		// The agent missed its last ping: nothing else until a ping succeeds.
@@ -211,7 +211,7 @@ func (g *GuestChecker) drop(v *guestVM, gen uint64, now time.Time) {
 // markUnsupported takes a VM the platform refuses guest commands for out of the checks and the
 // coverage. Its error was counted once, by the call that found it; until osinfo_interval has
 // passed nothing more is sent, then one probe (command list and ping) tells whether it still
-// holds. Without an osinfo interval only a reconnect of the agent brings it back.
+// holds.
 func (g *GuestChecker) markUnsupported(v *guestVM, now time.Time) {
 	if !v.unsupported {
 		level.Debug(g.logger).Log("msg", "platform refuses guest commands for this VM; checks paused", "domain_id", v.id, "retry_after", g.cfg.OSInfoInterval)
@@ -222,9 +222,6 @@ func (g *GuestChecker) markUnsupported(v *guestVM, now time.Time) {
 	v.cmds = nil // ask the list again with the probe
 	v.nextFS, v.nextTime, v.nextNet = time.Time{}, time.Time{}, time.Time{}
 	g.leaveSweep(v.id, now)
-	if g.cfg.OSInfoInterval <= 0 {
-		return // out of the queue: it stays until it leaves the inventory
-	}
 	v.nextPing = guestNextSlot(now.Add(g.cfg.OSInfoInterval), g.pingInterval, v.phase)
 	v.nextOS = v.nextPing
 	heap.Push(&g.queue, v)

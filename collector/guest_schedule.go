@@ -128,9 +128,7 @@ func (g *GuestChecker) newVM(id string, now time.Time) *guestVM {
 	if g.cfg.TimeInterval > 0 {
 		v.nextTime = guestNextSlot(now, g.cfg.TimeInterval, v.slow)
 	}
-	if g.cfg.NetworkInterval > 0 {
-		v.nextNet = guestNextSlot(now, g.cfg.NetworkInterval, v.slow)
-	}
+	v.nextNet = guestNextSlot(now, g.cfg.NetworkInterval, v.slow)
 	return v
 }
 
@@ -212,10 +210,8 @@ func (g *GuestChecker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	switch {
 	case v.agentDown || v.os == nil:
 		v.nextOS = v.nextPing // with the next ping, until answered once per connection
-	case p.os && g.cfg.OSInfoInterval > 0:
-		v.nextOS = next(v.nextOS, g.cfg.OSInfoInterval)
 	case p.os:
-		v.nextOS = time.Time{}
+		v.nextOS = next(v.nextOS, g.cfg.OSInfoInterval)
 	}
 	if p.fs && g.cfg.FSInfoInterval > 0 {
 		v.nextFS = next(v.nextFS, g.cfg.FSInfoInterval)
@@ -223,7 +219,7 @@ func (g *GuestChecker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	if p.time && g.cfg.TimeInterval > 0 {
 		v.nextTime = next(v.nextTime, g.cfg.TimeInterval)
 	}
-	if p.net && g.cfg.NetworkInterval > 0 {
+	if p.net {
 		v.nextNet = next(v.nextNet, g.cfg.NetworkInterval)
 	}
 	if v.agentDown {
