@@ -13,13 +13,31 @@ LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revisi
              -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 PKGS      := ./...
 
-.PHONY: all build test test-deps vet race fuzz-seed rules-test fuzz faults demo demo-ha bench bench-reference lint clean
+.PHONY: all build image test test-deps vet race fuzz-seed rules-test fuzz faults demo demo-ha bench bench-reference lint clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/veil-exporter ./cmd/veil-exporter
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/veil-sim ./cmd/veil-sim
+
+## image: the container image (deploy/Dockerfile, FROM scratch) around a static binary stamped as
+## in build, with podman or docker, whichever is installed (CONTAINER_ENGINE=... to choose). The
+## build context is IMAGE_DIR: the binary, the CA bundle, passwd/group with the user 65532, the
+## example config and the state directory.
+IMAGE            ?= veil-exporter:$(VERSION)
+IMAGE_DIR        ?= $(BIN)/image
+CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+CA_BUNDLE        ?= /etc/ssl/certs/ca-certificates.crt
+image:
+	@test -n "$(CONTAINER_ENGINE)" || { echo "make image needs podman or docker (Debian: apt-get install podman)" >&2; exit 1; }
+	rm -rf $(IMAGE_DIR) && mkdir -p $(IMAGE_DIR)/state
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/veil-exporter ./cmd/veil-exporter
+	cp $(CA_BUNDLE) $(IMAGE_DIR)/ca-certificates.crt
+	cp config.example.yaml $(IMAGE_DIR)/config.yaml
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >$(IMAGE_DIR)/passwd
+	printf 'root:x:0:\nnonroot:x:65532:\n' >$(IMAGE_DIR)/group
+	$(CONTAINER_ENGINE) build -f deploy/Dockerfile -t $(IMAGE) $(IMAGE_DIR)
 
 ## test: everything CI runs: vet, unit + integration + end-to-end tests with the race
 ## detector (fuzz targets run their seed corpora as ordinary tests), alert-rule unit tests.
@@ -28,11 +46,14 @@ test: test-deps
 	$(MAKE) vet race rules-test
 
 ## test-deps: promtool and prometheus (alert-rule tests, end-to-end test), chromium (status page
-## in the end-to-end test), and every module incl. tools (so `make lint` then works offline).
+## in the end-to-end test), podman and runc (the image test, e2e/image_test.go), and every module
+## incl. tools (so `make lint` then works offline).
 ## As root on Debian/Ubuntu it installs the missing packages; otherwise it stops and prints the
 ## command to run.
 TEST_PKGS = $(shell command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || echo prometheus) \
-            $(shell command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || echo chromium)
+            $(shell command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || echo chromium) \
+            $(shell command -v podman >/dev/null 2>&1 || echo podman) \
+            $(shell command -v runc >/dev/null 2>&1 || echo runc)
 test-deps:
 	@set -e; pkgs="$(strip $(TEST_PKGS))"; \
 	if [ -n "$$pkgs" ]; then \
@@ -42,7 +63,7 @@ test-deps:
 	    export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \
 	    apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; \
 	  else \
-	    echo "make test needs the packages $$pkgs (promtool, prometheus, chromium). Install them, then run make test again:" >&2; \
+	    echo "make test needs the packages $$pkgs (promtool, prometheus, chromium, podman, runc). Install them, then run make test again:" >&2; \
 	    echo "  sudo sh -c '$$cmd'" >&2; \
 	    exit 1; \
 	  fi; \

@@ -245,18 +245,36 @@ func TestSystemdUnitIsHardened(t *testing.T) {
 	}
 }
 
-func TestDockerfileBuildsAStaticNonRootImage(t *testing.T) {
+// TestDockerfileTakesThePrebuiltStaticBinary keeps deploy/Dockerfile and `make image` in step:
+// the image is FROM scratch around what the Makefile puts into the build context (the image
+// itself is built and run by e2e/image_test.go).
+func TestDockerfileTakesThePrebuiltStaticBinary(t *testing.T) {
 	df := string(readFile(t, "Dockerfile"))
+	mk := string(readFile(t, "../Makefile"))
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^FROM golang:\S+ AS build$`),
-		regexp.MustCompile(`CGO_ENABLED=0 go build .*\n?.*\n?.*\./cmd/veil-exporter`),
-		regexp.MustCompile(`(?m)^FROM gcr\.io/distroless/static`),
+		regexp.MustCompile(`(?m)^FROM scratch$`),
+		regexp.MustCompile(`(?m)^COPY ca-certificates\.crt /etc/ssl/certs/ca-certificates\.crt$`),
+		regexp.MustCompile(`(?m)^COPY passwd group /etc/$`),
+		regexp.MustCompile(`(?m)^COPY veil-exporter /usr/bin/veil-exporter$`),
+		regexp.MustCompile(`(?m)^COPY --chown=65532:65532 state /var/lib/veil-exporter$`),
 		regexp.MustCompile(`(?m)^USER 65532:65532$`),
 		regexp.MustCompile(`(?m)^EXPOSE 9867$`),
 		regexp.MustCompile(`(?m)^VOLUME \["/var/lib/veil-exporter"\]$`),
 	} {
 		if !want.MatchString(df) {
 			t.Errorf("Dockerfile lacks %s", want)
+		}
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`CGO_ENABLED=0 \$\(GO\) build -trimpath -ldflags '\$\(LDFLAGS\)' -o \$\(IMAGE_DIR\)/veil-exporter \./cmd/veil-exporter`),
+		regexp.MustCompile(`\$\(IMAGE_DIR\)/ca-certificates\.crt`),
+		regexp.MustCompile(`nonroot:x:65532:65532:.*>\$\(IMAGE_DIR\)/passwd`),
+		regexp.MustCompile(`>\$\(IMAGE_DIR\)/group`),
+		regexp.MustCompile(`mkdir -p \$\(IMAGE_DIR\)/state`),
+		regexp.MustCompile(`build -f deploy/Dockerfile -t \$\(IMAGE\) \$\(IMAGE_DIR\)`),
+	} {
+		if !want.MatchString(mk) {
+			t.Errorf("make image lacks %s", want)
 		}
 	}
 }

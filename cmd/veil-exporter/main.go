@@ -32,7 +32,7 @@ import (
 )
 
 // The build is stamped through github.com/prometheus/common/version (Version, Revision, Branch,
-// BuildUser, BuildDate) by the Makefile and the Dockerfile.
+// BuildUser, BuildDate) by the Makefile (make build, make image).
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
