@@ -209,18 +209,8 @@ func minorityCut(w *durabilityWorld) history {
 			"the forwarder connected to n0")
 		w.cluster.ClientLink(n[1]).Heal()
 		w.cluster.ClientLink(n[2]).Heal()
-		w.cluster.Isolate(n[0])
 		w.cluster.ClientLink(n[0]).Cut()
-		w.routesAre(n[0])
-		w.routesAre(n[1], "n2")
-		testutil.Eventually(w.t, 60*time.Second, func() bool {
-			l := w.leaderSeenBy(n[1], faultStream)
-			return l == "n1" || l == "n2"
-		}, "the majority to elect a stream leader")
-		before, err := w.streamLenSeenBy(n[1])
-		if err != nil {
-			w.t.Fatal(err)
-		}
+		before := w.isolateLeader()
 		w.addEvents(50)
 		testutil.EventuallyNil(w.t, 60*time.Second, func() error {
 			m, err := w.streamLenSeenBy(n[1])
@@ -243,6 +233,24 @@ func minorityCut(w *durabilityWorld) history {
 	return h
 }
 
+// isolateLeader cuts n0, the stream's leader, from n1 and n2, waits until they elect a leader
+// of their own, and returns how many messages their stream holds then.
+func (w *durabilityWorld) isolateLeader() int {
+	n := w.cluster.Nodes
+	w.cluster.Isolate(n[0])
+	w.routesAre(n[0])
+	w.routesAre(n[1], "n2")
+	testutil.Eventually(w.t, 60*time.Second, func() bool {
+		l := w.leaderSeenBy(n[1], faultStream)
+		return l == "n1" || l == "n2"
+	}, "the majority to elect a stream leader")
+	before, err := w.streamLenSeenBy(n[1])
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return before
+}
+
 // majorityCut: the forwarder reaches only n0, the stream's leader; n0 is cut from both other
 // nodes. The forwarder is with the minority: nothing it sends can be stored (the majority's
 // stream does not grow) until the cut heals.
@@ -254,17 +262,7 @@ func majorityCut(w *durabilityWorld) history {
 		w.caughtUp()
 		w.lead(faultStream, n[0])
 		mark := logSize(w.t, p.logPath)
-		w.cluster.Isolate(n[0])
-		w.routesAre(n[0])
-		w.routesAre(n[1], "n2")
-		testutil.Eventually(w.t, 60*time.Second, func() bool {
-			l := w.leaderSeenBy(n[1], faultStream)
-			return l == "n1" || l == "n2"
-		}, "the majority to elect a stream leader")
-		before, err := w.streamLenSeenBy(n[1])
-		if err != nil {
-			w.t.Fatal(err)
-		}
+		before := w.isolateLeader()
 		w.addEvents(50)
 		w.failedSince(p, mark, "the forwarder with the minority")
 		after, err := w.streamLenSeenBy(n[1])
