@@ -83,13 +83,7 @@ func TestStampedBinary(t *testing.T) {
 		}
 	}
 
-	dir := t.TempDir()
-	sim := veiltest.New(veiltest.Options{Seed: 1, Token: secretToken, VMs: 2})
-	defer sim.Close()
-	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
-	cfgFile := filepath.Join(dir, "veil.yaml")
-	writeConfig(t, cfgFile, controllerYAML("alpha", sim.URL, tok))
+	cfgFile := simConfig(t)
 	cmd := exec.Command(bin, "--config.file", cfgFile, "--web.listen-address", "127.0.0.1:0", "--web.listen-address=127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -153,13 +147,7 @@ func grepLines(text, sub string) string {
 // seven labels of veil_exporter_build_info; --web.disable-exporter-metrics leaves out the first
 // three, not ours.
 func TestExporterMetrics(t *testing.T) {
-	dir := t.TempDir()
-	sim := veiltest.New(veiltest.Options{Seed: 1, Token: secretToken, VMs: 2})
-	defer sim.Close()
-	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
-	cfgFile := filepath.Join(dir, "veil.yaml")
-	writeConfig(t, cfgFile, controllerYAML("alpha", sim.URL, tok))
+	cfgFile := simConfig(t)
 	buildInfo := regexp.MustCompile(`(?m)^veil_exporter_build_info\{branch="[^"]*",goarch="` + runtime.GOARCH + `",goos="` + runtime.GOOS +
 		`",goversion="` + regexp.QuoteMeta(runtime.Version()) + `",revision="[^"]*",tags="[^"]*",version="[^"]+"\} 1$`)
 	exporterMetric := regexp.MustCompile(`(?m)^(go|process|promhttp)_\w+`)
@@ -234,4 +222,20 @@ func TestScrapeCompression(t *testing.T) {
 			}
 		})
 	}
+}
+
+// simConfig writes the configuration of one controller, alpha, on a simulator that lives as long
+// as the test, and returns its path.
+func simConfig(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	sim := veiltest.New(veiltest.Options{Seed: 1, Token: secretToken, VMs: 2})
+	t.Cleanup(sim.Close)
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte(secretToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	writeConfig(t, cfgFile, controllerYAML("alpha", sim.URL, tok))
+	return cfgFile
 }
