@@ -9,12 +9,14 @@ import (
 	"context"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -99,6 +101,13 @@ type GuestChecker struct {
 	lastEr  string
 	// the last failure apart: VM id, command, reason
 	lastErID, lastErCmd, lastErReason string
+
+	// The rendered series (guest_render.go): stale is signalled on every change.
+	stale       chan struct{}
+	renderEvery time.Duration
+	renderMu    sync.Mutex // builder
+	builder     exposition.Builder
+	rendered    atomic.Pointer[exposition.Set]
 }
 
 type guestErrKey struct{ command, reason string }
@@ -167,11 +176,14 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		vms:          map[string]*guestVM{},
 		stopped:      map[string]uint64{},
 		errs:         map[guestErrKey]float64{},
+		stale:        make(chan struct{}, 1),
+		renderEvery:  guestRenderEvery(cfg.PingInterval),
 	}
 	// config.Load has validated both; a checker built by hand with a bad one excludes nothing.
 	g.mountsOut = compileExclude(g.logger, "guest.fs_mountpoints_exclude", cfg.FSMountpointsExclude)
 	g.nicsOut = compileExclude(g.logger, "guest.network_interfaces_exclude", cfg.NetworkInterfacesExclude)
 	g.descs = newGuestDescs(controller, cfg)
+	g.render()
 	return g
 }
 
@@ -201,10 +213,14 @@ func (g *GuestChecker) Run(ctx context.Context) {
 			}
 		}()
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		g.syncLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		g.renderLoop(ctx)
 	}()
 	g.dispatch(ctx, work)
 	close(work)

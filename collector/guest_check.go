@@ -146,6 +146,7 @@ func (r *checkResult) classify(err error) {
 // finish records a visit under the lock, reschedules the VM and, when the visit was its ping,
 // counts it in the current sweep.
 func (g *GuestChecker) finish(v *guestVM, now time.Time, p checkPlan, r checkResult) {
+	defer g.changed()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
@@ -307,7 +308,7 @@ func (g *GuestChecker) interfaces(ctx context.Context, id string) ([]guestNIC, e
 	if err != nil {
 		return nil, err
 	}
-	return guestInterfaces(g.controller, id, list, g.nicsOut), nil
+	return guestInterfaces(list, g.nicsOut), nil
 }
 
 // countError counts a failed call; api_error (the controller, not the guest, failed) makes the

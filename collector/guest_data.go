@@ -1,15 +1,12 @@
 package collector
 
 // What the guest checker keeps of a guest's filesystems and network interfaces: only the
-// numbers its series need, filtered once when the answer arrives, so a scrape builds nothing
+// numbers its series need, filtered once when the answer arrives, so a render builds nothing
 // but the series themselves.
 
 import (
 	"regexp"
 	"slices"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -54,31 +51,26 @@ const (
 	nicCounters
 )
 
-// guestNIC is one interface of a guest: its labels, made once when the answer arrives and
-// shared by its eight series, and its counters.
+// guestNIC is one interface of a guest: its name and its counters.
 type guestNIC struct {
-	labels   []*dto.LabelPair // controller, domain_id, interface, sorted by name
+	name     string
 	counters [nicCounters]float64
 }
 
 // guestInterfaces keeps the interfaces that report statistics and whose name is not excluded,
 // once per name.
-func guestInterfaces(controller, id string, list []veil.GuestNetworkInterface, out *regexp.Regexp) []guestNIC {
+func guestInterfaces(list []veil.GuestNetworkInterface, out *regexp.Regexp) []guestNIC {
 	nics := make([]guestNIC, 0, len(list))
 	for _, n := range list {
 		if n.Statistics == nil || n.Name == "" || out != nil && out.MatchString(n.Name) {
 			continue
 		}
-		if slices.ContainsFunc(nics, func(x guestNIC) bool { return x.labels[2].GetValue() == n.Name }) {
+		if slices.ContainsFunc(nics, func(x guestNIC) bool { return x.name == n.Name }) {
 			continue
 		}
 		s := n.Statistics
 		nics = append(nics, guestNIC{
-			labels: []*dto.LabelPair{
-				labelPair("controller", controller),
-				labelPair("domain_id", id),
-				labelPair("interface", n.Name),
-			},
+			name: n.Name,
 			counters: [nicCounters]float64{
 				float64(s.RxBytes), float64(s.RxPackets), float64(s.RxErrs), float64(s.RxDropped),
 				float64(s.TxBytes), float64(s.TxPackets), float64(s.TxErrs), float64(s.TxDropped),
@@ -86,25 +78,4 @@ func guestInterfaces(controller, id string, list []veil.GuestNetworkInterface, o
 		})
 	}
 	return nics
-}
-
-// nicMetric is one counter of one guest interface, written from the stored numbers: a scrape
-// of 10,000 guests allocates no label pairs of its own for these series.
-type nicMetric struct {
-	desc *prometheus.Desc
-	nic  *guestNIC
-	i    int
-}
-
-func (m *nicMetric) Desc() *prometheus.Desc { return m.desc }
-
-func (m *nicMetric) Write(out *dto.Metric) error {
-	out.Label = m.nic.labels
-	v := m.nic.counters[m.i]
-	out.Counter = &dto.Counter{Value: &v}
-	return nil
-}
-
-func labelPair(name, value string) *dto.LabelPair {
-	return &dto.LabelPair{Name: &name, Value: &value}
 }

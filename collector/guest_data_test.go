@@ -66,17 +66,13 @@ func TestGuestInterfacesFilter(t *testing.T) {
 		{Name: "docker0", Statistics: stats(5)},
 		{Name: "", Statistics: stats(5)},
 	}
-	got := guestInterfaces("c", "vm", in, regexp.MustCompile(`^(lo|docker\d+)$`))
+	got := guestInterfaces(in, regexp.MustCompile(`^(lo|docker\d+)$`))
 	if len(got) != 1 {
 		t.Fatalf("kept %d interfaces, want eth0 only: %+v", len(got), got)
 	}
 	n := got[0]
-	var labels []string
-	for _, l := range n.labels {
-		labels = append(labels, l.GetName()+"="+l.GetValue())
-	}
-	if want := []string{"controller=c", "domain_id=vm", "interface=eth0"}; !slices.Equal(labels, want) {
-		t.Errorf("labels %q, want %q", labels, want)
+	if n.name != "eth0" {
+		t.Errorf("interface %q, want eth0", n.name)
 	}
 	if want := [nicCounters]float64{1000, 1, 2, 3, 4, 5, 6, 7}; n.counters != want {
 		t.Errorf("counters %v, want %v", n.counters, want)

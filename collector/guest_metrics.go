@@ -1,7 +1,8 @@
 package collector
 
-// The guest checker's series: their Descs, made once per checker, and Collect, which exports
-// what the checks stored for the VMs eligible in the current inventory snapshot.
+// The guest checker's series: their Descs, made once per checker, and emit, which exports what
+// the checks stored for the VMs eligible in the current inventory snapshot, rendered (Rendered)
+// at most every guestRenderEvery after a change, or live (Collect) for other formats.
 
 import (
 	"fmt"
@@ -9,20 +10,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 )
 
 type guestDescs struct {
-	pingSuccess, pingDuration, osInfo, fsSize, fsUsed, clockOffset, cmdErrors,
-	sweepDuration, eligible, checked, unsupported *prometheus.Desc
-	net [nicCounters]*prometheus.Desc // indexed by nicRxBytes...
+	pingSuccess, pingDuration, osInfo, fsSize, fsUsed, clockOffset,
+	sweepDuration, eligible, checked, unsupported *exposition.Desc
+	net [nicCounters]*exposition.Desc // indexed by nicRxBytes...
+
+	cmdErrors *prometheus.Desc // live
 }
 
 func newGuestDescs(controller string, cfg config.Guest) guestDescs {
 	// controller is a constant label so that one registry can hold a checker per controller.
 	cl := prometheus.Labels{"controller": controller}
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, labels, cl)
+	d := func(name, help string, labels ...string) *exposition.Desc {
+		return exposition.NewDesc(name, help, prometheus.GaugeValue, labels, cl)
 	}
 	ds := guestDescs{
 		pingSuccess: d("veil_guest_ping_success",
@@ -43,9 +47,9 @@ func newGuestDescs(controller string, cfg config.Guest) guestDescs {
 		clockOffset: d("veil_guest_clock_offset_seconds",
 			fmt.Sprintf("Guest clock minus exporter clock from guest-get-time, against the middle of the request's round trip; cached for %s.", cfg.TimeInterval),
 			"domain_id"),
-		cmdErrors: d("veil_guest_command_errors_total",
+		cmdErrors: prometheus.NewDesc("veil_guest_command_errors_total",
 			"Failed guest-agent calls by command (available-guest-cmds for the command list) and reason (timeout, agent_not_running, not_supported, api_error).",
-			"command", "reason"),
+			[]string{"command", "reason"}, cl),
 		sweepDuration: d("veil_guest_sweep_duration_seconds", "Real time of the last full guest-ping sweep over all eligible VMs; above ping_interval when the budget is too small."),
 		eligible:      d("veil_guest_eligible_domains", "Running VMs with a connected guest agent (guest checks apply)."),
 		checked:       d("veil_guest_checked_domains", "Eligible VMs that have had a guest-ping since they became eligible."),
@@ -62,9 +66,9 @@ func newGuestDescs(controller string, cfg config.Guest) guestDescs {
 		nicTxErrors:  {"transmit_errors", "Transmit errors"},
 		nicTxDrop:    {"transmit_drop", "Transmitted packets dropped"},
 	} {
-		ds.net[i] = d("veil_guest_network_"+c.name+"_total",
+		ds.net[i] = exposition.NewDesc("veil_guest_network_"+c.name+"_total",
 			fmt.Sprintf("%s by the guest's interface, as the guest counts them (guest-network-get-interfaces; they restart when the guest reboots); read every %s.", c.what, cfg.NetworkInterval),
-			"domain_id", "interface")
+			prometheus.CounterValue, []string{"domain_id", "interface"}, cl)
 	}
 	return ds
 }
@@ -72,27 +76,46 @@ func newGuestDescs(controller string, cfg config.Guest) guestDescs {
 // Describe implements prometheus.Collector.
 func (g *GuestChecker) Describe(ch chan<- *prometheus.Desc) {
 	d := g.descs
-	for _, desc := range []*prometheus.Desc{d.pingSuccess, d.pingDuration, d.osInfo, d.fsSize, d.fsUsed,
-		d.clockOffset, d.cmdErrors, d.sweepDuration, d.eligible, d.checked, d.unsupported} {
-		ch <- desc
+	for _, desc := range []*exposition.Desc{d.pingSuccess, d.pingDuration, d.osInfo, d.fsSize, d.fsUsed,
+		d.clockOffset, d.sweepDuration, d.eligible, d.checked, d.unsupported} {
+		ch <- desc.Prom
 	}
 	for _, desc := range d.net {
-		ch <- desc
+		ch <- desc.Prom
 	}
+	ch <- d.cmdErrors
 }
 
-// Collect implements prometheus.Collector. Only VMs eligible in the current inventory snapshot
-// are exported, so stopped, agentless and deleted VMs lose their series at once. The run
-// status (veil_collector_*) is not sent here: the daemon emits it from RunStatus.
+// Collect implements prometheus.Collector: the live path of what Rendered holds, and the
+// command errors. The run status (veil_collector_*) is not sent here: the daemon emits it
+// from RunStatus.
 func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
+	g.CollectRendered(ch)
+	g.CollectLive(ch)
+}
+
+// CollectRendered sends what Rendered holds, encoded live from the checker's state now.
+func (g *GuestChecker) CollectRendered(ch chan<- prometheus.Metric) {
 	inv := g.snapshot()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.emit(emitter{ch: ch}, inv)
+}
+
+// CollectLive sends the families that Rendered leaves out: the command error counters.
+func (g *GuestChecker) CollectLive(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, n := range g.errs {
+		ch <- prometheus.MustNewConstMetric(g.descs.cmdErrors, prometheus.CounterValue, n, k.command, k.reason)
+	}
+}
+
+// emit sends the series of the VMs eligible in inv. Only those are exported, so stopped,
+// agentless and deleted VMs lose their series at once. g.mu must be held.
+func (g *GuestChecker) emit(e emitter, inv guestInventory) {
 	eligible, unsupported := g.coverage(inv)
 	d := g.descs
-	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
-	}
 	checked := 0
 	for _, id := range eligible {
 		v, ok := g.vms[id]
@@ -100,31 +123,28 @@ func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		checked++
-		gauge(d.pingSuccess, metricutil.Bool(v.pingOK), id)
-		gauge(d.pingDuration, v.pingDur, id)
+		e.gauge(d.pingSuccess, metricutil.Bool(v.pingOK), id)
+		e.gauge(d.pingDuration, v.pingDur, id)
 		if o := v.os; o != nil {
-			gauge(d.osInfo, 1, id, o.ID, o.Name, o.Version, o.KernelRelease, o.Machine, o.PrettyName)
+			e.gauge(d.osInfo, 1, id, o.ID, o.Name, o.Version, o.KernelRelease, o.Machine, o.PrettyName)
 		}
 		for _, f := range v.fs {
-			gauge(d.fsSize, f.size, id, f.mountpoint, f.fstype, f.device)
-			gauge(d.fsUsed, f.used, id, f.mountpoint, f.fstype, f.device)
+			e.gauge(d.fsSize, f.size, id, f.mountpoint, f.fstype, f.device)
+			e.gauge(d.fsUsed, f.used, id, f.mountpoint, f.fstype, f.device)
 		}
 		if v.hasClock {
-			gauge(d.clockOffset, v.clock, id)
+			e.gauge(d.clockOffset, v.clock, id)
 		}
 		for i := range v.nics {
 			for c := range nicCounters {
-				ch <- &nicMetric{desc: d.net[c], nic: &v.nics[i], i: c}
+				e.counter(d.net[c], v.nics[i].counters[c], id, v.nics[i].name)
 			}
 		}
 	}
-	for k, n := range g.errs {
-		ch <- prometheus.MustNewConstMetric(d.cmdErrors, prometheus.CounterValue, n, k.command, k.reason)
-	}
-	gauge(d.eligible, float64(len(eligible)))
-	gauge(d.checked, float64(checked))
-	gauge(d.unsupported, float64(unsupported))
+	e.gauge(d.eligible, float64(len(eligible)))
+	e.gauge(d.checked, float64(checked))
+	e.gauge(d.unsupported, float64(unsupported))
 	if g.sweep.done {
-		gauge(d.sweepDuration, g.sweep.dur.Seconds())
+		e.gauge(d.sweepDuration, g.sweep.dur.Seconds())
 	}
 }

@@ -80,6 +80,7 @@ func (g *GuestChecker) sync(now time.Time) {
 		return
 	}
 	g.syncedGen = inv.gen
+	g.changed() // eligibility follows the snapshot
 	for id, gen := range g.stopped {
 		if gen != inv.gen {
 			delete(g.stopped, id) // a newer snapshot decides

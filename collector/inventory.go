@@ -8,12 +8,14 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -70,6 +72,11 @@ type Inventory struct {
 	lastError    string
 
 	discovery discoveryCache // GuestTargets of the latest snapshot
+
+	// rendered is the text of the gauges of the latest refresh; builder (under refreshMu)
+	// renders it.
+	rendered atomic.Pointer[exposition.Set]
+	builder  exposition.Builder
 }
 
 // snapshot holds immutable slices: a refresh replaces them, scrapes only read them.
@@ -150,6 +157,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 	}
 	inv.enabled = append(inv.enabled, collVersion)
 	inv.runs[collVersion] = &collectionRun{}
+	inv.render() // veil_up 0 until the first refresh
 	return inv, nil
 }
 
@@ -327,6 +335,7 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	inv.lastError = msg
 	interval := refreshInterval(inv.cfg.Interval)
 	inv.mu.Unlock()
+	inv.render()
 
 	for _, r := range gone {
 		level.Warn(inv.logger).Log("msg", "collection not available on this controller (not an outage); asked again every "+(interval*unavailableRetryEvery).String(),

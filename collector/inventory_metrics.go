@@ -8,25 +8,30 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // inventoryDescs are built once per inventory; the controller is a constant label.
+// The gauges are rendered once per refresh (exposition.Desc); the task counters and
+// histograms stay live.
 type inventoryDescs struct {
-	up, controllerInfo *prometheus.Desc
+	up, controllerInfo *exposition.Desc
 
-	nodeInfo, nodeStatus, nodeCPUs, nodeMemory, nodeCPUUsage, nodeMemUsage, nodeDomains, nodeDomainsRunning *prometheus.Desc
+	nodeInfo, nodeStatus, nodeCPUs, nodeMemory, nodeCPUUsage, nodeMemUsage, nodeDomains, nodeDomainsRunning *exposition.Desc
 
-	clusterInfo, clusterStatus, clusterCPUs, clusterMemory, clusterNodes, clusterCPUUsage, clusterMemUsage *prometheus.Desc
+	clusterInfo, clusterStatus, clusterCPUs, clusterMemory, clusterNodes, clusterCPUUsage, clusterMemUsage *exposition.Desc
 
-	datapoolInfo, datapoolStatus, datapoolSize, datapoolUsed, datapoolFree *prometheus.Desc
+	datapoolInfo, datapoolStatus, datapoolSize, datapoolUsed, datapoolFree *exposition.Desc
 
-	domainInfo, domainStatus, domainPower, domainCPUs, domainMemory, domainCPUUsage, domainMemUsage, domainAgent *prometheus.Desc
+	domainInfo, domainStatus, domainPower, domainCPUs, domainMemory, domainCPUUsage, domainMemUsage, domainAgent *exposition.Desc
 
-	domainGuestInfo, lastBackupTime, lastBackupSuccess *prometheus.Desc
+	domainGuestInfo, lastBackupTime, lastBackupSuccess *exposition.Desc
 
-	tasks, tasksFinished, taskDuration *prometheus.Desc
+	tasks *exposition.Desc
+
+	tasksFinished, taskDuration *prometheus.Desc
 }
 
 func newInventoryDescs(controller string, interval time.Duration) *inventoryDescs {
@@ -34,15 +39,15 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 	// A scrape shows cached data: the HELP says how old it can be and what a failure does.
 	every := " Refreshed in the background every " + interval.String()
 	cached := every + "; the last good data is kept while the controller fails."
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(namespace+"_"+name, help+cached, labels, cl)
+	d := func(name, help string, labels ...string) *exposition.Desc {
+		return exposition.NewDesc(namespace+"_"+name, help+cached, prometheus.GaugeValue, labels, cl)
 	}
 	return &inventoryDescs{
-		up: prometheus.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded; while it is 0 the inventory series keep the last good data."+every+".", nil, cl),
-		controllerInfo: prometheus.NewDesc("veil_controller_info",
+		up: exposition.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded; while it is 0 the inventory series keep the last good data."+every+".", prometheus.GaugeValue, nil, cl),
+		controllerInfo: exposition.NewDesc("veil_controller_info",
 			"Platform version of the controller (GET /api/controllers/base-version/); value 1. Cached: read at the first inventory refresh, at the first after an outage and then every "+
 				strconv.Itoa(versionEvery)+"th refresh (every "+(interval*versionEvery).String()+"); absent where the controller lacks the endpoint (404).",
-			[]string{"version"}, cl),
+			prometheus.GaugeValue, []string{"version"}, cl),
 
 		nodeInfo:           d("node_info", "Node description; value 1.", "node_id", "node", "cluster", "management_ip"),
 		nodeStatus:         d("node_status", "Current status of the node; value 1.", "node_id", "status"),
@@ -77,12 +82,12 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 		domainAgent:    d("domain_guest_agent_connected", "1 if the QEMU guest agent of the VM answers the platform.", "domain_id"),
 
 		domainGuestInfo: d("domain_guest_info", "Hostname and primary IPv4 address the VM's guest agent reports to the platform (guest_utils of the VM list); value 1, only while the agent reports one of them.", "domain_id", "hostname", "ip"),
-		lastBackupTime: prometheus.NewDesc("veil_domain_last_backup_timestamp_seconds",
+		lastBackupTime: exposition.NewDesc("veil_domain_last_backup_timestamp_seconds",
 			"Unix time the newest successful backup of the VM finished, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every "+interval.String()+".",
-			[]string{"domain_id"}, cl),
-		lastBackupSuccess: prometheus.NewDesc("veil_domain_last_backup_success",
+			prometheus.GaugeValue, []string{"domain_id"}, cl),
+		lastBackupSuccess: exposition.NewDesc("veil_domain_last_backup_success",
 			"1 if the newest finished backup of the VM succeeded, 0 if it failed, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every "+interval.String()+".",
-			[]string{"domain_id"}, cl),
+			prometheus.GaugeValue, []string{"domain_id"}, cl),
 
 		tasks: d("tasks", "Tasks of the platform by status.", "status"),
 		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total",
@@ -101,34 +106,101 @@ var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "
 // Describe sends the Descs of every inventory family.
 func (inv *Inventory) Describe(ch chan<- *prometheus.Desc) {
 	d := inv.descs
-	for _, desc := range []*prometheus.Desc{
+	for _, desc := range []*exposition.Desc{
 		d.up, d.controllerInfo,
 		d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning,
 		d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage,
 		d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree,
 		d.domainInfo, d.domainStatus, d.domainPower, d.domainCPUs, d.domainMemory, d.domainCPUUsage, d.domainMemUsage, d.domainAgent,
 		d.domainGuestInfo, d.lastBackupTime, d.lastBackupSuccess,
-		d.tasks, d.tasksFinished, d.taskDuration,
+		d.tasks,
 	} {
-		ch <- desc
+		ch <- desc.Prom
 	}
+	ch <- d.tasksFinished
+	ch <- d.taskDuration
 }
 
-// Collect turns the latest snapshot into const metrics; it never calls the API. The
-// veil_collector_* families of the collections are the daemon's, from RunStatus.
+// Collect turns the latest snapshot into const metrics; it never calls the API. It is the
+// live path of what Rendered holds, for formats other than text. The veil_collector_*
+// families of the collections are the daemon's, from RunStatus.
 func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
-	inv.mu.RLock()
-	snap := inv.snap
-	up := inv.up
-	inv.mu.RUnlock()
+	inv.CollectRendered(ch)
+	inv.CollectLive(ch)
+}
 
+// CollectRendered sends what Rendered holds, encoded live from the latest snapshot.
+func (inv *Inventory) CollectRendered(ch chan<- prometheus.Metric) {
+	inv.mu.RLock()
+	snap, up := inv.snap, inv.up
+	inv.mu.RUnlock()
+	inv.emit(emitter{ch: ch}, snap, up)
+}
+
+// CollectLive sends the families that Rendered leaves out: the task counters and histograms.
+func (inv *Inventory) CollectLive(ch chan<- prometheus.Metric) {
+	inv.mu.RLock()
+	read := inv.snap.taskCounts != nil
+	inv.mu.RUnlock()
+	if !read { // tasks read: absent while the collection is off or unavailable
+		return
+	}
 	d := inv.descs
-	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
-		// A label value that is not valid UTF-8 drops that one series, not the scrape.
-		if m, err := prometheus.NewConstMetric(desc, prometheus.GaugeValue, v, labels...); err == nil {
+	finished, durations := inv.tasks.values()
+	for _, f := range finished {
+		ch <- prometheus.MustNewConstMetric(d.tasksFinished, prometheus.CounterValue, f.n, f.name, f.status)
+	}
+	for _, h := range durations {
+		if m, err := newBothHistogram(d.taskDuration, h.count, h.sum, h.buckets, h.native, h.zero, h.created, h.name); err == nil {
 			ch <- m
 		}
 	}
+}
+
+// Rendered is the text of the gauges, rendered at the end of each refresh.
+func (inv *Inventory) Rendered() *exposition.Set { return inv.rendered.Load() }
+
+// render replaces Rendered with the current snapshot's series. refreshMu must be held (or
+// the inventory not yet shared).
+func (inv *Inventory) render() {
+	inv.mu.RLock()
+	snap, up := inv.snap, inv.up
+	inv.mu.RUnlock()
+	inv.emit(emitter{b: &inv.builder}, snap, up)
+	inv.rendered.Store(inv.builder.Finish(inv.rendered.Load()))
+}
+
+// emitter sends a series to a scrape's channel or adds it to a Builder.
+type emitter struct {
+	ch chan<- prometheus.Metric
+	b  *exposition.Builder
+}
+
+func (e emitter) gauge(d *exposition.Desc, v float64, labels ...string) {
+	if e.b != nil {
+		e.b.Add(d, v, labels...)
+		return
+	}
+	// A label value that is not valid UTF-8 drops that one series, not the scrape.
+	if m, err := prometheus.NewConstMetric(d.Prom, prometheus.GaugeValue, v, labels...); err == nil {
+		e.ch <- m
+	}
+}
+
+func (e emitter) counter(d *exposition.Desc, v float64, labels ...string) {
+	if e.b != nil {
+		e.b.Add(d, v, labels...)
+		return
+	}
+	if m, err := prometheus.NewConstMetric(d.Prom, prometheus.CounterValue, v, labels...); err == nil {
+		e.ch <- m
+	}
+}
+
+// emit sends every gauge of the snapshot.
+func (inv *Inventory) emit(e emitter, snap snapshot, up bool) {
+	d := inv.descs
+	gauge := e.gauge
 	gauge(d.up, metricutil.Bool(up))
 	if snap.version != "" {
 		gauge(d.controllerInfo, 1, snap.version)
@@ -207,15 +279,6 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, s := range taskStatuses {
 			gauge(d.tasks, snap.taskCounts[s], s)
-		}
-		finished, durations := inv.tasks.values()
-		for _, f := range finished {
-			ch <- prometheus.MustNewConstMetric(d.tasksFinished, prometheus.CounterValue, f.n, f.name, f.status)
-		}
-		for _, h := range durations {
-			if m, err := newBothHistogram(d.taskDuration, h.count, h.sum, h.buckets, h.native, h.zero, h.created, h.name); err == nil {
-				ch <- m
-			}
 		}
 	}
 }

@@ -393,15 +393,15 @@ func TestHelpSaysDataIsCached(t *testing.T) {
 		desc   *prometheus.Desc
 		want   []string
 	}{
-		{"veil_up", inv.descs.up, []string{"every 45s", "last good data"}},
-		{"veil_controller_info", inv.descs.controllerInfo, []string{"Cached", "every 10th refresh (every 7m30s)", "404"}},
-		{"veil_domain_info", inv.descs.domainInfo, []string{"every 45s", "last good data is kept while the controller fails"}},
+		{"veil_up", inv.descs.up.Prom, []string{"every 45s", "last good data"}},
+		{"veil_controller_info", inv.descs.controllerInfo.Prom, []string{"Cached", "every 10th refresh (every 7m30s)", "404"}},
+		{"veil_domain_info", inv.descs.domainInfo.Prom, []string{"every 45s", "last good data is kept while the controller fails"}},
 		{"veil_tasks_finished_total", inv.descs.tasksFinished, []string{"counted at each inventory refresh, every 45s"}},
 		{"veil_task_duration_seconds", inv.descs.taskDuration, []string{"counted at each inventory refresh, every 45s"}},
-		{"veil_domain_guest_info", inv.descs.domainGuestInfo, []string{"every 45s"}},
-		{"veil_domain_last_backup_timestamp_seconds", inv.descs.lastBackupTime, []string{"Cached", "every 45s", "backup_lookback"}},
-		{"veil_domain_last_backup_success", inv.descs.lastBackupSuccess, []string{"Cached", "every 45s"}},
-		{"veil_guest_ping_duration_seconds", guest.descs.pingDuration, []string{"every 17s"}},
+		{"veil_domain_guest_info", inv.descs.domainGuestInfo.Prom, []string{"every 45s"}},
+		{"veil_domain_last_backup_timestamp_seconds", inv.descs.lastBackupTime.Prom, []string{"Cached", "every 45s", "backup_lookback"}},
+		{"veil_domain_last_backup_success", inv.descs.lastBackupSuccess.Prom, []string{"Cached", "every 45s"}},
+		{"veil_guest_ping_duration_seconds", guest.descs.pingDuration.Prom, []string{"every 17s"}},
 	}
 	for _, tt := range tests {
 		s := tt.desc.String()

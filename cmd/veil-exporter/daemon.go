@@ -26,6 +26,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/ha"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -36,8 +37,10 @@ type daemon struct {
 	logger     log.Logger // component=daemon
 	base       log.Logger // without component: each component's logger adds its own
 	version    string
-	registry   *prometheus.Registry
-	started    time.Time
+	registry   *prometheus.Registry // live families; with renderedRegistry, everything
+	// renderedRegistry encodes live what the controllers render, for non-text scrapes.
+	renderedRegistry *prometheus.Registry
+	started          time.Time
 
 	reloadOK, reloadTime prometheus.Gauge
 
@@ -80,9 +83,10 @@ type controller struct {
 func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver string) *daemon {
 	d := &daemon{
 		ctx: ctx, configFile: configFile, logger: log.With(logger, "component", "daemon"), base: logger, version: ver,
-		registry:   prometheus.NewRegistry(),
-		started:    time.Now(),
-		apiMetrics: map[string]*collector.APIMetrics{},
+		registry:         prometheus.NewRegistry(),
+		renderedRegistry: prometheus.NewRegistry(),
+		started:          time.Now(),
+		apiMetrics:       map[string]*collector.APIMetrics{},
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "veil_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
 		}),
@@ -96,11 +100,44 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 		controllersCollector{d},
 		newRunStatusCollector(d.runs),
 	)
+	d.renderedRegistry.MustRegister(renderedCollector{d})
 	return d
 }
 
-// controllersCollector delegates to whatever controllers run now; it describes nothing
-// (unchecked) because the set changes on reload.
+// renderedSets are the rendered series of every controller, in configuration order: what a
+// text scrape writes beside d.registry's live families.
+func (d *daemon) renderedSets() []*exposition.Set {
+	d.mu.RLock()
+	ctrls := d.controllers
+	d.mu.RUnlock()
+	sets := make([]*exposition.Set, 0, 2*len(ctrls))
+	for _, ct := range ctrls {
+		sets = append(sets, ct.inventory.Rendered())
+		if ct.guest != nil {
+			sets = append(sets, ct.guest.Rendered())
+		}
+	}
+	return sets
+}
+
+// renderedCollector encodes live what renderedSets hold, for scrapes in other formats.
+type renderedCollector struct{ d *daemon }
+
+func (renderedCollector) Describe(chan<- *prometheus.Desc) {}
+func (c renderedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.RLock()
+	ctrls := c.d.controllers
+	c.d.mu.RUnlock()
+	for _, ct := range ctrls {
+		ct.inventory.CollectRendered(ch)
+		if ct.guest != nil {
+			ct.guest.CollectRendered(ch)
+		}
+	}
+}
+
+// controllersCollector delegates the live families to whatever controllers run now; it
+// describes nothing (unchecked) because the set changes on reload.
 type controllersCollector struct{ d *daemon }
 
 func (controllersCollector) Describe(chan<- *prometheus.Desc) {}
@@ -113,10 +150,10 @@ func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.d.mu.RUnlock()
 	for i, ct := range ctrls {
-		ct.inventory.Collect(ch)
+		ct.inventory.CollectLive(ch)
 		api[i].Collect(ch)
 		if ct.guest != nil {
-			ct.guest.Collect(ch)
+			ct.guest.CollectLive(ch)
 		}
 		if ct.forwarder != nil {
 			ct.forwarder.Collect(ch)

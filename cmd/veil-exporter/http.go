@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	_ "github.com/prometheus/client_golang/prometheus/promhttp/zstd" // zstd offered to scrapers
+
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 )
 
 // handlerOptions are the --web.* flags of the metrics handler.
@@ -28,18 +30,28 @@ func (d *daemon) handler(o handlerOptions) http.Handler {
 		// One inconsistent family must not cost the whole scrape.
 		ErrorHandling:       promhttp.ContinueOnError,
 		ErrorLog:            promLogger{d},
-		MaxRequestsInFlight: o.maxRequests,
 		OfferedCompressions: []promhttp.Compression{promhttp.Identity, promhttp.Gzip, promhttp.Zstd},
 	}
-	var gatherer prometheus.Gatherer = d.registry
+	// A text scrape writes the controllers' rendered series as they are and encodes only
+	// live (d.registry, the exporter's own); every other scrape encodes everything.
+	live := prometheus.Gatherers{d.registry}
+	all := prometheus.Gatherers{d.registry, d.renderedRegistry}
 	var exporter *prometheus.Registry
 	if !o.disableExporterMetrics {
 		exporter = prometheus.NewRegistry()
 		exporter.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		gatherer = prometheus.Gatherers{d.registry, exporter}
+		live, all = append(live, exporter), append(all, exporter)
 		opts.Registry = exporter // promhttp_metric_handler_errors_total
 	}
-	metrics := d.logSendOnce(promhttp.HandlerFor(gatherer, opts))
+	metrics := exposition.Handler(exposition.HandlerOpts{
+		Live:                live,
+		Sets:                d.renderedSets,
+		Fallback:            promhttp.HandlerFor(all, opts),
+		ErrorLog:            opts.ErrorLog,
+		Errors:              handlerErrors(exporter),
+		MaxRequestsInFlight: o.maxRequests,
+	})
+	metrics = d.logSendOnce(metrics)
 	if exporter != nil {
 		metrics = promhttp.InstrumentMetricHandler(exporter, metrics)
 	}
@@ -51,6 +63,25 @@ func (d *daemon) handler(o handlerOptions) http.Handler {
 	mux.HandleFunc("GET /sd/domains", d.serveSD)
 	mux.HandleFunc("GET /{$}", d.serveStatus) // GET also answers HEAD; other methods get 405
 	return mux
+}
+
+// handlerErrors is promhttp_metric_handler_errors_total as promhttp registered it in reg
+// (nil: no exporter metrics), for the text path to count its errors too.
+func handlerErrors(reg *prometheus.Registry) *prometheus.CounterVec {
+	if reg == nil {
+		return nil
+	}
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promhttp_metric_handler_errors_total",
+		Help: "Total number of internal errors encountered by the promhttp metric handler.",
+	}, []string{"cause"})
+	if err := reg.Register(c); err != nil {
+		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+			return are.ExistingCollector.(*prometheus.CounterVec)
+		}
+		return nil
+	}
+	return c
 }
 
 // promLogger is promhttp's ErrorLog. A failed write of the response (the scraper hung up) is

@@ -1,0 +1,214 @@
+package exposition
+
+// Builder: series lines are appended per family as a collector emits them, then each family
+// is sorted as client_golang sorts it, checksummed and compressed once (or kept from the
+// previous Set when its bytes did not change).
+
+import (
+	"bytes"
+	"hash/crc32"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Builder collects the series of one Set. It is not safe for concurrent use; keep one per
+// collector and reuse it: its buffers keep their capacity between builds.
+type Builder struct {
+	fams    map[*Desc]*famBuf
+	scratch []byte
+	lines   []line
+	comp    compressor
+}
+
+type famBuf struct {
+	d    *Desc
+	buf  []byte
+	offs []uint32 // start of each line in buf
+}
+
+type line struct{ start, end uint32 }
+
+// Add appends one series. A series whose label count does not match or whose label value is
+// not valid UTF-8 is dropped, as prometheus.NewConstMetric refuses it.
+func (b *Builder) Add(d *Desc, v float64, labels ...string) {
+	if len(labels) != d.nvar {
+		return
+	}
+	for _, l := range labels {
+		if !utf8.ValidString(l) {
+			return
+		}
+	}
+	if b.fams == nil {
+		b.fams = make(map[*Desc]*famBuf)
+	}
+	f := b.fams[d]
+	if f == nil {
+		f = &famBuf{d: d}
+		b.fams[d] = f
+	}
+	f.offs = append(f.offs, uint32(len(f.buf)))
+	buf := append(f.buf, d.name...)
+	for _, s := range d.slots {
+		buf = append(buf, s.prefix...)
+		if s.varIdx < 0 {
+			buf = append(buf, s.constVal...)
+		} else {
+			buf = appendEscaped(buf, labels[s.varIdx])
+		}
+		buf = append(buf, '"')
+	}
+	if len(d.slots) > 0 {
+		buf = append(buf, '}')
+	}
+	buf = append(buf, ' ')
+	buf = appendFloat(buf, v)
+	f.buf = append(buf, '\n')
+}
+
+// Finish returns the Set of what was added since the last Finish. A family whose bytes equal
+// those of the same family in prev keeps prev's compressed form.
+func (b *Builder) Finish(prev *Set) *Set {
+	old := make(map[string]*Family)
+	if prev != nil {
+		for _, f := range prev.Families {
+			old[f.Name] = f
+		}
+	}
+	fams := make([]*famBuf, 0, len(b.fams))
+	for _, f := range b.fams {
+		if len(f.offs) > 0 {
+			fams = append(fams, f)
+		}
+	}
+	sort.Slice(fams, func(i, j int) bool { return fams[i].d.name < fams[j].d.name })
+	set := &Set{Families: make([]*Family, 0, len(fams))}
+	for _, f := range fams {
+		plain := b.sorted(f)
+		fam := &Family{Name: f.d.name, Header: f.d.header, size: int64(len(plain)), crc: crc32.ChecksumIEEE(plain)}
+		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.Header == fam.Header {
+			fam = o
+		} else {
+			fam.deflate = b.comp.segment(plain)
+		}
+		set.Families = append(set.Families, fam)
+		set.size += fam.size
+		set.compressed += int64(len(fam.deflate))
+		f.buf, f.offs = f.buf[:0], f.offs[:0]
+	}
+	return set
+}
+
+// sorted returns the family's lines in client_golang's order (by label values, in the order
+// of the label names), without a repeated label set (the first added stays).
+func (b *Builder) sorted(f *famBuf) []byte {
+	b.lines = b.lines[:0]
+	for i, o := range f.offs {
+		end := uint32(len(f.buf))
+		if i+1 < len(f.offs) {
+			end = f.offs[i+1]
+		}
+		b.lines = append(b.lines, line{o, end})
+	}
+	start := f.d.valueStart
+	cmp := func(x, y line) int {
+		if len(f.d.slots) == 0 {
+			return 0
+		}
+		return compareValues(f.buf[x.start:x.end], f.buf[y.start:y.end], start)
+	}
+	if !slices.IsSortedFunc(b.lines, cmp) {
+		slices.SortStableFunc(b.lines, cmp)
+	}
+	b.scratch = b.scratch[:0]
+	for i, l := range b.lines {
+		if i > 0 && cmp(b.lines[i-1], l) == 0 {
+			continue
+		}
+		b.scratch = append(b.scratch, f.buf[l.start:l.end]...)
+	}
+	return b.scratch
+}
+
+// compareValues compares two lines of one family by their label values, decoded, in the
+// order they are written; start is the offset of the first value.
+func compareValues(a, b []byte, start int) int {
+	i, j := start, start
+	for {
+		ca, ni, ea := nextByte(a, i)
+		cb, nj, eb := nextByte(b, j)
+		switch {
+		case ea && eb:
+			i, j = ni, nj
+			if a[i] == '}' {
+				return 0
+			}
+			// The same label names follow in both: skip `,name="`.
+			k := bytes.IndexByte(a[i:], '"') + 1
+			i, j = i+k, j+k
+			continue
+		case ea:
+			return -1
+		case eb:
+			return 1
+		case ca != cb:
+			if ca < cb {
+				return -1
+			}
+			return 1
+		}
+		i, j = ni, nj
+	}
+}
+
+// nextByte decodes the byte of an escaped label value at l[i]; end is true at its closing quote.
+func nextByte(l []byte, i int) (c byte, next int, end bool) {
+	switch l[i] {
+	case '"':
+		return 0, i + 1, true
+	case '\\':
+		if l[i+1] == 'n' {
+			return '\n', i + 2, false
+		}
+		return l[i+1], i + 2, false
+	}
+	return l[i], i + 1, false
+}
+
+func appendEscaped(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			buf = append(buf, '\\', '\\')
+		case '"':
+			buf = append(buf, '\\', '"')
+		case '\n':
+			buf = append(buf, '\\', 'n')
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return buf
+}
+
+// appendFloat writes v as client_golang's text encoder does.
+func appendFloat(buf []byte, v float64) []byte {
+	switch {
+	case v == 1:
+		return append(buf, '1')
+	case v == 0:
+		return append(buf, '0')
+	case v == -1:
+		return append(buf, "-1"...)
+	case math.IsNaN(v):
+		return append(buf, "NaN"...)
+	case math.IsInf(v, +1):
+		return append(buf, "+Inf"...)
+	case math.IsInf(v, -1):
+		return append(buf, "-Inf"...)
+	}
+	return strconv.AppendFloat(buf, v, 'g', -1, 64)
+}

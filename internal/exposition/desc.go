@@ -1,0 +1,75 @@
+// Package exposition renders metric families once, in the Prometheus text format, and serves
+// them on every scrape beside the families that stay live.
+//
+// It owns the rendered form (Desc, Builder, Set), its compression and the /metrics handler's
+// text path; it imports only client_golang, client_model, prometheus/common and
+// klauspost/compress. Collectors build a Set when their data changes; a scrape copies bytes.
+package exposition
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Desc describes one family as prometheus.Desc does, and knows how to write its series lines
+// exactly as client_golang's text encoder would.
+type Desc struct {
+	// Prom is the same family for the live path (prometheus.NewConstMetric).
+	Prom *prometheus.Desc
+
+	name   string
+	header string // "# HELP ...\n# TYPE ...\n"
+	nvar   int    // variable labels
+	// slots are the labels in the order they are written (sorted by name): a variable label's
+	// index, or -1 and the escaped constant value.
+	slots []slot
+	// valueStart is where the first label value starts in a line: after `name{label="`.
+	valueStart int
+}
+
+type slot struct {
+	prefix   string // `{name="` or `,name="`
+	varIdx   int
+	constVal string
+}
+
+// NewDesc returns the Desc of a gauge or counter family.
+func NewDesc(name, help string, typ prometheus.ValueType, variableLabels []string, constLabels prometheus.Labels) *Desc {
+	d := &Desc{
+		Prom: prometheus.NewDesc(name, help, variableLabels, constLabels),
+		name: name,
+		nvar: len(variableLabels),
+	}
+	t := "gauge"
+	if typ == prometheus.CounterValue {
+		t = "counter"
+	}
+	d.header = "# HELP " + name + " " + helpEscaper.Replace(help) + "\n# TYPE " + name + " " + t + "\n"
+	for i, l := range variableLabels {
+		d.slots = append(d.slots, slot{varIdx: i, prefix: l})
+	}
+	for l, v := range constLabels {
+		d.slots = append(d.slots, slot{varIdx: -1, prefix: l, constVal: valueEscaper.Replace(v)})
+	}
+	sort.Slice(d.slots, func(i, j int) bool { return d.slots[i].prefix < d.slots[j].prefix })
+	for i := range d.slots {
+		sep := ","
+		if i == 0 {
+			sep = "{"
+			d.valueStart = len(name) + len(sep) + len(d.slots[i].prefix) + 2
+		}
+		d.slots[i].prefix = sep + d.slots[i].prefix + `="`
+	}
+	return d
+}
+
+// Name is the family's name.
+func (d *Desc) Name() string { return d.name }
+
+// The escaping of client_golang's text format (prometheus/common/expfmt).
+var (
+	helpEscaper  = strings.NewReplacer("\\", `\\`, "\n", `\n`)
+	valueEscaper = strings.NewReplacer("\\", `\\`, "\n", `\n`, "\"", `\"`)
+)

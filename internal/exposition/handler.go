@@ -1,0 +1,316 @@
+package exposition
+
+// The /metrics handler: a text-format scrape (what Prometheus asks for unless it wants native
+// histograms) is written from the rendered Sets, already compressed, with the live families
+// encoded and compressed between them; other formats and name[] filters go to the fallback,
+// which encodes everything live.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+
+	"github.com/klauspost/compress/flate"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// HandlerOpts configure Handler.
+type HandlerOpts struct {
+	Live     prometheus.Gatherer // families that are encoded at each scrape
+	Sets     func() []*Set       // rendered families; a family in several Sets is written once, its series in Set order
+	Fallback http.Handler        // every other request, with Live and the Sets' collectors
+	// ErrorLog and Errors (promhttp_metric_handler_errors_total by cause, may be nil) as in promhttp.
+	ErrorLog promhttp.Logger
+	Errors   *prometheus.CounterVec
+	// MaxRequestsInFlight limits concurrent scrapes of either path (0: no limit).
+	MaxRequestsInFlight int
+}
+
+// Handler serves /metrics.
+func Handler(o HandlerOpts) http.Handler {
+	var sem chan struct{}
+	if o.MaxRequestsInFlight > 0 {
+		sem = make(chan struct{}, o.MaxRequestsInFlight)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sem != nil {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			default:
+				http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", o.MaxRequestsInFlight), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		format := expfmt.NegotiateAccept(r.Header, expfmt.DefaultAcceptedFormats()...)
+		if format.FormatType() != expfmt.TypeTextPlain || r.URL != nil && r.URL.Query().Has("name[]") {
+			o.Fallback.ServeHTTP(w, r)
+			return
+		}
+		o.serveText(w, r, format)
+	})
+}
+
+func (o *HandlerOpts) count(cause string) {
+	if o.Errors != nil {
+		o.Errors.WithLabelValues(cause).Inc()
+	}
+}
+
+func (o *HandlerOpts) serveText(w http.ResponseWriter, r *http.Request, format expfmt.Format) {
+	// The Sets before the live families: a collector that starts between the two shows its
+	// live families without its rendered ones, never the reverse.
+	rendered := groups(o.Sets())
+	mfs, err := o.Live.Gather()
+	if err != nil {
+		if o.ErrorLog != nil {
+			o.ErrorLog.Println("error gathering metrics:", err)
+		}
+		o.count("gathering")
+	}
+
+	w.Header().Add("Vary", "Accept")
+	w.Header().Add("Vary", "Accept-Encoding")
+	w.Header().Set("Content-Type", string(format))
+	out := newScrapeWriter(w, negotiateEncoding(r))
+	defer out.release()
+
+	// Live and rendered families merged by name, as one Gather would sort them.
+	i, j := 0, 0
+	for (i < len(mfs) || j < len(rendered)) && out.err == nil {
+		if j == len(rendered) || i < len(mfs) && mfs[i].GetName() < rendered[j].name {
+			out.live(mfs[i], o)
+			i++
+			continue
+		}
+		if i < len(mfs) && mfs[i].GetName() == rendered[j].name {
+			out.live(mfs[i], o) // the header is the live family's
+			i++
+		} else {
+			out.pending.WriteString(rendered[j].fams[0].Header)
+		}
+		out.families++
+		for _, f := range rendered[j].fams {
+			out.family(f)
+		}
+		j++
+	}
+	out.close()
+	if out.err != nil {
+		// Every family not sent is an error, as promhttp counts them.
+		for n := len(mfs) + len(rendered) - out.sent; n > 0; n-- {
+			if o.ErrorLog != nil {
+				o.ErrorLog.Println("error encoding and sending metric family:", out.err)
+			}
+			o.count("encoding")
+		}
+	}
+}
+
+type group struct {
+	name string
+	fams []*Family
+}
+
+// groups merges the families of the Sets by name, sorted.
+func groups(sets []*Set) []group {
+	var gs []group
+	idx := make(map[string]int)
+	for _, s := range sets {
+		if s == nil {
+			continue
+		}
+		for _, f := range s.Families {
+			k, ok := idx[f.Name]
+			if !ok {
+				k = len(gs)
+				idx[f.Name] = k
+				gs = append(gs, group{name: f.Name})
+			}
+			gs[k].fams = append(gs[k].fams, f)
+		}
+	}
+	sort.Slice(gs, func(i, j int) bool { return gs[i].name < gs[j].name })
+	return gs
+}
+
+// negotiateEncoding picks identity, gzip or zstd as promhttp does for the same offers: the
+// highest q wins, the first offer of equal q.
+func negotiateEncoding(r *http.Request) string {
+	best, bestQ := "identity", -1.0
+	specs := parseAcceptEncoding(r.Header.Values("Accept-Encoding"))
+	for _, offer := range []string{"identity", "gzip", "zstd"} {
+		for _, s := range specs {
+			if s.q > bestQ && (s.value == "*" || s.value == offer) {
+				best, bestQ = offer, s.q
+			}
+		}
+	}
+	if bestQ == 0 {
+		return "identity" // promhttp falls back to uncompressed as well
+	}
+	return best
+}
+
+// scrapeWriter writes one response: pending holds live text not yet written; family writes a
+// rendered family's lines in the response's encoding.
+type scrapeWriter struct {
+	w        io.Writer
+	encoding string
+	pending  bytes.Buffer
+
+	crc  uint32 // gzip: of everything written so far
+	size int64
+	fw   *flate.Writer
+	err  error
+	// families counts the families begun, sent those whose bytes all reached the response.
+	families, sent int
+}
+
+// live encodes a live family into pending.
+func (s *scrapeWriter) live(mf *dto.MetricFamily, o *HandlerOpts) {
+	s.families++
+	if _, err := expfmt.MetricFamilyToText(&s.pending, mf); err != nil {
+		if o.ErrorLog != nil {
+			o.ErrorLog.Println("error encoding and sending metric family:", err)
+		}
+		o.count("encoding")
+	}
+}
+
+var (
+	flatePool   sync.Pool
+	scratchPool = sync.Pool{New: func() any { return new([]byte) }}
+)
+
+func newScrapeWriter(w http.ResponseWriter, encoding string) *scrapeWriter {
+	s := &scrapeWriter{w: w, encoding: encoding}
+	if encoding != "identity" {
+		w.Header().Set("Content-Encoding", encoding)
+	}
+	if encoding == "gzip" {
+		// RFC 1952 header: deflate, no flags, no time, unknown OS.
+		s.write([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255})
+	}
+	return s
+}
+
+func (s *scrapeWriter) write(p []byte) {
+	if s.err == nil {
+		_, s.err = s.w.Write(p)
+	}
+}
+
+// flush writes the pending live text in the response's encoding.
+func (s *scrapeWriter) flush() {
+	p := s.pending.Bytes()
+	if len(p) == 0 || s.err != nil {
+		s.pending.Reset()
+		s.confirm()
+		return
+	}
+	switch s.encoding {
+	case "gzip":
+		s.crc = crc32.Update(s.crc, crc32.IEEETable, p)
+		s.size += int64(len(p))
+		if s.fw == nil {
+			if fw, ok := flatePool.Get().(*flate.Writer); ok {
+				s.fw = fw
+			} else {
+				s.fw, _ = flate.NewWriter(nil, flate.BestSpeed)
+			}
+		}
+		// A new deflate segment: no reference back into what a rendered family wrote between.
+		s.fw.Reset(errWriter{s})
+		_, _ = s.fw.Write(p)
+		_ = s.fw.Flush()
+	case "zstd":
+		bp := scratchPool.Get().(*[]byte)
+		*bp = zstdEncoder.EncodeAll(p, (*bp)[:0])
+		s.write(*bp)
+		scratchPool.Put(bp)
+	default:
+		s.write(p)
+	}
+	s.pending.Reset()
+	s.confirm()
+}
+
+// confirm counts the families begun so far as sent while nothing failed.
+func (s *scrapeWriter) confirm() {
+	if s.err == nil {
+		s.sent = s.families
+	}
+}
+
+// errWriter feeds the flate writer's output to the response, keeping the first error.
+type errWriter struct{ s *scrapeWriter }
+
+func (e errWriter) Write(p []byte) (int, error) {
+	e.s.write(p)
+	return len(p), e.s.err
+}
+
+// family writes a rendered family's lines (its header is already pending).
+func (s *scrapeWriter) family(f *Family) {
+	s.flush()
+	switch s.encoding {
+	case "gzip":
+		s.write(f.deflate)
+		s.crc = crc32Combine(s.crc, f.crc, f.size)
+		s.size += f.size
+	case "zstd":
+		s.write(f.zstdFrame())
+	default:
+		if s.err == nil {
+			if err := f.plain(s.w); err != nil {
+				s.err = err
+			}
+		}
+	}
+}
+
+func (s *scrapeWriter) close() {
+	s.flush()
+	if s.encoding == "gzip" {
+		var trailer [10]byte
+		copy(trailer[:], finalBlock)
+		binary.LittleEndian.PutUint32(trailer[2:], s.crc)
+		binary.LittleEndian.PutUint32(trailer[6:], uint32(s.size))
+		s.write(trailer[:])
+	}
+	if s.err != nil {
+		s.sent = min(s.sent, s.families-1) // the last family's end was not sent
+	}
+}
+
+func (s *scrapeWriter) release() {
+	if s.fw != nil {
+		s.fw.Reset(nil)
+		flatePool.Put(s.fw)
+		s.fw = nil
+	}
+}
+
+// Families returns the text of every family in the Sets with its HELP and TYPE lines, as the
+// handler writes them without compression (for tests and the status page).
+func Families(sets []*Set) ([]byte, error) {
+	var b bytes.Buffer
+	for _, g := range groups(sets) {
+		b.WriteString(g.fams[0].Header)
+		for _, f := range g.fams {
+			if err := f.plain(&b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b.Bytes(), nil
+}

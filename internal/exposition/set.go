@@ -1,0 +1,90 @@
+package exposition
+
+// A Set's families hold their series lines as raw deflate segments ending in a sync flush, so
+// that a gzip response is their concatenation behind one header, and a zstd response the
+// concatenation of frames made from them on first use.
+
+import (
+	"bytes"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/flate"
+	"github.com/klauspost/compress/zstd"
+)
+
+// Set is what one collector rendered: its families sorted by name. It never changes; a
+// collector replaces it.
+type Set struct {
+	Families []*Family
+
+	size, compressed int64
+}
+
+// Size is the length of the series lines, compressed the length of their deflate segments.
+func (s *Set) Size() (plain, compressed int64) {
+	if s == nil {
+		return 0, 0
+	}
+	return s.size, s.compressed
+}
+
+// Family is the rendered series of one family of one Set, without its HELP and TYPE lines.
+type Family struct {
+	Name   string
+	Header string // "# HELP ...\n# TYPE ...\n"
+
+	deflate []byte // raw deflate, ending in a sync flush
+	crc     uint32 // of the plain lines
+	size    int64  // of the plain lines
+
+	zstdOnce sync.Once
+	zstd     []byte
+}
+
+// finalBlock ends a raw deflate stream: an empty final block with fixed codes.
+var finalBlock = []byte{0x03, 0x00}
+
+// level is the deflate level of rendered families: compressed once per change, so a little
+// more effort than a scrape could afford.
+const level = 5
+
+type compressor struct {
+	w   *flate.Writer
+	out bytes.Buffer
+}
+
+// segment compresses p into a raw deflate segment ending in a sync flush.
+func (c *compressor) segment(p []byte) []byte {
+	c.out.Reset()
+	if c.w == nil {
+		c.w, _ = flate.NewWriter(&c.out, level)
+	} else {
+		c.w.Reset(&c.out)
+	}
+	_, _ = c.w.Write(p)
+	_ = c.w.Flush()
+	return bytes.Clone(c.out.Bytes())
+}
+
+// plain writes the family's lines to w.
+func (f *Family) plain(w io.Writer) error {
+	r := flate.NewReader(io.MultiReader(bytes.NewReader(f.deflate), bytes.NewReader(finalBlock)))
+	defer r.Close()
+	_, err := io.Copy(w, r)
+	return err
+}
+
+var zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+
+// zstdFrame is the family's lines as one zstd frame, made at the first zstd scrape.
+func (f *Family) zstdFrame() []byte {
+	f.zstdOnce.Do(func() {
+		var b bytes.Buffer
+		b.Grow(int(f.size))
+		if err := f.plain(&b); err == nil {
+			f.zstd = zstdEncoder.EncodeAll(b.Bytes(), make([]byte, 0, len(f.deflate)))
+		}
+	})
+	return f.zstd
+}
