@@ -102,6 +102,10 @@ type GuestChecker struct {
 	// the last failure apart: VM id, command, reason
 	lastErID, lastErCmd, lastErReason string
 
+	// offered are the distinct sets of commands guests offer (offeredSet).
+	offeredMu sync.Mutex
+	offered   map[string]map[string]bool
+
 	// The rendered series (guest_render.go): stale is signalled on every change.
 	stale       chan struct{}
 	renderEvery time.Duration

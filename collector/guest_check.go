@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-kit/log/level"
@@ -252,11 +254,35 @@ func (g *GuestChecker) available(ctx context.Context, id string) (map[string]boo
 		}
 		return nil, fmt.Errorf("available guest commands of %s: %w", id, err)
 	}
-	offered := make(map[string]bool, len(list))
+	return g.offeredSet(list), nil
+}
+
+// offeredSet is the set of the commands in list that the checker may send. Guests offer the
+// same few sets: one map per distinct set is shared by every VM offering it (read only), not
+// one per VM of every command the agent lists.
+func (g *GuestChecker) offeredSet(list []string) map[string]bool {
+	known := make([]string, 0, 8)
 	for _, c := range list {
-		offered[c] = true
+		if guestCommandAllowed(c) && !slices.Contains(known, c) {
+			known = append(known, c)
+		}
 	}
-	return offered, nil
+	slices.Sort(known)
+	key := strings.Join(known, ",")
+	g.offeredMu.Lock()
+	defer g.offeredMu.Unlock()
+	if m, ok := g.offered[key]; ok {
+		return m
+	}
+	m := make(map[string]bool, len(known))
+	for _, c := range known {
+		m[c] = true
+	}
+	if g.offered == nil {
+		g.offered = map[string]map[string]bool{}
+	}
+	g.offered[key] = m
+	return m
 }
 
 func (g *GuestChecker) ping(ctx context.Context, id string) (float64, error) {

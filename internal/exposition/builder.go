@@ -15,7 +15,9 @@ import (
 )
 
 // Builder collects the series of one Set. It is not safe for concurrent use; keep one per
-// collector and reuse it: its buffers keep their capacity between builds.
+// collector and reuse it. Its buffers are released after each Finish (the text of a large
+// inventory is tens of megabytes, only needed while it is compressed); the next build
+// allocates them at the size they had.
 type Builder struct {
 	fams    map[*Desc]*famBuf
 	scratch []byte
@@ -27,6 +29,8 @@ type famBuf struct {
 	d    *Desc
 	buf  []byte
 	offs []uint32 // start of each line in buf
+	// the sizes of the last build, to allocate the next at once
+	hintBuf, hintLines int
 }
 
 type line struct{ start, end uint32 }
@@ -49,6 +53,9 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 	if f == nil {
 		f = &famBuf{d: d}
 		b.fams[d] = f
+	}
+	if f.buf == nil {
+		f.buf, f.offs = make([]byte, 0, f.hintBuf), make([]uint32, 0, f.hintLines)
 	}
 	f.offs = append(f.offs, uint32(len(f.buf)))
 	buf := append(f.buf, d.name...)
@@ -97,8 +104,10 @@ func (b *Builder) Finish(prev *Set) *Set {
 		set.Families = append(set.Families, fam)
 		set.size += fam.size
 		set.compressed += int64(len(fam.deflate))
-		f.buf, f.offs = f.buf[:0], f.offs[:0]
+		f.hintBuf, f.hintLines = len(f.buf)+len(f.buf)/8, len(f.offs)+len(f.offs)/8
+		f.buf, f.offs = nil, nil
 	}
+	b.scratch, b.lines = nil, nil
 	return set
 }
 
