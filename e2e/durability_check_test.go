@@ -80,7 +80,7 @@ func classify(journal, stream []string) verdict {
 // readWholeStream reads every message the stream holds, in stream order, and groups the event
 // ids (from Nats-Msg-Id, <controller>.<id>) by controller. Deleted sequences are skipped; a read
 // that fails (a cluster just restarted) is started over.
-func readWholeStream(t *testing.T, js jetstream.JetStream, stream string) map[string][]string {
+func readWholeStream(t testing.TB, js jetstream.JetStream, stream string) map[string][]string {
 	t.Helper()
 	var out map[string][]string
 	testutil.EventuallyNil(t, 60*time.Second, func() error {

@@ -1,9 +1,12 @@
 // This file holds the choice of a controller's owner: rendezvous hashing over the live
-// instances, bounded so that the counts differ by at most one.
+// instances, bounded so that the counts differ by at most one, and sticky: a live holder keeps
+// what it holds while it has room.
 package ha
 
 import (
+	"cmp"
 	"hash/fnv"
+	"slices"
 	"sort"
 )
 
@@ -24,34 +27,45 @@ func score(controller, instance string) uint64 {
 }
 
 // assign maps every controller that some instance announces to its desired owner. eligible
-// lists, per live instance, the controllers it is configured with. Pairs are taken by
-// falling score (plain rendezvous hashing) while an instance has room, the room being n/m or,
-// for the first n%m instances to reach it, n/m+1: so an instance joining or leaving moves
-// few controllers and the counts differ by at most one. A controller whose eligible instances
-// are all full (configs that differ between replicas) goes to its best scoring one.
-func assign(eligible map[string][]string) map[string]string {
+// lists, per live instance, the controllers it is configured with; held maps a controller to
+// the live instance holding it now (nil: none held). Each instance has room for n/m
+// controllers, or n/m+1 for n%m of them, so the counts differ by at most one.
+//
+// First every holder keeps what it holds, its best scoring first, up to n/m; the n%m places of
+// n/m+1 go to the holders holding the most (then by name), which keep one more. Only then are
+// the other controllers placed, by falling score (plain rendezvous hashing) while an instance
+// has room. So when an instance leaves, only its controllers move, and when one joins, only
+// what the others hold above their new share moves to it; with nothing held, the assignment
+// is bounded rendezvous hashing. A controller whose eligible instances are all full (configs
+// that differ between replicas) goes to its best scoring one.
+func assign(eligible map[string][]string, held map[string]string) map[string]string {
 	type pair struct {
 		c, i string
 		s    uint64
 	}
+	byScore := func(a, b pair) int {
+		if a.s != b.s {
+			return cmp.Compare(b.s, a.s)
+		}
+		if a.c != b.c {
+			return cmp.Compare(a.c, b.c)
+		}
+		return cmp.Compare(a.i, b.i)
+	}
 	var pairs []pair
 	ctrls := map[string]bool{}
+	kept := map[string][]pair{} // per holder, what it holds and may keep
 	for inst, cs := range eligible {
 		for _, c := range cs {
 			ctrls[c] = true
-			pairs = append(pairs, pair{c, inst, score(c, inst)})
+			p := pair{c, inst, score(c, inst)}
+			pairs = append(pairs, p)
+			if held[c] == inst {
+				kept[inst] = append(kept[inst], p)
+			}
 		}
 	}
-	sort.Slice(pairs, func(a, b int) bool {
-		pa, pb := pairs[a], pairs[b]
-		if pa.s != pb.s {
-			return pa.s > pb.s
-		}
-		if pa.c != pb.c {
-			return pa.c < pb.c
-		}
-		return pa.i < pb.i
-	})
+	sort.Slice(pairs, func(a, b int) bool { return byScore(pairs[a], pairs[b]) < 0 })
 	n, m := len(ctrls), len(eligible)
 	out := make(map[string]string, n)
 	if m == 0 {
@@ -59,6 +73,29 @@ func assign(eligible map[string][]string) map[string]string {
 	}
 	base, extra := n/m, n%m
 	count := map[string]int{}
+	holders := make([]string, 0, len(kept))
+	for inst, ps := range kept {
+		slices.SortFunc(ps, byScore)
+		holders = append(holders, inst)
+	}
+	// Those holding the most keep the places of n/m+1.
+	slices.SortFunc(holders, func(a, b string) int {
+		if c := cmp.Compare(len(kept[b]), len(kept[a])); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	for _, inst := range holders {
+		room := base
+		if len(kept[inst]) > base && extra > 0 {
+			room++
+			extra--
+		}
+		for _, p := range kept[inst][:min(room, len(kept[inst]))] {
+			out[p.c] = inst
+			count[inst]++
+		}
+	}
 	for _, p := range pairs {
 		if _, done := out[p.c]; done {
 			continue

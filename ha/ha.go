@@ -22,8 +22,9 @@
 //
 // The desired owner of a controller is chosen by rendezvous hashing over the live instances
 // that announce it (live: record changed within lease_ttl), bounded so that the counts differ
-// by at most one (see assign). A replica acquires free leases it is the desired owner of, or
-// any free lease nobody took for a lease_ttl. It hands a controller over (stops it, then
+// by at most one, and sticky: a live holder keeps what it holds up to its share (see assign),
+// so when a replica dies only its controllers move. A replica acquires free leases it is the
+// desired owner of, or any free lease nobody took for a lease_ttl. It hands a controller over (stops it, then
 // deletes the key at its revision) when another live instance is its desired owner: one
 // controller at a time across all replicas (the one whose holder and name sort first), at most
 // one per renew period per replica, and only while no controller is without an owner; the

@@ -3,6 +3,7 @@ package ha
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -131,6 +132,43 @@ func TestKilledReplicaControllersMoveWithinLeaseTTL(t *testing.T) {
 		t.Errorf("take-over took %v, more than %v", took, limit)
 	}
 	w.waitConverged(10*time.Second, b, d)
+}
+
+// TestKilledReplicaMovesOnlyItsControllers kills one of three replicas (no release, as kill
+// -9): its controllers move to the survivors, evenly, and no controller a survivor held changes
+// owner, not even for a moment (make demo-ha showed one of a live replica moving).
+func TestKilledReplicaMovesOnlyItsControllers(t *testing.T) {
+	c := testutil.StartCluster(t)
+	w := newWorld(t, c.URLs(), names("ctl", 30)) // with 15, bounded rendezvous hashing alone happened to move none
+	a, b, d := w.start("pod-a", nil), w.start("pod-b", nil), w.start("pod-c", nil)
+	w.waitConverged(30*time.Second, a, b, d)
+	before := map[string]string{}
+	for ct, o := range w.owners(a, b, d) {
+		before[ct] = o[0]
+	}
+	mine := w.held(a)
+	w.mu.Lock()
+	released := map[*replica]map[string]int{b: maps.Clone(b.released), d: maps.Clone(d.released)}
+	w.mu.Unlock()
+
+	a.cancel() // stops renewing and releases nothing in the bucket, like a killed process
+	<-a.done
+	testutil.Eventually(t, 10*time.Second, func() bool { return w.heldBy(mine, b, d) }, "%v to move to the others", mine)
+	w.waitConverged(10*time.Second, b, d)
+	for ct, o := range w.owners(b, d) {
+		if was := before[ct]; was != "pod-a" && o[0] != was {
+			t.Errorf("%s moved from %s, which is alive, to %s", ct, was, o[0])
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range []*replica{b, d} {
+		for ct, n := range r.released {
+			if n != released[r][ct] {
+				t.Errorf("%s released %s after the kill; a survivor keeps what it holds", r.name, ct)
+			}
+		}
+	}
 }
 
 func TestJoiningReplicaTakesItsShareOneAtATime(t *testing.T) {

@@ -160,13 +160,20 @@ func (w *world) owners(among ...*replica) map[string][]string {
 }
 
 // converged says whether each controller has exactly one holder among live, its desired
-// owner, and the counts differ by at most one.
+// owner given who holds what, and the counts differ by at most one.
 func (w *world) converged(live ...*replica) bool {
 	own := w.owners(live...)
-	desired := assign(everyone(replicaNames(live), w.ctrls))
+	held := map[string]string{}
+	for _, ct := range w.ctrls {
+		if len(own[ct]) != 1 {
+			return false
+		}
+		held[ct] = own[ct][0]
+	}
+	desired := assign(everyone(replicaNames(live), w.ctrls), held)
 	count := map[string]int{}
 	for _, ct := range w.ctrls {
-		if len(own[ct]) != 1 || own[ct][0] != desired[ct] {
+		if own[ct][0] != desired[ct] {
 			return false
 		}
 		count[own[ct][0]]++

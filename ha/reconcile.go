@@ -50,7 +50,7 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 	for id, r := range live {
 		eligible[id] = r.Controllers
 	}
-	desired := assign(eligible)
+	desired := assign(eligible, c.holders(live, now))
 	mine := map[string]bool{}
 	anyFree := false
 	for _, ct := range c.controllers {
@@ -121,6 +121,23 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 			c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+to, true)
 		}
 	}
+}
+
+// holders maps each controller some live instance announces to the live instance holding its
+// lease, as far as this replica knows; c.mu held. assign lets them keep it, so that when a
+// replica leaves only its controllers move.
+func (c *Coordinator) holders(live map[string]*instanceRecord, now time.Time) map[string]string {
+	out := map[string]string{}
+	for _, r := range live {
+		for _, ct := range r.Controllers {
+			if c.held[ct] != nil {
+				out[ct] = c.opts.Instance
+			} else if st := c.view.lease(leaseKey(ct), now, c.ttl); !st.free && live[st.holder] != nil {
+				out[ct] = st.holder
+			}
+		}
+	}
+	return out
 }
 
 // wakeAt arms the kick of the loop for instant t (none when t is zero); Run's goroutine only.

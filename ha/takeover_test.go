@@ -27,7 +27,7 @@ func TestPausedOwnersControllerMovesWhenItsLeaseRunsOut(t *testing.T) {
 	ct := ""
 	for i := 0; ct == ""; i++ {
 		name := fmt.Sprintf("ctl%d", i)
-		if assign(everyone([]string{"pod-a", "pod-b"}, []string{name}))[name] == "pod-a" {
+		if assign(everyone([]string{"pod-a", "pod-b"}, []string{name}), nil)[name] == "pod-a" {
 			ct = name
 		}
 	}

@@ -127,6 +127,10 @@ go test -c -o "$OUT/e2e.test" ./e2e
 (cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkReplicas$' -test.benchtime 1x -test.count 1 \
   -test.timeout 10m) | tee -a "$RAW" || echo "replicas benchmark failed: not measured"
 
+echo "== fleet: 60 controllers of 1,000 VMs (one veil-sim process) on three replicas; kill -9 of one"
+(cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkFleet$' -test.benchtime 1x -test.count 1 \
+  -test.timeout 10m) | tee -a "$RAW" || echo "fleet benchmark failed: not measured"
+
 echo
 go run ./bench/report -commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet -- veil collector 2>/dev/null || echo -dirty)" \
   -sizes "${SIZES// /,}" -out "$OUT/results.json" "$RAW"

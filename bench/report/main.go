@@ -230,6 +230,35 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 		figure("replicas: takeover after SIGSTOP", "s", r.get(h, "stop-takeover-s"), median(r.get(h, "bound-s")), "lease_ttl + 2 s", r.get(h, "stop-ratio-to-bound"), "<=", 1),
 		figure("replicas: controller requests, 3 replicas / 1 exporter", "requests", r.get(h, "requests-three"), median(r.get(h, "requests-one")), "one exporter", r.get(h, "requests-ratio"), "<=", 1.05))
 
+	fl := "BenchmarkFleet"
+	f = figure("fleet: spread, 60 controllers on 3 replicas", "controllers", r.get(fl, "spread-dev"), 2, "goal: 20 ± 2", r.get(fl, "spread-ratio"), "<=", 1)
+	if lo, hi := r.get(fl, "spread-min"), r.get(fl, "spread-max"); len(lo) > 0 && len(hi) > 0 {
+		f.Note = fmt.Sprintf("distance from 20 per replica; counts %.0f..%.0f; settled %.0f s after the replicas started; 1,000 VMs each", median(lo), median(hi), median(r.get(fl, "settle-s")))
+	}
+	figs = append(figs, f)
+	f = figure("fleet: takeover of 20 after kill -9", "s", r.get(fl, "takeover-s"), median(r.get(fl, "bound-s")), "lease_ttl + 2 s", r.get(fl, "ratio-to-bound"), "<=", 1)
+	figs = append(figs, f)
+	f = figure("fleet: healthy controllers moved by kill -9", "controllers", r.get(fl, "healthy-moved"), 0, "", nil, "<=", 0)
+	figs = append(figs, f)
+	lost, dup, dis := r.get(fl, "lost"), r.get(fl, "duplicated"), r.get(fl, "disorder")
+	var wrong []float64
+	for i := range min(len(lost), len(dup), len(dis)) {
+		wrong = append(wrong, lost[i]+dup[i]+dis[i])
+	}
+	f = figure("fleet: events not once and in order", "events", wrong, 0, "", nil, "<=", 0)
+	if ev := r.get(fl, "events"); len(ev) > 0 {
+		f.Note = fmt.Sprintf("of %.0f: lost %.0f, duplicated %.0f, out of order or foreign %.0f; \"too many inflight\" answers %.0f",
+			median(ev), median(lost), median(dup), median(dis), median(r.get(fl, "inflight-refusals")))
+	}
+	figs = append(figs, f)
+	figs = append(figs, figure("fleet: requests, 3 replicas / 1 exporter", "requests", r.get(fl, "requests-three"), median(r.get(fl, "requests-one")), "one exporter", r.get(fl, "requests-ratio"), "<=", 1.05))
+	f = figure("fleet: CPU of a replica, 20 x 1,000 VMs", "cores", r.get(fl, "cpu-replica-cores"), 0, "", nil, "", 0)
+	if v := r.get(fl, "cpu-one-cores"); len(v) > 0 {
+		f.Note = fmt.Sprintf("one exporter running all 60: %.2f cores; the simulator %.2f; VmHWM %.0f MiB (all 60: %.0f MiB); collect.interval 5s, events polled every 1s, guest checks off",
+			median(v), median(r.get(fl, "sim-cpu-cores")), median(r.get(fl, "hwm-replica-MiB")), median(r.get(fl, "hwm-one-MiB")))
+	}
+	figs = append(figs, f)
+
 	f = figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, "", 0)
 	if v := r.get(ref, "sim-cpu-s/refresh"); len(v) > 0 {
 		f.Note = fmt.Sprintf("the simulator (separate process, same cores) used %.3f s", median(v))

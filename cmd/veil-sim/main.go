@@ -1,12 +1,15 @@
-// Command veil-sim serves a simulated ECP VeiL controller (package veiltest) for demos,
-// tests and anyone writing automation against the platform API.
+// Command veil-sim serves simulated ECP VeiL controllers (package veiltest) for demos, tests,
+// benchmarks and anyone writing automation against the platform API: one by default, or several
+// (--controllers) on consecutive ports, each with its own inventory and journal.
 package main
 
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -15,7 +18,8 @@ import (
 
 func main() {
 	var o veiltest.Options
-	listen := flag.String("listen", "127.0.0.1:8765", "address to listen on")
+	listen := flag.String("listen", "127.0.0.1:8765", "address to listen on (of the first controller)")
+	controllers := flag.Int("controllers", 1, "simulated controllers, each with its own inventory (seed, seed+1, ...) and journal, on consecutive ports from --listen's (port 0: each on a free port)")
 	flag.StringVar(&o.Token, "token", "sim-token", "API token; clients send \"Authorization: jwt <token>\"")
 	flag.StringVar(&o.ReadOnlyToken, "readonly-token", "", "token allowed to read only (POST/PUT answer 403)")
 	flag.Int64Var(&o.Seed, "seed", 1, "seed of the generated inventory")
@@ -45,18 +49,52 @@ func main() {
 		fmt.Fprintln(os.Stderr, "veil-sim: --events-order must be newest_first or oldest_first")
 		os.Exit(2)
 	}
-	sim := veiltest.NewUnstarted(o)
-	defer sim.Close()
-	if err := sim.StartOn(*listen); err != nil {
+	addrs, err := listenAddrs(*listen, *controllers)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "veil-sim:", err)
-		os.Exit(1)
+		os.Exit(2)
 	}
-	st := sim.Summary()
-	fmt.Printf("veil-sim listening on %s\ntoken: %s\ninventory: %d nodes, %d clusters, %d datapools, %d domains, %d events\ncontrol API: %s/_sim/state\n",
-		sim.URL, sim.Token, st.Nodes, st.Clusters, st.Datapools, st.Domains, st.Events, sim.URL)
+	seed := o.Seed
+	for i, addr := range addrs {
+		o.Seed = seed + int64(i)
+		sim := veiltest.NewUnstarted(o)
+		defer sim.Close()
+		if err := sim.StartOn(addr); err != nil {
+			fmt.Fprintln(os.Stderr, "veil-sim:", err)
+			os.Exit(1)
+		}
+		st := sim.Summary()
+		fmt.Printf("veil-sim listening on %s\ntoken: %s\ninventory: %d nodes, %d clusters, %d datapools, %d domains, %d events\ncontrol API: %s/_sim/state\n",
+			sim.URL, sim.Token, st.Nodes, st.Clusters, st.Datapools, st.Domains, st.Events, sim.URL)
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig
 	fmt.Printf("veil-sim: %s, stopping\n", s)
+}
+
+// listenAddrs is where n controllers listen: listen and the n-1 ports after it, or n free ports
+// when its port is 0.
+func listenAddrs(listen string, n int) ([]string, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("--controllers must be at least 1, not %d", n)
+	}
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port+n-1 > 65535 {
+		return nil, fmt.Errorf("--listen %q: no room for %d ports from %s", listen, n, portStr)
+	}
+	out := make([]string, n)
+	for i := range out {
+		p := port
+		if p != 0 {
+			p += i
+		}
+		out[i] = net.JoinHostPort(host, strconv.Itoa(p))
+	}
+	return out, nil
 }
