@@ -1,14 +1,40 @@
-package main
-
-// The veil_collector_* families of every controller, emitted in one place from the run status
-// each component reports (as node_exporter's collector.go does for its collectors).
+// The daemon's metrics: each running controller's, delegated, and the veil_collector_* families
+// of every controller, emitted in one place from the run status each component reports (as
+// node_exporter's collector.go does for its collectors).
+package daemon
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
+
+// controllersCollector delegates to whatever controllers run now; it describes nothing
+// (unchecked) because the set changes on reload.
+type controllersCollector struct{ d *Daemon }
+
+func (controllersCollector) Describe(chan<- *prometheus.Desc) {}
+func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.RLock()
+	ctrls := c.d.controllers
+	api := make([]*collector.APIMetrics, 0, len(ctrls))
+	for _, ct := range ctrls {
+		api = append(api, c.d.apiMetrics[ct.cfg.Name])
+	}
+	c.d.mu.RUnlock()
+	for i, ct := range ctrls {
+		ct.inventory.Collect(ch)
+		api[i].Collect(ch)
+		if ct.guest != nil {
+			ct.guest.Collect(ch)
+		}
+		if ct.forwarder != nil {
+			ct.forwarder.Collect(ch)
+		}
+	}
+}
 
 // controllerRuns is one controller's components that report their runs.
 type controllerRuns struct {
@@ -29,7 +55,7 @@ func reporters(ct *controller) []runstatus.Reporter {
 }
 
 // runs snapshots what reports the runs of the controllers running now.
-func (d *daemon) runs() []controllerRuns {
+func (d *Daemon) runs() []controllerRuns {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	out := make([]controllerRuns, 0, len(d.controllers))

@@ -1,10 +1,9 @@
 // Replicas (ha.enabled): the daemon runs a controller only while it holds the controller's lease,
 // which package ha grants to one live replica at a time. This file is the wiring: which
 // controllers run and which wait, and what a reload may change.
-package main
+package daemon
 
 import (
-	"context"
 	"errors"
 	"reflect"
 	"slices"
@@ -19,7 +18,7 @@ import (
 // replicasChange refuses a reload that switches replicas on or off, or changes the ha or nats
 // sections while they are on: the leases live on that connection, and a new one would let go of
 // every controller at once. A restart hands them over one by one.
-func (d *daemon) replicasChange(old, cfg *config.Config, conn *forwarder.Conn) error {
+func (d *Daemon) replicasChange(old, cfg *config.Config, conn *forwarder.Conn) error {
 	if old == nil {
 		return nil
 	}
@@ -39,7 +38,7 @@ func (d *daemon) replicasChange(old, cfg *config.Config, conn *forwarder.Conn) e
 // split divides the controllers of a new configuration into those this replica runs and those
 // it waits with. Without replicas all run. With them, a controller runs when it ran before the
 // reload (kept) or its lease is held (rebuilt: it starts under that lease).
-func (d *daemon) split(cfg *config.Config, next, running []*controller) ([]*controller, map[string]*controller) {
+func (d *Daemon) split(cfg *config.Config, next, running []*controller) ([]*controller, map[string]*controller) {
 	if !cfg.HA.Enabled {
 		return next, nil
 	}
@@ -67,17 +66,21 @@ func (d *daemon) split(cfg *config.Config, next, running []*controller) ([]*cont
 	return run, idle
 }
 
-// coordinate starts the coordinator on the first configuration with replicas, and tells it the
-// controllers of every later one (a removed controller is released).
-func (d *daemon) coordinate(cfg *config.Config, conn *forwarder.Conn) {
+// controllerNames lists the controllers of cfg, for the coordinator.
+func controllerNames(cfg *config.Config) []string {
 	names := make([]string, 0, len(cfg.Controllers))
 	for _, cc := range cfg.Controllers {
 		names = append(names, cc.Name)
 	}
-	if d.coord != nil {
-		d.coord.SetControllers(names)
-		return
-	}
+	return names
+}
+
+// startReplicas builds the coordinator of the first configuration (ha.enabled cannot change on
+// a reload); the caller runs it. Until it acquires a lease every controller waits.
+func (d *Daemon) startReplicas(cfg *config.Config) {
+	d.mu.RLock()
+	conn := d.conn
+	d.mu.RUnlock()
 	js, err := conn.JetStream()
 	if err != nil {
 		// Only a connection without JetStream support in the client fails here; report it.
@@ -86,7 +89,7 @@ func (d *daemon) coordinate(cfg *config.Config, conn *forwarder.Conn) {
 	}
 	coord, err := ha.New(js, ha.Options{
 		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL, Instance: cfg.HA.Instance,
-		Controllers: names, Logger: d.base, // the package adds component=ha
+		Controllers: controllerNames(cfg), Logger: d.base, // the package adds component=ha
 		OnAcquire: d.acquired, OnRelease: d.released,
 	})
 	if err != nil {
@@ -99,14 +102,11 @@ func (d *daemon) coordinate(cfg *config.Config, conn *forwarder.Conn) {
 	d.registry.MustRegister(coord)
 	level.Info(d.logger).Log("msg", "replicas on: controllers run where their lease is held", "instance", coord.Instance(),
 		"bucket", cfg.HA.Bucket, "lease_ttl", cfg.HA.LeaseTTL)
-	// Not under d.ctx: SIGTERM cancels that, and a cancelled coordinator stops renewing without
-	// releasing (a killed replica). stop() calls Close, which hands everything over at once.
-	go coord.Run(context.Background())
 }
 
 // acquired starts a controller under its new lease; the coordinator calls it and it must not
 // block (a reload in progress finishes first).
-func (d *daemon) acquired(l *ha.Lease) {
+func (d *Daemon) acquired(l *ha.Lease) {
 	d.haMu.Lock()
 	defer d.haMu.Unlock()
 	name := l.Controller()
@@ -135,7 +135,7 @@ func (d *daemon) acquired(l *ha.Lease) {
 
 // released stops a controller whose lease this replica lets go of, and returns once nothing runs
 // for it any more: its forwarder has saved its position before the next owner can start.
-func (d *daemon) released(name string) {
+func (d *Daemon) released(name string) {
 	d.haMu.Lock()
 	defer d.haMu.Unlock()
 	d.mu.Lock()
