@@ -36,6 +36,7 @@ type controller struct {
 	// With replicas: the lease it runs under (the forwarder's fence), and whether it was ever
 	// started (its loops are not restarted: a controller acquired again is built afresh).
 	lease atomic.Pointer[ha.Lease]
+	run   *leaseRun // what it runs under; Run's goroutine only
 	used  bool
 }
 
@@ -210,15 +211,21 @@ func (d *Daemon) stopControllers() {
 	ctrls := d.controllers
 	d.controllers = nil
 	d.mu.Unlock()
-	stopAll(ctrls)
+	d.stopAll(ctrls)
 }
 
 // stopAll stops ctrls side by side.
-func stopAll(ctrls []*controller) {
+func (d *Daemon) stopAll(ctrls []*controller) {
 	var wg sync.WaitGroup
 	for _, ct := range ctrls {
 		wg.Add(1)
-		go func() { defer wg.Done(); ct.stop() }()
+		go func() {
+			defer wg.Done()
+			if d.beforeStop != nil {
+				d.beforeStop(ct.cfg.Name)
+			}
+			ct.stop()
+		}()
 	}
 	wg.Wait()
 }

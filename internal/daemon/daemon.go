@@ -7,6 +7,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -44,13 +45,18 @@ type Daemon struct {
 
 	reloadOK, reloadTime prometheus.Gauge
 
-	reloadMu sync.Mutex // one reload at a time
+	// Run's goroutine owns what follows mu: it alone writes it, under mu so that the handlers
+	// and collectors may read it. Reloads and the coordinator's acquisitions and releases reach
+	// it as messages, one at a time.
+	reloads chan chan error // Reload's; the answer comes on the channel sent
+	inbox   inbox           // the coordinator's acquisitions and releases (replicas.go)
 
 	// With replicas (ha.enabled) the coordinator runs each controller on one replica: controllers
-	// holds the ones this replica runs, standby the others, built but not started; haMu keeps a
-	// reload and the coordinator's acquisitions and releases one at a time (replicas.go).
-	coord *ha.Coordinator
-	haMu  sync.Mutex
+	// holds the ones this replica runs, standby the others, built but not started.
+	coord  *ha.Coordinator
+	leases map[string]*leaseRun // by controller; the coordinator's goroutine only (acquired, released)
+
+	beforeStop func(controller string) // for tests: a controller slow to stop
 
 	mu          sync.RWMutex
 	cfg         *config.Config
@@ -95,8 +101,11 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 		reloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "veil_config_last_reload_success_timestamp_seconds", Help: "Unix time of the last successful configuration load.",
 		}),
-		stopc: make(chan struct{}),
-		done:  make(chan struct{}),
+		reloads: make(chan chan error),
+		inbox:   newInbox(),
+		leases:  map[string]*leaseRun{},
+		stopc:   make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	d.ctx, d.cancel = context.WithCancel(ctx)
 	d.registry.MustRegister(
@@ -113,21 +122,42 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 // replicas take this one's controllers over at once.
 func (d *Daemon) Coordinator() *ha.Coordinator { return d.coord }
 
-// Run serves until ctx is done or Stop is called, then stops every controller and closes
-// NATS.
+// Run is the goroutine that owns the daemon's state: it carries out reloads and the
+// coordinator's acquisitions and releases one at a time until ctx is done or Stop is called,
+// then (after a reload in progress) stops every controller and closes NATS.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
-	select {
-	case <-ctx.Done():
-	case <-d.stopc:
+	defer d.shutdown()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.stopc:
+			return nil
+		case answer := <-d.reloads:
+			answer <- d.reload()
+		case <-d.inbox.ready:
+			for _, m := range d.inbox.take() {
+				m(d)
+			}
+		}
 	}
-	d.shutdown()
-	return nil
 }
 
+// errStopped answers a reload asked for once the daemon stopped.
+var errStopped = errors.New("the exporter is shutting down")
+
 // Reload reads the configuration file again; a bad file is refused and the previous
-// configuration keeps running.
-func (d *Daemon) Reload() error { return d.reload() }
+// configuration keeps running. It waits for Run to carry it out.
+func (d *Daemon) Reload() error {
+	answer := make(chan error, 1)
+	select {
+	case d.reloads <- answer:
+		return <-answer
+	case <-d.done:
+		return errStopped
+	}
+}
 
 // Stop ends Run and returns once it has stopped everything.
 func (d *Daemon) Stop() {

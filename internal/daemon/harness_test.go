@@ -28,8 +28,9 @@ type daemonUnderTest struct {
 	stop func()
 }
 
-// startDaemon runs the configuration in configFile until the test ends or stop is called.
-func startDaemon(t *testing.T, configFile string) *daemonUnderTest {
+// startDaemon runs the configuration in configFile until the test ends or stop is called; setup
+// sees the daemon before anything of it runs.
+func startDaemon(t *testing.T, configFile string, setup ...func(*Daemon)) *daemonUnderTest {
 	t.Helper()
 	logs := &testutil.SyncBuffer{}
 	logger := level.NewFilter(log.NewLogfmtLogger(log.NewSyncWriter(logs)), level.AllowDebug())
@@ -40,6 +41,9 @@ func startDaemon(t *testing.T, configFile string) *daemonUnderTest {
 	d, err := New(cfg, Options{ConfigFile: configFile, Logger: logger, Version: "test"})
 	if err != nil {
 		t.Fatalf("daemon: %v\n%s", err, logs)
+	}
+	for _, s := range setup {
+		s(d)
 	}
 	addrc := make(chan string, 1)
 	srv := &http.Server{Handler: d.Handler(HandlerOptions{TelemetryPath: "/metrics", MaxRequests: 40}), ReadHeaderTimeout: 10 * time.Second,

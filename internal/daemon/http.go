@@ -234,7 +234,7 @@ func (d *Daemon) serveReload(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "use POST to reload the configuration", http.StatusMethodNotAllowed)
 		return
 	}
-	if err := d.reload(); err != nil {
+	if err := d.Reload(); err != nil {
 		http.Error(w, "reload refused, the previous configuration keeps running: "+err.Error(), http.StatusInternalServerError)
 		return
 	}

@@ -26,8 +26,6 @@ type changes struct{ kept, started, stopped []string }
 // is replaced; the others are stopped (a forwarder saves its position) before their
 // successors start.
 func (d *Daemon) apply(cfg *config.Config) (changes, error) {
-	d.haMu.Lock() // the coordinator neither starts nor stops a controller meanwhile
-	defer d.haMu.Unlock()
 	d.mu.RLock()
 	old, oldConn, running, standby := d.cfg, d.conn, d.controllers, d.standby
 	d.mu.RUnlock()
@@ -112,7 +110,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	}
 	// The retired ones serve their last data until the swap below, so a kept controller's
 	// series and readiness never pause.
-	stopAll(retired)
+	d.stopAll(retired)
 	if oldConn != nil && oldConn != conn {
 		oldConn.Close()
 	}
@@ -121,10 +119,12 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 		if idle[ct.cfg.Name] == ct {
 			continue // a replica's standby: started when its lease is acquired
 		}
-		if l := ct.lease.Load(); l != nil {
-			ct.start(l.Context(), d.logger)
-		} else {
+		if ct.run == nil {
 			ct.start(d.ctx, d.logger)
+		} else if !ct.run.start(ct, d.logger) {
+			// Its lease ended meanwhile: it waits for the next acquisition.
+			next = slices.DeleteFunc(next, func(c *controller) bool { return c == ct })
+			idle[ct.cfg.Name] = ct
 		}
 	}
 	d.mu.Lock()
@@ -229,8 +229,6 @@ func (d *Daemon) restore(cfg *config.Config) {
 
 // reload reads the config file again; a bad file is refused and the old config keeps running.
 func (d *Daemon) reload() error {
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
 	cfg, err := config.Load(d.configFile)
 	var ch changes
 	if err == nil {
