@@ -4,11 +4,8 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -42,26 +39,12 @@ type controller struct {
 
 // NewClient builds the API client of one controller; observer may be nil.
 func NewClient(c config.Controller, observer veil.Observer) (*veil.Client, error) {
-	tlsCfg := &tls.Config{InsecureSkipVerify: c.TLS.InsecureSkipVerify} //nolint:gosec // opt-in, for lab controllers
-	if c.TLS.CAFile != "" {
-		pem, err := os.ReadFile(c.TLS.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("couldn't read ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file %s holds no PEM certificate", c.TLS.CAFile)
-		}
-		tlsCfg.RootCAs = pool
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tlsCfg
-	tr.MaxIdleConnsPerHost = c.MaxConcurrency
 	client, err := veil.New(veil.Config{
 		URL:                  c.URL,
 		Token:                string(c.Token),
 		TokenFile:            c.TokenFile,
-		HTTPClient:           &http.Client{Transport: tr},
+		CAFile:               c.TLS.CAFile,
+		InsecureSkipVerify:   c.TLS.InsecureSkipVerify,
 		Timeout:              c.Timeout,
 		MaxConcurrency:       c.MaxConcurrency,
 		MaxRequestsPerSecond: c.MaxRequestsPerSecond,
