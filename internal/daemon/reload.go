@@ -79,27 +79,15 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 			keep[name] = ct
 		}
 	}
-	next := make([]*controller, 0, len(cfg.Controllers))
-	var built []*controller
-	for _, cc := range cfg.Controllers {
-		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
-			next = append(next, ct)
-			ch.kept = append(ch.kept, cc.Name)
-			continue
+	next, built, err := d.assemble(cfg, conn, keep, &ch)
+	if err != nil {
+		if fresh {
+			conn.Close()
 		}
-		ct, err := d.buildController(cfg, cc, conn)
-		if err != nil {
-			if fresh {
-				conn.Close()
-			}
-			if tornDown {
-				d.restore(old)
-			}
-			return changes{}, err
+		if tornDown {
+			d.restore(old)
 		}
-		next = append(next, ct)
-		built = append(built, ct)
-		ch.started = append(ch.started, cc.Name)
+		return changes{}, err
 	}
 	var retired []*controller
 	for _, ct := range running {
@@ -127,8 +115,35 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 			idle[ct.cfg.Name] = ct
 		}
 	}
+	d.commit(cfg, next, idle, conn)
+	return ch, nil
+}
+
+// assemble lists the controllers of cfg: the ones of keep whose settings did not change, and
+// the others built anew (not started) on conn.
+func (d *Daemon) assemble(cfg *config.Config, conn *forwarder.Conn, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
+	next = make([]*controller, 0, len(cfg.Controllers))
+	for _, cc := range cfg.Controllers {
+		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
+			next = append(next, ct)
+			ch.kept = append(ch.kept, cc.Name)
+			continue
+		}
+		ct, err := d.buildController(cfg, cc, conn)
+		if err != nil {
+			return nil, nil, err
+		}
+		next = append(next, ct)
+		built = append(built, ct)
+		ch.started = append(ch.started, cc.Name)
+	}
+	return next, built, nil
+}
+
+// commit makes cfg, its controllers and conn the running configuration.
+func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[string]*controller, conn *forwarder.Conn) {
 	d.mu.Lock()
-	d.cfg, d.controllers, d.standby, d.conn = cfg, next, idle, conn
+	d.cfg, d.controllers, d.standby, d.conn = cfg, running, standby, conn
 	for name := range d.apiMetrics {
 		if !hasController(cfg, name) {
 			delete(d.apiMetrics, name)
@@ -141,7 +156,6 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	if d.coord != nil {
 		d.coord.SetControllers(controllerNames(cfg)) // a removed controller is released
 	}
-	return ch, nil
 }
 
 // connect opens the NATS connection of n. NATS being unreachable is not an error: the connection
