@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )

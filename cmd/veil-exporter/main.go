@@ -1,5 +1,8 @@
 // Command veil-exporter exports the inventory of ECP VeiL controllers as Prometheus metrics,
 // checks guest agents and forwards the platform's events to NATS.
+//
+// It owns the flags, logging and signals and wires the daemon's actors (oklog/run); it imports
+// config and internal/daemon only.
 package main
 
 import (
