@@ -159,15 +159,6 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}
-	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = 30 * time.Second
-	}
-	if cfg.CommandTimeout <= 0 {
-		cfg.CommandTimeout = 5 * time.Second
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 1
-	}
 	g := &GuestChecker{
 		controller:   controller,
 		client:       client,

@@ -119,7 +119,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		client:     client,
 		cfg:        cfg,
 		logger:     log.With(logger, "controller", controller),
-		descs:      newInventoryDescs(controller, refreshInterval(cfg.Interval)),
+		descs:      newInventoryDescs(controller, cfg.Interval),
 		runs:       map[string]*collectionRun{},
 		names:      map[string]knownName{},
 	}
@@ -163,7 +163,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 
 // Run refreshes at once and then every collect.interval until ctx is done.
 func (inv *Inventory) Run(ctx context.Context) {
-	interval := refreshInterval(inv.cfg.Interval)
+	interval := inv.cfg.Interval
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -184,15 +184,6 @@ func (inv *Inventory) Run(ctx context.Context) {
 
 // refreshLimit is how long one refresh may take: three intervals.
 func refreshLimit(interval time.Duration) time.Duration { return 3 * interval }
-
-// refreshInterval is collect.interval, or 30s when unset (config.Load never leaves it unset),
-// so that Run and the HELP texts agree.
-func refreshInterval(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 30 * time.Second
-	}
-	return d
-}
 
 // Refresh reads every enabled collection concurrently (within the client's limits) and
 // replaces the snapshot of each one that succeeded. It returns the failures joined; a
@@ -333,7 +324,7 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	inv.lastAttempt = start
 	inv.lastDuration = finished.Sub(start)
 	inv.lastError = msg
-	interval := refreshInterval(inv.cfg.Interval)
+	interval := inv.cfg.Interval
 	inv.mu.Unlock()
 	inv.render()
 

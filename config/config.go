@@ -1,5 +1,8 @@
 // Package config holds the YAML configuration of veil-exporter: schema, defaults,
 // strict parsing, validation and secrets.
+//
+// Owns every default and bound of a setting: the other packages take a loaded Config as it is.
+// Imports nothing of this module.
 package config
 
 import (

@@ -1,5 +1,7 @@
 // Package dashboards holds the Grafana dashboards of veil-exporter. They are embedded so that
 // tests and tools can read them wherever the repository is checked out.
+//
+// Owns the Grafana dashboards; imports nothing of this module.
 package dashboards
 
 import (

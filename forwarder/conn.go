@@ -146,7 +146,7 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 	if cfg.JetStream.Enabled {
 		js, err := jetstream.New(nc,
 			jetstream.WithPublishAsyncMaxPending(max(cfg.JetStream.MaxPending, 1)),
-			jetstream.WithPublishAsyncTimeout(publishTimeout(cfg)))
+			jetstream.WithPublishAsyncTimeout(cfg.JetStream.PublishTimeout))
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("couldn't start JetStream: %w", err)
@@ -223,7 +223,7 @@ func (c *Conn) setUp(ctx context.Context) error {
 	if c.streamOK.Load() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout(c.cfg))
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.JetStream.PublishTimeout)
 	defer cancel()
 	sc, err := c.ensureStream(ctx)
 	if err != nil {
@@ -307,13 +307,6 @@ func (c *Conn) notConnected() error {
 		return fmt.Errorf("NATS at %s not connected: %s", c.url, c.lastErr)
 	}
 	return fmt.Errorf("NATS at %s not connected", c.url)
-}
-
-func publishTimeout(cfg config.NATS) time.Duration {
-	if cfg.JetStream.PublishTimeout > 0 {
-		return cfg.JetStream.PublishTimeout
-	}
-	return 5 * time.Second
 }
 
 // reconnectDelay backs off from 250ms to 5s; nats.go adds the jitter.

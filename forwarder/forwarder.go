@@ -5,6 +5,9 @@
 // can then be read concurrently by offset and lost events counted. It checks the order of what
 // comes back from `created` and, should the platform ignore the parameter, tails newest first.
 // The configured orders ask explicitly (created / -created).
+//
+// Owns event tailing, the position and publishing (and, for now, the NATS connection and the
+// embedded server); imports veil, config and internal/{metricutil,runstatus}, never collector or ha.
 package forwarder
 
 import (
@@ -183,7 +186,7 @@ func New(opts Options) (*Forwarder, error) {
 	fw.pager = clientPager{opts.Client}
 	fw.page = pageSize(opts.Events.PageSize, fw.logger)
 	switch opts.Events.Order {
-	case "", "auto":
+	case "auto":
 		fw.ordering, fw.order, fw.auto = "created", unknownOrder, true
 	case "oldest_first":
 		fw.ordering, fw.order = "created", oldestFirst
@@ -195,20 +198,16 @@ func New(opts Options) (*Forwarder, error) {
 	if opts.Conn == nil {
 		return nil, errors.New("forwarder: no NATS connection")
 	}
-	if opts.NATS.SubjectPrefix == "" {
-		opts.NATS.SubjectPrefix = "veil.events"
-		fw.opts.NATS.SubjectPrefix = opts.NATS.SubjectPrefix
-	}
 	if opts.Conn.js != nil {
-		fw.pub = &jsPublisher{conn: opts.Conn, filter: fw.subjectFilter(), timeout: publishTimeout(opts.NATS)}
+		fw.pub = &jsPublisher{conn: opts.Conn, filter: fw.subjectFilter(), timeout: opts.NATS.JetStream.PublishTimeout}
 	} else {
-		fw.pub = &corePublisher{nc: opts.Conn.nc, timeout: publishTimeout(opts.NATS)}
+		fw.pub = &corePublisher{nc: opts.Conn.nc, timeout: opts.NATS.JetStream.PublishTimeout}
 	}
 	fw.cp = opts.store
 	if fw.cp == nil {
 		var err error
 		switch opts.Events.Checkpoint.Store {
-		case "", "file":
+		case "file":
 			fw.cp, err = newFileCheckpoint(opts.Events.Checkpoint.Dir, opts.Controller)
 		case "nats_kv":
 			fw.cp, err = newKVCheckpoint(opts.Conn, opts.Controller)
@@ -280,9 +279,6 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 	fw.pos = pos
 	fw.mu.Unlock()
 	poll := fw.opts.Events.PollInterval
-	if poll <= 0 {
-		poll = 5 * time.Second
-	}
 	resyncs := 0    // in a row
 	setUpFails := 0 // in a row, with NATS connected
 	for {

@@ -214,7 +214,7 @@ func (c *Conn) lastMessage(ctx context.Context, stream, filter string) (*storedM
 	req, _ := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{filter})
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout(c.cfg))
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.JetStream.PublishTimeout)
 	defer cancel()
 	resp, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {

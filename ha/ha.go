@@ -80,6 +80,9 @@
 // For the forwarder: run it under l.Context(); check l.Valid() right before each publish batch
 // and right before saving the position, and stop (without saving) when it is false; keep
 // events.checkpoint.store nats_kv, whose compare-and-set refuses a stale owner's save.
+//
+// Owns the leases and who runs what; imports nothing of this module (the daemon hands it a
+// jetstream.JetStream and its callbacks).
 package ha
 
 import (
@@ -100,14 +103,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// DefaultBucket is the bucket of the leases when Options.Bucket is empty.
-const DefaultBucket = "VEIL_EXPORTER_LEASES"
-
 // Options configures a Coordinator.
 type Options struct {
-	Bucket   string        // default DefaultBucket
-	Replicas int           // replicas of a bucket created here; default 1
-	LeaseTTL time.Duration // default 15s
+	// The ha section's values (config holds their defaults and bounds).
+	Bucket   string
+	Replicas int           // replicas of a bucket created here
+	LeaseTTL time.Duration // > 0
 	Instance string        // this replica's id ([A-Za-z0-9_-]); default DefaultInstance()
 	// Controllers are the names this replica is configured with (SetControllers changes them).
 	Controllers []string
@@ -184,17 +185,8 @@ func New(js jetstream.JetStream, opts Options) (*Coordinator, error) {
 	if js == nil {
 		return nil, errors.New("ha: no JetStream")
 	}
-	if opts.Bucket == "" {
-		opts.Bucket = DefaultBucket
-	}
-	if opts.Replicas <= 0 {
-		opts.Replicas = 1
-	}
-	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = 15 * time.Second
-	}
-	if opts.LeaseTTL < 300*time.Millisecond {
-		return nil, fmt.Errorf("ha: lease TTL %v is too short", opts.LeaseTTL)
+	if opts.LeaseTTL <= 0 {
+		return nil, fmt.Errorf("ha: lease TTL %v is not positive", opts.LeaseTTL)
 	}
 	if opts.Instance == "" {
 		opts.Instance = DefaultInstance()

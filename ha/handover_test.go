@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
 
@@ -23,8 +24,9 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	def := config.Default().HA // the bucket and replicas a configuration without an ha section gets
 	coord := func(name string) *Coordinator {
-		c, err := New(js, Options{Instance: name, LeaseTTL: testTTL, Controllers: []string{"alpha", "bravo"}})
+		c, err := New(js, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: name, LeaseTTL: testTTL, Controllers: []string{"alpha", "bravo"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,9 +29,13 @@ type Config struct {
 	URL       string // base URL, e.g. https://veil.example.com
 	Token     string // integration key, with or without the "jwt " prefix
 	TokenFile string // read (and re-read by ReloadToken) instead of Token when set
-	// HTTPClient carries TLS settings; its Timeout is ignored in favour of Timeout.
-	HTTPClient *http.Client
-	Timeout    time.Duration // one request (default 10s)
+	// HTTPClient, when set, is used as it is (its Timeout is ignored in favour of Timeout);
+	// otherwise New builds one that checks the controller's certificate against CAFile (the
+	// system's roots when empty), or not at all with InsecureSkipVerify (lab controllers).
+	HTTPClient         *http.Client
+	CAFile             string
+	InsecureSkipVerify bool
+	Timeout            time.Duration // one request (default 10s)
 	// MaxConcurrency bounds requests in flight (default 8); MaxRequestsPerSecond bounds the rate
 	// (0 = unlimited). Both are shared by every caller of this Client.
 	MaxConcurrency       int

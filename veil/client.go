@@ -3,6 +3,8 @@ package veil
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -103,10 +105,8 @@ func New(cfg Config) (*Client, error) {
 		hc := *cfg.HTTPClient
 		hc.Timeout = 0 // each attempt has its own deadline
 		c.hc = &hc
-	} else {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = conc // keep one connection per slot alive between pages
-		c.hc = &http.Client{Transport: tr}
+	} else if c.hc, err = httpClient(cfg, conc); err != nil {
+		return nil, err
 	}
 	if cfg.TokenFile != "" {
 		if err := c.ReloadToken(); err != nil {
@@ -119,6 +119,27 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("veil: no token: set Token or TokenFile")
 	}
 	return c, nil
+}
+
+// httpClient is the HTTP client of cfg's controller: its TLS settings, and one idle connection
+// kept alive per slot between pages.
+func httpClient(cfg Config, conns int) (*http.Client, error) {
+	tlsCfg := &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // opt-in, for lab controllers
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't read ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %s holds no PEM certificate", cfg.CAFile)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsCfg
+	tr.MaxIdleConnsPerHost = conns
+	return &http.Client{Transport: tr}, nil
 }
 
 // cleanToken trims whitespace and an optional "jwt " prefix (any case).

@@ -14,4 +14,7 @@
 // ErrUnauthorized, ErrForbidden and ErrNotFound. Decoding is lenient where the real platform
 // is inconsistent (see decode.go): numbers as strings, timestamps with or without zone,
 // references as objects or uuid strings, "_entity" or "entity".
+//
+// Owns the platform's API, paging and the controller's HTTP client (TLS); imports nothing of
+// this module, so it can serve any program.
 package veil

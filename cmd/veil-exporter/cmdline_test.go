@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -15,9 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-kit/log"
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -182,45 +177,14 @@ func TestExporterMetrics(t *testing.T) {
 	}
 }
 
-// TestScrapeCompression: zstd and gzip are offered to scrapers; identity when asked for none.
-func TestScrapeCompression(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
-	srv := newTestServer(t, d.handler(handlerOptions{telemetryPath: "/metrics"}))
-	tests := []struct {
-		accept, want string
-		decode       func(io.Reader) (io.Reader, error)
-	}{
-		{"zstd", "zstd", func(r io.Reader) (io.Reader, error) { return zstd.NewReader(r) }},
-		{"gzip", "gzip", func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }},
-		{"zstd;q=0.5, gzip", "gzip", func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }},
-		{"identity", "", func(r io.Reader) (io.Reader, error) { return r, nil }},
+// TestMaxRequestsFlag: --web.max-requests is 40 unless given (the limit itself: the daemon's
+// TestMaxRequests).
+func TestMaxRequestsFlag(t *testing.T) {
+	if f, err := parseFlags(nil, io.Discard); err != nil || f.handler.MaxRequests != 40 {
+		t.Fatalf("default --web.max-requests = %+v, %v; want 40", f, err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.accept, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodGet, srv+"/metrics", nil)
-			req.Header.Set("Accept-Encoding", tt.accept) // set by hand: the transport then does not decode
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			if got := resp.Header.Get("Content-Encoding"); got != tt.want {
-				t.Fatalf("Accept-Encoding %q: Content-Encoding %q, want %q", tt.accept, got, tt.want)
-			}
-			r, err := tt.decode(resp.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, err := io.ReadAll(r)
-			if err != nil {
-				t.Fatalf("decoding %s: %v", tt.want, err)
-			}
-			if !strings.Contains(string(body), "veil_exporter_build_info{") {
-				t.Errorf("decoded body lacks the build info:\n%.500s", body)
-			}
-		})
+	if f, err := parseFlags([]string{"--web.max-requests", "2"}, io.Discard); err != nil || f.handler.MaxRequests != 2 {
+		t.Fatalf("--web.max-requests 2 parsed as %+v, %v", f, err)
 	}
 }
 
@@ -229,13 +193,13 @@ func TestScrapeCompression(t *testing.T) {
 func simConfig(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	sim := veiltest.New(veiltest.Options{Seed: 1, Token: secretToken, VMs: 2})
+	sim := veiltest.New(veiltest.Options{Seed: 1, Token: testutil.SecretToken, VMs: 2})
 	t.Cleanup(sim.Close)
 	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte(secretToken), 0o600); err != nil {
+	if err := os.WriteFile(tok, []byte(testutil.SecretToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfgFile := filepath.Join(dir, "veil.yaml")
-	writeConfig(t, cfgFile, controllerYAML("alpha", sim.URL, tok))
+	testutil.WriteConfig(t, cfgFile, testutil.ControllerYAML("alpha", sim.URL, tok))
 	return cfgFile
 }

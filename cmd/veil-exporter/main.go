@@ -1,5 +1,8 @@
 // Command veil-exporter exports the inventory of ECP VeiL controllers as Prometheus metrics,
 // checks guest agents and forwards the platform's events to NATS.
+//
+// It owns the flags, logging and signals and wires the daemon's actors (oklog/run); it imports
+// config and internal/daemon only.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	oklog "github.com/oklog/run"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
@@ -29,6 +33,7 @@ import (
 	sloggokit "github.com/tjhop/slog-gokit"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/daemon"
 )
 
 // The build is stamped through github.com/prometheus/common/version (Version, Revision, Branch,
@@ -47,7 +52,7 @@ type flags struct {
 	configFile  string
 	configCheck bool
 	web         *web.FlagConfig
-	handler     handlerOptions
+	handler     daemon.HandlerOptions
 	logLevel    string
 	logFormat   string
 	version     bool
@@ -66,9 +71,9 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	app.Flag("config.file", "Configuration file.").Default("config.yaml").StringVar(&f.configFile)
 	app.Flag("config.check", "Validate the configuration (and its token files and --web.config.file) and exit 0 or 1.").BoolVar(&f.configCheck)
 	f.web = kingpinflag.AddFlags(app, ":9867")
-	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.handler.telemetryPath)
-	app.Flag("web.max-requests", "Maximum number of parallel scrape requests. Use 0 to disable.").Default("40").IntVar(&f.handler.maxRequests)
-	app.Flag("web.disable-exporter-metrics", "Exclude metrics about the exporter itself (promhttp_*, process_*, go_*).").BoolVar(&f.handler.disableExporterMetrics)
+	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.handler.TelemetryPath)
+	app.Flag("web.max-requests", "Maximum number of parallel scrape requests. Use 0 to disable.").Default("40").IntVar(&f.handler.MaxRequests)
+	app.Flag("web.disable-exporter-metrics", "Exclude metrics about the exporter itself (promhttp_*, process_*, go_*).").BoolVar(&f.handler.DisableExporterMetrics)
 	logCfg := &promslog.Config{}
 	promslogflag.AddFlags(app, logCfg)
 	app.Flag("version", "Show the version and exit.").BoolVar(&f.version)
@@ -188,7 +193,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	if f.configCheck {
 		return checkConfig(f, stdout)
 	}
-	logger, webLogger, err := newLoggers(stderr, f.logLevel, f.logFormat)
+	base, webLogger, err := newLoggers(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
 	}
@@ -201,31 +206,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 			return fmt.Errorf("invalid --web.config.file: %w", err)
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	d := newDaemon(ctx, f.configFile, logger, version.Version)
-	level.Info(d.logger).Log("msg", "starting veil-exporter", "version", version.Version, "revision", version.GetRevision(), "branch", version.Branch, "controllers", len(cfg.Controllers))
-
-	if _, err := d.apply(cfg); err != nil {
+	d, err := daemon.New(cfg, daemon.Options{ConfigFile: f.configFile, Logger: base, Version: version.Version})
+	if err != nil {
 		return err
 	}
-	defer d.stop()
+	return serve(ctx, d, f, log.With(base, "component", "daemon"), webLogger, onListen)
+}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = d.reload() // logged and reflected in veil_config_last_reload_successful
-			}
-		}
-	}()
+// serve runs the daemon's actors until ctx is done or one of them fails. Each actor is
+// interrupted in the order they are added: the HTTP server stops answering, SIGHUP is no longer
+// heard, the coordinator hands this replica's controllers over, and the daemon stops the rest.
+func serve(ctx context.Context, d *daemon.Daemon, f *flags, logger log.Logger, webLogger *slog.Logger, onListen func(addr string)) error {
+	var g oklog.Group
+	ctx, cancel := context.WithCancel(ctx)
+	g.Add(func() error {
+		<-ctx.Done()
+		level.Info(logger).Log("msg", "shutting down")
+		return nil
+	}, func(error) { cancel() })
 
-	srv := &http.Server{Handler: d.handler(f.handler), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: d.Handler(f.handler), ReadHeaderTimeout: 10 * time.Second}
 	if onListen != nil {
 		// Called by Serve with each listener, once it listens (":0" in tests).
 		srv.BaseContext = func(l net.Listener) context.Context {
@@ -233,21 +233,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 			return context.Background()
 		}
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- web.ListenAndServe(srv, f.web, webLogger) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("HTTP server: %w", err)
-	case <-ctx.Done():
+	g.Add(func() error {
+		if err := web.ListenAndServe(srv, f.web, webLogger); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("HTTP server: %w", err)
+		}
+		return nil
+	}, func(error) {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+	})
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	hupDone := make(chan struct{})
+	g.Add(func() error {
+		for {
+			select {
+			case <-hupDone:
+				return nil
+			case <-hup:
+				_ = d.Reload() // logged and reflected in veil_config_last_reload_successful
+			}
+		}
+	}, func(error) {
+		signal.Stop(hup)
+		close(hupDone)
+	})
+
+	if coord := d.Coordinator(); coord != nil {
+		// Not under ctx: a cancelled coordinator stops renewing without releasing (a killed
+		// replica); Close hands everything over at once.
+		g.Add(func() error { coord.Run(context.Background()); return nil }, func(error) { coord.Close() })
 	}
-	level.Info(d.logger).Log("msg", "shutting down")
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		level.Error(d.logger).Log("msg", "HTTP server", "err", err)
-	}
-	return nil
+	g.Add(func() error { return d.Run(context.Background()) }, func(error) { d.Stop() })
+	return g.Run()
 }
 
 // checkConfig is --config.check: the file, its token files and the web config.
@@ -262,7 +282,7 @@ func checkConfig(f *flags, stdout io.Writer) error {
 		}
 	}
 	for _, c := range cfg.Controllers {
-		if _, err := newClient(c, nil); err != nil {
+		if _, err := daemon.NewClient(c, nil); err != nil {
 			return fmt.Errorf("controller %s: %w", c.Name, err)
 		}
 	}

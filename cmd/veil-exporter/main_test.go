@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,31 +15,16 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
-const secretToken = "s3cr3t-sim-token"
-
-func controllerYAML(name, url, tokenFile string) string {
-	return fmt.Sprintf("  - name: %s\n    url: %s\n    token_file: %s\n", name, url, tokenFile)
-}
-
-func writeConfig(t *testing.T, path string, controllers ...string) {
-	t.Helper()
-	body := "controllers:\n" + strings.Join(controllers, "") +
-		"collect:\n  interval: 1s\nguest:\n  enabled: false\nevents:\n  enabled: false\n"
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestFlagsVersionAndConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "tok")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	good := filepath.Join(dir, "good.yaml")
-	writeConfig(t, good, controllerYAML("a", "http://127.0.0.1:1", tok))
+	testutil.WriteConfig(t, good, testutil.ControllerYAML("a", "http://127.0.0.1:1", tok))
 	haCfg := filepath.Join(dir, "ha.yaml")
-	writeConfig(t, haCfg, controllerYAML("a", "http://127.0.0.1:1", tok)+"ha: {enabled: true}\n")
+	testutil.WriteConfig(t, haCfg, testutil.ControllerYAML("a", "http://127.0.0.1:1", tok)+"ha: {enabled: true}\n")
 	haEmbedded := filepath.Join(dir, "ha-embedded.yaml")
-	writeConfig(t, haEmbedded, controllerYAML("a", "http://127.0.0.1:1", tok)+"ha: {enabled: true}\nnats: {embedded: {enabled: true}}\n")
+	testutil.WriteConfig(t, haEmbedded, testutil.ControllerYAML("a", "http://127.0.0.1:1", tok)+"ha: {enabled: true}\nnats: {embedded: {enabled: true}}\n")
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("controllers:\n  - name: a\n    url: http://x\n    token_file: "+filepath.Join(dir, "missing")+"\n    colour: red\n"), 0o600)
 	tests := []struct {
@@ -141,14 +125,14 @@ func (d *daemonUnderTest) waitReady(t *testing.T) {
 // affecting the other, and no secret anywhere.
 func TestDaemonEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	simA := veiltest.New(veiltest.Options{Seed: 1, Token: secretToken, VMs: 4})
+	simA := veiltest.New(veiltest.Options{Seed: 1, Token: testutil.SecretToken, VMs: 4})
 	defer simA.Close()
-	simB := veiltest.New(veiltest.Options{Seed: 2, Token: secretToken, VMs: 6})
+	simB := veiltest.New(veiltest.Options{Seed: 2, Token: testutil.SecretToken, VMs: 6})
 	defer simB.Close()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte("jwt "+secretToken+"\n"), 0o600)
+	os.WriteFile(tok, []byte("jwt "+testutil.SecretToken+"\n"), 0o600)
 	cfgFile := filepath.Join(dir, "veil.yaml")
-	writeConfig(t, cfgFile, controllerYAML("alpha", simA.URL, tok))
+	testutil.WriteConfig(t, cfgFile, testutil.ControllerYAML("alpha", simA.URL, tok))
 
 	d := startDaemon(t, cfgFile)
 	d.waitReady(t)
@@ -190,7 +174,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 
 	// A good config adds a controller.
-	writeConfig(t, cfgFile, controllerYAML("alpha", simA.URL, tok), controllerYAML("beta", simB.URL, tok))
+	testutil.WriteConfig(t, cfgFile, testutil.ControllerYAML("alpha", simA.URL, tok), testutil.ControllerYAML("beta", simB.URL, tok))
 	if code, body := d.do(t, http.MethodPost, "/-/reload"); code != 200 {
 		t.Fatalf("good reload = %d %s", code, body)
 	}
@@ -227,7 +211,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	d.stop()
 	d.stop = func() {}
 	for what, text := range map[string]string{"/metrics": metrics, "/": page, "json status": js, "logs": d.logs.String()} {
-		if strings.Contains(text, secretToken) {
+		if strings.Contains(text, testutil.SecretToken) {
 			t.Errorf("the token appears in %s", what)
 		}
 	}

@@ -1,4 +1,6 @@
 // Package metricutil holds the value conversions the exporter's const metrics share.
+//
+// Imports nothing of this module; collector, forwarder and the daemon import it.
 package metricutil
 
 import "time"

@@ -2,6 +2,8 @@
 // collections, the guest checker, the event forwarder) gives of its last run. The daemon turns
 // these reports into the veil_collector_* families in one place, so no component imports another
 // for metrics plumbing (as node_exporter's collector.go does for its collectors).
+//
+// Imports nothing of this module; collector, forwarder and the daemon import it.
 package runstatus
 
 import "time"

@@ -1,6 +1,8 @@
 // Package testutil holds what the tests of several packages share: a deadline-bound wait for a
 // condition, a log sink safe to read while written, and embedded NATS servers (one, or a
 // three-node JetStream cluster on loopback) that can be stopped and started again.
+//
+// For tests only; imports nothing of this module.
 package testutil
 
 import (

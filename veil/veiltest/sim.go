@@ -40,6 +40,8 @@
 //   - limit=0 returns an empty page with the right count; offset beyond count is an empty page.
 //   - Time comes from Options.Now: with a frozen custom clock tasks only finish (and background
 //     events only appear) when the clock moves, so synchronous operations wait until it does.
+//
+// Owns the simulator; imports nothing of this module, so its answers never follow the client.
 package veiltest
 
 import (

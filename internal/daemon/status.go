@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	_ "embed"
@@ -235,7 +235,7 @@ func (s seconds) String() string {
 	return d.Round(time.Second).String()
 }
 
-func (d *daemon) status() statusData {
+func (d *Daemon) status() statusData {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	s := statusData{

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -81,12 +81,12 @@ func TestHealthyFailsWhenForwarderStops(t *testing.T) {
 		t.Fatal("nats-server did not start")
 	}
 	defer ns.Shutdown()
-	sim := veiltest.New(veiltest.Options{Seed: 5, Token: secretToken, VMs: 2, InitialEvents: 10, EventsOrder: "oldest_first"})
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: testutil.SecretToken, VMs: 2, InitialEvents: 10, EventsOrder: "oldest_first"})
 	defer sim.Close()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	cfgFile := filepath.Join(dir, "veil.yaml")
-	cfg := "controllers:\n" + controllerYAML("alpha", sim.URL, tok) +
+	cfg := "controllers:\n" + testutil.ControllerYAML("alpha", sim.URL, tok) +
 		"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
 		"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
 		fmt.Sprintf("nats:\n  url: %s\n", ns.ClientURL())

@@ -1,6 +1,9 @@
-package main
+// Tests of /metrics: parallel scrapes at most --web.max-requests, one log line for a scraper
+// that hung up, compression.
+package daemon
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
+	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
@@ -67,15 +71,9 @@ func (c *heldCollector) waitEntered(t *testing.T, n int) {
 	}
 }
 
-// TestMaxRequests: with --web.max-requests N the N+1th parallel scrape gets 503 while N are
+// TestMaxRequests: with --web.max-requests N (the flag: cmd/veil-exporter's TestMaxRequestsFlag) the N+1th parallel scrape gets 503 while N are
 // held; with 0 there is no limit.
 func TestMaxRequests(t *testing.T) {
-	if f, err := parseFlags(nil, io.Discard); err != nil || f.handler.maxRequests != 40 {
-		t.Fatalf("default --web.max-requests = %+v, %v; want 40", f, err)
-	}
-	if f, err := parseFlags([]string{"--web.max-requests", "2"}, io.Discard); err != nil || f.handler.maxRequests != 2 {
-		t.Fatalf("--web.max-requests 2 parsed as %+v, %v", f, err)
-	}
 	tests := []struct {
 		name     string
 		limit    int
@@ -191,6 +189,48 @@ func TestScrapeHangUpLogsOnce(t *testing.T) {
 			}
 			if n, _ := strconv.Atoi(m[1]); n < 2 {
 				t.Errorf("families_not_sent < 2: %s", lines[0])
+			}
+		})
+	}
+}
+
+// TestScrapeCompression: zstd and gzip are offered to scrapers; identity when asked for none.
+func TestScrapeCompression(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
+	srv := newTestServer(t, d.handler(handlerOptions{telemetryPath: "/metrics"}))
+	tests := []struct {
+		accept, want string
+		decode       func(io.Reader) (io.Reader, error)
+	}{
+		{"zstd", "zstd", func(r io.Reader) (io.Reader, error) { return zstd.NewReader(r) }},
+		{"gzip", "gzip", func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }},
+		{"zstd;q=0.5, gzip", "gzip", func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }},
+		{"identity", "", func(r io.Reader) (io.Reader, error) { return r, nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.accept, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, srv+"/metrics", nil)
+			req.Header.Set("Accept-Encoding", tt.accept) // set by hand: the transport then does not decode
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if got := resp.Header.Get("Content-Encoding"); got != tt.want {
+				t.Fatalf("Accept-Encoding %q: Content-Encoding %q, want %q", tt.accept, got, tt.want)
+			}
+			r, err := tt.decode(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(r)
+			if err != nil {
+				t.Fatalf("decoding %s: %v", tt.want, err)
+			}
+			if !strings.Contains(string(body), "veil_exporter_build_info{") {
+				t.Errorf("decoded body lacks the build info:\n%.500s", body)
 			}
 		})
 	}

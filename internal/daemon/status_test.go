@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -349,16 +349,16 @@ func natsWithPassword(t *testing.T, user, password string) *server.Server {
 func TestStatusPageWithEvents(t *testing.T) {
 	const natsPassword = "n4ts-pa55word-xyz"
 	dir := t.TempDir()
-	sim := veiltest.New(veiltest.Options{Seed: 3, Token: secretToken, VMs: 5, InitialEvents: 30, EventsOrder: "oldest_first"})
+	sim := veiltest.New(veiltest.Options{Seed: 3, Token: testutil.SecretToken, VMs: 5, InitialEvents: 30, EventsOrder: "oldest_first"})
 	defer sim.Close()
 	natsSrv := natsWithPassword(t, "veil", natsPassword)
 	// The list's first server is not there; the client moves on to the second.
 	natsAddr := natsSrv.Addr().String()
 	natsURL := fmt.Sprintf("nats://%s,nats://veil:%s@%s", freeAddr(t), natsPassword, natsAddr)
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	cfgFile := filepath.Join(dir, "veil.yaml")
-	cfg := "controllers:\n" + controllerYAML("alpha", sim.URL, tok) +
+	cfg := "controllers:\n" + testutil.ControllerYAML("alpha", sim.URL, tok) +
 		"collect:\n  interval: 1s\n" +
 		"guest:\n  enabled: true\n  ping_interval: 1s\n" +
 		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: file, dir: %s}\n", dir) +
@@ -458,7 +458,7 @@ func TestStatusPageWithEvents(t *testing.T) {
 		}
 	}
 	for what, text := range map[string]string{"/": page, "json status": js, "/metrics": metrics, "logs": d.logs.String()} {
-		for _, secret := range []string{secretToken, natsPassword} {
+		for _, secret := range []string{testutil.SecretToken, natsPassword} {
 			if strings.Contains(text, secret) {
 				t.Errorf("%s holds the secret %q", what, secret)
 			}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -133,14 +133,14 @@ func writeSDConfig(t *testing.T, dir, body string) string {
 // controller and VM id; ?port= and ?controller= select.
 func TestSDDomains(t *testing.T) {
 	dir := t.TempDir()
-	simA := veiltest.New(veiltest.Options{Seed: 11, Token: secretToken, VMs: 60, Nodes: 3})
+	simA := veiltest.New(veiltest.Options{Seed: 11, Token: testutil.SecretToken, VMs: 60, Nodes: 3})
 	defer simA.Close()
-	simB := veiltest.New(veiltest.Options{Seed: 12, Token: secretToken, VMs: 12, Nodes: 2})
+	simB := veiltest.New(veiltest.Options{Seed: 12, Token: testutil.SecretToken, VMs: 12, Nodes: 2})
 	defer simB.Close()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	// beta is configured first: the order is by name, not by configuration.
-	cfgFile := writeSDConfig(t, dir, "controllers:\n"+controllerYAML("beta", simB.URL, tok)+controllerYAML("alpha", simA.URL, tok)+
+	cfgFile := writeSDConfig(t, dir, "controllers:\n"+testutil.ControllerYAML("beta", simB.URL, tok)+testutil.ControllerYAML("alpha", simA.URL, tok)+
 		"collect:\n  interval: 1s\n"+
 		"guest:\n  ping_interval: 200ms\n  osinfo_interval: 1m\n  fsinfo_interval: 1m\n  time_interval: 1m\n  network_interval: 1m\n"+
 		"events:\n  enabled: false\nsd:\n  port: 9182\n")
@@ -246,11 +246,11 @@ func withPort(gs []sdGroup, port string) []sdGroup {
 // exporter.
 func TestSDDomainsWaitsForFirstRefresh(t *testing.T) {
 	dir := t.TempDir()
-	sim := veiltest.New(veiltest.Options{Seed: 3, Token: secretToken, VMs: 4, Latency: time.Hour})
+	sim := veiltest.New(veiltest.Options{Seed: 3, Token: testutil.SecretToken, VMs: 4, Latency: time.Hour})
 	defer sim.Close()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
-	cfgFile := writeSDConfig(t, dir, "controllers:\n"+controllerYAML("slow", sim.URL, tok)+"    timeout: 1h\n"+
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	cfgFile := writeSDConfig(t, dir, "controllers:\n"+testutil.ControllerYAML("slow", sim.URL, tok)+"    timeout: 1h\n"+
 		"collect:\n  interval: 1h\nguest:\n  enabled: false\nevents:\n  enabled: false\n")
 	d := startDaemon(t, cfgFile)
 	code, body := d.get(t, "/sd/domains")

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"crypto/ecdsa"
@@ -32,13 +32,13 @@ import (
 func TestNATSDownAtStartAndReload(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	sim := veiltest.New(veiltest.Options{Seed: 5, Token: secretToken, VMs: 2, InitialEvents: 10, EventsOrder: "oldest_first"})
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: testutil.SecretToken, VMs: 2, InitialEvents: 10, EventsOrder: "oldest_first"})
 	defer sim.Close()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	cfgFile := filepath.Join(dir, "veil.yaml")
 	config := func(natsAddr string) {
-		cfg := "controllers:\n" + controllerYAML("alpha", sim.URL, tok) +
+		cfg := "controllers:\n" + testutil.ControllerYAML("alpha", sim.URL, tok) +
 			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
 			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
 			fmt.Sprintf("nats:\n  url: nats://bob:n4ts-s3cret@%s\n", natsAddr)
@@ -108,10 +108,10 @@ func startNATSAt(t *testing.T, addr string) *server.Server {
 // and reconnects (rebuilding the forwarder) once the file holds another certificate.
 func TestReloadReconnectsForReplacedNATSFiles(t *testing.T) {
 	dir := t.TempDir()
-	sim := veiltest.New(veiltest.Options{Seed: 5, Token: secretToken, VMs: 2, InitialEvents: 3, EventsOrder: "oldest_first"})
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: testutil.SecretToken, VMs: 2, InitialEvents: 3, EventsOrder: "oldest_first"})
 	defer sim.Close()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	ca := filepath.Join(dir, "nats-ca.pem")
 	writeCA := func() {
 		if err := os.WriteFile(ca, selfSignedPEM(t), 0o600); err != nil {
@@ -120,7 +120,7 @@ func TestReloadReconnectsForReplacedNATSFiles(t *testing.T) {
 	}
 	writeCA()
 	cfgFile := filepath.Join(dir, "veil.yaml")
-	cfg := "controllers:\n" + controllerYAML("alpha", sim.URL, tok) +
+	cfg := "controllers:\n" + testutil.ControllerYAML("alpha", sim.URL, tok) +
 		"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
 		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  checkpoint: {store: file, dir: %q}\n", dir) +
 		fmt.Sprintf("nats:\n  url: nats://%s\n  tls: {ca_file: %q}\n", freeAddr(t), ca)

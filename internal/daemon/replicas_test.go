@@ -1,7 +1,7 @@
 // Tests of replicas (ha.enabled) through whole daemons: three of them on a three-node NATS
 // cluster share four controllers, each run by exactly one, and a stopped one hands its
 // controllers over at once without an event lost or doubled.
-package main
+package daemon
 
 import (
 	"encoding/json"
@@ -49,15 +49,15 @@ func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
 	cluster := testutil.StartCluster(t)
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte(secretToken), 0o600)
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	names := []string{"alpha", "bravo", "charlie", "delta"}
 	sims := map[string]*veiltest.Server{}
 	var ctrls strings.Builder
 	for i, n := range names {
-		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: secretToken, VMs: 2, InitialEvents: 25, EventsOrder: "oldest_first"})
+		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: testutil.SecretToken, VMs: 2, InitialEvents: 25, EventsOrder: "oldest_first"})
 		t.Cleanup(sim.Close)
 		sims[n] = sim
-		ctrls.WriteString(controllerYAML(n, sim.URL, tok))
+		ctrls.WriteString(testutil.ControllerYAML(n, sim.URL, tok))
 	}
 	stream := "VEIL_HA_TEST"
 	start := func(instance string) *daemonUnderTest {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func freeAddr(t *testing.T) string {
 
 // embeddedConfig forwards the events of one simulator through an embedded NATS server.
 func embeddedConfig(simURL, tok, checkpointDir, listen, storeDir, stream string, createStream bool) string {
-	return "controllers:\n" + controllerYAML("alpha", simURL, tok) +
+	return "controllers:\n" + testutil.ControllerYAML("alpha", simURL, tok) +
 		"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
 		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: file, dir: %q}\n", checkpointDir) +
 		fmt.Sprintf("nats:\n  jetstream: {stream: %s, create_stream: %t}\n  embedded: {enabled: true, listen: %q, store_dir: %q}\n",
@@ -99,10 +99,10 @@ func TestFailedReloadKeepsForwarding(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			sim := veiltest.New(veiltest.Options{Seed: 4, Token: secretToken, VMs: 3, InitialEvents: 20, EventsOrder: "oldest_first"})
+			sim := veiltest.New(veiltest.Options{Seed: 4, Token: testutil.SecretToken, VMs: 3, InitialEvents: 20, EventsOrder: "oldest_first"})
 			defer sim.Close()
 			tok := filepath.Join(dir, "token")
-			os.WriteFile(tok, []byte(secretToken), 0o600)
+			os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 			listen, store := freeAddr(t), filepath.Join(dir, "nats")
 			good := embeddedConfig(sim.URL, tok, dir, listen, store, "VEIL_EVENTS", true)
 			cfgFile := filepath.Join(dir, "veil.yaml")

@@ -1,14 +1,74 @@
-package main
-
-// The veil_collector_* families of every controller, emitted in one place from the run status
-// each component reports (as node_exporter's collector.go does for its collectors).
+// The daemon's metrics: each running controller's, delegated (the rendered series as Sets for
+// text scrapes, encoded live for the others), and the veil_collector_* families
+// of every controller, emitted in one place from the run status each component reports (as
+// node_exporter's collector.go does for its collectors).
+package daemon
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
+
+// renderedSets are the rendered series of every controller, in configuration order: what a
+// text scrape writes beside d.registry's live families.
+func (d *Daemon) renderedSets() []*exposition.Set {
+	d.mu.RLock()
+	ctrls := d.controllers
+	d.mu.RUnlock()
+	sets := make([]*exposition.Set, 0, 2*len(ctrls))
+	for _, ct := range ctrls {
+		sets = append(sets, ct.inventory.Rendered())
+		if ct.guest != nil {
+			sets = append(sets, ct.guest.Rendered())
+		}
+	}
+	return sets
+}
+
+// renderedCollector encodes live what renderedSets hold, for scrapes in other formats.
+type renderedCollector struct{ d *Daemon }
+
+func (renderedCollector) Describe(chan<- *prometheus.Desc) {}
+func (c renderedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.RLock()
+	ctrls := c.d.controllers
+	c.d.mu.RUnlock()
+	for _, ct := range ctrls {
+		ct.inventory.CollectRendered(ch)
+		if ct.guest != nil {
+			ct.guest.CollectRendered(ch)
+		}
+	}
+}
+
+// controllersCollector delegates the live families to whatever controllers run now; it
+// describes nothing (unchecked) because the set changes on reload.
+type controllersCollector struct{ d *Daemon }
+
+func (controllersCollector) Describe(chan<- *prometheus.Desc) {}
+func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.RLock()
+	ctrls := c.d.controllers
+	api := make([]*collector.APIMetrics, 0, len(ctrls))
+	for _, ct := range ctrls {
+		api = append(api, c.d.apiMetrics[ct.cfg.Name])
+	}
+	c.d.mu.RUnlock()
+	for i, ct := range ctrls {
+		ct.inventory.CollectLive(ch)
+		api[i].Collect(ch)
+		if ct.guest != nil {
+			ct.guest.CollectLive(ch)
+		}
+		if ct.forwarder != nil {
+			ct.forwarder.Collect(ch)
+		}
+	}
+}
 
 // controllerRuns is one controller's components that report their runs.
 type controllerRuns struct {
@@ -29,7 +89,7 @@ func reporters(ct *controller) []runstatus.Reporter {
 }
 
 // runs snapshots what reports the runs of the controllers running now.
-func (d *daemon) runs() []controllerRuns {
+func (d *Daemon) runs() []controllerRuns {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	out := make([]controllerRuns, 0, len(d.controllers))

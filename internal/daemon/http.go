@@ -1,4 +1,6 @@
-package main
+// The daemon's HTTP endpoints: /metrics, /-/healthy, /-/ready, /-/reload, /sd/domains and the
+// status page on /.
+package daemon
 
 import (
 	"bytes"
@@ -18,14 +20,26 @@ import (
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 )
 
-// handlerOptions are the --web.* flags of the metrics handler.
+// HandlerOptions are the --web.* flags of the metrics handler.
+type HandlerOptions struct {
+	TelemetryPath          string
+	MaxRequests            int  // parallel scrapes at most; 0: no limit
+	DisableExporterMetrics bool // no go_*, process_*, promhttp_*
+}
+
+// Handler serves every endpoint of the daemon.
+func (d *Daemon) Handler(o HandlerOptions) http.Handler {
+	return d.handler(handlerOptions{telemetryPath: o.TelemetryPath, maxRequests: o.MaxRequests, disableExporterMetrics: o.DisableExporterMetrics})
+}
+
+// handlerOptions are HandlerOptions as the handler reads them.
 type handlerOptions struct {
 	telemetryPath          string
 	maxRequests            int  // parallel scrapes at most; 0: no limit
 	disableExporterMetrics bool // no go_*, process_*, promhttp_*
 }
 
-func (d *daemon) handler(o handlerOptions) http.Handler {
+func (d *Daemon) handler(o handlerOptions) http.Handler {
 	opts := promhttp.HandlerOpts{
 		// One inconsistent family must not cost the whole scrape.
 		ErrorHandling:       promhttp.ContinueOnError,
@@ -86,7 +100,7 @@ func handlerErrors(reg *prometheus.Registry) *prometheus.CounterVec {
 
 // promLogger is promhttp's ErrorLog. A failed write of the response (the scraper hung up) is
 // reported once per scrape by logSendOnce rather than once per metric family here.
-type promLogger struct{ d *daemon }
+type promLogger struct{ d *Daemon }
 
 func (l promLogger) Println(v ...any) {
 	for _, x := range v {
@@ -101,7 +115,7 @@ func (l promLogger) Println(v ...any) {
 
 // logSendOnce logs one line for a scrape whose response could not be sent, with the number of
 // metric families that were not; promhttp would log each family.
-func (d *daemon) logSendOnce(next http.Handler) http.Handler {
+func (d *Daemon) logSendOnce(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &sendWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
@@ -156,7 +170,7 @@ func (w *sendWriter) result() (*sendError, int) {
 
 // serveHealthy is the liveness check: 503 with the reason when the daemon cannot recover
 // without a restart (or a reload). A controller that is down is not such a reason.
-func (d *daemon) serveHealthy(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) serveHealthy(w http.ResponseWriter, r *http.Request) {
 	if reason := d.unhealthy(time.Now()); reason != "" {
 		http.Error(w, reason, http.StatusServiceUnavailable)
 		return
@@ -165,7 +179,7 @@ func (d *daemon) serveHealthy(w http.ResponseWriter, r *http.Request) {
 }
 
 // unhealthy says why the daemon is not live at now, or "".
-func (d *daemon) unhealthy(now time.Time) string {
+func (d *Daemon) unhealthy(now time.Time) string {
 	d.mu.RLock()
 	ctrls, cfg, conn, reloadErr, coord := d.controllers, d.cfg, d.conn, d.reloadError, d.coord
 	d.mu.RUnlock()
@@ -200,7 +214,7 @@ func (d *daemon) unhealthy(now time.Time) string {
 }
 
 // serveReady: every first refresh done, and NATS connected when forwarding.
-func (d *daemon) serveReady(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 	d.mu.RLock()
 	ctrls, conn, cfg, coord := d.controllers, d.conn, d.cfg, d.coord
 	d.mu.RUnlock()
@@ -245,20 +259,20 @@ func (d *daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "Ready")
 }
 
-func (d *daemon) serveReload(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) serveReload(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "use POST to reload the configuration", http.StatusMethodNotAllowed)
 		return
 	}
-	if err := d.reload(); err != nil {
+	if err := d.Reload(); err != nil {
 		http.Error(w, "reload refused, the previous configuration keeps running: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	fmt.Fprintln(w, "Reloaded")
 }
 
-func (d *daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
 	s := d.status()
 	if r.URL.Query().Get("format") == "json" {
 		w.Header().Set("Content-Type", "application/json")

@@ -2,7 +2,7 @@
 // runs (with replicas, the ones this replica runs). One target group per VM that is on and whose
 // guest agent reports an IPv4 address, target <primary ipv4>:<port>, labels __meta_veil_*. It is
 // answered from the cached inventory and the guest checker's results: never from the controller.
-package main
+package daemon
 
 import (
 	"encoding/json"
@@ -30,7 +30,7 @@ type sdSource struct {
 // keep a removed controller's guests as targets forever. 400 for a bad port; 503 while a
 // controller's first inventory refresh is not done (Prometheus then keeps its last list rather
 // than dropping every target of a restarted exporter).
-func (d *daemon) serveSD(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d.mu.RLock()
 	ctrls, cfg := d.controllers, d.cfg

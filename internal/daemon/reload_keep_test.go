@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -28,9 +28,9 @@ type twoControllers struct {
 }
 
 func (c twoControllers) yaml() string {
-	ctrls := controllerYAML("alpha", c.alphaURL, c.tok)
+	ctrls := testutil.ControllerYAML("alpha", c.alphaURL, c.tok)
 	if !c.noBeta {
-		ctrls += controllerYAML("beta", c.betaURL, c.tok) + c.betaExtra
+		ctrls += testutil.ControllerYAML("beta", c.betaURL, c.tok) + c.betaExtra
 	}
 	return "controllers:\n" + ctrls +
 		"collect:\n  interval: 1s\n" +
@@ -226,7 +226,7 @@ func TestReloadKeepsUnchangedControllers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			opts := veiltest.Options{Token: secretToken, VMs: 3, RunningFraction: 1, AgentFraction: 1, InitialEvents: 30, EventsOrder: "oldest_first"}
+			opts := veiltest.Options{Token: testutil.SecretToken, VMs: 3, RunningFraction: 1, AgentFraction: 1, InitialEvents: 30, EventsOrder: "oldest_first"}
 			opts.Seed = 5
 			simA := veiltest.New(opts)
 			defer simA.Close()
@@ -234,7 +234,7 @@ func TestReloadKeepsUnchangedControllers(t *testing.T) {
 			simB := veiltest.New(opts)
 			defer simB.Close()
 			tok := filepath.Join(dir, "token")
-			if err := os.WriteFile(tok, []byte(secretToken), 0o600); err != nil {
+			if err := os.WriteFile(tok, []byte(testutil.SecretToken), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			cfg := twoControllers{alphaURL: simA.URL, betaURL: simB.URL, tok: tok, dir: dir, listen: freeAddr(t)}
@@ -340,7 +340,7 @@ func finishTask(t *testing.T, sim *veiltest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "jwt "+secretToken)
+	req.Header.Set("Authorization", "jwt "+testutil.SecretToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

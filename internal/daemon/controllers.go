@@ -1,0 +1,214 @@
+// This file holds what runs for one platform controller: its API client, inventory, guest
+// checker and forwarder, built from its settings and started and stopped as one.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+
+	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/ha"
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// controller is everything that runs for one platform controller.
+type controller struct {
+	cfg       config.Controller
+	settings  settings // what it was built from; a reload keeps it while these stay equal
+	inventory *collector.Inventory
+	guest     *collector.GuestChecker // nil when guest checks are off
+	forwarder *forwarder.Forwarder    // nil when events are off
+	cancel    context.CancelFunc      // nil until started
+	done      sync.WaitGroup
+	// With replicas: the lease it runs under (the forwarder's fence), and whether it was ever
+	// started (its loops are not restarted: a controller acquired again is built afresh).
+	lease atomic.Pointer[ha.Lease]
+	run   *leaseRun // what it runs under; Run's goroutine only
+	used  bool
+}
+
+// NewClient builds the API client of one controller; observer may be nil.
+func NewClient(c config.Controller, observer veil.Observer) (*veil.Client, error) {
+	client, err := veil.New(veil.Config{
+		URL:                  c.URL,
+		Token:                string(c.Token),
+		TokenFile:            c.TokenFile,
+		CAFile:               c.TLS.CAFile,
+		InsecureSkipVerify:   c.TLS.InsecureSkipVerify,
+		Timeout:              c.Timeout,
+		MaxConcurrency:       c.MaxConcurrency,
+		MaxRequestsPerSecond: c.MaxRequestsPerSecond,
+		Observer:             observer,
+		UserAgent:            "veil-exporter",
+	})
+	if err != nil && c.URL != "" && strings.Contains(err.Error(), c.URL) {
+		// The client may quote the URL it refuses; the configuration check masks it first, this
+		// keeps it masked should that ever change.
+		return nil, errors.New(strings.ReplaceAll(err.Error(), c.URL, config.RedactURL(c.URL)))
+	}
+	return client, err
+}
+
+// settings is everything of a configuration that shapes one controller's loops. A reload keeps
+// a running controller whose settings are equal (and whose NATS connection is kept), so its
+// counters, guest series and readiness carry on.
+type settings struct {
+	Controller config.Controller
+	CA         string // content of tls.ca_file: a replaced CA file takes effect on reload
+	Collect    config.Collect
+	Guest      config.Guest  // zero when guest checks are off
+	Events     config.Events // zero when events are off
+	NATS       config.NATS   // zero when events are off
+}
+
+func settingsOf(cfg *config.Config, cc config.Controller) settings {
+	s := settings{Controller: cc, Collect: cfg.Collect}
+	if cfg.Guest.Enabled {
+		s.Guest = cfg.Guest
+	}
+	if cfg.Events.Enabled {
+		s.Events, s.NATS = cfg.Events, cfg.NATS
+	}
+	if cc.TLS.CAFile != "" {
+		// An unreadable file differs from any content that built before, so the controller is
+		// rebuilt and the reload refused with NewClient's error.
+		pem, err := os.ReadFile(cc.TLS.CAFile)
+		if err != nil {
+			s.CA = "unreadable: " + err.Error()
+		} else {
+			s.CA = string(pem)
+		}
+	}
+	return s
+}
+
+// build constructs (without starting) the controllers of cfg.
+func (d *Daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller, error) {
+	var out []*controller
+	for _, cc := range cfg.Controllers {
+		ct, err := d.buildController(cfg, cc, conn)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ct)
+	}
+	return out, nil
+}
+
+// buildController constructs (without starting) controller cc of cfg. Every log line carries
+// controller and component (inventory, guest, events): the component is set here where the
+// package does not set it itself; the packages add the controller.
+func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn *forwarder.Conn) (*controller, error) {
+	d.mu.RLock()
+	api := d.apiMetrics[cc.Name]
+	d.mu.RUnlock()
+	if api == nil {
+		api = collector.NewAPIMetrics(cc.Name)
+	}
+	client, err := NewClient(cc, api.Observe)
+	if err != nil {
+		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+	}
+	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, log.With(d.base, "component", "inventory"))
+	if err != nil {
+		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+	}
+	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv}
+	if cfg.Guest.Enabled {
+		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"))
+	}
+	if cfg.Events.Enabled {
+		var fence func() bool
+		if cfg.HA.Enabled {
+			// Nothing is published or saved once another replica may run the controller.
+			fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
+		}
+		ct.forwarder, err = forwarder.New(forwarder.Options{
+			Controller: cc.Name, ControllerURL: cc.URL, Client: client,
+			Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.base, // adds component=events
+			// Catch-up may read as many pages at once as the controller admits requests.
+			Concurrency: cc.MaxConcurrency,
+			Fence:       fence,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+		}
+	}
+	d.mu.Lock()
+	d.apiMetrics[cc.Name] = api
+	d.mu.Unlock()
+	return ct, nil
+}
+
+func (ct *controller) start(parent context.Context, logger log.Logger) {
+	ctx, cancel := context.WithCancel(parent)
+	ct.cancel, ct.used = cancel, true
+	ct.done.Add(1)
+	go func() { defer ct.done.Done(); ct.inventory.Run(ctx) }()
+	if ct.guest != nil {
+		ct.done.Add(1)
+		go func() { defer ct.done.Done(); ct.guest.Run(ctx) }()
+	}
+	if ct.forwarder != nil {
+		ct.done.Add(1)
+		go func() {
+			defer ct.done.Done()
+			if err := ct.forwarder.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				level.Error(logger).Log("msg", "event forwarder stopped", "controller", ct.cfg.Name, "err", err)
+			}
+		}()
+	}
+}
+
+// stop cancels the controller's loops and waits for them, so a forwarder has saved its
+// position before its successor starts.
+func (ct *controller) stop() {
+	if ct.cancel == nil {
+		return // never started (a replica's standby)
+	}
+	ct.cancel()
+	ct.done.Wait()
+}
+
+func hasController(cfg *config.Config, name string) bool {
+	for _, c := range cfg.Controllers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Daemon) stopControllers() {
+	d.mu.Lock()
+	ctrls := d.controllers
+	d.controllers = nil
+	d.mu.Unlock()
+	d.stopAll(ctrls)
+}
+
+// stopAll stops ctrls side by side.
+func (d *Daemon) stopAll(ctrls []*controller) {
+	var wg sync.WaitGroup
+	for _, ct := range ctrls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d.beforeStop != nil {
+				d.beforeStop(ct.cfg.Name)
+			}
+			ct.stop()
+		}()
+	}
+	wg.Wait()
+}

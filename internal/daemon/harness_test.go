@@ -1,0 +1,112 @@
+// The daemon under test: New, Run and the coordinator wired as cmd/veil-exporter wires them,
+// its handler served by exporter-toolkit on a loopback port, logging at debug to a buffer.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/exporter-toolkit/web"
+	sloggokit "github.com/tjhop/slog-gokit"
+
+	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+)
+
+type daemonUnderTest struct {
+	base string
+	logs *testutil.SyncBuffer
+	d    *Daemon
+	stop func()
+}
+
+// startDaemon runs the configuration in configFile until the test ends or stop is called; setup
+// sees the daemon before anything of it runs.
+func startDaemon(t *testing.T, configFile string, setup ...func(*Daemon)) *daemonUnderTest {
+	t.Helper()
+	logs := &testutil.SyncBuffer{}
+	logger := level.NewFilter(log.NewLogfmtLogger(log.NewSyncWriter(logs)), level.AllowDebug())
+	cfg, err := config.Load(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{ConfigFile: configFile, Logger: logger, Version: "test"})
+	if err != nil {
+		t.Fatalf("daemon: %v\n%s", err, logs)
+	}
+	for _, s := range setup {
+		s(d)
+	}
+	addrc := make(chan string, 1)
+	srv := &http.Server{Handler: d.Handler(HandlerOptions{TelemetryPath: "/metrics", MaxRequests: 40}), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(l net.Listener) context.Context { addrc <- l.Addr().String(); return context.Background() }}
+	webLogger := slog.New(sloggokit.NewGoKitHandler(logger, slog.LevelDebug)).With("component", "web")
+	addrs, systemd, webConfig := []string{"127.0.0.1:0"}, false, ""
+	errc := make(chan error, 1)
+	go func() {
+		errc <- web.ListenAndServe(srv, &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &systemd, WebConfigFile: &webConfig}, webLogger)
+	}()
+	coordDone := make(chan struct{})
+	go func() {
+		defer close(coordDone)
+		if c := d.Coordinator(); c != nil {
+			c.Run(context.Background())
+		}
+	}()
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); _ = d.Run(context.Background()) }()
+	dut := &daemonUnderTest{logs: logs, d: d}
+	select {
+	case a := <-addrc:
+		dut.base = "http://" + a
+	case err := <-errc:
+		t.Fatalf("HTTP server: %v", err)
+	}
+	dut.stop = func() {
+		// As cmd/veil-exporter: the server, then the coordinator, then the daemon.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("HTTP server: %v", err)
+		}
+		if c := d.Coordinator(); c != nil {
+			c.Close()
+		}
+		<-coordDone
+		d.Stop()
+		<-runDone
+	}
+	t.Cleanup(func() { dut.stop() })
+	return dut
+}
+
+func (d *daemonUnderTest) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	return d.do(t, http.MethodGet, path)
+}
+
+func (d *daemonUnderTest) do(t *testing.T, method, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, d.base+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (d *daemonUnderTest) waitReady(t *testing.T) {
+	t.Helper()
+	testutil.Eventually(t, 15*time.Second, func() bool { code, _ := d.get(t, "/-/ready"); return code == 200 }, "ready; logs:\n%s", d.logs)
+}

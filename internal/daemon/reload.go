@@ -1,0 +1,262 @@
+// This file holds a reload: the new configuration replaces the running one, keeping the
+// controllers whose settings did not change, and rolls back to the old one when it fails.
+package daemon
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+
+	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/forwarder"
+)
+
+// changes says what a successful apply did to the controllers, by name.
+type changes struct{ kept, started, stopped []string }
+
+// apply replaces the running configuration with cfg; on error the old one keeps running. A
+// controller whose settings did not change keeps running untouched unless its NATS connection
+// is replaced; the others are stopped (a forwarder saves its position) before their
+// successors start.
+func (d *Daemon) apply(cfg *config.Config) (changes, error) {
+	d.mu.RLock()
+	old, oldConn, running, standby := d.cfg, d.conn, d.controllers, d.standby
+	d.mu.RUnlock()
+	if err := d.replicasChange(old, cfg, oldConn); err != nil {
+		return changes{}, err
+	}
+
+	var ch changes
+	// d.conn is always open: a new connection is needed only when forwarding (or replicas) and
+	// NATS changed (or the last connection was lost in a failed reload).
+	var conn *forwarder.Conn
+	fresh := false
+	if cfg.Events.Enabled || cfg.HA.Enabled {
+		conn = oldConn
+		// NATS connection lifecycle (forwarder): a replaced credential, key or CA file also
+		// needs a new connection, though the configuration text is the same.
+		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || oldConn.FilesChanged()
+	}
+	tornDown := false
+	if fresh {
+		if oldConn != nil && sharesEmbedded(old.NATS, cfg.NATS) {
+			// Two embedded servers cannot share a port or a store: the old one must go first,
+			// and comes back should the new configuration fail.
+			d.stopControllers()
+			d.mu.Lock()
+			d.conn = nil
+			d.mu.Unlock()
+			oldConn.Close()
+			oldConn, tornDown = nil, true
+			for _, ct := range running {
+				ch.stopped = append(ch.stopped, ct.cfg.Name)
+			}
+			running = nil
+		}
+		var err error
+		if conn, err = d.connect(cfg); err != nil {
+			if tornDown {
+				d.restore(old)
+			}
+			return changes{}, fmt.Errorf("couldn't connect to NATS: %w", err)
+		}
+	}
+
+	keep := map[string]*controller{}
+	if !fresh {
+		// Every forwarder of a kept controller publishes on conn, which stays.
+		for _, ct := range running {
+			keep[ct.cfg.Name] = ct
+		}
+		for name, ct := range standby {
+			keep[name] = ct
+		}
+	}
+	next, built, err := d.assemble(cfg, conn, keep, &ch)
+	if err != nil {
+		if fresh {
+			conn.Close()
+		}
+		if tornDown {
+			d.restore(old)
+		}
+		return changes{}, err
+	}
+	var retired []*controller
+	for _, ct := range running {
+		if !slices.Contains(next, ct) {
+			retired = append(retired, ct)
+			ch.stopped = append(ch.stopped, ct.cfg.Name)
+		}
+	}
+	// The retired ones serve their last data until the swap below, so a kept controller's
+	// series and readiness never pause.
+	d.stopAll(retired)
+	if oldConn != nil && oldConn != conn {
+		oldConn.Close()
+	}
+	next, idle := d.split(cfg, next, running)
+	for _, ct := range built {
+		if idle[ct.cfg.Name] == ct {
+			continue // a replica's standby: started when its lease is acquired
+		}
+		if ct.run == nil {
+			ct.start(d.ctx, d.logger)
+		} else if !ct.run.start(ct, d.logger) {
+			// Its lease ended meanwhile: it waits for the next acquisition.
+			next = slices.DeleteFunc(next, func(c *controller) bool { return c == ct })
+			idle[ct.cfg.Name] = ct
+		}
+	}
+	d.commit(cfg, next, idle, conn)
+	return ch, nil
+}
+
+// assemble lists the controllers of cfg: the ones of keep whose settings did not change, and
+// the others built anew (not started) on conn.
+func (d *Daemon) assemble(cfg *config.Config, conn *forwarder.Conn, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
+	next = make([]*controller, 0, len(cfg.Controllers))
+	for _, cc := range cfg.Controllers {
+		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
+			next = append(next, ct)
+			ch.kept = append(ch.kept, cc.Name)
+			continue
+		}
+		ct, err := d.buildController(cfg, cc, conn)
+		if err != nil {
+			return nil, nil, err
+		}
+		next = append(next, ct)
+		built = append(built, ct)
+		ch.started = append(ch.started, cc.Name)
+	}
+	return next, built, nil
+}
+
+// commit makes cfg, its controllers and conn the running configuration.
+func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[string]*controller, conn *forwarder.Conn) {
+	d.mu.Lock()
+	d.cfg, d.controllers, d.standby, d.conn = cfg, running, standby, conn
+	for name := range d.apiMetrics {
+		if !hasController(cfg, name) {
+			delete(d.apiMetrics, name)
+		}
+	}
+	d.lastReload, d.reloadError = time.Now(), ""
+	d.mu.Unlock()
+	d.reloadOK.Set(1)
+	d.reloadTime.SetToCurrentTime()
+	if d.coord != nil {
+		d.coord.SetControllers(controllerNames(cfg)) // a removed controller is released
+	}
+}
+
+// connect opens the NATS connection of n. NATS being unreachable is not an error: the connection
+// comes up in the background and each forwarder sets up its stream and position store then
+// (/-/ready says why it waits); only what a retry cannot mend fails (embedded server, key files).
+func (d *Daemon) connect(cfg *config.Config) (*forwarder.Conn, error) {
+	n := cfg.NATS
+	if n.Embedded.Enabled {
+		// A taken port shows in the embedded server only as a start timeout; say why at once.
+		if err := probeListen(n.Embedded.Listen); err != nil {
+			return nil, fmt.Errorf("nats.embedded.listen: %w", err)
+		}
+	}
+	conn, err := forwarder.Connect(n, log.With(d.base, "component", "nats"))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.HA.Enabled {
+		// The stream and the positions bucket outlive the loss of a NATS server like the leases.
+		conn.SetReplicas(cfg.HA.Replicas)
+	}
+	// A stream that contradicts the configuration refuses it; NATS unreachable does not. Replicas
+	// without events need the connection for the leases only.
+	if !cfg.Events.Enabled {
+		return conn, nil
+	}
+	if err := conn.Verify(d.ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+func probeListen(addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return nil // any free port will do
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// sharesEmbedded says whether the embedded servers of a and b would collide: the same port, or
+// the same JetStream store (the server does not lock it).
+func sharesEmbedded(a, b config.NATS) bool {
+	if !a.Embedded.Enabled || !b.Embedded.Enabled {
+		return false
+	}
+	_, pa, errA := net.SplitHostPort(a.Embedded.Listen)
+	_, pb, errB := net.SplitHostPort(b.Embedded.Listen)
+	samePort := errA != nil || errB != nil || (pa == pb && pa != "0")
+	return samePort || filepath.Clean(a.Embedded.StoreDir) == filepath.Clean(b.Embedded.StoreDir)
+}
+
+// restore starts cfg (the configuration that ran before a failed reload stopped it) again on a
+// fresh connection. Should that connection fail too, collection goes on without forwarding until
+// a reload succeeds, and /-/healthy says so.
+func (d *Daemon) restore(cfg *config.Config) {
+	run := cfg
+	conn, err := d.connect(cfg)
+	if err != nil {
+		level.Error(d.logger).Log("msg", "couldn't reconnect the previous NATS configuration; events are not forwarded until a reload succeeds", "err", err)
+		c := *cfg
+		c.Events.Enabled = false
+		run, conn = &c, nil
+	}
+	ctrls, err := d.build(run, conn)
+	if err != nil {
+		// It built before; only a file that has gone since (ca_file) can fail it now.
+		level.Error(d.logger).Log("msg", "couldn't restart the previous configuration", "err", err)
+		if conn != nil {
+			conn.Close()
+		}
+		ctrls, conn = nil, nil
+	}
+	for _, ct := range ctrls {
+		ct.start(d.ctx, d.logger)
+	}
+	d.mu.Lock()
+	d.controllers, d.conn = ctrls, conn
+	d.mu.Unlock()
+}
+
+// reload reads the config file again; a bad file is refused and the old config keeps running.
+func (d *Daemon) reload() error {
+	cfg, err := config.Load(d.configFile)
+	var ch changes
+	if err == nil {
+		ch, err = d.apply(cfg)
+	}
+	if err != nil {
+		d.reloadOK.Set(0)
+		d.mu.Lock()
+		d.reloadError = err.Error()
+		d.mu.Unlock()
+		level.Error(d.logger).Log("msg", "configuration reload refused, the previous configuration keeps running", "err", err)
+		return err
+	}
+	level.Info(d.logger).Log("msg", "configuration reloaded", "controllers", len(cfg.Controllers),
+		"kept", strings.Join(ch.kept, ","), "started", strings.Join(ch.started, ","), "stopped", strings.Join(ch.stopped, ","))
+	return nil
+}

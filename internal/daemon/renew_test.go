@@ -1,0 +1,114 @@
+// Tests that the coordinator's callbacks never wait for a reload: a lease is renewed on time
+// while a reload stops a controller that is slow to stop.
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// TestReloadDoesNotDelayRenewals: a reload stops beta, which takes longer than a lease time to
+// stop; meanwhile gamma's lease is taken away, so the coordinator releases and acquires it again
+// during the reload. Its callbacks do not wait for the reload: alpha's lease is renewed
+// throughout (never invalid, never taken again), and gamma runs again before the reload ends.
+func TestReloadDoesNotDelayRenewals(t *testing.T) {
+	const ttl = 3 * time.Second // the shortest config accepts: renewed every second
+	ns := testutil.StartNATS(t)
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	entries := map[string]string{}
+	for i, n := range []string{"alpha", "beta", "gamma"} {
+		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: testutil.SecretToken, VMs: 1})
+		t.Cleanup(sim.Close)
+		entries[n] = testutil.ControllerYAML(n, sim.URL, tok)
+	}
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	write := func(betaExtra string) {
+		testutil.WriteConfig(t, cfgFile, entries["alpha"], entries["beta"]+betaExtra, entries["gamma"])
+		f, err := os.OpenFile(cfgFile, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		f.WriteString("ha: {enabled: true, lease_ttl: 3s, instance: pod-a}\nnats: {url: " + ns.URL() + "}\n")
+	}
+	write("")
+
+	stopping := make(chan struct{}, 1)
+	d := startDaemon(t, cfgFile, func(d *Daemon) {
+		d.beforeStop = func(name string) {
+			if name == "beta" {
+				stopping <- struct{}{}
+				time.Sleep(ttl + time.Second)
+			}
+		}
+	})
+	coord := d.d.Coordinator()
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		mine, _ := leads(t, d)
+		return strings.Join(mine, ",") == "alpha,beta,gamma"
+	}, "all three run here; logs:\n%s", d.logs)
+	alpha := coord.Lease("alpha")
+
+	write("    timeout: 7s\n") // beta's settings change: the reload stops it
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- d.d.Reload() }()
+	<-stopping
+	kv := leaseBucket(t, ns.URL())
+	if err := kv.Delete(context.Background(), "leases.gamma"); err != nil {
+		t.Fatal(err)
+	}
+	gammaBack := false
+	for {
+		select {
+		case err := <-reloaded:
+			if err != nil {
+				t.Fatalf("reload: %v", err)
+			}
+			if !gammaBack {
+				t.Errorf("gamma was not acquired again while the reload stopped beta; logs:\n%s", d.logs)
+			}
+			if l := coord.Lease("alpha"); l != alpha {
+				t.Errorf("alpha's lease was taken again during the reload; logs:\n%s", d.logs)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if l := coord.Lease("alpha"); l != alpha || l.Remaining() < ttl/3 {
+			t.Fatalf("alpha's lease not renewed during the reload (lease %p, was %p); logs:\n%s", l, alpha, d.logs)
+		}
+		if l := coord.Lease("gamma"); l != nil && strings.Contains(d.logs.String(), `controller=gamma why="lost: another replica took it"`) {
+			gammaBack = true
+		}
+	}
+}
+
+// leaseBucket opens the replicas' lease bucket on its own connection.
+func leaseBucket(t *testing.T, url string) jetstream.KeyValue {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), "VEIL_EXPORTER_LEASES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
