@@ -77,6 +77,7 @@ type Inventory struct {
 	// renders it.
 	rendered atomic.Pointer[exposition.Set]
 	builder  exposition.Builder
+	ready    atomic.Bool // Rendered holds a refresh's data
 }
 
 // snapshot holds immutable slices: a refresh replaces them, scrapes only read them.

@@ -164,10 +164,13 @@ func (inv *Inventory) Rendered() *exposition.Set { return inv.rendered.Load() }
 // the inventory not yet shared).
 func (inv *Inventory) render() {
 	inv.mu.RLock()
-	snap, up := inv.snap, inv.up
+	snap, up, refreshed := inv.snap, inv.up, inv.refreshed
 	inv.mu.RUnlock()
 	inv.emit(emitter{b: &inv.builder}, snap, up)
 	inv.rendered.Store(inv.builder.Finish(inv.rendered.Load()))
+	if refreshed {
+		inv.ready.Store(true) // /metrics has the first refresh
+	}
 }
 
 // emitter sends a series to a scrape's channel or adds it to a Builder.

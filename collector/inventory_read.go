@@ -56,11 +56,9 @@ func (inv *Inventory) DomainsGen() ([]veil.Domain, uint64) {
 	return inv.snap.domains, inv.snap.domainsGen
 }
 
-// Ready reports whether the first refresh has finished.
+// Ready reports whether the first refresh has finished and its series are rendered.
 func (inv *Inventory) Ready() bool {
-	inv.mu.RLock()
-	defer inv.mu.RUnlock()
-	return inv.refreshed
+	return inv.ready.Load()
 }
 
 // Status returns a copy of the inventory's state for the status page.
