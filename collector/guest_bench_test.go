@@ -1,10 +1,13 @@
 package collector
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // BenchmarkGuestPingSweep measures one full guest-ping sweep over many running VMs with agents
@@ -51,4 +54,42 @@ func BenchmarkGuestPingSweep(b *testing.B) {
 	b.ReportMetric(float64(n), "vms")
 	b.ReportMetric(sweep.Seconds(), "sweep-s")
 	b.ReportMetric(sweep.Seconds()/floor.Seconds(), "ratio-to-floor")
+}
+
+// fixedDomains is a DomainSource that never changes.
+type fixedDomains []veil.Domain
+
+func (f fixedDomains) DomainsGen() ([]veil.Domain, uint64) { return f, 1 }
+
+// BenchmarkGuestRender renders the guest series of VEIL_BENCH_GUEST_VMS checked guests (default
+// 2000; each with its OS, two filesystems, one interface and its clock) with every family
+// compressed anew: the CPU one render costs, paid at most every guest.ping_interval/10.
+func BenchmarkGuestRender(b *testing.B) {
+	vms := 2000
+	if v, err := strconv.Atoi(os.Getenv("VEIL_BENCH_GUEST_VMS")); err == nil && v > 0 {
+		vms = v
+	}
+	doms := make(fixedDomains, vms)
+	for i := range doms {
+		doms[i] = veil.Domain{ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), UserPowerState: veil.PowerOn}
+		doms[i].GuestUtils.QemuState = true
+	}
+	g := NewGuestChecker("bench", &veil.Client{}, guestTestConfig(), doms, nil)
+	g.sync(time.Now())
+	for _, v := range g.vms {
+		v.pinged, v.pingOK, v.pingDur = true, true, 0.0012345
+		v.os = &veil.GuestOSInfo{ID: "ubuntu", Name: "Ubuntu", Version: "24.04 LTS (Noble Numbat)", KernelRelease: "6.8.0-45-generic", Machine: "x86_64", PrettyName: "Ubuntu 24.04.1 LTS"}
+		v.fs = []guestFS{{"/", "ext4", "vda1", 2.1e10, 8.2e9}, {"/boot", "ext4", "vda2", 1.0e9, 2.5e8}}
+		v.nics = []guestNIC{{name: "eth0", counters: [nicCounters]float64{1.2e9, 3.4e6, 0, 12, 9.8e8, 2.2e6, 0, 0}}}
+		v.hasClock, v.clock = true, -0.000123
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		g.rendered.Store(nil)
+		g.render()
+	}
+	plain, gz := g.Rendered().Size()
+	b.ReportMetric(float64(plain)/(1<<20), "rendered-MiB")
+	b.ReportMetric(float64(gz)/(1<<20), "rendered-gzip-MiB")
+	b.ReportMetric(float64(vms), "vms")
 }

@@ -7,6 +7,7 @@ package collector
 import (
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -77,5 +78,7 @@ func guestInterfaces(list []veil.GuestNetworkInterface, out *regexp.Regexp) []gu
 			},
 		})
 	}
+	// By name, the order of their series: a render need not sort them.
+	slices.SortFunc(nics, func(a, b guestNIC) int { return strings.Compare(a.name, b.name) })
 	return nics
 }

@@ -1,17 +1,21 @@
 package collector
 
-// The guest checker's series: their Descs, made once per checker, and emit, which exports what
-// the checks stored for the VMs eligible in the current inventory snapshot, rendered (Rendered)
-// at most every guestRenderEvery after a change, or live (Collect) for other formats.
+// The guest checker's series: their Descs, made once per checker, and emit, which exports a
+// view of what the checks stored for the VMs eligible in the current inventory snapshot,
+// rendered (Rendered) at most every guestRenderEvery after a change, or live (Collect).
 
 import (
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
+	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 type guestDescs struct {
@@ -96,10 +100,7 @@ func (g *GuestChecker) Collect(ch chan<- prometheus.Metric) {
 
 // CollectRendered sends what Rendered holds, encoded live from the checker's state now.
 func (g *GuestChecker) CollectRendered(ch chan<- prometheus.Metric) {
-	inv := g.snapshot()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.emit(emitter{ch: ch}, inv)
+	g.descs.emit(emitter{ch: ch}, g.view(g.snapshot()))
 }
 
 // CollectLive sends the families that Rendered leaves out: the command error counters.
@@ -111,40 +112,88 @@ func (g *GuestChecker) CollectLive(ch chan<- prometheus.Metric) {
 	}
 }
 
-// emit sends the series of the VMs eligible in inv. Only those are exported, so stopped,
-// agentless and deleted VMs lose their series at once. g.mu must be held.
-func (g *GuestChecker) emit(e emitter, inv guestInventory) {
+// guestView is what the series show of the checker's state at one instant: copied under g.mu
+// (a check replaces a VM's measurements, it never changes them in place) and emitted without
+// it, so that neither the checks nor a scrape wait for a render.
+type guestView struct {
+	vms                   []guestVMView // the checked eligible VMs, by id
+	eligible, unsupported int
+	sweepDone             bool
+	sweepDur              time.Duration
+}
+
+type guestVMView struct {
+	id       string
+	pingOK   bool
+	pingDur  float64
+	os       *veil.GuestOSInfo
+	fs       []guestFS
+	nics     []guestNIC
+	hasClock bool
+	clock    float64
+}
+
+// view copies the state of the VMs eligible in inv. Only those are exported, so stopped,
+// agentless and deleted VMs lose their series at once.
+func (g *GuestChecker) view(inv guestInventory) guestView {
+	g.mu.Lock()
 	eligible, unsupported := g.coverage(inv)
-	d := g.descs
-	checked := 0
+	w := guestView{vms: make([]guestVMView, 0, len(eligible)), eligible: len(eligible), unsupported: unsupported,
+		sweepDone: g.sweep.done, sweepDur: g.sweep.dur}
 	for _, id := range eligible {
-		v, ok := g.vms[id]
-		if !ok || !v.pinged {
-			continue
-		}
-		checked++
-		e.gauge(d.pingSuccess, metricutil.Bool(v.pingOK), id)
-		e.gauge(d.pingDuration, v.pingDur, id)
-		if o := v.os; o != nil {
-			e.gauge(d.osInfo, 1, id, o.ID, o.Name, o.Version, o.KernelRelease, o.Machine, o.PrettyName)
-		}
-		for _, f := range v.fs {
-			e.gauge(d.fsSize, f.size, id, f.mountpoint, f.fstype, f.device)
-			e.gauge(d.fsUsed, f.used, id, f.mountpoint, f.fstype, f.device)
-		}
-		if v.hasClock {
-			e.gauge(d.clockOffset, v.clock, id)
-		}
-		for i := range v.nics {
-			for c := range nicCounters {
-				e.counter(d.net[c], v.nics[i].counters[c], id, v.nics[i].name)
-			}
+		if v, ok := g.vms[id]; ok && v.pinged {
+			w.vms = append(w.vms, guestVMView{id: id, pingOK: v.pingOK, pingDur: v.pingDur, os: v.os, fs: v.fs,
+				nics: v.nics, hasClock: v.hasClock, clock: v.clock})
 		}
 	}
-	e.gauge(d.eligible, float64(len(eligible)))
-	e.gauge(d.checked, float64(checked))
-	e.gauge(d.unsupported, float64(unsupported))
-	if g.sweep.done {
-		e.gauge(d.sweepDuration, g.sweep.dur.Seconds())
+	g.mu.Unlock()
+	// The order of most families: a render need not sort them again.
+	slices.SortFunc(w.vms, func(a, b guestVMView) int { return strings.Compare(a.id, b.id) })
+	return w
+}
+
+// emit sends the view's series one family after the other: a render compresses each family
+// and drops its text before the next (e.flush).
+func (d *guestDescs) emit(e emitter, w guestView) {
+	each := func(f func(v *guestVMView)) {
+		for i := range w.vms {
+			f(&w.vms[i])
+		}
+		e.flush()
+	}
+	each(func(v *guestVMView) { e.gauge(d.pingSuccess, metricutil.Bool(v.pingOK), v.id) })
+	each(func(v *guestVMView) { e.gauge(d.pingDuration, v.pingDur, v.id) })
+	each(func(v *guestVMView) {
+		if o := v.os; o != nil {
+			e.gauge(d.osInfo, 1, v.id, o.ID, o.Name, o.Version, o.KernelRelease, o.Machine, o.PrettyName)
+		}
+	})
+	each(func(v *guestVMView) {
+		for _, f := range v.fs {
+			e.gauge(d.fsSize, f.size, v.id, f.mountpoint, f.fstype, f.device)
+		}
+	})
+	each(func(v *guestVMView) {
+		for _, f := range v.fs {
+			e.gauge(d.fsUsed, f.used, v.id, f.mountpoint, f.fstype, f.device)
+		}
+	})
+	each(func(v *guestVMView) {
+		if v.hasClock {
+			e.gauge(d.clockOffset, v.clock, v.id)
+		}
+	})
+	for c := range nicCounters {
+		each(func(v *guestVMView) {
+			for i := range v.nics {
+				e.counter(d.net[c], v.nics[i].counters[c], v.id, v.nics[i].name)
+			}
+		})
+	}
+	e.gauge(d.eligible, float64(w.eligible))
+	e.gauge(d.checked, float64(len(w.vms)))
+	e.gauge(d.unsupported, float64(w.unsupported))
+	if w.sweepDone {
+		e.gauge(d.sweepDuration, w.sweepDur.Seconds())
 	}
 }

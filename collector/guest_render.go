@@ -24,13 +24,12 @@ func (g *GuestChecker) changed() {
 
 // render replaces Rendered with the series of the checker's state now.
 func (g *GuestChecker) render() {
-	inv := g.snapshot()
+	w := g.view(g.snapshot())
 	g.renderMu.Lock()
 	defer g.renderMu.Unlock()
-	g.mu.Lock()
-	g.emit(emitter{b: &g.builder}, inv)
-	g.mu.Unlock()
-	g.rendered.Store(g.builder.Finish(g.rendered.Load()))
+	prev := g.rendered.Load()
+	g.descs.emit(emitter{b: &g.builder, prev: prev}, w)
+	g.rendered.Store(g.builder.Finish(prev))
 }
 
 // renderLoop renders after each change, at most every renderEvery: a result that lands
@@ -56,7 +55,8 @@ func (g *GuestChecker) renderLoop(ctx context.Context) {
 
 // guestRenderEvery is the pause between renders: a tenth of the ping interval, between 100 ms
 // and 2 s. Results are at most that much older on /metrics than in the checker; a render of
-// 10,000 guests costs about RENDERCOST of CPU.
+// 10,000 checked guests, every family compressed, costs about 0.1 s of CPU
+// (BenchmarkGuestRender), so at most about 5% of a core.
 func guestRenderEvery(ping time.Duration) time.Duration {
 	return min(max(ping/10, 100*time.Millisecond), 2*time.Second)
 }

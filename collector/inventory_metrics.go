@@ -166,17 +166,27 @@ func (inv *Inventory) render() {
 	inv.mu.RLock()
 	snap, up, refreshed := inv.snap, inv.up, inv.refreshed
 	inv.mu.RUnlock()
-	inv.emit(emitter{b: &inv.builder}, snap, up)
-	inv.rendered.Store(inv.builder.Finish(inv.rendered.Load()))
+	prev := inv.rendered.Load()
+	inv.emit(emitter{b: &inv.builder, prev: prev}, snap, up)
+	inv.rendered.Store(inv.builder.Finish(prev))
 	if refreshed {
 		inv.ready.Store(true) // /metrics has the first refresh
 	}
 }
 
-// emitter sends a series to a scrape's channel or adds it to a Builder.
+// emitter sends a series to a scrape's channel or adds it to a Builder (prev: the Set it
+// replaces).
 type emitter struct {
-	ch chan<- prometheus.Metric
-	b  *exposition.Builder
+	ch   chan<- prometheus.Metric
+	b    *exposition.Builder
+	prev *exposition.Set
+}
+
+// flush lets a Builder compress the families added so far; none of them may follow again.
+func (e emitter) flush() {
+	if e.b != nil {
+		e.b.Flush(e.prev)
+	}
 }
 
 func (e emitter) gauge(d *exposition.Desc, v float64, labels ...string) {
@@ -246,24 +256,37 @@ func (inv *Inventory) emit(e emitter, snap snapshot, up bool) {
 		gauge(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
 		gauge(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
 	}
-	for i := range snap.domains {
-		v := &snap.domains[i]
+	e.flush()
+	// The domains one family after the other: a render keeps the text of one at a time.
+	each := func(f func(v *veil.Domain)) {
+		for i := range snap.domains {
+			f(&snap.domains[i])
+		}
+		e.flush()
+	}
+	each(func(v *veil.Domain) {
 		parent := ""
 		if v.Parent != nil {
 			parent = v.Parent.ID
 		}
 		gauge(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, tagsLabel(v.Tags))
-		gauge(d.domainStatus, 1, v.ID, v.Status)
-		gauge(d.domainPower, 1, v.ID, powerState(v.UserPowerState))
-		gauge(d.domainCPUs, float64(v.CPUCount), v.ID)
-		gauge(d.domainMemory, float64(v.MemoryCount)*mib, v.ID)
+	})
+	each(func(v *veil.Domain) { gauge(d.domainStatus, 1, v.ID, v.Status) })
+	each(func(v *veil.Domain) { gauge(d.domainPower, 1, v.ID, powerState(v.UserPowerState)) })
+	each(func(v *veil.Domain) { gauge(d.domainCPUs, float64(v.CPUCount), v.ID) })
+	each(func(v *veil.Domain) { gauge(d.domainMemory, float64(v.MemoryCount)*mib, v.ID) })
+	each(func(v *veil.Domain) {
 		if v.CPUUsedPercentUser != nil {
 			gauge(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
 		}
+	})
+	each(func(v *veil.Domain) {
 		if v.MemUsedPercentUser != nil {
 			gauge(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
 		}
-		gauge(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID)
+	})
+	each(func(v *veil.Domain) { gauge(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID) })
+	each(func(v *veil.Domain) {
 		if g := &v.GuestUtils; g.Hostname != "" || len(g.IPv4) > 0 {
 			ip := ""
 			if len(g.IPv4) > 0 {
@@ -271,7 +294,7 @@ func (inv *Inventory) emit(e emitter, snap snapshot, up bool) {
 			}
 			gauge(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
 		}
-	}
+	})
 
 	if snap.taskCounts != nil { // tasks read: absent while the collection is off or unavailable
 		for _, b := range inv.backups.of(snap.domains) {

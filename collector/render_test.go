@@ -108,12 +108,10 @@ func TestGuestRenderedIsCollected(t *testing.T) {
 	e.waitSweeps(3, 10*time.Second)
 	g := e.gc
 	var b exposition.Builder
-	inv := g.snapshot()
-	g.mu.Lock()
-	g.emit(emitter{b: &b}, inv)
+	w := g.view(g.snapshot())
+	g.descs.emit(emitter{b: &b}, w)
 	set := b.Finish(nil)
-	live := liveText(t, func(ch chan<- prometheus.Metric) { g.emit(emitter{ch: ch}, inv) })
-	g.mu.Unlock()
+	live := liveText(t, func(ch chan<- prometheus.Metric) { g.descs.emit(emitter{ch: ch}, w) })
 	sameText(t, "guest", renderedText(t, set), live,
 		"veil_guest_ping_success{", "veil_guest_os_info{", "veil_guest_filesystem_used_bytes{", "veil_guest_network_receive_bytes_total{", "veil_guest_clock_offset_seconds{")
 

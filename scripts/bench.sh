@@ -4,11 +4,13 @@
 # The inventory benchmarks read a simulator running as its own process (bin/veil-sim), so the
 # CPU time and memory measured are the exporter's alone, as in production; the simulator still
 # shares this machine's cores, and its CPU time per refresh is reported next to the exporter's.
-# Resident memory is that of the real bin/veil-exporter against 10,000 VMs.
+# Resident memory and the scrape are those of the real bin/veil-exporter with guest checks on
+# (e2e BenchmarkScrape).
 #
 # BENCH_COUNT (runs per benchmark, default 5), BENCH_SIZES (default "1000 10000 50000"),
 # BENCH_GUEST_VMS (default 10000), BENCH_GUEST_COUNT (default 3), BENCH_EVENTS_COUNT (runs of each
-# forwarder benchmark, default 5).
+# forwarder benchmark, default 5), BENCH_SCRAPE_SIZES (VMs of the scrape and memory runs with guest
+# checks on, default "10000 50000").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,9 +19,9 @@ SIZES=${BENCH_SIZES:-1000 10000 50000}
 GUEST_VMS=${BENCH_GUEST_VMS:-10000}
 GUEST_COUNT=${BENCH_GUEST_COUNT:-3}
 EVENTS_COUNT=${BENCH_EVENTS_COUNT:-5}
+SCRAPE_SIZES=${BENCH_SCRAPE_SIZES:-10000 50000}
 OUT=bench/out
 SIM_ADDR=127.0.0.1:${BENCH_SIM_PORT:-18765}
-WEB_ADDR=127.0.0.1:${BENCH_WEB_PORT:-19867}
 mkdir -p "$OUT"
 RAW="$OUT/bench.txt"
 : >"$RAW"
@@ -55,44 +57,6 @@ start_sim() {
 }
 stop_sim() { kill "$sim_pid" 2>/dev/null || true; wait "$sim_pid" 2>/dev/null || true; }
 
-# rss VMS: run the real exporter against the simulator for a few refreshes and scrapes, then
-# report its peak and current resident memory as a benchmark line.
-rss() {
-  local dir; dir=$(mktemp -d)
-  printf 'bench-token\n' >"$dir/token"
-  cat >"$dir/config.yaml" <<YAML
-controllers:
-  - name: bench
-    url: http://$SIM_ADDR
-    token_file: $dir/token
-    max_concurrency: 8
-    max_requests_per_second: 500
-collect:
-  interval: 5s
-guest:
-  enabled: true
-  ping_interval: 15s
-events:
-  enabled: false
-YAML
-  "$OUT/veil-exporter" --config.file "$dir/config.yaml" --web.listen-address "$WEB_ADDR" >"$OUT/veil-exporter.log" 2>&1 &
-  local pid=$!
-  pids+=("$pid")
-  local rss_samples=()
-  sleep 5
-  for _ in 1 2 3 4; do
-    sleep 5
-    curl -fsS -o /dev/null "http://$WEB_ADDR/metrics" || echo "scrape failed"
-    rss_samples+=("$(awk '/^VmRSS/ {print $2}' /proc/$pid/status)")
-  done
-  local hwm; hwm=$(awk '/^VmHWM/ {print $2}' /proc/$pid/status)
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  for s in "${rss_samples[@]}"; do
-    printf 'BenchmarkExporterRSS/vms=%s 1 %s hwm-MiB %s rss-MiB\n' "$1" "$(awk "BEGIN{print $hwm/1024}")" "$(awk "BEGIN{print $s/1024}")" >>"$RAW"
-  done
-  rm -rf "$dir"
-}
-
 for n in $SIZES; do
   echo "== inventory refresh and /metrics at $n VMs (separate simulator process)"
   start_sim "$n"
@@ -101,11 +65,6 @@ for n in $SIZES; do
   VEIL_BENCH_VMS=$n VEIL_BENCH_URL="http://$SIM_ADDR" VEIL_BENCH_TOKEN=bench-token VEIL_BENCH_SIM_PID=$sim_pid \
     "$OUT/collector.test" -test.run '^$' -test.bench '^(BenchmarkInventoryRefresh|BenchmarkMetricsServe|BenchmarkMetricsServeBaseline)$' \
     -test.benchtime "$bt" -test.count "$runs" | tee -a "$RAW"
-  if [ "$n" -eq 10000 ]; then
-    echo "== resident memory of bin/veil-exporter at $n VMs"
-    rss "$n"
-    tail -1 "$RAW"
-  fi
   stop_sim
 done
 
@@ -126,6 +85,10 @@ echo "== replicas: takeover after kill -9 and after SIGSTOP; controller requests
 go test -c -o "$OUT/e2e.test" ./e2e
 (cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkReplicas$' -test.benchtime 1x -test.count 1 \
   -test.timeout 10m) | tee -a "$RAW" || echo "replicas benchmark failed: not measured"
+
+echo "== /metrics as Prometheus scrapes it and resident memory: bin/veil-exporter with guest checks on at $SCRAPE_SIZES VMs"
+(cd e2e && VEIL_BENCH_SCRAPE_SIZES="$SCRAPE_SIZES" ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkScrape$' -test.benchtime 1x \
+  -test.count 1 -test.timeout 40m) | tee -a "$RAW" || echo "scrape benchmark failed: not measured"
 
 echo "== fleet: 60 controllers of 1,000 VMs (one veil-sim process) on three replicas; kill -9 of one"
 (cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkFleet$' -test.benchtime 1x -test.count 1 \

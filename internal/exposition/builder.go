@@ -7,6 +7,7 @@ package exposition
 import (
 	"bytes"
 	"hash/crc32"
+	"io"
 	"math"
 	"slices"
 	"sort"
@@ -19,10 +20,10 @@ import (
 // inventory is tens of megabytes, only needed while it is compressed); the next build
 // allocates them at the size they had.
 type Builder struct {
-	fams    map[*Desc]*famBuf
-	scratch []byte
-	lines   []line
-	comp    compressor
+	fams  map[*Desc]*famBuf
+	done  []*Family // flushed, for Finish
+	lines []line
+	comp  compressor
 }
 
 type famBuf struct {
@@ -76,44 +77,76 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 	f.buf = append(buf, '\n')
 }
 
-// Finish returns the Set of what was added since the last Finish. A family whose bytes equal
-// those of the same family in prev keeps prev's compressed form.
-func (b *Builder) Finish(prev *Set) *Set {
-	old := make(map[string]*Family)
+// Flush compresses the families added so far and releases their text: a collector that
+// emits one family after the other keeps the text of one at a time. A family flushed must not
+// be added to again before Finish. prev is the Set being replaced, as for Finish.
+func (b *Builder) Flush(prev *Set) {
+	var old map[string]*Family
 	if prev != nil {
+		old = make(map[string]*Family, len(prev.Families))
 		for _, f := range prev.Families {
 			old[f.Name] = f
 		}
 	}
-	fams := make([]*famBuf, 0, len(b.fams))
-	for _, f := range b.fams {
-		if len(f.offs) > 0 {
-			fams = append(fams, f)
+	for d, f := range b.fams {
+		if len(f.offs) == 0 {
+			continue
 		}
-	}
-	sort.Slice(fams, func(i, j int) bool { return fams[i].d.name < fams[j].d.name })
-	set := &Set{Families: make([]*Family, 0, len(fams))}
-	for _, f := range fams {
-		plain := b.sorted(f)
-		fam := &Family{Name: f.d.name, Header: f.d.header, size: int64(len(plain)), crc: crc32.ChecksumIEEE(plain)}
+		whole, lines := b.ordered(f)
+		write := func(w io.Writer) {
+			if whole != nil {
+				_, _ = w.Write(whole)
+				return
+			}
+			for _, l := range lines {
+				_, _ = w.Write(f.buf[l.start:l.end])
+			}
+		}
+		sum := crc32.NewIEEE()
+		n := &countWriter{w: sum}
+		write(n)
+		fam := &Family{Name: d.name, Header: d.header, size: n.n, crc: sum.Sum32()}
 		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.Header == fam.Header {
 			fam = o
 		} else {
-			fam.deflate = b.comp.segment(plain)
+			fam.deflate = b.comp.segment(write)
 		}
-		set.Families = append(set.Families, fam)
-		set.size += fam.size
-		set.compressed += int64(len(fam.deflate))
+		b.done = append(b.done, fam)
 		f.hintBuf, f.hintLines = len(f.buf)+len(f.buf)/8, len(f.offs)+len(f.offs)/8
 		f.buf, f.offs = nil, nil
 	}
-	b.scratch, b.lines = nil, nil
+	b.lines = nil
+}
+
+// countWriter counts what it passes on.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.w.Write(p)
+}
+
+// Finish returns the Set of what was added since the last Finish. A family whose bytes equal
+// those of the same family in prev keeps prev's compressed form.
+func (b *Builder) Finish(prev *Set) *Set {
+	b.Flush(prev)
+	set := &Set{Families: b.done}
+	b.done = nil
+	sort.Slice(set.Families, func(i, j int) bool { return set.Families[i].Name < set.Families[j].Name })
+	for _, f := range set.Families {
+		set.size += f.size
+		set.compressed += int64(len(f.deflate))
+	}
 	return set
 }
 
-// sorted returns the family's lines in client_golang's order (by label values, in the order
-// of the label names), without a repeated label set (the first added stays).
-func (b *Builder) sorted(f *famBuf) []byte {
+// ordered returns the family's lines in client_golang's order (by label values, in the order
+// of the label names), without a repeated label set (the first added stays): f.buf itself when
+// it already is in that order (no copy), otherwise the lines to write one after the other.
+func (b *Builder) ordered(f *famBuf) (whole []byte, lines []line) {
 	b.lines = b.lines[:0]
 	for i, o := range f.offs {
 		end := uint32(len(f.buf))
@@ -129,17 +162,22 @@ func (b *Builder) sorted(f *famBuf) []byte {
 		}
 		return compareValues(f.buf[x.start:x.end], f.buf[y.start:y.end], start)
 	}
-	if !slices.IsSortedFunc(b.lines, cmp) {
-		slices.SortStableFunc(b.lines, cmp)
+	strictly := true
+	for i := 1; i < len(b.lines) && strictly; i++ {
+		strictly = cmp(b.lines[i-1], b.lines[i]) < 0
 	}
-	b.scratch = b.scratch[:0]
+	if strictly {
+		return f.buf, nil
+	}
+	slices.SortStableFunc(b.lines, cmp)
+	lines = b.lines[:0]
 	for i, l := range b.lines {
 		if i > 0 && cmp(b.lines[i-1], l) == 0 {
 			continue
 		}
-		b.scratch = append(b.scratch, f.buf[l.start:l.end]...)
+		lines = append(lines, l)
 	}
-	return b.scratch
+	return nil, lines
 }
 
 // compareValues compares two lines of one family by their label values, decoded, in the

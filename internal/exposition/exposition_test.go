@@ -264,6 +264,7 @@ func TestFinishKeepsUnchangedFamilies(t *testing.T) {
 	bl.Add(b, 1, "x")
 	first := bl.Finish(nil)
 	bl.Add(a, 1, "x")
+	bl.Flush(first) // a compressed (kept from first), its text released
 	bl.Add(b, 2, "x")
 	bl.Add(b, 3, "x") // the same label set again: dropped
 	second := bl.Finish(first)

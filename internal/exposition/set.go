@@ -54,15 +54,15 @@ type compressor struct {
 	out bytes.Buffer
 }
 
-// segment compresses p into a raw deflate segment ending in a sync flush.
-func (c *compressor) segment(p []byte) []byte {
+// segment compresses what write writes into a raw deflate segment ending in a sync flush.
+func (c *compressor) segment(write func(io.Writer)) []byte {
 	c.out.Reset()
 	if c.w == nil {
 		c.w, _ = flate.NewWriter(&c.out, level)
 	} else {
 		c.w.Reset(&c.out)
 	}
-	_, _ = c.w.Write(p)
+	write(c.w)
 	_ = c.w.Flush()
 	return bytes.Clone(c.out.Bytes())
 }

@@ -1,0 +1,213 @@
+// The scrape's figures for make bench: a real bin/veil-exporter with guest checks on against a
+// bin/veil-sim of 10,000 and 50,000 VMs, scraped as Prometheus scrapes (its Accept header,
+// gzip), against the floor of the same compressed bytes served from memory over the same
+// loopback, alternately in the same run; and the exporter's peak resident memory.
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+)
+
+// promAccept is the Accept header of Prometheus 3 without native histograms.
+const promAccept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+
+// BenchmarkScrape runs once per size whatever b.N (make bench asks for 1x); sizes from
+// VEIL_BENCH_SCRAPE_SIZES (default "10000 50000"). It waits until every eligible VM has had its
+// guest checks, then scrapes 200 times, each followed by one scrape of the floor, and reports
+// scrape-ms and floor-ms (medians), scrape-p99-ms, ratio-median and ratio-p99 (to the floor's
+// median; targets 3 and 5), series, gzip-MB, hwm-MiB and rss-MiB of the exporter (target 150
+// at 10,000 VMs, 500 at 50,000) and sweep-s, how long the first full guest coverage took.
+func BenchmarkScrape(b *testing.B) {
+	sizes := strings.Fields(os.Getenv("VEIL_BENCH_SCRAPE_SIZES"))
+	if len(sizes) == 0 {
+		sizes = []string{"10000", "50000"}
+	}
+	exporter := testutil.Build(b, "cmd/veil-exporter")
+	simBin := testutil.Build(b, "cmd/veil-sim")
+	for _, s := range sizes {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatalf("VEIL_BENCH_SCRAPE_SIZES: %v", err)
+		}
+		b.Run("vms="+s, func(b *testing.B) { benchScrape(b, exporter, simBin, n) })
+	}
+}
+
+func benchScrape(b *testing.B, exporter, simBin string, vms int) {
+	dir := b.TempDir()
+	const token = "scrape-bench-token"
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte(token), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	simURL := startSim(b, simBin, "--token", token, "--seed", "1", "--vms", strconv.Itoa(vms), "--nodes", "500",
+		"--datapools", "50", "--clusters", "5", "--latency", "1ms", "--event-rate", "0")
+	cfg := filepath.Join(dir, "config.yaml")
+	body := fmt.Sprintf(`controllers:
+  - name: bench
+    url: %s
+    token_file: %s
+    max_concurrency: 32
+    max_requests_per_second: 20000
+collect:
+  interval: 30s
+guest:
+  enabled: true
+  ping_interval: 60s
+  concurrency: 32
+events:
+  enabled: false
+`, simURL, tok)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	p := &replicaProc{t: b, bin: exporter, cfg: cfg, web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), logPath: filepath.Join(dir, "exporter.log")}
+	p.start()
+	b.Cleanup(func() { p.signal(syscall.SIGKILL); p.wait() })
+	metrics := "http://" + p.web + "/metrics"
+
+	start := time.Now()
+	covered := regexp.MustCompile(`(?m)^veil_guest_(eligible|checked)_domains\{controller="bench"\} (\d+)$`)
+	testutil.Eventually(b, 10*time.Minute, func() bool {
+		raw, _, err := scrapeOnce(metrics)
+		if err != nil {
+			return false
+		}
+		got := map[string]string{}
+		for _, m := range covered.FindAllStringSubmatch(raw, -1) {
+			got[m[1]] = m[2]
+		}
+		return got["eligible"] != "" && got["eligible"] != "0" && got["eligible"] == got["checked"]
+	}, "every eligible VM checked")
+	sweep := time.Since(start)
+
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	get := func(u string) (time.Duration, []byte, http.Header) {
+		req, _ := http.NewRequest("GET", u, nil)
+		req.Header.Set("Accept", promAccept)
+		req.Header.Set("Accept-Encoding", "gzip")
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(t0)
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("scrape: %d %v", resp.StatusCode, err)
+		}
+		return d, body, resp.Header
+	}
+	_, last, hdr := get(metrics)
+	floorSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", hdr.Get("Content-Type"))
+		w.Header().Set("Content-Encoding", hdr.Get("Content-Encoding"))
+		_, _ = w.Write(last)
+	}))
+	defer floorSrv.Close()
+	const rounds = 200
+	var scrapes, floors []float64
+	for range rounds {
+		d, _, _ := get(metrics)
+		scrapes = append(scrapes, d.Seconds()*1000)
+		d, _, _ = get(floorSrv.URL)
+		floors = append(floors, d.Seconds()*1000)
+	}
+	raw, _, err := scrapeOnce(metrics)
+	if err != nil {
+		b.Fatal(err)
+	}
+	series := 0
+	for _, l := range strings.Split(raw, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			series++
+		}
+	}
+	slices.Sort(scrapes)
+	slices.Sort(floors)
+	med, p99 := scrapes[len(scrapes)/2], scrapes[len(scrapes)*99/100]
+	floor := floors[len(floors)/2]
+	b.ReportMetric(med, "scrape-ms")
+	b.ReportMetric(p99, "scrape-p99-ms")
+	b.ReportMetric(floor, "floor-ms")
+	b.ReportMetric(med/floor, "ratio-median")
+	b.ReportMetric(p99/floor, "ratio-p99")
+	b.ReportMetric(float64(series), "series")
+	b.ReportMetric(float64(len(last))/1e6, "gzip-MB")
+	b.ReportMetric(peakRSS(b, p.cmd.Process.Pid), "hwm-MiB")
+	b.ReportMetric(statusKB(b, p.cmd.Process.Pid, "VmRSS:")/1024, "rss-MiB")
+	b.ReportMetric(sweep.Seconds(), "sweep-s")
+}
+
+// scrapeOnce returns /metrics as text (the client decompresses).
+func scrapeOnce(u string) (string, http.Header, error) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return "", nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return string(raw), resp.Header, err
+}
+
+// startSim starts bin/veil-sim on a free port with args and returns its URL.
+func startSim(b *testing.B, bin string, args ...string) string {
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "veil-sim listening on "); ok {
+				urls <- u
+			}
+		}
+	}()
+	select {
+	case u := <-urls:
+		return u
+	case <-time.After(2 * time.Minute):
+		b.Fatal("veil-sim did not start in 2 minutes")
+		return ""
+	}
+}
+
+// statusKB reads a field of /proc/pid/status in kB.
+func statusKB(b *testing.B, pid int, field string) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, field); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb
+		}
+	}
+	return 0
+}
