@@ -80,11 +80,18 @@ race:
 rules-test:
 	bash deploy/prometheus/test.sh
 
-## fuzz: a longer fuzzing run of every fuzz target (not part of `make test`).
-FUZZTIME ?= 30s
+## fuzz: a longer fuzzing run of every fuzz target of every package, one target at a time for
+## FUZZTIME each (not part of `make test`, which runs their seed corpora). FUZZPARALLEL=1 fuzzes
+## with one worker instead of one per CPU. A failing input is saved in the package's testdata/fuzz.
+FUZZTIME     ?= 30s
+FUZZPARALLEL ?=
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./veil | grep '^Fuzz'); do \
-	  echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./veil || exit 1; \
+	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  list=$$($(GO) test -list '^Fuzz' $$pkg) || { echo "$$list"; exit 1; }; \
+	  for t in $$(echo "$$list" | grep '^Fuzz'); do \
+	    echo "== $$pkg $$t"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) $$pkg || exit 1; \
+	  done; \
 	done
 
 ## faults: the durability suite (e2e/durability_test.go: kills, lost volumes and messages, lost
