@@ -81,18 +81,12 @@ rules-test:
 	bash deploy/prometheus/test.sh
 
 ## fuzz: a longer fuzzing run of every fuzz target of every package, one target at a time for
-## FUZZTIME each (not part of `make test`, which runs their seed corpora). FUZZPARALLEL=1 fuzzes
-## with one worker instead of one per CPU. A failing input is saved in the package's testdata/fuzz.
+## FUZZTIME each (not part of `make test`, which runs their seed corpora); FUZZPARALLEL=1 fuzzes
+## with one worker instead of one per CPU (scripts/fuzz.sh).
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?=
 fuzz:
-	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
-	  list=$$($(GO) test -list '^Fuzz' $$pkg) || { echo "$$list"; exit 1; }; \
-	  for t in $$(echo "$$list" | grep '^Fuzz'); do \
-	    echo "== $$pkg $$t"; \
-	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) $$pkg || exit 1; \
-	  done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZPARALLEL=$(FUZZPARALLEL) bash scripts/fuzz.sh
 
 ## faults: the durability suite (e2e/durability_test.go: kills, lost volumes and messages, lost
 ## acknowledgements, pauses, a full disk) with every row's rounds FAULTS_SCALE times as many as in
