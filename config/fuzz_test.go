@@ -93,7 +93,7 @@ func checkProblemLines(t *testing.T, data []byte, err error) {
 	if xerr != nil {
 		expanded = data // the unset variables are named with the lines of data
 	}
-	lines := bytes.Count(expanded, []byte("\n")) + 1
+	lines := yamlLines(expanded)
 	for _, m := range lineRE.FindAllStringSubmatch(err.Error(), -1) {
 		if n, _ := strconv.Atoi(m[1]); n < 1 || n > lines {
 			t.Fatalf("error names line %d of %d: %v", n, lines, err)
@@ -129,6 +129,12 @@ func checkProblemLines(t *testing.T, data []byte, err error) {
 			t.Fatalf("problem %q names line %d; the file has the key (or the nearest above it) on line %d", msg, n, want)
 		}
 	}
+}
+
+// yamlLines counts the lines of b as YAML does: a line ends at \n, \r\n, a lone \r, NEL, LS or PS.
+func yamlLines(b []byte) int {
+	s := strings.ReplaceAll(string(b), "\r\n", "\n")
+	return 1 + strings.Count(s, "\n") + strings.Count(s, "\r") + strings.Count(s, "\u0085") + strings.Count(s, "\u2028") + strings.Count(s, "\u2029")
 }
 
 // checkDumpReads dumps cfg as YAML (secrets masked, a literal ${ escaped as $${), reads it back and
