@@ -80,12 +80,13 @@ race:
 rules-test:
 	bash deploy/prometheus/test.sh
 
-## fuzz: a longer fuzzing run of every fuzz target (not part of `make test`).
-FUZZTIME ?= 30s
+## fuzz: a longer fuzzing run of every fuzz target of every package, one target at a time for
+## FUZZTIME each (not part of `make test`, which runs their seed corpora); FUZZPARALLEL=1 fuzzes
+## with one worker instead of one per CPU (scripts/fuzz.sh).
+FUZZTIME     ?= 30s
+FUZZPARALLEL ?=
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./veil | grep '^Fuzz'); do \
-	  echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./veil || exit 1; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZPARALLEL=$(FUZZPARALLEL) bash scripts/fuzz.sh
 
 ## faults: the durability suite (e2e/durability_test.go: kills, lost volumes and messages, lost
 ## acknowledgements, pauses, a full disk) with every row's rounds FAULTS_SCALE times as many as in

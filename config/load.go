@@ -1,3 +1,5 @@
+// Loading the configuration: ${ENV} expansion, strict YAML on top of Default, and validation
+// whose every problem names the line to edit.
 package config
 
 import (
@@ -198,8 +200,17 @@ func annotateYAMLError(err error, lines map[string]int) error {
 		}
 		msgs = append(msgs, m)
 	}
-	return errors.New(strings.Join(msgs, "; "))
+	return &problems{list: msgs}
 }
+
+// problems is the error of a config that decodes or validates badly: each problem, with its line
+// where the file has one, joined by "; " after prefix.
+type problems struct {
+	prefix string
+	list   []string
+}
+
+func (p *problems) Error() string { return p.prefix + strings.Join(p.list, "; ") }
 
 type validator struct {
 	lines map[string]int
@@ -208,22 +219,32 @@ type validator struct {
 
 func (v *validator) add(path, format string, args ...any) {
 	msg := path + ": " + fmt.Sprintf(format, args...)
-	if l, ok := v.lines[path]; ok {
-		msg = fmt.Sprintf("line %d: %s", l, msg)
-	} else if i := strings.LastIndex(path, "."); i > 0 {
-		// A key left to its default has no line; point at its parent.
-		if l, ok := v.lines[path[:i]]; ok {
+	// A key left to its default (or brought by a YAML merge key) has no line; point at the
+	// nearest key above it that the file has.
+	for p := path; p != ""; p = parentKey(p) {
+		if l, ok := v.lines[p]; ok {
 			msg = fmt.Sprintf("line %d: %s", l, msg)
+			break
 		}
 	}
 	v.errs = append(v.errs, msg)
+}
+
+// parentKey is the key above p in keyLines' paths: "nats.tls" for "nats.tls.ca_file",
+// "controllers" for "controllers[0]".
+func parentKey(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
 }
 
 func (v *validator) err() error {
 	if len(v.errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("invalid config: %s", strings.Join(v.errs, "; "))
+	return &problems{prefix: "invalid config: ", list: v.errs}
 }
 
 // nameRE keeps controller names usable as a NATS subject token, a label value and a file name.

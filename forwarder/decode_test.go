@@ -1,3 +1,4 @@
+// The forwarder's event decoding held to veil.Event's own, and what a page costs to decode.
 package forwarder
 
 import (
@@ -9,29 +10,32 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
+// eventCases are events of every shape the lenient rules meet; TestDecodeEventMatchesVeil
+// decodes each alone and FuzzDecodeEvents starts from pages of them.
+var eventCases = []string{
+	`{"id":"e1","type":"warning","created":"2021-08-20T10:08:09.761081Z","extra":{"kept":true},"entities":[{"entity_uuid":"u-1","entity_class":"domain"}]}`,
+	`{"id":"e2","message":"a \"quoted\" {brace} [bracket]","type":"info","created":"2021-08-20T10:08:09Z","entities":[]}`,
+	` { "ID" : "e3" , "Type":"error", "CREATED": "2021-08-20T10:08:09.1Z", "task": null, "readed": [1, {"a": [2]}], "entities": null } `,
+	`{"id":"e\u00e94","type":"ty\npe","created":null}`,
+	`{"id":"e5","type":7,"created":"","entities":[{"entity_uuid":5,"entity_class":"node"}]}`,
+	`{"id":"e6","entities":"not a list"}`,
+	`{"id":"first","id":"last","type":"a","type":"b"}`,
+	`{"i\u0064":"escaped key","created":"2021-08-20T10:08:09Z"}`,
+	`{}`,
+	`{"id":5}`,
+	`{"id":"e7","created":12}`,
+	`{"id":"e8","created":"not a time"}`,
+	`{"id":"e9","entities":[{"id":5}]}`,
+	`"a string"`,
+	`[1]`,
+	`12`,
+	`null`,
+}
+
 // TestDecodeEventMatchesVeil proves the forwarder's event decoding gives what veil.Event's own
 // decoding gives for every field forwarding uses, Raw byte for byte, and fails where it fails.
 func TestDecodeEventMatchesVeil(t *testing.T) {
-	tests := []string{
-		`{"id":"e1","type":"warning","created":"2021-08-20T10:08:09.761081Z","extra":{"kept":true},"entities":[{"entity_uuid":"u-1","entity_class":"domain"}]}`,
-		`{"id":"e2","message":"a \"quoted\" {brace} [bracket]","type":"info","created":"2021-08-20T10:08:09Z","entities":[]}`,
-		` { "ID" : "e3" , "Type":"error", "CREATED": "2021-08-20T10:08:09.1Z", "task": null, "readed": [1, {"a": [2]}], "entities": null } `,
-		`{"id":"e\u00e94","type":"ty\npe","created":null}`,
-		`{"id":"e5","type":7,"created":"","entities":[{"entity_uuid":5,"entity_class":"node"}]}`,
-		`{"id":"e6","entities":"not a list"}`,
-		`{"id":"first","id":"last","type":"a","type":"b"}`,
-		`{"i\u0064":"escaped key","created":"2021-08-20T10:08:09Z"}`,
-		`{}`,
-		`{"id":5}`,
-		`{"id":"e7","created":12}`,
-		`{"id":"e8","created":"not a time"}`,
-		`{"id":"e9","entities":[{"id":5}]}`,
-		`"a string"`,
-		`[1]`,
-		`12`,
-		`null`,
-	}
-	for _, raw := range tests {
+	for _, raw := range eventCases {
 		var want veil.Event
 		werr := json.Unmarshal([]byte(raw), &want)
 		var got veil.Event

@@ -187,8 +187,12 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 
 // UnmarshalJSON reads data_with_entity ("_task" + "_entity", or "entity" as vendor code shows)
 // and data_without_entity. An answer without "_task" (a repeated start answers with the domain
-// object) leaves Task zero and keeps the whole object in Entity.
+// object) leaves Task zero and keeps the whole object in Entity. A null answer is no entity, as
+// a null "_entity" is, and leaves te untouched (encoding/json's convention for null).
 func (te *TaskEnvelope) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
 	var v struct {
 		Task    *Task           `json:"_task"`
 		Entity  json.RawMessage `json:"_entity"`

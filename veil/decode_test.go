@@ -94,6 +94,7 @@ func TestTaskEnvelopeForms(t *testing.T) {
 		{"entity uuid string", `{"_task":{"id":"t2","status":"SUCCESS","executed":"2.49"},"entity":"d2"}`, "t2", `"d2"`},
 		{"without entity", `{"_task":{"id":"t3"}}`, "t3", ``},
 		{"the object itself", `{"id":"d4","verbose_name":"vm"}`, "", `{"id":"d4","verbose_name":"vm"}`},
+		{"null answer", `null`, "", ``},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var env veil.TaskEnvelope
