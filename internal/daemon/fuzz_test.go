@@ -2,7 +2,7 @@
 // controllers: whatever the query, /sd/domains answers the http_sd list it selects (controller=,
 // port=) or 400 for a port that is none, and the status page answers JSON for format=json and a
 // whole HTML page otherwise; never a 5xx.
-package main
+package daemon
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ func FuzzHandlerQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, query string) {
 		q, _ := url.ParseQuery(query) // the parameters as the handlers read them: bad pairs dropped
 
-		code, ctype, body := serve(h, "/sd/domains", query)
+		code, ctype, body := serveQuery(h, "/sd/domains", query)
 		port, portOK := sdPort, true
 		if q.Has("port") {
 			n, err := strconv.Atoi(q.Get("port"))
@@ -69,7 +69,7 @@ func FuzzHandlerQuery(f *testing.F) {
 			}
 		}
 
-		code, ctype, body = serve(h, "/", query)
+		code, ctype, body = serveQuery(h, "/", query)
 		switch {
 		case code != http.StatusOK:
 			t.Fatalf("/?%s: %d %q, want 200", query, code, body)
@@ -93,15 +93,15 @@ const sdPort = "9182"
 func fuzzDaemon(f *testing.F) (http.Handler, []sdGroup) {
 	dir := f.TempDir()
 	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte(secretToken), 0o600); err != nil {
+	if err := os.WriteFile(tok, []byte(testutil.SecretToken), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	simA := veiltest.New(veiltest.Options{Seed: 21, Token: secretToken, VMs: 8})
+	simA := veiltest.New(veiltest.Options{Seed: 21, Token: testutil.SecretToken, VMs: 8})
 	f.Cleanup(simA.Close)
-	simB := veiltest.New(veiltest.Options{Seed: 22, Token: secretToken, VMs: 8})
+	simB := veiltest.New(veiltest.Options{Seed: 22, Token: testutil.SecretToken, VMs: 8})
 	f.Cleanup(simB.Close)
 	cfgFile := filepath.Join(dir, "veil.yaml")
-	body := "controllers:\n" + controllerYAML("beta", simB.URL, tok) + controllerYAML("alpha", simA.URL, tok) +
+	body := "controllers:\n" + testutil.ControllerYAML("beta", simB.URL, tok) + testutil.ControllerYAML("alpha", simA.URL, tok) +
 		"collect:\n  interval: 1h\nguest:\n  enabled: false\nevents:\n  enabled: false\nsd:\n  port: " + sdPort + "\n"
 	if err := os.WriteFile(cfgFile, []byte(body), 0o600); err != nil {
 		f.Fatal(err)
@@ -110,16 +110,16 @@ func fuzzDaemon(f *testing.F) (http.Handler, []sdGroup) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d := newDaemon(ctx, cfgFile, log.NewNopLogger(), "test")
-	if _, err := d.apply(cfg); err != nil {
+	d, err := New(cfg, Options{ConfigFile: cfgFile, Logger: log.NewNopLogger(), Version: "test"})
+	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { d.stop(); cancel() })
-	h := d.handler(handlerOptions{telemetryPath: "/metrics"})
-	testutil.Eventually(f, 15*time.Second, func() bool { code, _, _ := serve(h, "/-/ready", ""); return code == http.StatusOK }, "ready")
+	go func() { _ = d.Run(context.Background()) }()
+	f.Cleanup(d.Stop)
+	h := d.Handler(HandlerOptions{TelemetryPath: "/metrics"})
+	testutil.Eventually(f, 15*time.Second, func() bool { code, _, _ := serveQuery(h, "/-/ready", ""); return code == http.StatusOK }, "ready")
 
-	code, _, sd := serve(h, "/sd/domains", "")
+	code, _, sd := serveQuery(h, "/sd/domains", "")
 	var all []sdGroup
 	if err := json.Unmarshal(sd, &all); code != http.StatusOK || err != nil {
 		f.Fatalf("/sd/domains: %d %v %s", code, err, sd)
@@ -135,7 +135,7 @@ func fuzzDaemon(f *testing.F) (http.Handler, []sdGroup) {
 }
 
 // serve sends GET path?query to h in-process and returns the status, content type and body.
-func serve(h http.Handler, path, query string) (int, string, []byte) {
+func serveQuery(h http.Handler, path, query string) (int, string, []byte) {
 	req := httptest.NewRequest(http.MethodGet, path, nil)
 	req.URL.RawQuery = query
 	rec := httptest.NewRecorder()
