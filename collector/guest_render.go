@@ -32,8 +32,8 @@ func (g *GuestChecker) render() {
 	g.rendered.Store(g.builder.Finish(prev))
 }
 
-// renderLoop renders after each change, at most every renderEvery: a result that lands
-// during the pause is in the next render.
+// renderLoop renders after each change, at most every renderEvery and at most 1/renderShare
+// of the time: a result that lands during the pause is in the next render.
 func (g *GuestChecker) renderLoop(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -43,8 +43,9 @@ func (g *GuestChecker) renderLoop(ctx context.Context) {
 			return
 		case <-g.stale:
 		}
+		start := time.Now()
 		g.render()
-		t.Reset(g.renderEvery)
+		t.Reset(max(g.renderEvery, renderShare*time.Since(start)))
 		select {
 		case <-ctx.Done():
 			return
@@ -53,10 +54,15 @@ func (g *GuestChecker) renderLoop(ctx context.Context) {
 	}
 }
 
+// renderShare bounds rendering to about a twentieth of a core: the pause after a render is at
+// least twenty times as long as the render took (a sweep of 10,000 guests every second would
+// otherwise render every 100 ms and spend its core on it).
+const renderShare = 20
+
 // guestRenderEvery is the pause between renders: a tenth of the ping interval, between 100 ms
 // and 2 s. Results are at most that much older on /metrics than in the checker; a render of
 // 10,000 checked guests, every family compressed, costs about 0.1 s of CPU
-// (BenchmarkGuestRender), so at most about 5% of a core.
+// (BenchmarkGuestRender); renderShare makes the pause longer where renders cost more.
 func guestRenderEvery(ping time.Duration) time.Duration {
 	return min(max(ping/10, 100*time.Millisecond), 2*time.Second)
 }
