@@ -1,5 +1,8 @@
 package collector
 
+// The inventory of one controller: its collections read at each refresh (Refresh: which are
+// due, read concurrently, judged, stored in the snapshot, logged on change) and how each is read.
+
 import (
 	"context"
 	"errors"
@@ -195,9 +198,36 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	inv.refreshMu.Lock()
 	defer inv.refreshMu.Unlock()
 
+	names, reload := inv.due()
+	if reload {
+		// The token file may have been rotated since the 401; read it before trying again.
+		if err := inv.client.ReloadToken(); err != nil {
+			level.Debug(inv.logger).Log("msg", "couldn't reload token", "err", err)
+		}
+	}
+	r := &refresh{inv: inv, start: time.Now()}
 	inv.mu.Lock()
-	reload := inv.authFailed
-	toRun := make([]string, 0, len(inv.enabled))
+	inv.lastStart = r.start
+	inv.mu.Unlock()
+	r.read(ctx, names)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// Cut short because the exporter is stopping this controller (shutdown, reload): that
+		// says nothing about the controller, so keep the last state and the last good data.
+		return ctx.Err()
+	}
+	r.judge()
+	r.store()
+	inv.render()
+	r.log()
+	return r.err
+}
+
+// due returns the collections to read in this refresh, and whether the token must be read
+// again first (the last refresh got 401/403).
+func (inv *Inventory) due() (names []string, reloadToken bool) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	names = make([]string, 0, len(inv.enabled))
 	for _, name := range inv.enabled {
 		r := inv.runs[name]
 		if name == collVersion && inv.refreshed && !inv.up {
@@ -207,154 +237,165 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			r.skip--
 			continue
 		}
-		toRun = append(toRun, name)
+		names = append(names, name)
 	}
-	inv.mu.Unlock()
-	if reload {
-		// The token file may have been rotated since the 401; read it before trying again.
-		if err := inv.client.ReloadToken(); err != nil {
-			level.Debug(inv.logger).Log("msg", "couldn't reload token", "err", err)
-		}
-	}
+	return names, inv.authFailed
+}
 
-	start := time.Now()
-	inv.mu.Lock()
-	inv.lastStart = start
-	inv.mu.Unlock()
-	type result struct {
-		name string
-		err  error
-		d    time.Duration
-		set  func(*snapshot)
-	}
-	results := make(chan result, len(toRun))
-	for _, name := range toRun {
+// refresh is one Refresh: what each collection's read returned and what they say together
+// about the controller.
+type refresh struct {
+	inv              *Inventory
+	start, finished  time.Time
+	done             []collected // tasks last
+	fails            []failure   // of done
+	auth             bool        // the token was rejected
+	err              error       // the failures that count, joined
+	msg              string      // the status page's last error
+	prev, next       refreshState
+	gone, back       []collected // collections that became unavailable, or available again
+	retryUnavailable time.Duration
+}
+
+// collected is one collection's read; set stores it in the snapshot, with inv.mu held.
+type collected struct {
+	name string
+	err  error
+	d    time.Duration
+	set  func(*snapshot)
+}
+
+// read reads the collections concurrently and gathers every result before inv.mu is taken:
+// scrapes, the status page and the guest checker read the snapshot meanwhile and must not wait
+// for a slow controller.
+func (r *refresh) read(ctx context.Context, names []string) {
+	results := make(chan collected, len(names))
+	for _, name := range names {
 		go func() {
 			t0 := time.Now()
-			set, err := inv.collect(ctx, name, start)
-			results <- result{name: name, err: err, d: time.Since(t0), set: set}
+			set, err := r.inv.collect(ctx, name, r.start)
+			results <- collected{name: name, err: err, d: time.Since(t0), set: set}
 		}()
 	}
-	// Gather every result before taking inv.mu: scrapes, the status page and the guest
-	// checker read the snapshot meanwhile and must not wait for a slow controller.
-	done := make([]result, 0, len(toRun))
-	for range toRun {
-		done = append(done, <-results)
+	r.done = make([]collected, 0, len(names))
+	for range names {
+		r.done = append(r.done, <-results)
 	}
-	finished := time.Now()
-	if errors.Is(ctx.Err(), context.Canceled) {
-		// Cut short because the exporter is stopping this controller (shutdown, reload): that
-		// says nothing about the controller, so keep the last state and the last good data.
-		return ctx.Err()
-	}
+	r.finished = time.Now()
 	// Tasks last: their kinds are derived with the names this refresh has just read.
-	sort.SliceStable(done, func(i, j int) bool { return done[i].name != collTasks && done[j].name == collTasks })
+	sort.SliceStable(r.done, func(i, j int) bool { return r.done[i].name != collTasks && r.done[j].name == collTasks })
+}
 
-	fails := make([]failure, len(done))
-	auth := false
-	for i, r := range done {
-		fails[i] = classify(r.name, r.err)
-		auth = auth || fails[i] == failAuth
+// judge classifies each read's failure and tells what the refresh found.
+func (r *refresh) judge() {
+	r.fails = make([]failure, len(r.done))
+	for i, c := range r.done {
+		r.fails[i] = classify(c.name, c.err)
+		r.auth = r.auth || r.fails[i] == failAuth
 	}
 	var errs []error
-	for i, r := range done {
-		if fails[i] == failUnavailable && auth && errors.Is(r.err, veil.ErrForbidden) {
-			fails[i] = failAuth // a token rejected everywhere is not a collection it lacks
+	for i, c := range r.done {
+		if r.fails[i] == failUnavailable && r.auth && errors.Is(c.err, veil.ErrForbidden) {
+			r.fails[i] = failAuth // a token rejected everywhere is not a collection it lacks
 		}
-		if fails[i] == failAuth || fails[i] == failDown {
-			errs = append(errs, fmt.Errorf("couldn't get %s: %w", r.name, r.err))
+		if r.fails[i] == failAuth || r.fails[i] == failDown {
+			errs = append(errs, fmt.Errorf("couldn't get %s: %w", c.name, c.err))
 		}
 	}
-	err := errors.Join(errs...)
-	msg := ""
-	if auth {
-		msg = fmt.Sprintf("controller %s rejected the token (401/403): check token/token_file; it is re-read before the next attempt", inv.controller)
-	} else if err != nil {
-		msg = err.Error()
-	}
-	next := refreshStateUp
+	r.err = errors.Join(errs...)
+	r.next = refreshStateUp
 	switch {
-	case auth:
-		next = refreshStateAuth
-	case err != nil:
-		next = refreshStateDown
+	case r.auth:
+		r.msg = fmt.Sprintf("controller %s rejected the token (401/403): check token/token_file; it is re-read before the next attempt", r.inv.controller)
+		r.next = refreshStateAuth
+	case r.err != nil:
+		r.msg = r.err.Error()
+		r.next = refreshStateDown
 	}
+}
 
-	var gone, back []result // collections that became unavailable, or available again
+// store replaces the snapshot's collections read and records the refresh, under inv.mu.
+func (r *refresh) store() {
+	inv := r.inv
 	inv.mu.Lock()
+	defer inv.mu.Unlock()
 	snap := inv.snap
-	for i, r := range done {
-		run := inv.runs[r.name]
-		run.duration = r.d
-		switch fails[i] {
-		case failNone:
-			if run.unavailable {
-				back = append(back, r)
-			}
-			r.set(&snap)
-			run.success, run.err, run.lastSuccess, run.unavailable, run.skip = true, "", finished, false, 0
-			if r.name == collVersion {
-				run.skip = versionEvery - 1
-			}
-		case failUnavailable:
-			if !run.unavailable {
-				gone = append(gone, r)
-			}
-			// The controller says it has no such collection: its old data is not current.
-			clearCollection(r.name, &snap)
-			run.success, run.err, run.unavailable, run.skip = false, r.err.Error(), true, unavailableRetryEvery-1
-		default:
-			run.success, run.err, run.unavailable, run.skip = false, r.err.Error(), false, 0
-		}
+	for i, c := range r.done {
+		r.account(inv.runs[c.name], c, r.fails[i], &snap)
 	}
 	inv.snap = snap
-	inv.forgetNames(start)
-	prev := refreshStateNone
+	inv.forgetNames(r.start)
+	r.prev = refreshStateNone
 	switch {
 	case !inv.refreshed:
 	case inv.authFailed:
-		prev = refreshStateAuth
+		r.prev = refreshStateAuth
 	case inv.up:
-		prev = refreshStateUp
+		r.prev = refreshStateUp
 	default:
-		prev = refreshStateDown
+		r.prev = refreshStateDown
 	}
-	inv.up = err == nil
-	inv.authFailed = auth
+	inv.up = r.err == nil
+	inv.authFailed = r.auth
 	inv.refreshed = true
-	inv.lastAttempt = start
-	inv.lastDuration = finished.Sub(start)
-	inv.lastError = msg
-	interval := inv.cfg.Interval
-	inv.mu.Unlock()
-	inv.render()
+	inv.lastAttempt = r.start
+	inv.lastDuration = r.finished.Sub(r.start)
+	inv.lastError = r.msg
+	r.retryUnavailable = inv.cfg.Interval * unavailableRetryEvery
+}
 
-	for _, r := range gone {
-		level.Warn(inv.logger).Log("msg", "collection not available on this controller (not an outage); asked again every "+(interval*unavailableRetryEvery).String(),
-			"collection", r.name, "reason", r.err)
+// account stores one collection's read in snap and in its run, by how it failed.
+func (r *refresh) account(run *collectionRun, c collected, f failure, snap *snapshot) {
+	run.duration = c.d
+	switch f {
+	case failNone:
+		if run.unavailable {
+			r.back = append(r.back, c)
+		}
+		c.set(snap)
+		run.success, run.err, run.lastSuccess, run.unavailable, run.skip = true, "", r.finished, false, 0
+		if c.name == collVersion {
+			run.skip = versionEvery - 1
+		}
+	case failUnavailable:
+		if !run.unavailable {
+			r.gone = append(r.gone, c)
+		}
+		// The controller says it has no such collection: its old data is not current.
+		clearCollection(c.name, snap)
+		run.success, run.err, run.unavailable, run.skip = false, c.err.Error(), true, unavailableRetryEvery-1
+	default:
+		run.success, run.err, run.unavailable, run.skip = false, c.err.Error(), false, 0
 	}
-	for _, r := range back {
-		level.Info(inv.logger).Log("msg", "collection available again", "collection", r.name)
-	}
+}
 
-	// One log line per state change, not per failed refresh: a token that keeps failing or
-	// a controller that stays down is logged when it starts and when it recovers.
-	if next == prev {
-		return err
+// log tells of collections gone or back, and of the controller's state when it changed: a
+// token that keeps failing or a controller that stays down is logged when it starts and when it
+// recovers, not at every refresh.
+func (r *refresh) log() {
+	logger := r.inv.logger
+	for _, c := range r.gone {
+		level.Warn(logger).Log("msg", "collection not available on this controller (not an outage); asked again every "+r.retryUnavailable.String(),
+			"collection", c.name, "reason", c.err)
 	}
-	switch next {
+	for _, c := range r.back {
+		level.Info(logger).Log("msg", "collection available again", "collection", c.name)
+	}
+	if r.next == r.prev {
+		return
+	}
+	switch r.next {
 	case refreshStateAuth:
-		level.Error(inv.logger).Log("msg", msg)
+		level.Error(logger).Log("msg", r.msg)
 	case refreshStateDown:
-		level.Warn(inv.logger).Log("msg", "controller down: inventory refresh failed, serving the last good data", "err", err)
+		level.Warn(logger).Log("msg", "controller down: inventory refresh failed, serving the last good data", "err", r.err)
 	case refreshStateUp:
-		if prev == refreshStateNone {
-			level.Info(inv.logger).Log("msg", "first inventory refresh done", "duration", finished.Sub(start))
+		if r.prev == refreshStateNone {
+			level.Info(logger).Log("msg", "first inventory refresh done", "duration", r.finished.Sub(r.start))
 		} else {
-			level.Info(inv.logger).Log("msg", "controller back up: inventory refresh succeeded")
+			level.Info(logger).Log("msg", "controller back up: inventory refresh succeeded")
 		}
 	}
-	return err
 }
 
 // refreshState is what the last refresh found, for logging only its changes.

@@ -1,5 +1,8 @@
 package forwarder
 
+// One cycle of the forwarder: locate the boundary between published and new events (noticing
+// events lost at the source), then read the new ones page by page and publish them in order.
+
 import (
 	"context"
 	"errors"
@@ -385,174 +388,184 @@ func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, ancho
 // readPages reads the new events and sends them through pl in batches; it returns the offset
 // where the next cycle expects the boundary.
 func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, anchored bool, seen *seenPage, pl *pipeline) (int, error) {
-	d := fw.dir()
-	page := fw.page
-	sl := newSlack(fw.slack, page)
-	defer func() { fw.slack = sl.load() }()
-	// Each span names the offset at where the row it must overlap (the anchor, or the previous
-	// page's newest row) was when the plan was made; the slack in force when a span is planned
-	// decides how far the page reaches past it.
-	var spans func(yield func(pageSpan) bool)
-	if d == oldestFirst {
-		at := -1
-		if anchored {
-			at = b - 1
-		}
-		spans = func(yield func(pageSpan) bool) {
-			s := 0
-			if at >= 0 {
-				s = max(0, at-sl.load())
-			}
-			for {
-				if !yield(pageSpan{start: s, limit: page, at: at}) || s+page >= count {
-					return
-				}
-				at = s + page - 1
-				s = at - sl.load()
-			}
-		}
-	} else {
-		at, end := -1, count // unanchored: the first page must reach the oldest event
-		if anchored {
-			at, end = b, b+1
-		}
-		spans = func(yield func(pageSpan) bool) {
-			for {
-				end += sl.load()
-				start := max(0, end-page)
-				if !yield(pageSpan{start: start, limit: end - start, at: at}) || start == 0 {
-					return
-				}
-				at, end = start, start+1
-			}
-		}
+	r := &reading{
+		fw: fw, pl: pl, pos: pos, d: fw.dir(), anchored: anchored, sl: newSlack(fw.slack, fw.page),
+		prefix: fw.opts.NATS.SubjectPrefix, source: fw.source, first: true, lastOff: b,
 	}
-	f := fetchPages(ctx, fw.pager, fw.ordering, fw.concurrency(), seen, spans)
-	defer f.stop()
-
-	batch := sentBatch{events: make([]veil.Event, 0, pl.size), msgs: make([]*nats.Msg, 0, pl.size)}
-	flush := func() error {
-		if len(batch.events) == 0 {
-			return nil
-		}
-		err := pl.send(batch)
-		// The publisher owns the one sent.
-		batch = sentBatch{events: make([]veil.Event, 0, pl.size), msgs: make([]*nats.Msg, 0, pl.size)}
-		return err
-	}
-	prefix, source := fw.opts.NATS.SubjectPrefix, fw.source
-	resync := func() error {
-		sl.widen()
-		return flushThen(flush, errResync)
-	}
-	prevID := ""
-	first := true
-	lastOff := b
-	for res := range f.out {
-		var r pageResult
-		select {
-		case r = <-res:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		pg, err := r.page()
+	defer func() { fw.slack = r.sl.load() }()
+	r.batch = r.newBatch()
+	pages := readSpans(ctx, fw.pager, fw.ordering, fw.concurrency(), newSpanPlan(r.d, fw.page, b, count, anchored, r.sl, seen))
+	defer pages.Stop()
+	for {
+		f, ok, err := pages.Next()
 		if err != nil {
-			return 0, flushThen(flush, fmt.Errorf("couldn't read events: %w", err))
+			return 0, err
 		}
-		items := pg.Results
-		if fw.auto {
-			if dd := detect(items); dd != unknownOrder && dd != d {
-				fw.learnOrder(items)
-				return 0, flushThen(flush, errResync)
-			}
+		if !ok {
+			break
 		}
-		chron := items
-		// planned is where the overlap would be in chron had the list not moved.
-		planned := r.at - r.start
-		if d == newestFirst {
-			chron = make([]veil.Event, len(items))
-			for i := range items {
-				chron[len(items)-1-i] = items[i]
-			}
-			planned = r.start + len(items) - 1 - r.at
-		}
-		// Contiguity: the first page begins among published events (then no new event can come
-		// before what it holds) or at the very start of the list; each later page contains the
-		// previous page's newest event. m is where the overlap was found.
-		m := -1
-		switch {
-		case first && anchored:
-			if len(chron) == 0 || !pos.published(chron[0].Created.Time, chron[0].ID) {
-				return 0, resync()
-			}
-			for i := range chron {
-				if pos.published(chron[i].Created.Time, chron[i].ID) {
-					m = i // the anchor: the newest published event
-				}
-			}
-		case first:
-			if d == newestFirst && r.start+len(items) < pg.Count {
-				return 0, resync() // grown past the slack: the oldest event is not on the page
-			}
-		default:
-			for i := range chron {
-				if chron[i].ID == prevID {
-					m = i
-					break
-				}
-			}
-			if m < 0 {
-				return 0, resync()
-			}
-		}
-		if m >= 0 && r.at >= 0 {
-			sl.observe(max(m-planned, planned-m))
-			if m > planned {
-				// Read again beyond the planned overlap: a page read before the previous one saw
-				// the list before it moved.
-				fw.addDups(m - planned)
-			}
-		}
-		first = false
-		if len(chron) > 0 {
-			prevID = chron[len(chron)-1].ID
-		}
-		for i, e := range chron {
-			if pos.published(e.Created.Time, e.ID) {
-				continue // the overlap, or a tie already published
-			}
-			if i < m && !(pos.Known && e.Created.Equal(pos.Created)) {
-				// Before the overlap only an event sharing the position's instant can be new (the
-				// platform's order among ties may change between reads); anything else listed
-				// there is older than the position.
-				continue
-			}
-			pos.advance(e.Created.Time, e.ID)
-			batch.events = append(batch.events, e)
-			batch.msgs = append(batch.msgs, message(prefix, fw.opts.Controller, source, &batch.events[len(batch.events)-1], &pos, d))
-			if len(batch.events) >= pl.size {
-				if err := flush(); err != nil {
-					return 0, err
-				}
-			}
-		}
-		if d == oldestFirst {
-			lastOff = r.start + len(items)
-		} else {
-			lastOff = 0
+		if err := r.take(f); err != nil {
+			return 0, err
 		}
 	}
-	if err := flush(); err != nil {
+	if err := r.flush(); err != nil {
 		return 0, err
 	}
-	return lastOff, ctx.Err()
+	return r.lastOff, ctx.Err()
 }
 
-func flushThen(flush func() error, err error) error {
-	if ferr := flush(); ferr != nil {
+// reading is one read of the new events, page by page in the plan's order: it proves each page
+// contiguous with what came before, takes the events not yet published in chronological order
+// and sends them through the pipeline in batches.
+type reading struct {
+	fw             *Forwarder
+	pl             *pipeline
+	pos            position // advanced with every event taken
+	d              direction
+	anchored       bool
+	sl             *slack
+	prefix, source string
+	batch          sentBatch
+	first          bool   // no page taken yet
+	prevID         string // the newest event of the page before
+	lastOff        int    // where the next cycle expects the boundary
+}
+
+func (r *reading) newBatch() sentBatch {
+	return sentBatch{events: make([]veil.Event, 0, r.pl.size), msgs: make([]*nats.Msg, 0, r.pl.size)}
+}
+
+// take handles one page: its order, its overlap with what came before, its new events.
+func (r *reading) take(f veil.Fetched[pageSpan]) error {
+	pg, err := spanPage(f)
+	if err != nil {
+		return r.fail(fmt.Errorf("couldn't read events: %w", err))
+	}
+	items, sp := pg.Results, f.Span
+	if r.fw.auto {
+		if dd := detect(items); dd != unknownOrder && dd != r.d {
+			r.fw.learnOrder(items)
+			return r.fail(errResync)
+		}
+	}
+	chron := items
+	// planned is where the overlap would be in chron had the list not moved.
+	planned := sp.at - sp.start
+	if r.d == newestFirst {
+		chron = make([]veil.Event, len(items))
+		for i := range items {
+			chron[len(items)-1-i] = items[i]
+		}
+		planned = sp.start + len(items) - 1 - sp.at
+	}
+	m, err := r.overlap(chron, sp, pg.Count)
+	if err != nil {
+		return err
+	}
+	if m >= 0 && sp.at >= 0 {
+		r.sl.observe(max(m-planned, planned-m))
+		if m > planned {
+			// Read again beyond the planned overlap: a page read before the previous one saw
+			// the list before it moved.
+			r.fw.addDups(m - planned)
+		}
+	}
+	r.first = false
+	if len(chron) > 0 {
+		r.prevID = chron[len(chron)-1].ID
+	}
+	if err := r.publish(chron, m); err != nil {
+		return err
+	}
+	if r.d == oldestFirst {
+		r.lastOff = sp.start + len(items)
+	} else {
+		r.lastOff = 0
+	}
+	return nil
+}
+
+// overlap returns where in chron the page overlaps what came before (-1: nowhere to look), or
+// errResync when it does not. Contiguity: the first page begins among published events (then no
+// new event can come before what it holds) or at the very start of the list; each later page
+// contains the previous page's newest event.
+func (r *reading) overlap(chron []veil.Event, sp pageSpan, count int) (int, error) {
+	m := -1
+	switch {
+	case r.first && r.anchored:
+		if len(chron) == 0 || !r.pos.published(chron[0].Created.Time, chron[0].ID) {
+			return m, r.resync()
+		}
+		for i := range chron {
+			if r.pos.published(chron[i].Created.Time, chron[i].ID) {
+				m = i // the anchor: the newest published event
+			}
+		}
+	case r.first:
+		if r.d == newestFirst && sp.start+len(chron) < count {
+			return m, r.resync() // grown past the slack: the oldest event is not on the page
+		}
+	default:
+		for i := range chron {
+			if chron[i].ID == r.prevID {
+				m = i
+				break
+			}
+		}
+		if m < 0 {
+			return m, r.resync()
+		}
+	}
+	return m, nil
+}
+
+// publish takes the new events of chron (m: where it overlaps what came before) into batches.
+func (r *reading) publish(chron []veil.Event, m int) error {
+	for i, e := range chron {
+		if r.pos.published(e.Created.Time, e.ID) {
+			continue // the overlap, or a tie already published
+		}
+		if i < m && !(r.pos.Known && e.Created.Equal(r.pos.Created)) {
+			// Before the overlap only an event sharing the position's instant can be new (the
+			// platform's order among ties may change between reads); anything else listed
+			// there is older than the position.
+			continue
+		}
+		r.pos.advance(e.Created.Time, e.ID)
+		b := &r.batch
+		b.events = append(b.events, e)
+		b.msgs = append(b.msgs, message(r.prefix, r.fw.opts.Controller, r.source, &b.events[len(b.events)-1], &r.pos, r.d))
+		if len(b.events) >= r.pl.size {
+			if err := r.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush sends the batch, if any; the publisher owns the one sent.
+func (r *reading) flush() error {
+	if len(r.batch.events) == 0 {
+		return nil
+	}
+	err := r.pl.send(r.batch)
+	r.batch = r.newBatch()
+	return err
+}
+
+// fail sends what was taken before err stopped the read.
+func (r *reading) fail(err error) error {
+	if ferr := r.flush(); ferr != nil {
 		return ferr
 	}
 	return err
+}
+
+// resync: the list moved past the overlap; the next cycle locates again, with a wider slack.
+func (r *reading) resync() error {
+	r.sl.widen()
+	return r.fail(errResync)
 }
 
 func (fw *Forwarder) addDups(n int) {

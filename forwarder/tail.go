@@ -1,11 +1,12 @@
 package forwarder
 
+// Reading the journal: how far pages overlap (slack), the order the list is served in, the plan
+// of a read's pages and how they are read, and the single-event probes that locate searches with.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
-	"sync"
 	"sync/atomic"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -98,33 +99,13 @@ func detect(items []veil.Event) direction {
 	return unknownOrder
 }
 
-// pageFetcher reads pages concurrently and hands them over strictly in order, holding at most
-// prefetchPages pages ahead of the consumer, so memory stays bounded whatever the backlog.
-type pageFetcher struct {
-	out    chan chan pageResult
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-type pageResult struct {
-	start, limit, at int
-	body             []byte                // the answer, decoded by the consumer (page)
-	taken            veil.Page[veil.Event] // or the rows taken from a page already read
-	isTaken          bool
-	err              error
-}
-
-// page decodes the answer (or returns the rows taken).
-func (r *pageResult) page() (veil.Page[veil.Event], error) {
-	if r.err != nil || r.isTaken {
-		return r.taken, r.err
-	}
-	return decodeEvents(r.body, r.start)
-}
-
 // pageSpan is one page to read; at is the offset where the row it must overlap was expected
-// (-1: none).
-type pageSpan struct{ start, limit, at int }
+// (-1: none). taken, when set, is what the page locate read moments before holds of it: no
+// request is sent (seenPage.cover).
+type pageSpan struct {
+	start, limit, at int
+	taken            *veil.Page[veil.Event]
+}
 
 // seenPage is a page read at offset start moments before (by locate).
 type seenPage struct {
@@ -150,81 +131,116 @@ func (s *seenPage) cover(sp pageSpan) (veil.Page[veil.Event], bool) {
 	return veil.Page[veil.Event]{Count: s.page.Count, Results: s.page.Results[from:to:to]}, true
 }
 
-// fetchPages runs concurrency readers, each sending its next request the moment its last answer
-// was read: a reader hands the answer over and takes the next span itself, so no goroutine has
-// to be woken between one answer and the next request of that slot (on a busy machine such a
-// wake costs about half a millisecond per page). The consumer decodes each answer when it comes
-// to it: it waits for that page in order anyway, and decoding there rather than in a goroutine
-// per page leaves the cores to the round trips while answers arrive.
+// spanPlan plans the pages of one read of the new events. Each span names the offset where the
+// row it must overlap (the anchor, or the previous page's newest row) was when the plan was made;
+// the slack in force when a span is planned decides how far the page reaches past it.
 //
 // The first span is not requested when seen covers it: the page locate has just read holds it.
 // Reading it again would show the list as it was one round trip later, which proves nothing
 // more (every page is read at its own moment anyway) and costs the platform a request in every
 // cycle that finds new events.
-func fetchPages(ctx context.Context, p eventPager, ordering string, concurrency int, seen *seenPage, spans func(yield func(pageSpan) bool)) *pageFetcher {
-	ctx, cancel := context.WithCancel(ctx)
-	// Up to concurrency requests are in flight and up to prefetchPages pages wait for the
-	// consumer, so reading goes on while a batch is being published.
-	f := &pageFetcher{out: make(chan chan pageResult, max(prefetchPages, concurrency)), cancel: cancel}
-	next, stopSpans := iter.Pull(spans)
-	var mu sync.Mutex // next, seen, and the order of f.out
-	take := func() (pageSpan, chan pageResult, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		for {
-			sp, ok := next()
-			if !ok {
-				return sp, nil, false
-			}
-			res := make(chan pageResult, 1)
-			pg, covered := seen.cover(sp)
-			seen = nil // only the first span may be taken from it
-			if covered {
-				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, taken: pg, isTaken: true}
-			}
-			select {
-			case f.out <- res: // blocks while prefetchPages pages are pending
-			case <-ctx.Done():
-				return sp, nil, false
-			}
-			if !covered {
-				return sp, res, true
-			}
-		}
-	}
-	var readers sync.WaitGroup
-	for range concurrency {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			for {
-				sp, res, ok := take()
-				if !ok {
-					return
-				}
-				body, err := p.pageBody(ctx, sp.start, sp.limit, ordering)
-				res <- pageResult{start: sp.start, limit: sp.limit, at: sp.at, body: body, err: err}
-				if err != nil {
-					return // the consumer stops at this page
-				}
-			}
-		}()
-	}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		readers.Wait()
-		stopSpans()
-		close(f.out)
-	}()
-	return f
+type spanPlan struct {
+	d           direction
+	page, count int
+	sl          *slack
+	seen        *seenPage // nil once the first span is planned
+	started     bool
+	at          int // oldest first: of the last span planned; newest first: of the next
+	start, end  int // of the last span planned (end: newest first, before the slack)
 }
 
-func (f *pageFetcher) stop() {
-	f.cancel()
-	for range f.out { // unblock the readers
+// newSpanPlan plans the read from the boundary b of a list of count events; anchored says the
+// published event next to b is there (otherwise the read starts at the very start of the list:
+// newest first, the first page must reach the oldest event).
+func newSpanPlan(d direction, page, b, count int, anchored bool, sl *slack, seen *seenPage) *spanPlan {
+	p := &spanPlan{d: d, page: page, count: count, sl: sl, seen: seen, at: -1, end: count}
+	switch {
+	case anchored && d == oldestFirst:
+		p.at = b - 1
+	case anchored:
+		p.at, p.end = b, b+1
 	}
-	f.wg.Wait()
+	return p
+}
+
+// plan is the reader's Plan: the next span, or none after the last.
+func (p *spanPlan) plan() (pageSpan, veil.PlanStep) {
+	next := p.nextNewest
+	if p.d == oldestFirst {
+		next = p.nextOldest
+	}
+	sp, ok := next()
+	if !ok {
+		return sp, veil.PlanDone
+	}
+	if pg, covered := p.seen.cover(sp); covered {
+		sp.taken = &pg
+	}
+	p.seen = nil // only the first span may be taken from it
+	return sp, veil.PlanRead
+}
+
+// nextOldest: oldest first, pages go up from the anchor until one reaches the end of the list.
+func (p *spanPlan) nextOldest() (pageSpan, bool) {
+	switch {
+	case !p.started:
+		p.started = true
+		if p.at >= 0 {
+			p.start = max(0, p.at-p.sl.load())
+		}
+	case p.start+p.page >= p.count:
+		return pageSpan{}, false
+	default:
+		p.at = p.start + p.page - 1
+		p.start = p.at - p.sl.load()
+	}
+	return pageSpan{start: p.start, limit: p.page, at: p.at}, true
+}
+
+// nextNewest: newest first, pages go down from the anchor until one reaches offset 0.
+func (p *spanPlan) nextNewest() (pageSpan, bool) {
+	if p.started {
+		if p.start == 0 {
+			return pageSpan{}, false
+		}
+		p.at, p.end = p.start, p.start+1
+	}
+	p.started = true
+	p.end += p.sl.load()
+	p.start = max(0, p.end-p.page)
+	return pageSpan{start: p.start, limit: p.end - p.start, at: p.at}, true
+}
+
+// readSpans reads the pages of plan through veil's page reader: concurrency readers, each
+// sending its next request the moment its last answer was read (on a busy machine waking a
+// goroutine in between costs about half a millisecond per page). Up to concurrency requests are
+// in flight and up to prefetchPages pages wait for the consumer, besides the one it holds, so
+// reading goes on while a batch is being published and memory stays bounded whatever the
+// backlog. A reader plans its next span as soon as it is free (Early), as it always has.
+func readSpans(ctx context.Context, p eventPager, ordering string, concurrency int, plan *spanPlan) *veil.PageReader[pageSpan] {
+	return veil.ReadPages(ctx, veil.PageReaderOptions[pageSpan]{
+		Plan: plan.plan,
+		Fetch: func(ctx context.Context, sp pageSpan, _ func()) ([]byte, error) {
+			if sp.taken != nil {
+				return nil, nil
+			}
+			return p.pageBody(ctx, sp.start, sp.limit, ordering)
+		},
+		Readers: concurrency,
+		Window:  max(prefetchPages, concurrency) + 1,
+		Early:   true,
+	})
+}
+
+// spanPage decodes a page read (or returns the rows taken).
+func spanPage(f veil.Fetched[pageSpan]) (veil.Page[veil.Event], error) {
+	switch {
+	case f.Err != nil:
+		return veil.Page[veil.Event]{}, f.Err
+	case f.Span.taken != nil:
+		return *f.Span.taken, nil
+	}
+	return decodeEvents(f.Body, f.Span.start)
 }
 
 // probe reads the single event at offset; ok is false past the end of the list.

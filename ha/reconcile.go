@@ -30,80 +30,105 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 	if announce {
 		c.heartbeat(ctx, kv)
 	}
-
 	now := time.Now()
+	r := c.plan(now)
+	// A lease of a stopped or paused holder runs out with no write to wake us: look again at
+	// that instant rather than at the next renew period, up to lease_ttl/3 later.
+	c.wakeAt(r.next)
+	c.act(ctx, kv, r, now)
+}
+
+// round is what one reconcile decided from the view of the bucket.
+type round struct {
+	acquire  []acquisition
+	adopt    []*Lease // acquisitions whose reply was lost
+	removed  []*Lease // held, no longer configured
+	handOver *Lease
+	desired  map[string]string // controller -> the instance that should own it
+	marker   *entry            // the hand-over record as read
+	next     time.Time         // the next lease expiry in the view
+}
+
+// acquisition is a free lease to take, as read.
+type acquisition struct {
+	controller string
+	e          *entry
+}
+
+// plan decides a round under c.mu: which leases to adopt, acquire and drop, and the one
+// controller to hand over.
+func (c *Coordinator) plan(now time.Time) round {
 	self := c.opts.Instance
-	type acquisition struct {
-		controller string
-		e          *entry
-	}
-	var (
-		acquire  []acquisition
-		adopt    []*Lease
-		removed  []*Lease
-		handOver *Lease
-	)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	live := c.view.liveInstances(now, c.ttl)
 	live[self] = &instanceRecord{Instance: self, Controllers: c.controllers}
 	eligible := make(map[string][]string, len(live))
 	for id, r := range live {
 		eligible[id] = r.Controllers
 	}
-	desired := assign(eligible, c.holders(live, now))
+	var r round
+	r.desired = assign(eligible, c.holders(live, now))
 	mine := map[string]bool{}
 	anyFree := false
 	for _, ct := range c.controllers {
 		mine[ct] = true
-		if c.held[ct] != nil {
-			continue
-		}
-		key := leaseKey(ct)
-		st := c.view.lease(key, now, c.ttl)
-		if a, ok := c.attempts[key]; ok {
-			// An acquisition whose reply was lost shows up in the bucket: it is ours since it was sent.
-			if !st.free && st.e.lease.ID == a.id && a.sent.Add(c.ttl-c.margin).After(now) {
-				l := newLease(ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl-c.margin), c.kick)
-				adopt = append(adopt, l)
-				delete(c.attempts, key)
-				continue
-			}
-			if !st.free && st.e.lease.ID != a.id || now.Sub(a.sent) > c.ttl {
-				delete(c.attempts, key)
-			}
-		}
-		if !st.free {
-			continue
-		}
-		anyFree = true
-		if desired[ct] == self || now.Sub(st.freeSince) >= c.ttl {
-			acquire = append(acquire, acquisition{ct, st.e})
+		if c.held[ct] == nil && c.planFree(&r, ct, now) {
+			anyFree = true
 		}
 	}
 	for ct, l := range c.held {
 		if !mine[ct] {
-			removed = append(removed, l)
+			r.removed = append(r.removed, l)
 		}
 	}
-	inFlight, marker := c.view.handOver(now, c.ttl)
-	if inFlight == nil && !anyFree && len(acquire) == 0 && len(adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
-		if ct := c.mover(desired, live, now); ct != "" {
-			handOver = c.held[ct]
+	var inFlight *handOverRecord
+	inFlight, r.marker = c.view.handOver(now, c.ttl)
+	if inFlight == nil && !anyFree && len(r.acquire) == 0 && len(r.adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
+		if ct := c.mover(r.desired, live, now); ct != "" {
+			r.handOver = c.held[ct]
 		}
 	}
-	next := c.view.nextExpiry(now, c.ttl)
-	c.mu.Unlock()
-	// A lease of a stopped or paused holder runs out with no write to wake us: look again at
-	// that instant rather than at the next renew period, up to lease_ttl/3 later.
-	c.wakeAt(next)
+	r.next = c.view.nextExpiry(now, c.ttl)
+	return r
+}
 
-	c.drop(ctx, kv, removed, "removed from the configuration", true)
-	for _, l := range adopt {
+// planFree plans a configured controller this replica does not hold: adopt it when our
+// acquisition's reply was lost, acquire it when its lease is free and it should be ours (or has
+// been free for a whole lease). It reports whether the lease is free; c.mu held.
+func (c *Coordinator) planFree(r *round, ct string, now time.Time) bool {
+	key := leaseKey(ct)
+	st := c.view.lease(key, now, c.ttl)
+	if a, ok := c.attempts[key]; ok {
+		// An acquisition whose reply was lost shows up in the bucket: it is ours since it was sent.
+		if !st.free && st.e.lease.ID == a.id && a.sent.Add(c.ttl-c.margin).After(now) {
+			l := newLease(ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl-c.margin), c.kick)
+			r.adopt = append(r.adopt, l)
+			delete(c.attempts, key)
+			return false
+		}
+		if !st.free && st.e.lease.ID != a.id || now.Sub(a.sent) > c.ttl {
+			delete(c.attempts, key)
+		}
+	}
+	if !st.free {
+		return false
+	}
+	if r.desired[ct] == c.opts.Instance || now.Sub(st.freeSince) >= c.ttl {
+		r.acquire = append(r.acquire, acquisition{ct, st.e})
+	}
+	return true
+}
+
+// act carries a round out: drops, adoptions, acquisitions (concurrently), then the hand-over.
+func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round, now time.Time) {
+	c.drop(ctx, kv, r.removed, "removed from the configuration", true)
+	for _, l := range r.adopt {
 		c.took(l)
 	}
-	got := make([]*Lease, len(acquire))
+	got := make([]*Lease, len(r.acquire))
 	var wg sync.WaitGroup
-	for i, a := range acquire {
+	for i, a := range r.acquire {
 		wg.Add(1)
 		go func() { defer wg.Done(); got[i] = c.acquire(ctx, kv, a.controller, a.e) }()
 	}
@@ -114,11 +139,11 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 		}
 	}
 	c.endHandOver(ctx, kv)
-	if handOver != nil {
+	if r.handOver != nil {
 		c.lastHandOver = now
-		to := desired[handOver.controller]
-		if c.claimHandOver(ctx, kv, marker, handOver.controller, to) {
-			c.drop(ctx, kv, []*Lease{handOver}, "handed over to "+to, true)
+		to := r.desired[r.handOver.controller]
+		if c.claimHandOver(ctx, kv, r.marker, r.handOver.controller, to) {
+			c.drop(ctx, kv, []*Lease{r.handOver}, "handed over to "+to, true)
 		}
 	}
 }

@@ -10,10 +10,11 @@
 // are one of those.
 //
 // Collections are read with List (an iterator over every object, paging concurrently) or
-// ListPage; errors of the platform are *APIError values that work with errors.Is and
-// ErrUnauthorized, ErrForbidden and ErrNotFound. Decoding is lenient where the real platform
-// is inconsistent (see decode.go): numbers as strings, timestamps with or without zone,
-// references as objects or uuid strings, "_entity" or "entity".
+// ListPage; ReadPages, the engine under List, reads the pages a caller plans concurrently and
+// hands them over in order. Errors of the platform are *APIError values that work with
+// errors.Is and ErrUnauthorized, ErrForbidden and ErrNotFound. Decoding is lenient where the
+// real platform is inconsistent (see decode.go): numbers as strings, timestamps with or
+// without zone, references as objects or uuid strings, "_entity" or "entity".
 //
 // Owns the platform's API, paging and the controller's HTTP client (TLS); imports nothing of
 // this module, so it can serve any program.

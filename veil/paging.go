@@ -1,5 +1,8 @@
 package veil
 
+// Reading collections: List and the plan of its pages (read by the engine in pages.go), the
+// page counts remembered between reads, and single pages and their decoding.
+
 import (
 	"context"
 	"encoding/json"
@@ -52,143 +55,173 @@ type listOptions struct {
 // listPages is List with options.
 func listPages[T any](ctx context.Context, c *Client, path string, q Query, o listOptions) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
-		var zero T
-		ctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		defer func() { cancel(); wg.Wait() }()
-
-		type fetched struct {
-			body   []byte
-			offset int
-			err    error
-		}
-		var pending []chan fetched // in offset order
-		// Pages take the client's request slots in offset order, each after the one before
-		// it: goroutines started together run in no particular order (the newest often
-		// first), and the first page taking its slot last kept every page after it waiting
-		// to be emitted while the slots stood idle (at 10,000 VMs, page 0 was sent 110 ms
-		// into a 360 ms refresh).
-		prev := make(chan struct{})
-		close(prev)
-		fetch := func(ctx context.Context, offset int) {
-			ch := make(chan fetched, 1)
-			after, slotted := prev, make(chan struct{})
-			prev = slotted
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var once sync.Once
-				turn := func() { once.Do(func() { close(slotted) }) }
-				defer turn()
-				select {
-				case <-after:
-				case <-ctx.Done():
-					ch <- fetched{err: fmt.Errorf("veil: GET %s: %w", path, ctx.Err())}
-					return
-				}
-				body, err := pageBody(ctx, c, path, offset, MaxPageSize, q, turn)
-				ch <- fetched{body, offset, err}
-			}()
-			pending = append(pending, ch)
-		}
-		// Pages are decoded here, in offset order, as they are emitted: decoded by their
-		// fetchers, sixteen pages at once, the one due next shared the cores with fifteen that
-		// were not, and the request slots stood idle while it waited.
-		take := func() (Page[T], error) {
-			f := <-pending[0]
-			pending = pending[1:]
-			if f.err != nil {
-				return Page[T]{}, f.err
-			}
-			return DecodePage[T](path, f.body, f.offset)
-		}
-
-		var key string
-		var guess pageHint
+		l := &listing[T]{c: c, path: path, o: o}
 		if o.remember {
-			key = hintKey(path, q)
-			guess = c.hints.get(key)
+			l.key = hintKey(path, q)
+			l.guess = c.hints.get(l.key)
 		}
-		// Pages guessed from the previous read go in a context of their own, so they can be
-		// called off when the server pages differently now.
-		gctx, gcancel := context.WithCancel(ctx)
-		defer gcancel()
-		fetch(ctx, 0)
-		if guess.stride > 0 {
-			for off := guess.stride; off < guess.count && len(pending) < o.ahead; off += guess.stride {
-				fetch(gctx, off)
-			}
-		}
+		l.read(ctx, q, yield)
+	}
+}
 
-		first, err := take()
+// listing is one read of a collection by listPages: the plan of its pages, which the pages
+// taken move on, and the ids yielded.
+type listing[T any] struct {
+	c     *Client
+	path  string
+	o     listOptions
+	key   string   // of the collection's hint (o.remember)
+	guess pageHint // what the previous read found
+	seen  map[string]struct{}
+
+	mu      sync.Mutex // the plan: followed by the readers, moved on by the pages taken
+	started bool       // the first page is planned
+	guessed int        // pages planned from the guess, after the first
+	dropped bool       // the guessed pages lie at offsets of another stride: called off
+	sized   bool       // the first page was taken: stride and total are known
+	stride  int        // the first page's length (a server may clamp below 100)
+	total   int        // the largest count a page reported
+	next    int        // the offset of the next page to plan
+	ended   bool       // a page shorter than the stride was taken
+}
+
+// listSpan is one page of a listing; a guessed page was planned from the previous read.
+type listSpan struct {
+	offset  int
+	guessed bool
+}
+
+// read yields the collection's objects in order. Pages guessed from the previous read are read
+// in a context of their own, so they can be called off when the server pages differently now.
+func (l *listing[T]) read(ctx context.Context, q Query, yield func(T, error) bool) {
+	var zero T
+	ctx, cancel := context.WithCancel(ctx)
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	fetch := func(rctx context.Context, sp listSpan, slotted func()) ([]byte, error) {
+		if sp.guessed {
+			rctx = gctx
+		}
+		body, err := pageBody(rctx, l.c, l.path, sp.offset, MaxPageSize, q, slotted)
+		if err != nil && sp.guessed && l.isDropped() {
+			return nil, nil // its answer is dropped; the reader goes on with the pages that count
+		}
+		return body, err
+	}
+	pages := ReadPages(ctx, PageReaderOptions[listSpan]{
+		Plan: l.plan, Fetch: fetch, Readers: l.o.ahead, Window: l.o.ahead, InTurn: true,
+	})
+	defer func() { cancel(); pages.Stop() }()
+	for {
+		f, ok, err := pages.Next()
+		switch {
+		case !ok:
+			return
+		case err != nil:
+			yield(zero, fmt.Errorf("veil: GET %s: %w", l.path, err))
+			return
+		case f.Span.guessed && l.isDropped():
+			continue
+		case f.Err != nil:
+			yield(zero, f.Err)
+			return
+		}
+		pg, err := DecodePage[T](l.path, f.Body, f.Span.offset)
 		if err != nil {
 			yield(zero, err)
 			return
 		}
-		stride, total := len(first.Results), first.Count
-		if o.remember {
-			h := pageHint{count: first.Count}
-			if first.Count > stride {
-				h.stride = stride
-			}
-			c.hints.set(key, h)
-		}
-		if o.sized != nil {
-			o.sized(first.Count)
-		}
-		var seen map[string]struct{}
-		if _, ok := any(zero).(identified); ok {
-			seen = make(map[string]struct{}, min(max(first.Count, 0), 1<<16))
-		}
-		emit := func(items []T) bool {
-			for _, v := range items {
-				if seen != nil {
-					if id := any(v).(identified).objectID(); id != "" {
-						if _, dup := seen[id]; dup {
-							continue
-						}
-						seen[id] = struct{}{}
-					}
-				}
-				if !yield(v, nil) {
-					return false
-				}
-			}
-			return true
-		}
-		if !emit(first.Results) {
+		more := l.took(pg, gcancel)
+		if !l.emit(pg.Results, yield) || !more {
 			return
 		}
-		if stride == 0 || total <= stride {
-			return // the guessed pages, if any, lie beyond the end
+	}
+}
+
+// plan names the next page: the first, then those the previous read found after it, then, once
+// the first page told the stride, every stride up to the largest count seen, until a page
+// ends short.
+func (l *listing[T]) plan() (listSpan, PlanStep) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !l.started:
+		l.started = true
+		return listSpan{offset: 0}, PlanRead
+	case !l.sized:
+		if g := l.guess; g.stride > 0 && (l.guessed+1)*g.stride < g.count {
+			l.guessed++
+			return listSpan{offset: l.guessed * g.stride, guessed: true}, PlanRead
 		}
-		if len(pending) > 0 && stride != guess.stride {
-			gcancel() // at offsets of another stride: start again from the first page's
-			pending = nil
+		return listSpan{}, PlanWait
+	case l.stride == 0 || l.ended:
+		return listSpan{}, PlanDone
+	case l.next >= l.total:
+		return listSpan{}, PlanWait // a page not yet taken may report a larger count
+	}
+	sp := listSpan{offset: l.next}
+	l.next += l.stride
+	return sp, PlanRead
+}
+
+// took moves the plan on with a page taken. The first sets the stride (and calls off the
+// guessed pages when they were read at another) and tells o.sized the count. It reports whether
+// pages may follow.
+func (l *listing[T]) took(pg Page[T], callOff context.CancelFunc) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sized {
+		l.total = max(l.total, pg.Count)
+		if len(pg.Results) < l.stride {
+			l.ended = true
 		}
-		next, ended := stride*(len(pending)+1), false
-		for {
-			for !ended && len(pending) < o.ahead && next < total {
-				fetch(ctx, next)
-				next += stride
+		return true
+	}
+	l.sized, l.stride, l.total = true, len(pg.Results), pg.Count
+	l.next = l.stride * (l.guessed + 1)
+	if l.guessed > 0 && l.stride != l.guess.stride {
+		l.dropped, l.next = true, l.stride
+		callOff()
+	}
+	if l.o.remember {
+		h := pageHint{count: pg.Count}
+		if pg.Count > l.stride {
+			h.stride = l.stride
+		}
+		l.c.hints.set(l.key, h)
+	}
+	if l.o.sized != nil {
+		l.o.sized(pg.Count)
+	}
+	var zero T
+	if _, ok := any(zero).(identified); ok {
+		l.seen = make(map[string]struct{}, min(max(pg.Count, 0), 1<<16))
+	}
+	return l.stride > 0 && l.total > l.stride // else the guessed pages, if any, lie beyond the end
+}
+
+func (l *listing[T]) isDropped() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}
+
+// emit yields the items not yielded before (by id); it reports whether the caller wants more.
+func (l *listing[T]) emit(items []T, yield func(T, error) bool) bool {
+	for _, v := range items {
+		if l.seen != nil {
+			if id := any(v).(identified).objectID(); id != "" {
+				if _, dup := l.seen[id]; dup {
+					continue
+				}
+				l.seen[id] = struct{}{}
 			}
-			if len(pending) == 0 {
-				return
-			}
-			pg, err := take()
-			if err != nil {
-				yield(zero, err)
-				return
-			}
-			total = max(total, pg.Count)
-			if len(pg.Results) < stride {
-				ended = true
-			}
-			if !emit(pg.Results) {
-				return
-			}
+		}
+		if !yield(v, nil) {
+			return false
 		}
 	}
+	return true
 }
 
 // pageHint is what the last read of a collection found: its count, and the page stride the

@@ -163,8 +163,21 @@ func figure(name, unit string, runs []float64, floor float64, floorName string, 
 	return f
 }
 
+// build makes the goals' figures, in the table's order, and the growth figures.
 func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
-	at := func(bench string, n int) string { return fmt.Sprintf("%s/vms=%d", bench, n) }
+	figs = append(figs, inventoryFigures(r, mainSize)...)
+	figs = append(figs, loopFigures(r)...)
+	figs = append(figs, replicaFigures(r)...)
+	figs = append(figs, refreshCPUFigure(r, mainSize))
+	return figs, growthFigures(r, sizes)
+}
+
+// at names a benchmark run at n VMs.
+func at(bench string, n int) string { return fmt.Sprintf("%s/vms=%d", bench, n) }
+
+// inventoryFigures: the inventory refresh, /metrics encoded live and scrapes of the rendered
+// text, at mainSize VMs (scrapes at 10,000 and 50,000).
+func inventoryFigures(r results, mainSize int) (figs []Figure) {
 	ref, serve, base := at("BenchmarkInventoryRefresh", mainSize), at("BenchmarkMetricsServe", mainSize), at("BenchmarkMetricsServeBaseline", mainSize)
 
 	f := figure(fmt.Sprintf("inventory refresh, %d VMs", mainSize), "s",
@@ -203,10 +216,14 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 		}
 		figs = append(figs, f)
 	}
+	return figs
+}
 
+// loopFigures: the guest ping sweep, the event catch-up and the event delivery delay.
+func loopFigures(r results) (figs []Figure) {
 	g := "BenchmarkGuestPingSweep"
 	sweep, gratio := r.get(g, "sweep-s"), r.get(g, "ratio-to-floor", "ratio_to_floor")
-	f = figure("guest ping sweep at 500 requests/s", "s", sweep, median(sweepFloors(sweep, gratio)), "VMs/budget", gratio, "<=", 1.1)
+	f := figure("guest ping sweep at 500 requests/s", "s", sweep, median(sweepFloors(sweep, gratio)), "VMs/budget", gratio, "<=", 1.1)
 	if v := r.get(g, "vms"); len(v) > 0 {
 		f.Note = fmt.Sprintf("%.0f VMs", median(v))
 	}
@@ -235,7 +252,11 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 		f.Note = fmt.Sprintf("p50 %.0f ms; target poll_interval + 100 ms", median(v))
 	}
 	figs = append(figs, f)
+	return figs
+}
 
+// replicaFigures: takeovers and requests with replicas, and the fleet run.
+func replicaFigures(r results) (figs []Figure) {
 	h := "BenchmarkReplicas"
 	figs = append(figs,
 		figure("replicas: takeover after kill -9", "s", r.get(h, "takeover-s"), median(r.get(h, "bound-s")), "lease_ttl + 2 s", r.get(h, "ratio-to-bound"), "<=", 1),
@@ -243,7 +264,7 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 		figure("replicas: controller requests, 3 replicas / 1 exporter", "requests", r.get(h, "requests-three"), median(r.get(h, "requests-one")), "one exporter", r.get(h, "requests-ratio"), "<=", 1.05))
 
 	fl := "BenchmarkFleet"
-	f = figure("fleet: spread, 60 controllers on 3 replicas", "controllers", r.get(fl, "spread-dev"), 2, "goal: 20 ± 2", r.get(fl, "spread-ratio"), "<=", 1)
+	f := figure("fleet: spread, 60 controllers on 3 replicas", "controllers", r.get(fl, "spread-dev"), 2, "goal: 20 ± 2", r.get(fl, "spread-ratio"), "<=", 1)
 	if lo, hi := r.get(fl, "spread-min"), r.get(fl, "spread-max"); len(lo) > 0 && len(hi) > 0 {
 		f.Note = fmt.Sprintf("distance from 20 per replica; counts %.0f..%.0f; settled %.0f s after the replicas started; 1,000 VMs each", median(lo), median(hi), median(r.get(fl, "settle-s")))
 	}
@@ -270,8 +291,13 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 			median(v), median(r.get(fl, "sim-cpu-cores")), median(r.get(fl, "hwm-replica-MiB")), median(r.get(fl, "hwm-one-MiB")))
 	}
 	figs = append(figs, f)
+	return figs
+}
 
-	f = figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, "", 0)
+// refreshCPUFigure: the CPU one inventory refresh of mainSize VMs takes, and its rendering.
+func refreshCPUFigure(r results, mainSize int) Figure {
+	ref := at("BenchmarkInventoryRefresh", mainSize)
+	f := figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, "", 0)
 	if v := r.get(ref, "sim-cpu-s/refresh"); len(v) > 0 {
 		f.Note = fmt.Sprintf("the simulator (separate process, same cores) used %.3f s", median(v))
 	}
@@ -279,8 +305,11 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 		f.Note += fmt.Sprintf("; rendering the gauges, every family compressed, %.0f ms (%.1f MiB of text, %.1f MiB compressed); %.0f allocations, %.0f MiB per refresh",
 			median(v)*1000, median(r.get(ref, "rendered-MiB")), median(r.get(ref, "rendered-gzip-MiB")), median(r.get(ref, "allocs/op")), median(r.get(ref, "B/op"))/(1<<20))
 	}
-	figs = append(figs, f)
+	return f
+}
 
+// growthFigures: refresh and /metrics at each of sizes VMs.
+func growthFigures(r results, sizes []int) (growth []Figure) {
 	for _, n := range sizes {
 		ref, serve, base := at("BenchmarkInventoryRefresh", n), at("BenchmarkMetricsServe", n), at("BenchmarkMetricsServeBaseline", n)
 		f := figure(fmt.Sprintf("refresh, %d VMs", n), "s", r.get(ref, "refresh-s"), median(r.get(ref, "floor-s")), "floor", r.get(ref, "ratio-to-floor"), "", 0)
@@ -294,7 +323,7 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 		}
 		growth = append(growth, f)
 	}
-	return figs, growth
+	return growth
 }
 
 // sweepFloors derives the floor of each run from its value and its ratio.
