@@ -78,9 +78,12 @@ type Inventory struct {
 
 	// rendered is the text of the gauges of the latest refresh; builder (under refreshMu)
 	// renders it.
-	rendered atomic.Pointer[exposition.Set]
-	builder  exposition.Builder
-	ready    atomic.Bool // Rendered holds a refresh's data
+	rendered  atomic.Pointer[exposition.Set]
+	renderMu  sync.Mutex // builder
+	builder   exposition.Builder
+	ready     atomic.Bool   // Rendered holds a refresh's data
+	async     atomic.Bool   // Run's render loop takes the renders (renderReq)
+	renderReq chan struct{} // a refresh stored new data
 }
 
 // snapshot holds immutable slices: a refresh replaces them, scrapes only read them.
@@ -125,6 +128,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		logger:     log.With(logger, "controller", controller),
 		descs:      newInventoryDescs(controller, cfg.Interval),
 		runs:       map[string]*collectionRun{},
+		renderReq:  make(chan struct{}, 1),
 		names:      map[string]knownName{},
 	}
 	var err error
@@ -167,6 +171,17 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 
 // Run refreshes at once and then every collect.interval until ctx is done.
 func (inv *Inventory) Run(ctx context.Context) {
+	// Rendering runs beside the refreshes: a refresh ends when its data is stored.
+	renderDone := make(chan struct{})
+	inv.async.Store(true)
+	go func() {
+		defer close(renderDone)
+		inv.renderLoop(ctx)
+	}()
+	defer func() {
+		<-renderDone
+		inv.async.Store(false)
+	}()
 	interval := inv.cfg.Interval
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -217,7 +232,7 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	}
 	r.judge()
 	r.store()
-	inv.render()
+	inv.changed()
 	r.log()
 	return r.err
 }

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"sort"
 	"strconv"
 	"strings"
@@ -157,12 +158,37 @@ func (inv *Inventory) CollectLive(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Rendered is the text of the gauges, rendered at the end of each refresh.
+// Rendered is the text of the gauges, rendered after each refresh.
 func (inv *Inventory) Rendered() *exposition.Set { return inv.rendered.Load() }
 
-// render replaces Rendered with the current snapshot's series. refreshMu must be held (or
-// the inventory not yet shared).
+// changed has the stored snapshot rendered: by Run's render loop, or at once without one.
+func (inv *Inventory) changed() {
+	if !inv.async.Load() {
+		inv.render()
+		return
+	}
+	select {
+	case inv.renderReq <- struct{}{}:
+	default: // one is pending: it will read the newest snapshot
+	}
+}
+
+// renderLoop renders after each refresh until ctx is done.
+func (inv *Inventory) renderLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-inv.renderReq:
+			inv.render()
+		}
+	}
+}
+
+// render replaces Rendered with the current snapshot's series.
 func (inv *Inventory) render() {
+	inv.renderMu.Lock()
+	defer inv.renderMu.Unlock()
 	inv.mu.RLock()
 	snap, up, refreshed := inv.snap, inv.up, inv.refreshed
 	inv.mu.RUnlock()

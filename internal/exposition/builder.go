@@ -16,22 +16,23 @@ import (
 )
 
 // Builder collects the series of one Set. It is not safe for concurrent use; keep one per
-// collector and reuse it. Its buffers are released after each Finish (the text of a large
-// inventory is tens of megabytes, only needed while it is compressed); the next build
-// allocates them at the size they had.
+// collector and reuse it. A flushed family's text buffer goes back to the Builder for the next
+// family: a collector that flushes one family after the other keeps about one family's text,
+// not the whole inventory's, and a render allocates little.
 type Builder struct {
 	fams  map[*Desc]*famBuf
 	done  []*Family // flushed, for Finish
 	lines []line
-	comp  compressor
+	// free are text and offset buffers of flushed families, for the next.
+	free     [][]byte
+	freeOffs [][]uint32
+	comp     compressor
 }
 
 type famBuf struct {
 	d    *Desc
 	buf  []byte
 	offs []uint32 // start of each line in buf
-	// the sizes of the last build, to allocate the next at once
-	hintBuf, hintLines int
 }
 
 type line struct{ start, end uint32 }
@@ -55,8 +56,9 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 		f = &famBuf{d: d}
 		b.fams[d] = f
 	}
-	if f.buf == nil {
-		f.buf, f.offs = make([]byte, 0, f.hintBuf), make([]uint32, 0, f.hintLines)
+	if f.buf == nil && len(b.free) > 0 {
+		f.buf, b.free = b.free[len(b.free)-1], b.free[:len(b.free)-1]
+		f.offs, b.freeOffs = b.freeOffs[len(b.freeOffs)-1], b.freeOffs[:len(b.freeOffs)-1]
 	}
 	f.offs = append(f.offs, uint32(len(f.buf)))
 	buf := append(f.buf, d.name...)
@@ -112,10 +114,9 @@ func (b *Builder) Flush(prev *Set) {
 			fam.deflate = b.comp.segment(write)
 		}
 		b.done = append(b.done, fam)
-		f.hintBuf, f.hintLines = len(f.buf)+len(f.buf)/8, len(f.offs)+len(f.offs)/8
+		b.free, b.freeOffs = append(b.free, f.buf[:0]), append(b.freeOffs, f.offs[:0])
 		f.buf, f.offs = nil, nil
 	}
-	b.lines = nil
 }
 
 // countWriter counts what it passes on.
