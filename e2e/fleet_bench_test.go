@@ -6,14 +6,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -210,46 +208,10 @@ type fleetSim struct {
 }
 
 func startFleetSim(b *testing.B, bin, token string) *fleetSim {
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--controllers", strconv.Itoa(fleetControllers),
+	urls, pid := startSims(b, bin, fleetControllers, "--controllers", strconv.Itoa(fleetControllers),
 		"--token", token, "--vms", strconv.Itoa(fleetVMs), "--nodes", "20", "--clusters", "2", "--datapools", "4",
 		"--latency", "20ms", "--initial-events", "0", "--event-rate", "0", "--events-order", "oldest_first")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	s := &fleetSim{pid: cmd.Process.Pid}
-	urls := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "veil-sim listening on "); ok {
-				urls <- u
-			}
-		}
-		close(urls)
-	}()
-	timeout := time.After(60 * time.Second)
-	for len(s.urls) < fleetControllers {
-		select {
-		case u, ok := <-urls:
-			if !ok {
-				b.Fatalf("veil-sim ended after %d controllers", len(s.urls))
-			}
-			s.urls = append(s.urls, u)
-		case <-timeout:
-			b.Fatalf("veil-sim started %d of %d controllers in 60 s", len(s.urls), fleetControllers)
-		}
-	}
-	go func() {
-		for range urls { // the rest of its output
-		}
-	}()
-	return s
+	return &fleetSim{pid: pid, urls: urls}
 }
 
 // call sends a control request to controller i and decodes the answer into v (nil: ignored).
@@ -356,20 +318,7 @@ func (s *fleetSim) each(b *testing.B, f func(i int) error) {
 }
 
 // peakRSS is the peak resident memory (VmHWM) of process pid in MiB.
-func peakRSS(b *testing.B, pid int) float64 {
-	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, l := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func peakRSS(b *testing.B, pid int) float64 { return statusKB(b, pid, "VmHWM:") / 1024 }
 
 // eventFeed adds 100 events to every controller at once (a catch-up for the first owner), then
 // one every 500 ms, and keeps each one's journal.

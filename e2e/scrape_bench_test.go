@@ -56,8 +56,9 @@ func benchScrape(b *testing.B, exporter, simBin string, vms int) {
 	if err := os.WriteFile(tok, []byte(token), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	simURL := startSim(b, simBin, "--token", token, "--seed", "1", "--vms", strconv.Itoa(vms), "--nodes", "500",
+	sims, _ := startSims(b, simBin, 1, "--token", token, "--seed", "1", "--vms", strconv.Itoa(vms), "--nodes", "500",
 		"--datapools", "50", "--clusters", "5", "--latency", "1ms", "--event-rate", "0")
+	simURL := sims[0]
 	cfg := filepath.Join(dir, "config.yaml")
 	body := fmt.Sprintf(`controllers:
   - name: bench
@@ -167,8 +168,9 @@ func scrapeOnce(u string) (string, http.Header, error) {
 	return string(raw), resp.Header, err
 }
 
-// startSim starts bin/veil-sim on a free port with args and returns its URL.
-func startSim(b *testing.B, bin string, args ...string) string {
+// startSims starts bin/veil-sim with args on free ports and returns the URLs of its n
+// controllers and its pid.
+func startSims(b *testing.B, bin string, n int, args ...string) ([]string, int) {
 	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -179,7 +181,7 @@ func startSim(b *testing.B, bin string, args ...string) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	urls := make(chan string, 1)
+	urls := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -187,14 +189,26 @@ func startSim(b *testing.B, bin string, args ...string) string {
 				urls <- u
 			}
 		}
+		close(urls)
 	}()
-	select {
-	case u := <-urls:
-		return u
-	case <-time.After(2 * time.Minute):
-		b.Fatal("veil-sim did not start in 2 minutes")
-		return ""
+	var got []string
+	timeout := time.After(2 * time.Minute)
+	for len(got) < n {
+		select {
+		case u, ok := <-urls:
+			if !ok {
+				b.Fatalf("veil-sim ended after %d of %d controllers", len(got), n)
+			}
+			got = append(got, u)
+		case <-timeout:
+			b.Fatalf("veil-sim started %d of %d controllers in 2 minutes", len(got), n)
+		}
 	}
+	go func() {
+		for range urls { // the rest of its output
+		}
+	}()
+	return got, cmd.Process.Pid
 }
 
 // statusKB reads a field of /proc/pid/status in kB.

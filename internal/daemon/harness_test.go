@@ -5,7 +5,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -96,17 +95,10 @@ func (d *daemonUnderTest) get(t *testing.T, path string) (int, string) {
 
 func (d *daemonUnderTest) do(t *testing.T, method, path string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, d.base+path, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return testutil.Do(t, method, d.base+path)
 }
 
 func (d *daemonUnderTest) waitReady(t *testing.T) {
 	t.Helper()
-	testutil.Eventually(t, 15*time.Second, func() bool { code, _ := d.get(t, "/-/ready"); return code == 200 }, "ready; logs:\n%s", d.logs)
+	testutil.WaitReady(t, d.base, d.logs)
 }

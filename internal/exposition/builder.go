@@ -17,8 +17,9 @@ import (
 
 // Builder collects the series of one Set. It is not safe for concurrent use; keep one per
 // collector and reuse it. A flushed family's text buffer goes back to the Builder for the next
-// family: a collector that flushes one family after the other keeps about one family's text,
-// not the whole inventory's, and a render allocates little.
+// family of the same build: a collector that flushes one family after the other holds about
+// one family's text, not the whole inventory's. Finish lets the buffers go: between builds a
+// Builder holds nothing (sixty controllers would otherwise each keep their largest families).
 type Builder struct {
 	fams  map[*Desc]*famBuf
 	done  []*Family // flushed, for Finish
@@ -26,7 +27,6 @@ type Builder struct {
 	// free are text and offset buffers of flushed families, for the next.
 	free     [][]byte
 	freeOffs [][]uint32
-	comp     compressor
 }
 
 type famBuf struct {
@@ -111,7 +111,7 @@ func (b *Builder) Flush(prev *Set) {
 		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.Header == fam.Header {
 			fam = o
 		} else {
-			fam.deflate = b.comp.segment(write)
+			fam.deflate = segment(write)
 		}
 		b.done = append(b.done, fam)
 		b.free, b.freeOffs = append(b.free, f.buf[:0]), append(b.freeOffs, f.offs[:0])
@@ -135,7 +135,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 func (b *Builder) Finish(prev *Set) *Set {
 	b.Flush(prev)
 	set := &Set{Families: b.done}
-	b.done = nil
+	b.done, b.free, b.freeOffs, b.lines = nil, nil, nil, nil
 	sort.Slice(set.Families, func(i, j int) bool { return set.Families[i].Name < set.Families[j].Name })
 	for _, f := range set.Families {
 		set.size += f.size

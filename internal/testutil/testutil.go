@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -206,4 +207,23 @@ func WaitHTTP(tb testing.TB, u string, timeout time.Duration) {
 		}
 		return nil
 	}, "%s to answer 200", u)
+}
+
+// Do sends a request without a body to url and returns the status and the body.
+func Do(t testing.TB, method, url string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// WaitReady waits until base/-/ready answers 200; logs is shown when it does not in 15 s.
+func WaitReady(t testing.TB, base string, logs fmt.Stringer) {
+	t.Helper()
+	Eventually(t, 15*time.Second, func() bool { code, _ := Do(t, http.MethodGet, base+"/-/ready"); return code == 200 }, "ready; logs:\n%s", logs)
 }
