@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,12 +23,20 @@ import (
 // Builder holds nothing (sixty controllers would otherwise each keep their largest families).
 type Builder struct {
 	fams  map[*Desc]*famBuf
+	adds  int
 	done  []*Family // flushed, for Finish
 	lines []line
 	// free are text and offset buffers of flushed families, for the next.
 	free     [][]byte
 	freeOffs [][]uint32
 }
+
+// yieldEvery is how many series a render adds between yields of its processor: rendering is
+// background work, a scrape is someone waiting.
+const yieldEvery = 2048
+
+// yieldBytes is the same for text written to the compressor in one piece.
+const yieldBytes = 256 << 10
 
 type famBuf struct {
 	d    *Desc
@@ -47,6 +56,9 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 		if !utf8.ValidString(l) {
 			return
 		}
+	}
+	if b.adds++; b.adds%yieldEvery == 0 {
+		runtime.Gosched() // a scrape waiting for this P runs now, not at the next preemption
 	}
 	if b.fams == nil {
 		b.fams = make(map[*Desc]*famBuf)
@@ -97,10 +109,18 @@ func (b *Builder) Flush(prev *Set) {
 		whole, lines := b.ordered(f)
 		write := func(w io.Writer) {
 			if whole != nil {
-				_, _ = w.Write(whole)
+				p := whole // write runs twice: for the checksum, then to compress
+				for ; len(p) > yieldBytes; p = p[yieldBytes:] {
+					_, _ = w.Write(p[:yieldBytes])
+					runtime.Gosched()
+				}
+				_, _ = w.Write(p)
 				return
 			}
-			for _, l := range lines {
+			for i, l := range lines {
+				if i%yieldEvery == yieldEvery-1 {
+					runtime.Gosched()
+				}
 				_, _ = w.Write(f.buf[l.start:l.end])
 			}
 		}

@@ -331,3 +331,35 @@ func TestMaxRequestsInFlight(t *testing.T) {
 		t.Errorf("second scrape: %d, want 503", w.Code)
 	}
 }
+
+// TestLargeFamily: a family larger than one piece given to the compressor (yieldBytes) and
+// with more series than a render adds between yields comes out whole, in order or sorted.
+func TestLargeFamily(t *testing.T) {
+	d := NewDesc("big", "Big.", prometheus.GaugeValue, []string{"id"}, nil)
+	for _, sorted := range []bool{true, false} {
+		var b Builder
+		var want strings.Builder
+		want.WriteString("# HELP big Big.\n# TYPE big gauge\n")
+		const n = 30000
+		for i := range n {
+			want.WriteString(fmt.Sprintf("big{id=\"%08d-padding-padding-padding\"} %d\n", i, i))
+		}
+		for i := range n {
+			k := i
+			if !sorted {
+				k = (i * 7919) % n // every index once, out of order
+			}
+			b.Add(d, float64(k), fmt.Sprintf("%08d-padding-padding-padding", k))
+		}
+		if want.Len() < 2*yieldBytes {
+			t.Fatalf("the family has %d bytes: the test proves little", want.Len())
+		}
+		got, err := Families([]*Set{b.Finish(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want.String() {
+			t.Fatalf("sorted=%v: %s", sorted, firstDiff(got, []byte(want.String())))
+		}
+	}
+}
