@@ -101,63 +101,80 @@ func StartCluster(t testing.TB, options ...ClusterOption) *Cluster {
 		o(&cfg)
 	}
 	const size = 3
-	clientPorts := make([]int, size)
-	routePorts := make([]int, size)
-	for i := range size {
-		clientPorts[i], routePorts[i] = FreePort(t), FreePort(t)
-	}
-	c := &Cluster{}
-	var extra []string // every node's arguments besides its own
-	if cfg.partitionable {
-		c.parts = &partitions{routes: make([][]*Link, size)}
+	// A port chosen free may be taken by another test before the node binds it: the node then
+	// never gets ready. Start again on other ports, up to three times.
+	bin := Build(t, "internal/testutil/natsnode")
+	attempt := func() (*Cluster, error) {
+		clientPorts := make([]int, size)
+		routePorts := make([]int, size)
 		for i := range size {
-			c.parts.routes[i] = make([]*Link, size)
+			clientPorts[i], routePorts[i] = FreePort(t), FreePort(t)
+		}
+		c := &Cluster{}
+		var extra []string // every node's arguments besides its own
+		if cfg.partitionable {
+			c.parts = &partitions{routes: make([][]*Link, size)}
+			for i := range size {
+				c.parts.routes[i] = make([]*Link, size)
+				for j := range size {
+					if j != i {
+						c.parts.routes[i][j] = newLink(t, "127.0.0.1:"+strconv.Itoa(routePorts[j]))
+					}
+				}
+				c.parts.clients = append(c.parts.clients, newLink(t, "127.0.0.1:"+strconv.Itoa(clientPorts[i])))
+				c.parts.monitors = append(c.parts.monitors, FreePort(t))
+			}
+			extra = []string{"-no-advertise", "-cluster-advertise", "127.0.0.1:" + strconv.Itoa(refusingPort(t))}
+		}
+		for i := range size {
+			var routes []string
 			for j := range size {
-				if j != i {
-					c.parts.routes[i][j] = newLink(t, "127.0.0.1:"+strconv.Itoa(routePorts[j]))
+				switch {
+				case j == i:
+				case c.parts != nil:
+					routes = append(routes, "nats-route://"+c.parts.routes[i][j].Addr())
+				default:
+					routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePorts[j]))
 				}
 			}
-			c.parts.clients = append(c.parts.clients, newLink(t, "127.0.0.1:"+strconv.Itoa(clientPorts[i])))
-			c.parts.monitors = append(c.parts.monitors, FreePort(t))
-		}
-		extra = []string{"-no-advertise", "-cluster-advertise", "127.0.0.1:" + strconv.Itoa(refusingPort(t))}
-	}
-	bin := Build(t, "internal/testutil/natsnode")
-	for i := range size {
-		var routes []string
-		for j := range size {
-			switch {
-			case j == i:
-			case c.parts != nil:
-				routes = append(routes, "nats-route://"+c.parts.routes[i][j].Addr())
-			default:
-				routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePorts[j]))
+			name := "n" + strconv.Itoa(i)
+			args := []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
+				"-cluster-port", strconv.Itoa(routePorts[i]), "-routes", joinComma(routes), "-store", t.TempDir()}
+			if c.parts != nil {
+				args = append(append(args, extra...), "-http", strconv.Itoa(c.parts.monitors[i]))
 			}
+			c.Nodes = append(c.Nodes, &NATS{t: t,
+				opts: server.Options{ServerName: name, Port: clientPorts[i]},
+				node: &node{bin: bin, args: args},
+			})
 		}
-		name := "n" + strconv.Itoa(i)
-		args := []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
-			"-cluster-port", strconv.Itoa(routePorts[i]), "-routes", joinComma(routes), "-store", t.TempDir()}
-		if c.parts != nil {
-			args = append(append(args, extra...), "-http", strconv.Itoa(c.parts.monitors[i]))
+		var wg sync.WaitGroup
+		errs := make([]error, size)
+		for i, n := range c.Nodes {
+			wg.Go(func() { errs[i] = n.start() })
 		}
-		c.Nodes = append(c.Nodes, &NATS{t: t,
-			opts: server.Options{ServerName: name, Port: clientPorts[i]},
-			node: &node{bin: bin, args: args},
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			for _, n := range c.Nodes {
+				n.Stop()
+			}
+			return nil, err
+		}
+		t.Cleanup(func() {
+			for _, n := range c.Nodes {
+				n.Stop()
+			}
 		})
+		return c, nil
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, size)
-	for i, n := range c.Nodes {
-		wg.Go(func() { errs[i] = n.start() })
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, n := range c.Nodes {
-			n.Stop()
+	var c *Cluster
+	for try := 1; ; try++ {
+		var err error
+		if c, err = attempt(); err == nil {
+			break
+		} else if try == 3 {
+			t.Fatal(err)
 		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
 	}
 	// The cluster is ready once it places an R3 stream: before its meta leader has seen every
 	// peer, placement fails with "no suitable peers for placement".
