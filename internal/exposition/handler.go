@@ -301,7 +301,7 @@ func (s *scrapeWriter) release() {
 }
 
 // Families returns the text of every family in the Sets with its HELP and TYPE lines, as the
-// handler writes them without compression (for tests and the status page).
+// handler writes them without compression (for tests: the rendered text to compare).
 func Families(sets []*Set) ([]byte, error) {
 	var b bytes.Buffer
 	for _, g := range groups(sets) {
