@@ -9,18 +9,19 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
 // Builder collects the series of one Set. It is not safe for concurrent use; keep one per
 // collector and reuse it. A flushed family's text buffer goes back to the Builder for the next
 // family of the same build: a collector that flushes one family after the other holds about
-// one family's text, not the whole inventory's. Finish lets the buffers go: between builds a
-// Builder holds nothing (sixty controllers would otherwise each keep their largest families).
+// one family's text, not the whole inventory's. Finish gives the buffers to textPool: between
+// builds a Builder holds nothing (sixty controllers would otherwise each keep their largest
+// families), and the next build of any Builder starts from them.
 type Builder struct {
 	fams  map[*Desc]*famBuf
 	adds  int
@@ -31,12 +32,22 @@ type Builder struct {
 	freeOffs [][]uint32
 }
 
-// yieldEvery is how many series a render adds between yields of its processor: rendering is
+// yieldEvery is how many series a render adds between yields (yield.go): rendering is
 // background work, a scrape is someone waiting.
 const yieldEvery = 2048
 
 // yieldBytes is the same for text written to the compressor in one piece.
 const yieldBytes = 256 << 10
+
+// textPool holds the text buffers of finished builds for the next build of any Builder: a
+// render reuses the last one's memory instead of making the collector run for it, and
+// buffers nobody asks for go with the next collections (sync.Pool).
+var textPool sync.Pool
+
+type famText struct {
+	buf  []byte
+	offs []uint32
+}
 
 type famBuf struct {
 	d    *Desc
@@ -58,7 +69,7 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 		}
 	}
 	if b.adds++; b.adds%yieldEvery == 0 {
-		runtime.Gosched() // a scrape waiting for this P runs now, not at the next preemption
+		yield()
 	}
 	if b.fams == nil {
 		b.fams = make(map[*Desc]*famBuf)
@@ -68,9 +79,13 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 		f = &famBuf{d: d}
 		b.fams[d] = f
 	}
-	if f.buf == nil && len(b.free) > 0 {
-		f.buf, b.free = b.free[len(b.free)-1], b.free[:len(b.free)-1]
-		f.offs, b.freeOffs = b.freeOffs[len(b.freeOffs)-1], b.freeOffs[:len(b.freeOffs)-1]
+	if f.buf == nil {
+		if len(b.free) > 0 {
+			f.buf, b.free = b.free[len(b.free)-1], b.free[:len(b.free)-1]
+			f.offs, b.freeOffs = b.freeOffs[len(b.freeOffs)-1], b.freeOffs[:len(b.freeOffs)-1]
+		} else if t, ok := textPool.Get().(*famText); ok {
+			f.buf, f.offs = t.buf, t.offs
+		}
 	}
 	f.offs = append(f.offs, uint32(len(f.buf)))
 	buf := append(f.buf, d.name...)
@@ -112,14 +127,14 @@ func (b *Builder) Flush(prev *Set) {
 				p := whole // write runs twice: for the checksum, then to compress
 				for ; len(p) > yieldBytes; p = p[yieldBytes:] {
 					_, _ = w.Write(p[:yieldBytes])
-					runtime.Gosched()
+					yield()
 				}
 				_, _ = w.Write(p)
 				return
 			}
 			for i, l := range lines {
 				if i%yieldEvery == yieldEvery-1 {
-					runtime.Gosched()
+					yield()
 				}
 				_, _ = w.Write(f.buf[l.start:l.end])
 			}
@@ -127,7 +142,7 @@ func (b *Builder) Flush(prev *Set) {
 		sum := crc32.NewIEEE()
 		n := &countWriter{w: sum}
 		write(n)
-		fam := &Family{Name: d.name, Header: d.header, size: n.n, crc: sum.Sum32()}
+		fam := &Family{Name: d.name, Header: d.header, piece: piece{size: n.n, crc: sum.Sum32()}, head: d.compressedHeader()}
 		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.Header == fam.Header {
 			fam = o
 		} else {
@@ -155,6 +170,9 @@ func (c *countWriter) Write(p []byte) (int, error) {
 func (b *Builder) Finish(prev *Set) *Set {
 	b.Flush(prev)
 	set := &Set{Families: b.done}
+	for i := range b.free {
+		textPool.Put(&famText{b.free[i], b.freeOffs[i]})
+	}
 	b.done, b.free, b.freeOffs, b.lines = nil, nil, nil, nil
 	sort.Slice(set.Families, func(i, j int) bool { return set.Families[i].Name < set.Families[j].Name })
 	for _, f := range set.Families {

@@ -9,6 +9,7 @@ package exposition
 import (
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,6 +28,17 @@ type Desc struct {
 	slots []slot
 	// valueStart is where the first label value starts in a line: after `name{label="`.
 	valueStart int
+
+	headOnce sync.Once
+	head     piece // header, compressed at the first render
+}
+
+// compressedHeader returns the header as a deflate segment, made once.
+func (d *Desc) compressedHeader() *piece {
+	d.headOnce.Do(func() {
+		d.head = pieceOf(d.header)
+	})
+	return &d.head
 }
 
 type slot struct {

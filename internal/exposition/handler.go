@@ -6,6 +6,7 @@ package exposition
 // which encodes everything live.
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -50,6 +51,8 @@ func Handler(o HandlerOpts) http.Handler {
 				return
 			}
 		}
+		scrapes.enter()
+		defer scrapes.leave()
 		format := expfmt.NegotiateAccept(r.Header, expfmt.DefaultAcceptedFormats()...)
 		if format.FormatType() != expfmt.TypeTextPlain || r.URL != nil && r.URL.Query().Has("name[]") {
 			o.Fallback.ServeHTTP(w, r)
@@ -95,7 +98,7 @@ func (o *HandlerOpts) serveText(w http.ResponseWriter, r *http.Request, format e
 			out.live(mfs[i], o) // the header is the live family's
 			i++
 		} else {
-			out.pending.WriteString(rendered[j].fams[0].Header)
+			out.header(rendered[j].fams[0])
 		}
 		out.families++
 		for _, f := range rendered[j].fams {
@@ -163,7 +166,8 @@ func negotiateEncoding(r *http.Request) string {
 // scrapeWriter writes one response: pending holds live text not yet written; family writes a
 // rendered family's lines in the response's encoding.
 type scrapeWriter struct {
-	w        io.Writer
+	w        io.Writer // bw, or the response when bw failed
+	bw       *bufio.Writer
 	encoding string
 	pending  bytes.Buffer
 
@@ -191,8 +195,19 @@ var (
 	scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 )
 
+// writerPool keeps scrapeWriters with their buffers: a scrape allocates next to nothing, so
+// that scrapes in a row do not make the collector run (a collection during a scrape is what
+// makes its tail).
+var writerPool = sync.Pool{New: func() any { return &scrapeWriter{bw: bufio.NewWriterSize(nil, outBuffer)} }}
+
+// outBuffer is what a scrape gathers before writing to the connection: rendered families are
+// mostly small, and net/http would otherwise write each in 4 KiB pieces, a system call each.
+const outBuffer = 128 << 10
+
 func newScrapeWriter(w http.ResponseWriter, encoding string) *scrapeWriter {
-	s := &scrapeWriter{w: w, encoding: encoding}
+	s := writerPool.Get().(*scrapeWriter)
+	s.bw.Reset(w)
+	s.w, s.encoding = s.bw, encoding
 	if encoding != "identity" {
 		w.Header().Set("Content-Encoding", encoding)
 	}
@@ -259,14 +274,29 @@ func (e errWriter) Write(p []byte) (int, error) {
 	return len(p), e.s.err
 }
 
-// family writes a rendered family's lines (its header is already pending).
+// header writes a rendered family's HELP and TYPE lines: in a gzip response as compressed at
+// the first render, unless live text waits to be written before them.
+func (s *scrapeWriter) header(f *Family) {
+	if s.encoding != "gzip" || f.head == nil || s.pending.Len() > 0 {
+		s.pending.WriteString(f.Header)
+		return
+	}
+	s.piece(f.head)
+}
+
+// piece writes text compressed beforehand to a gzip response.
+func (s *scrapeWriter) piece(p *piece) {
+	s.write(p.deflate)
+	s.crc = crc32Combine(s.crc, p.crc, p.size)
+	s.size += p.size
+}
+
+// family writes a rendered family's lines (its header is written or pending).
 func (s *scrapeWriter) family(f *Family) {
 	s.flush()
 	switch s.encoding {
 	case "gzip":
-		s.write(f.deflate)
-		s.crc = crc32Combine(s.crc, f.crc, f.size)
-		s.size += f.size
+		s.piece(&f.piece)
 	case "zstd":
 		s.write(f.zstdFrame())
 	default:
@@ -287,6 +317,9 @@ func (s *scrapeWriter) close() {
 		binary.LittleEndian.PutUint32(trailer[6:], uint32(s.size))
 		s.write(trailer[:])
 	}
+	if s.err == nil {
+		s.err = s.bw.Flush()
+	}
 	if s.err != nil {
 		s.sent = min(s.sent, s.families-1) // the last family's end was not sent
 	}
@@ -296,8 +329,11 @@ func (s *scrapeWriter) release() {
 	if s.fw != nil {
 		s.fw.Reset(nil)
 		flatePool.Put(s.fw)
-		s.fw = nil
 	}
+	s.bw.Reset(nil)
+	s.pending.Reset()
+	*s = scrapeWriter{bw: s.bw, pending: s.pending}
+	writerPool.Put(s)
 }
 
 // Families returns the text of every family in the Sets with its HELP and TYPE lines, as the

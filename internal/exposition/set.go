@@ -6,6 +6,7 @@ package exposition
 
 import (
 	"bytes"
+	"hash/crc32"
 	"io"
 	"sync"
 
@@ -34,12 +35,27 @@ type Family struct {
 	Name   string
 	Header string // "# HELP ...\n# TYPE ...\n"
 
-	deflate []byte // raw deflate, ending in a sync flush
-	crc     uint32 // of the plain lines
-	size    int64  // of the plain lines
+	piece        // the lines
+	head  *piece // Header
 
 	zstdOnce sync.Once
 	zstd     []byte
+}
+
+// piece is text compressed once for gzip responses.
+type piece struct {
+	deflate []byte // raw deflate, ending in a sync flush
+	crc     uint32 // of the plain text
+	size    int64  // of the plain text
+}
+
+// pieceOf compresses text.
+func pieceOf(text string) piece {
+	return piece{
+		deflate: segment(func(w io.Writer) { _, _ = io.WriteString(w, text) }),
+		crc:     crc32.ChecksumIEEE([]byte(text)),
+		size:    int64(len(text)),
+	}
 }
 
 // finalBlock ends a raw deflate stream: an empty final block with fixed codes.

@@ -1,0 +1,67 @@
+package exposition
+
+// Scrapes before renders: a render is background work and a scrape is someone waiting, so a
+// render pauses at its yield points while a /metrics scrape of this process is being served.
+
+import (
+	"runtime"
+	"sync"
+	"time"
+)
+
+// scrapes is the gate of this process's Handlers: renders wait on it.
+var scrapes gate
+
+// maxYield bounds one pause of a render: scrapes that follow one another without a gap delay
+// a render by at most this much per yield point, never stop it.
+const maxYield = 50 * time.Millisecond
+
+// gate counts scrapes in flight and lets a render wait until there are none.
+type gate struct {
+	mu     sync.Mutex
+	n      int
+	idle   chan struct{} // closed when n falls back to zero
+	paused int64         // yields that waited for a scrape, for tests
+}
+
+func (g *gate) enter() {
+	g.mu.Lock()
+	if g.n++; g.n == 1 {
+		g.idle = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	if g.n--; g.n == 0 {
+		close(g.idle)
+	}
+	g.mu.Unlock()
+}
+
+// wait returns once no scrape is in flight, or after max.
+func (g *gate) wait(max time.Duration) {
+	g.mu.Lock()
+	if g.n == 0 {
+		g.mu.Unlock()
+		return
+	}
+	idle := g.idle
+	g.paused++
+	g.mu.Unlock()
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+}
+
+// yield is a render's pause point: it lets scrapes in flight finish (up to maxYield), then
+// gives up the processor so that a scrape waiting for one runs now, not at the next
+// preemption.
+func yield() {
+	scrapes.wait(maxYield)
+	runtime.Gosched()
+}

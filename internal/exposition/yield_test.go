@@ -1,0 +1,60 @@
+package exposition
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
+)
+
+// TestRenderYieldsToScrapes: a render that reaches a yield point while a scrape is being
+// served waits for it, and goes on once the scrape is done.
+func TestRenderYieldsToScrapes(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+	})
+	h := Handler(HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*Set { return nil }, Fallback: slow})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	<-entered
+	before := pauses()
+
+	d := NewDesc("render_yields_series", "A family with more series than a render adds between yields.", prometheus.GaugeValue, []string{"n"}, nil)
+	built := make(chan *Set)
+	go func() {
+		var b Builder
+		for i := range 2 * yieldEvery {
+			b.Add(d, float64(i), strconv.Itoa(i))
+		}
+		built <- b.Finish(nil)
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return pauses() > before }, "the render waits for the scrape in flight")
+	close(release)
+	<-served
+	select {
+	case set := <-built:
+		if len(set.Families) != 1 {
+			t.Fatalf("render: %d families, want 1", len(set.Families))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the render did not go on after the scrape")
+	}
+}
+
+func pauses() int64 {
+	scrapes.mu.Lock()
+	defer scrapes.mu.Unlock()
+	return scrapes.paused
+}
