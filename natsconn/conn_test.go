@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/go-kit/log"
 
@@ -52,5 +53,45 @@ func TestFilesChanged(t *testing.T) {
 	}
 	if !conn.FilesChanged() {
 		t.Fatal("removed file not noticed")
+	}
+}
+
+// TestGenerationCountsReconnects proves a reconnect starts a new generation: how users learn that
+// what they set up on the server (a stream checked) may be gone.
+func TestGenerationCountsReconnects(t *testing.T) {
+	ns := testutil.StartNATS(t)
+	cfg := natsConfig(ns.URL())
+	cfg.JetStream.Enabled = false
+	conn, err := Connect(cfg, log.NewNopLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	if conn.Generation() == 0 {
+		t.Fatal("connected without a generation")
+	}
+	ns.Stop()
+	// The failure is recorded by a callback queued after the one of the first connection.
+	testutil.Eventually(t, 10*time.Second, func() bool { return conn.Status().LastError != "" }, "the disconnection recorded")
+	before := conn.Generation()
+	ns.Start()
+	testutil.Eventually(t, 20*time.Second, func() bool { return conn.Connected() && conn.Generation() > before },
+		"a new generation once reconnected (was %d)", before)
+}
+
+// TestSharedKeepsOneValuePerKey proves every user asking for a key gets the value the first one
+// made, and another key another value.
+func TestSharedKeepsOneValuePerKey(t *testing.T) {
+	type keyA struct{}
+	type keyB struct{}
+	var c Conn
+	made := 0
+	newValue := func() any { made++; return new(int) }
+	a1, a2, b := c.Shared(keyA{}, newValue), c.Shared(keyA{}, newValue), c.Shared(keyB{}, newValue)
+	if a1 != a2 || made != 2 {
+		t.Errorf("one key gave %p and %p, %d values made for two keys", a1, a2, made)
+	}
+	if a1 == b {
+		t.Error("two keys share a value")
 	}
 }
