@@ -169,7 +169,7 @@ func (f *fileCheckpoint) Save(_ context.Context, p position) error {
 // that NATS being away at start only delays forwarding (Load and Save fail and are retried).
 type kvCheckpoint struct {
 	conn *natsconn.Conn
-	js   jetstream.JetStream // the events' (streamOf(conn).js)
+	js   jetstream.JetStream // the events' context on conn
 	kv   jetstream.KeyValue  // nil until opened
 	key  string
 	// instance tells this process's writes from another instance's: a write applied whose reply
@@ -192,10 +192,14 @@ const PositionsBucket = "VEIL_EXPORTER_POSITIONS"
 
 // newKVCheckpoint stores the position of controller in the PositionsBucket bucket.
 func newKVCheckpoint(conn *natsconn.Conn, controller string) (checkpoint, error) {
-	if conn == nil || streamOf(conn).js == nil {
+	var js jetstream.JetStream
+	if conn != nil {
+		js = streamOf(conn).js
+	}
+	if js == nil {
 		return nil, errors.New("checkpoint store nats_kv needs nats.jetstream.enabled")
 	}
-	return &kvCheckpoint{conn: conn, js: streamOf(conn).js, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
+	return &kvCheckpoint{conn: conn, js: js, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
 }
 
 // open creates or opens the bucket once; k.mu is held.
