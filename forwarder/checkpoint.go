@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // position is where a controller's event stream has been published up to.
@@ -166,8 +168,9 @@ func (f *fileCheckpoint) Save(_ context.Context, p position) error {
 // so that a second instance cannot move it backwards. The bucket is opened on first use, so
 // that NATS being away at start only delays forwarding (Load and Save fail and are retried).
 type kvCheckpoint struct {
-	conn *Conn
-	kv   jetstream.KeyValue // nil until opened
+	conn *natsconn.Conn
+	js   jetstream.JetStream // the events' context on conn
+	kv   jetstream.KeyValue  // nil until opened
 	key  string
 	// instance tells this process's writes from another instance's: a write applied whose reply
 	// was lost leaves rev stale, and the next compare-and-set must not read as a conflict.
@@ -188,11 +191,15 @@ type kvRecord struct {
 const PositionsBucket = "VEIL_EXPORTER_POSITIONS"
 
 // newKVCheckpoint stores the position of controller in the PositionsBucket bucket.
-func newKVCheckpoint(conn *Conn, controller string) (checkpoint, error) {
-	if conn == nil || conn.js == nil {
+func newKVCheckpoint(conn *natsconn.Conn, controller string) (checkpoint, error) {
+	var js jetstream.JetStream
+	if conn != nil {
+		js = streamOf(conn).js
+	}
+	if js == nil {
 		return nil, errors.New("checkpoint store nats_kv needs nats.jetstream.enabled")
 	}
-	return &kvCheckpoint{conn: conn, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
+	return &kvCheckpoint{conn: conn, js: js, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
 }
 
 // open creates or opens the bucket once; k.mu is held.
@@ -201,18 +208,18 @@ func (k *kvCheckpoint) open(ctx context.Context) error {
 		return nil
 	}
 	if !k.conn.Connected() {
-		return fmt.Errorf("position store (bucket %s): %w", PositionsBucket, k.conn.notConnected())
+		return fmt.Errorf("position store (bucket %s): %w", PositionsBucket, k.conn.NotConnected())
 	}
 	// Opened as it is: an update would reset what an operator set (its replicas on a cluster).
-	kv, err := k.conn.js.KeyValue(ctx, PositionsBucket)
+	kv, err := k.js.KeyValue(ctx, PositionsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = k.conn.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage, Replicas: k.conn.Replicas()})
+		kv, err = k.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage, Replicas: k.conn.Replicas()})
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = k.conn.js.KeyValue(ctx, PositionsBucket) // another instance created it meanwhile
+			kv, err = k.js.KeyValue(ctx, PositionsBucket) // another instance created it meanwhile
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("couldn't open bucket %s on NATS at %s: %w", PositionsBucket, k.conn.url, err)
+		return fmt.Errorf("couldn't open bucket %s on NATS at %s: %w", PositionsBucket, k.conn.URL(), err)
 	}
 	k.kv = kv
 	return nil
@@ -290,7 +297,7 @@ func (k *kvCheckpoint) put(ctx context.Context, b []byte) (uint64, error) {
 // lagging replica, whose older revision would then read as another instance's write) and says
 // whether its latest value is one this instance wrote; if so it adopts that revision.
 func (k *kvCheckpoint) ownsKey(ctx context.Context) (bool, error) {
-	m, err := k.conn.lastMessage(ctx, "KV_"+PositionsBucket, "$KV."+PositionsBucket+"."+k.key)
+	m, err := lastMessage(ctx, k.conn, "KV_"+PositionsBucket, "$KV."+PositionsBucket+"."+k.key)
 	if err != nil {
 		return false, fmt.Errorf("couldn't read position back: %w", err)
 	}

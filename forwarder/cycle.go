@@ -76,9 +76,9 @@ func (fw *Forwarder) checkNATS(ctx context.Context) error {
 	var err error
 	switch {
 	case !c.Connected():
-		err = c.notConnected()
+		err = c.NotConnected()
 	default:
-		if serr := c.setUp(ctx); serr != nil {
+		if serr := fw.stream.setUp(ctx); serr != nil {
 			if c.Connected() {
 				err = &setUpError{serr}
 			} else {
@@ -96,7 +96,7 @@ func (fw *Forwarder) checkNATS(ctx context.Context) error {
 func (fw *Forwarder) mustSync() bool {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	return fw.needSync || fw.epoch != reconnects(fw.opts.Conn.nc)
+	return fw.needSync || fw.epoch != reconnects(fw.opts.Conn.NATS())
 }
 
 func (fw *Forwarder) setHint(h int) {

@@ -6,8 +6,9 @@
 // comes back from `created` and, should the platform ignore the parameter, tails newest first.
 // The configured orders ask explicitly (created / -created).
 //
-// Owns event tailing, the position and publishing (and, for now, the NATS connection and the
-// embedded server); imports veil, config and internal/{metricutil,runstatus}, never collector or ha.
+// Owns event tailing, the position, publishing and the events stream's set-up on a connection
+// (stream.go); the connection itself is natsconn's. Imports veil, config, natsconn and
+// internal/{metricutil,runstatus}, never collector or ha.
 package forwarder
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -34,7 +36,7 @@ type Options struct {
 	Client        *veil.Client
 	Events        config.Events
 	NATS          config.NATS
-	Conn          *Conn
+	Conn          *natsconn.Conn
 	Logger        log.Logger
 	// store overrides the store chosen by Events.Checkpoint (tests).
 	store checkpoint
@@ -75,7 +77,7 @@ type Status struct {
 	// position store not available.
 	NotReady string
 	Stopped  bool // another instance owns the position
-	NATS     ConnStatus
+	NATS     natsconn.Status
 	// Subject is the filter a subscriber uses for this controller's events: <prefix>.<controller>.>
 	Subject string
 	// Recent holds the last events published and acknowledged, newest first (at most 20).
@@ -113,7 +115,8 @@ type Forwarder struct {
 	order    direction
 	auto     bool
 	cp       checkpoint
-	source   string // ce-source: the controller URL without userinfo
+	source   string       // ce-source: the controller URL without userinfo
+	stream   *eventStream // shared with the other forwarders on opts.Conn
 
 	mu   sync.Mutex
 	pos  position // acknowledged
@@ -198,10 +201,11 @@ func New(opts Options) (*Forwarder, error) {
 	if opts.Conn == nil {
 		return nil, errors.New("forwarder: no NATS connection")
 	}
-	if opts.Conn.js != nil {
-		fw.pub = &jsPublisher{conn: opts.Conn, filter: fw.subjectFilter(), timeout: opts.NATS.JetStream.PublishTimeout}
+	fw.stream = streamOf(opts.Conn)
+	if fw.stream.js != nil {
+		fw.pub = &jsPublisher{stream: fw.stream, filter: fw.subjectFilter(), timeout: opts.NATS.JetStream.PublishTimeout}
 	} else {
-		fw.pub = &corePublisher{nc: opts.Conn.nc, timeout: opts.NATS.JetStream.PublishTimeout}
+		fw.pub = &corePublisher{nc: opts.Conn.NATS(), timeout: opts.NATS.JetStream.PublishTimeout}
 	}
 	fw.cp = opts.store
 	if fw.cp == nil {
@@ -379,7 +383,7 @@ func (fw *Forwarder) NotReady() string {
 
 func (fw *Forwarder) notReadyLocked() string {
 	if !fw.opts.Conn.Connected() {
-		return fw.opts.Conn.notConnected().Error()
+		return fw.opts.Conn.NotConnected().Error()
 	}
 	return fw.notReady
 }

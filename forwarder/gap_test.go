@@ -2,14 +2,9 @@ package forwarder
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/go-kit/log"
-
-	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -54,43 +49,5 @@ func TestGapEpisodeAfterBlindOutage(t *testing.T) {
 				t.Errorf("gap episodes %d after publishing on, want still 1", st.GapEpisodes)
 			}
 		})
-	}
-}
-
-// TestFilesChanged proves a replaced credential file is noticed though the configuration text is
-// the same, and an untouched one is not.
-func TestFilesChanged(t *testing.T) {
-	ns := testutil.StartNATS(t)
-	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(ca, []byte("first"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := natsConfig(ns.URL())
-	cfg.JetStream.Enabled = false
-	// The digests are taken from the config alone: a Conn whose files are recorded but that is
-	// connected without TLS (a CA that is not PEM would fail the connect).
-	conn, err := Connect(cfg, log.NewNopLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	conn.cfg.TLS = config.NATSTLS{CAFile: ca}
-	conn.files = fileDigests(conn.cfg)
-	if conn.FilesChanged() {
-		t.Fatal("unchanged file reported as changed")
-	}
-	if err := os.WriteFile(ca, []byte("second"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if !conn.FilesChanged() {
-		t.Fatal("replaced file not noticed")
-	}
-	conn.files = fileDigests(conn.cfg)
-	if err := os.Remove(ca); err != nil {
-		t.Fatal(err)
-	}
-	if !conn.FilesChanged() {
-		t.Fatal("removed file not noticed")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -143,7 +144,7 @@ type rig struct {
 	t    testing.TB
 	sim  *veiltest.Server
 	nats *testutil.NATS
-	conn *Conn
+	conn *natsconn.Conn
 	cli  *veil.Client
 	ev   config.Events
 	nc   config.NATS
@@ -155,13 +156,13 @@ func newRig(t testing.TB, simOpts veiltest.Options, order, start string) *rig {
 	t.Cleanup(sim.Close)
 	ns := testutil.StartNATS(t)
 	nc := natsConfig(ns.URL())
-	conn, err := Connect(nc, log.NewNopLogger())
+	conn, err := natsconn.Connect(nc, log.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
 	// Tests that publish without a forwarder's cycle need the stream set up as a cycle would.
-	if err := conn.setUp(context.Background()); err != nil {
+	if err := streamOf(conn).setUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	cli, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token, MaxConcurrency: 8, MaxRetries: 5, RetryBaseDelay: 5 * time.Millisecond})

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -126,7 +127,7 @@ func TestNATSDownAtStart(t *testing.T) {
 			cfg := r.nc
 			cfg.URL = strings.Replace(r.nats.URL(), "nats://", "nats://bob:s3cret@", 1)
 			var logs logBuffer
-			conn, err := Connect(cfg, logs.logger())
+			conn, err := natsconn.Connect(cfg, logs.logger())
 			if err != nil {
 				t.Fatalf("Connect with NATS down: %v", err)
 			}

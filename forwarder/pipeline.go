@@ -59,14 +59,14 @@ type sentBatch struct {
 // at most maxBatchEvents, the server's limit on an atomic batch.
 func (fw *Forwarder) startPipeline(ctx context.Context) *pipeline {
 	pending := fw.opts.NATS.JetStream.MaxPending
-	if fw.opts.Conn.js == nil || pending < 1 {
+	if fw.stream.js == nil || pending < 1 {
 		pending = maxBatchEvents
 	}
 	size := max(1, min(pending, maxBatchEvents))
 	fw.mu.Lock()
 	serial := fw.serialLeft
 	fw.mu.Unlock()
-	if fw.opts.Conn.js == nil {
+	if fw.stream.js == nil {
 		serial = 0
 	}
 	p := &pipeline{fw: fw, size: size, fullSize: size, queue: make(chan sentBatch, 2),

@@ -141,7 +141,7 @@ const (
 // batch whose first message expects the controller's last sequence (one round trip per batch),
 // or, on a stream without allow_atomic, one message at a time, each expecting the one before.
 type jsPublisher struct {
-	conn    *Conn
+	stream  *eventStream
 	filter  string // <prefix>.<controller>.>: the messages the expectation is about
 	timeout time.Duration
 }
@@ -153,11 +153,11 @@ func (p *jsPublisher) publish(ctx context.Context, msgs []*nats.Msg, expect uint
 	var n int
 	var last uint64
 	var err error
-	if p.conn.atomicBatches() {
+	if p.stream.atomicBatches() {
 		n, last, err = p.atomic(ctx, msgs, expect)
 		switch {
 		case isAPIError(err, errCodeAtomicDisabled):
-			p.conn.noAtomic() // turned off on the stream meanwhile: one at a time until set up again
+			p.stream.noAtomic() // turned off on the stream meanwhile: one at a time until set up again
 			n, last, err = p.serial(ctx, msgs, expect)
 		case isAPIError(err, errCodeBatchDuplicate):
 			// The stream's duplicate window knows an event of the batch though the expectation
@@ -178,7 +178,7 @@ func (p *jsPublisher) publish(ctx context.Context, msgs []*nats.Msg, expect uint
 func (p *jsPublisher) atomic(ctx context.Context, msgs []*nats.Msg, expect uint64) (int, uint64, error) {
 	id := uuid.NewString()
 	p.expect(msgs[0].Header, expect)
-	nc := p.conn.nc
+	nc := p.stream.conn.NATS()
 	for i, m := range msgs {
 		m.Header[batchIDHdr] = []string{id}
 		m.Header[batchSeqHdr] = []string{strconv.Itoa(i + 1)}
@@ -220,7 +220,7 @@ func (p *jsPublisher) serial(ctx context.Context, msgs []*nats.Msg, expect uint6
 // expect adds the expectation, unless the server is too old to know its subject filter (it
 // would check the message's own subject instead): then Nats-Msg-Id alone guards.
 func (p *jsPublisher) expect(h nats.Header, seq uint64) {
-	if !p.conn.expectations() {
+	if !p.stream.expectations() {
 		return
 	}
 	h[hdrExpectSubjSeq] = []string{strconv.FormatUint(seq, 10)}
@@ -245,7 +245,7 @@ type pubAck struct {
 func (p *jsPublisher) request(ctx context.Context, m *nats.Msg) (pubAck, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	resp, err := p.conn.nc.RequestMsgWithContext(ctx, m)
+	resp, err := p.stream.conn.NATS().RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return pubAck{}, fmt.Errorf("publish not acknowledged: %w", err)
 	}

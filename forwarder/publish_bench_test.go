@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -49,21 +50,21 @@ func BenchmarkPublishOptions(b *testing.B) {
 		}
 		return msgs
 	}
-	run := func(b *testing.B, atomicStream bool, publish func(ctx context.Context, c *Conn, msgs []*nats.Msg) error) {
+	run := func(b *testing.B, atomicStream bool, publish func(ctx context.Context, c *natsconn.Conn, msgs []*nats.Msg) error) {
 		for range b.N {
 			b.StopTimer()
 			ns := testutil.StartNATS(b)
 			cfg := natsConfig(ns.URL())
-			conn, err := Connect(cfg, log.NewNopLogger())
+			conn, err := natsconn.Connect(cfg, log.NewNopLogger())
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			if _, err := conn.js.CreateStream(ctx, jetstream.StreamConfig{Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"},
+			if _, err := streamOf(conn).js.CreateStream(ctx, jetstream.StreamConfig{Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"},
 				Storage: jetstream.FileStorage, Duplicates: time.Hour, AllowAtomicPublish: atomicStream}); err != nil {
 				b.Fatal(err)
 			}
-			if err := conn.setUp(ctx); err != nil {
+			if err := streamOf(conn).setUp(ctx); err != nil {
 				b.Fatal(err)
 			}
 			msgs := msgsOf()
@@ -79,9 +80,9 @@ func BenchmarkPublishOptions(b *testing.B) {
 			ns.Stop()
 		}
 	}
-	chained := func(size int) func(ctx context.Context, c *Conn, msgs []*nats.Msg) error {
-		return func(ctx context.Context, c *Conn, msgs []*nats.Msg) error {
-			p := &jsPublisher{conn: c, filter: "veil.events.prod.>", timeout: 5 * time.Second}
+	chained := func(size int) func(ctx context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
+		return func(ctx context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
+			p := &jsPublisher{stream: streamOf(c), filter: "veil.events.prod.>", timeout: 5 * time.Second}
 			var seq uint64
 			for len(msgs) > 0 {
 				n := min(size, len(msgs))
@@ -100,18 +101,18 @@ func BenchmarkPublishOptions(b *testing.B) {
 	b.Run("serial_expect", func(b *testing.B) { run(b, false, chained(1000)) })
 	// As before: asynchronous, pipelined, Nats-Msg-Id alone (no fence).
 	b.Run("async_no_expectation", func(b *testing.B) {
-		run(b, true, func(_ context.Context, c *Conn, msgs []*nats.Msg) error {
-			return publishAsyncBatch(c.js, nil, "", msgs)
+		run(b, true, func(_ context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
+			return publishAsyncBatch(streamOf(c).js, nil, "", msgs)
 		})
 	})
 	// One stream per controller: every sequence is predictable, so each message can expect the
 	// stream's last sequence and still be pipelined.
 	b.Run("stream_per_controller_predicted", func(b *testing.B) {
-		run(b, true, func(_ context.Context, c *Conn, msgs []*nats.Msg) error {
+		run(b, true, func(_ context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
 			for i, m := range msgs {
 				m.Header.Set("Nats-Expected-Last-Sequence", strconv.Itoa(i))
 			}
-			return publishAsyncBatch(c.js, nil, "", msgs)
+			return publishAsyncBatch(streamOf(c).js, nil, "", msgs)
 		})
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // logBuffer collects log lines from several goroutines.
@@ -113,11 +114,11 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 			cfg.JetStream.CreateStream = tt.create
 			var logs logBuffer
 			for range 2 {
-				conn, err := Connect(cfg, logs.logger())
+				conn, err := natsconn.Connect(cfg, logs.logger())
 				if err != nil {
 					t.Fatalf("Connect: %v", err)
 				}
-				err = conn.setUp(ctx)
+				err = streamOf(conn).setUp(ctx)
 				conn.Close()
 				if tt.wantErr != "" {
 					if err == nil || !strings.Contains(err.Error(), tt.wantErr) {

@@ -15,6 +15,7 @@ import (
 	"github.com/go-kit/log/level"
 	"github.com/nats-io/nats.go"
 
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -136,13 +137,13 @@ func (fw *Forwarder) subjectFilter() string {
 // position in force.
 func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 	c := fw.opts.Conn
-	if c.js == nil {
+	if fw.stream.js == nil {
 		fw.mu.Lock()
-		fw.needSync, fw.epoch = false, reconnects(c.nc)
+		fw.needSync, fw.epoch = false, reconnects(c.NATS())
 		fw.mu.Unlock()
 		return nil
 	}
-	m, err := c.lastMessage(ctx, fw.opts.NATS.JetStream.Stream, fw.subjectFilter())
+	m, err := lastMessage(ctx, c, fw.opts.NATS.JetStream.Stream, fw.subjectFilter())
 	if err != nil {
 		return fmt.Errorf("couldn't read the position from the stream: %w", err)
 	}
@@ -175,7 +176,7 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 		}
 	}
 	fw.needSync = false
-	fw.epoch = reconnects(c.nc)
+	fw.epoch = reconnects(c.NATS())
 	pos, seq := fw.pos.clone(), fw.seq
 	fw.mu.Unlock()
 	if rewound != nil {
@@ -208,15 +209,24 @@ type storedMsg struct {
 	data   []byte
 }
 
+// reconnects is how many times nc connected again; a change means a new connection to a server
+// that may have lost what it acknowledged.
+func reconnects(nc *nats.Conn) uint64 {
+	if nc == nil {
+		return 0
+	}
+	return nc.Stats().Reconnects
+}
+
 // lastMessage reads the newest message matching filter through the stream leader's message get
 // API (not a direct get, which a lagging follower may answer); nil when there is none.
-func (c *Conn) lastMessage(ctx context.Context, stream, filter string) (*storedMsg, error) {
+func lastMessage(ctx context.Context, c *natsconn.Conn, stream, filter string) (*storedMsg, error) {
 	req, _ := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{filter})
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.JetStream.PublishTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.Config().JetStream.PublishTimeout)
 	defer cancel()
-	resp, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	resp, err := c.NATS().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -242,7 +243,7 @@ func TestCoreNATSAtMostOnce(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
 	nc := r.nc
 	nc.JetStream.Enabled = false
-	conn, err := Connect(nc, log.NewNopLogger())
+	conn, err := natsconn.Connect(nc, log.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +435,7 @@ func TestRepublishedEventIsDroppedByTheStream(t *testing.T) {
 		}
 		last = seq
 	}
-	s, err := r.conn.js.Stream(ctx, "VEIL_EVENTS")
+	s, err := streamOf(r.conn).js.Stream(ctx, "VEIL_EVENTS")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@
 //	coord.SetControllers(names)       // on every reload (a removed controller is released)
 //	coord.Close()                     // on SIGTERM, before anything else stops: hand-over at once
 //
-// js is a jetstream.JetStream on a connection that reconnects forever (forwarder.Connect's
+// js is a jetstream.JetStream on a connection that reconnects forever (natsconn.Connect's
 // options); the daemon needs one even with events off. OnAcquire and OnRelease are called from
 // the coordinator's goroutine, one at a time: OnAcquire must not block (start goroutines and
 // return), OnRelease must return only once nothing runs for the controller any more (cancel,

@@ -18,6 +18,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/ha"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -93,7 +94,7 @@ func settingsOf(cfg *config.Config, cc config.Controller) settings {
 }
 
 // build constructs (without starting) the controllers of cfg.
-func (d *Daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller, error) {
+func (d *Daemon) build(cfg *config.Config, conn *natsconn.Conn) ([]*controller, error) {
 	var out []*controller
 	for _, cc := range cfg.Controllers {
 		ct, err := d.buildController(cfg, cc, conn)
@@ -108,7 +109,7 @@ func (d *Daemon) build(cfg *config.Config, conn *forwarder.Conn) ([]*controller,
 // buildController constructs (without starting) controller cc of cfg. Every log line carries
 // controller and component (inventory, guest, events): the component is set here where the
 // package does not set it itself; the packages add the controller.
-func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn *forwarder.Conn) (*controller, error) {
+func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn *natsconn.Conn) (*controller, error) {
 	d.mu.RLock()
 	api := d.apiMetrics[cc.Name]
 	d.mu.RUnlock()

@@ -1,8 +1,8 @@
 // Package daemon is veil-exporter's heart: it builds, runs and reloads one set of controllers
 // (inventory, guest checks, event forwarding), shares them with other replicas through package
 // ha, and serves the HTTP endpoints. One goroutine, Run's, owns its state.
-// It may import the project's other packages (collector, forwarder, ha, config, veil, internal/...);
-// only cmd/veil-exporter imports it.
+// It may import the project's other packages (collector, forwarder, natsconn, ha, config, veil,
+// internal/...); only cmd/veil-exporter imports it.
 package daemon
 
 import (
@@ -19,8 +19,8 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
-	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/ha"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // Options are what the command line gives the daemon.
@@ -64,7 +64,7 @@ type Daemon struct {
 	cfg         *config.Config
 	controllers []*controller
 	standby     map[string]*controller
-	conn        *forwarder.Conn
+	conn        *natsconn.Conn
 	apiMetrics  map[string]*collector.APIMetrics // kept across reloads: counters never reset
 	lastReload  time.Time
 	reloadError string

@@ -246,8 +246,8 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// NATS connection lifecycle (forwarder): forwarding is ready once every forwarder has NATS,
-	// its stream and its position store; otherwise say which and why.
+	// NATS connection lifecycle (natsconn, forwarder): forwarding is ready once every forwarder
+	// has NATS, its stream and its position store; otherwise say which and why.
 	if cfg != nil && cfg.Events.Enabled {
 		if conn == nil {
 			http.Error(w, "events are not forwarded: the NATS connection was lost in a failed reload", http.StatusServiceUnavailable)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // changes says what a successful apply did to the controllers, by name.
@@ -36,11 +37,11 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	var ch changes
 	// d.conn is always open: a new connection is needed only when forwarding (or replicas) and
 	// NATS changed (or the last connection was lost in a failed reload).
-	var conn *forwarder.Conn
+	var conn *natsconn.Conn
 	fresh := false
 	if cfg.Events.Enabled || cfg.HA.Enabled {
 		conn = oldConn
-		// NATS connection lifecycle (forwarder): a replaced credential, key or CA file also
+		// NATS connection lifecycle (natsconn): a replaced credential, key or CA file also
 		// needs a new connection, though the configuration text is the same.
 		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || oldConn.FilesChanged()
 	}
@@ -121,7 +122,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 
 // assemble lists the controllers of cfg: the ones of keep whose settings did not change, and
 // the others built anew (not started) on conn.
-func (d *Daemon) assemble(cfg *config.Config, conn *forwarder.Conn, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
+func (d *Daemon) assemble(cfg *config.Config, conn *natsconn.Conn, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
 	next = make([]*controller, 0, len(cfg.Controllers))
 	for _, cc := range cfg.Controllers {
 		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
@@ -141,7 +142,7 @@ func (d *Daemon) assemble(cfg *config.Config, conn *forwarder.Conn, keep map[str
 }
 
 // commit makes cfg, its controllers and conn the running configuration.
-func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[string]*controller, conn *forwarder.Conn) {
+func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[string]*controller, conn *natsconn.Conn) {
 	d.mu.Lock()
 	d.cfg, d.controllers, d.standby, d.conn = cfg, running, standby, conn
 	for name := range d.apiMetrics {
@@ -161,7 +162,7 @@ func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[s
 // connect opens the NATS connection of n. NATS being unreachable is not an error: the connection
 // comes up in the background and each forwarder sets up its stream and position store then
 // (/-/ready says why it waits); only what a retry cannot mend fails (embedded server, key files).
-func (d *Daemon) connect(cfg *config.Config) (*forwarder.Conn, error) {
+func (d *Daemon) connect(cfg *config.Config) (*natsconn.Conn, error) {
 	n := cfg.NATS
 	if n.Embedded.Enabled {
 		// A taken port shows in the embedded server only as a start timeout; say why at once.
@@ -169,7 +170,7 @@ func (d *Daemon) connect(cfg *config.Config) (*forwarder.Conn, error) {
 			return nil, fmt.Errorf("nats.embedded.listen: %w", err)
 		}
 	}
-	conn, err := forwarder.Connect(n, log.With(d.base, "component", "nats"))
+	conn, err := natsconn.Connect(n, log.With(d.base, "component", "nats"))
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +183,7 @@ func (d *Daemon) connect(cfg *config.Config) (*forwarder.Conn, error) {
 	if !cfg.Events.Enabled {
 		return conn, nil
 	}
-	if err := conn.Verify(d.ctx); err != nil {
+	if err := forwarder.Verify(d.ctx, conn); err != nil {
 		conn.Close()
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // The status page and its JSON (?format=json) share these types. They are converted from the
@@ -273,7 +274,7 @@ func (d *Daemon) status() statusData {
 	return s
 }
 
-func natsView(c forwarder.ConnStatus) *natsStatus {
+func natsView(c natsconn.Status) *natsStatus {
 	// The forwarder already strips credentials; redacting again costs nothing and keeps a
 	// password out of the page should that ever change.
 	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError, LastErrorAt: c.LastErrorAt}

@@ -1,4 +1,4 @@
-package forwarder
+package natsconn
 
 // The embedded NATS server: started in the exporter's process when nats.embedded is configured,
 // with JetStream storing under its store directory and syncing it to disk as nats.embedded.sync

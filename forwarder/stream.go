@@ -1,0 +1,217 @@
+package forwarder
+
+// This file holds the events stream on one NATS connection, which every forwarder on that
+// connection shares: it is created or checked once per generation of the connection (a reconnect
+// may reach a fresh server that lacks it), and what its server and settings allow (atomic
+// batches, expectations over a subject filter) is learnt then and said once.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-kit/log/level"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/natsconn"
+)
+
+// eventStream is the stream events are published to, as seen from one connection.
+type eventStream struct {
+	conn    *natsconn.Conn
+	js      jetstream.JetStream // nil when JetStream is disabled (core NATS)
+	setupMu sync.Mutex
+	// setUpIn is the connection's Generation when the stream was last created or checked, plus
+	// one (0: not set up on this generation): a reconnect may reach a server (a fresh one) that
+	// lacks it, and a stream that refuses atomic batches is set up again.
+	setUpIn atomic.Uint64
+	// atomic says the stream takes atomic batches (allow_atomic, nats-server 2.12+); expect that
+	// the server enforces an expected last sequence over a subject filter (2.11+). Both are
+	// learnt when the stream is set up.
+	atomic, expect atomic.Bool
+	featuresShown  bool // learnFeatures logged once; guarded by setupMu
+}
+
+// streamKey keeps the eventStream on its connection (natsconn.Conn.Shared).
+type streamKey struct{}
+
+// streamOf is the events stream of conn, the same for every forwarder on it.
+func streamOf(conn *natsconn.Conn) *eventStream {
+	return conn.Shared(streamKey{}, func() any {
+		s := &eventStream{conn: conn}
+		if conn.Config().JetStream.Enabled {
+			s.js, _ = conn.JetStream() // made by natsconn.Connect: cannot fail
+		}
+		return s
+	}).(*eventStream)
+}
+
+// Verify sets up the events stream on conn now when NATS answers, and fails only when the stream
+// contradicts the configuration (missing with create_stream false, subjects not covered): a
+// reload or start refuses such a configuration. NATS unreachable, or any other failure, is left
+// to the forwarders, which retry with backoff.
+func Verify(ctx context.Context, conn *natsconn.Conn) error {
+	if err := streamOf(conn).setUp(ctx); errors.Is(err, errStreamConfig) {
+		return err
+	}
+	return nil
+}
+
+// setUp creates or checks the stream once per connection; until it succeeds, nothing is published.
+// It is called from each forwarder's loop, which retries it with backoff.
+func (s *eventStream) setUp(ctx context.Context) error {
+	if !s.conn.Connected() {
+		return s.conn.NotConnected()
+	}
+	// Read before the stream is checked: a reconnect meanwhile makes the next call check again.
+	gen := s.conn.Generation() + 1
+	if s.js == nil || s.setUpIn.Load() == gen {
+		return nil
+	}
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	if s.setUpIn.Load() == gen {
+		return nil
+	}
+	cfg := s.conn.Config()
+	ctx, cancel := context.WithTimeout(ctx, cfg.JetStream.PublishTimeout)
+	defer cancel()
+	sc, err := s.ensure(ctx)
+	if err != nil {
+		return fmt.Errorf("couldn't set up stream %s on NATS at %s: %w", cfg.JetStream.Stream, s.conn.URL(), err)
+	}
+	s.learnFeatures(sc)
+	s.setUpIn.Store(gen)
+	return nil
+}
+
+// learnFeatures decides how publishes are guarded on this stream and server, and says once per
+// change what is missing for the full guarantee.
+func (s *eventStream) learnFeatures(sc jetstream.StreamConfig) {
+	v := s.conn.NATS().ConnectedServerVersion()
+	expect := serverAtLeast(v, 2, 11)
+	atomicOK := expect && sc.AllowAtomicPublish && serverAtLeast(v, 2, 12)
+	wasExpect, wasAtomic := s.expect.Swap(expect), s.atomic.Swap(atomicOK)
+	switch {
+	case !expect && (wasExpect || !s.featuresShown):
+		level.Warn(s.conn.Logger()).Log("msg", "the NATS server is older than 2.11: publishes carry no expectation the stream enforces, and only the duplicate window guards against publishing twice; upgrade NATS",
+			"server_version", v)
+	case expect && !atomicOK && (wasAtomic || !s.featuresShown):
+		level.Warn(s.conn.Logger()).Log("msg", "the stream does not take atomic batches: events are published one at a time, each checked by the stream (slower); set allow_atomic on the stream (nats-server 2.12+)",
+			"stream", sc.Name, "server_version", v)
+	}
+	s.featuresShown = true
+}
+
+// serverAtLeast compares a server version "2.12.1" with major.minor; unparsable is too old.
+func serverAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+func (s *eventStream) atomicBatches() bool { return s.atomic.Load() }
+func (s *eventStream) expectations() bool  { return s.expect.Load() }
+
+// noAtomic follows the stream refusing atomic batches (allow_atomic turned off): set up again,
+// which also says so.
+func (s *eventStream) noAtomic() {
+	s.atomic.Store(false)
+	s.setUpIn.Store(0)
+}
+
+// errStreamConfig is a stream that NATS answered for but that does not fit the configuration.
+var errStreamConfig = errors.New("stream does not fit the configuration")
+
+// ensure creates the stream when it does not exist (create_stream) and otherwise only checks it:
+// the stream is usually provisioned with its own limits (deploy/nats/stream.json: max_age,
+// max_bytes, ...), which an update from here would reset to unlimited.
+func (s *eventStream) ensure(ctx context.Context) (jetstream.StreamConfig, error) {
+	cfg := s.conn.Config()
+	name := cfg.JetStream.Stream
+	subject := cfg.SubjectPrefix + ".>"
+	dw := cfg.JetStream.DuplicateWindow
+	if dw <= 0 {
+		dw = time.Hour
+	}
+	// One attempt: the forwarder's loop retries with backoff (the server may still be
+	// recovering its store right after a restart, or be away).
+	st, err := s.js.Stream(ctx, name)
+	if err == nil {
+		sc := st.CachedInfo().Config
+		return sc, checkStream(sc, subject)
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return jetstream.StreamConfig{}, err
+	}
+	if !cfg.JetStream.CreateStream {
+		return jetstream.StreamConfig{}, fmt.Errorf("%w: stream %s does not exist and nats.jetstream.create_stream is false", errStreamConfig, name)
+	}
+	sc := jetstream.StreamConfig{
+		Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage, Replicas: s.conn.Replicas(),
+		// Atomic batches carry the expectation that fences publishing (publish.go); a server
+		// older than 2.12 refuses the field, so it is asked for only where it is known.
+		AllowAtomicPublish: serverAtLeast(s.conn.NATS().ConnectedServerVersion(), 2, 12),
+	}
+	if _, err = s.js.CreateStream(ctx, sc); err != nil {
+		// Already in use: another instance created it meanwhile; the retry checks it.
+		return jetstream.StreamConfig{}, err
+	}
+	level.Info(s.conn.Logger()).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw, "replicas", s.conn.Replicas(), "allow_atomic", sc.AllowAtomicPublish)
+	return sc, nil
+}
+
+// checkStream verifies an existing stream without changing it: subjects not captured would lose
+// every event. (A short duplicate window is no concern: each publish carries an expectation the
+// stream enforces, publish.go.)
+func checkStream(sc jetstream.StreamConfig, subject string) error {
+	if !covers(sc.Subjects, subject) {
+		return fmt.Errorf("%w: stream %s does not capture subjects %q (its subjects: %q); add them to the stream or change nats.subject_prefix",
+			errStreamConfig, sc.Name, subject, sc.Subjects)
+	}
+	return nil
+}
+
+// covers reports whether one of the stream's subjects captures every subject want matches.
+func covers(subjects []string, want string) bool {
+	for _, s := range subjects {
+		if subsetOf(want, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// subsetOf reports whether every subject matched by the filter sub is matched by the filter of.
+func subsetOf(sub, of string) bool {
+	a, b := strings.Split(sub, "."), strings.Split(of, ".")
+	for i, t := range b {
+		if t == ">" {
+			return i < len(a) // ">" needs at least one token
+		}
+		if i >= len(a) {
+			return false
+		}
+		switch {
+		case t == "*":
+			if a[i] == ">" {
+				return false
+			}
+		case t != a[i]:
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
