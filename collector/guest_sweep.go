@@ -83,11 +83,20 @@ func (g *GuestChecker) RunStatus() []runstatus.Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.sweep
-	st := runstatus.Status{Collector: "guest", Success: s.apiErrs == 0, LastSuccess: s.okEnd, Error: s.apiErr}
+	st := runstatus.Status{Collector: "guest", Success: g.sweepOK(), LastSuccess: s.okEnd, Error: s.apiErr}
 	if s.done {
-		st.Success, st.Duration, st.Error = s.ok, s.dur, s.failErr
+		st.Duration, st.Error = s.dur, s.failErr
 	}
 	return []runstatus.Status{st}
+}
+
+// sweepOK is veil_collector_success{collector="guest"}: the last full sweep met no failure of
+// the controller, or, until the first ends, the sweep under way. Called with g.mu held.
+func (g *GuestChecker) sweepOK() bool {
+	if g.sweep.done {
+		return g.sweep.ok
+	}
+	return g.sweep.apiErrs == 0
 }
 
 // lastSweepEnd is when the last full sweep ended (zero before the first): Status without the
