@@ -136,7 +136,12 @@ type guestVM struct {
 	// osinfo interval, and afresh when the agent reconnects (the VM leaves and comes back).
 	unsupported bool
 
-	pinged   bool
+	pinged bool
+	guestMeasures
+}
+
+// guestMeasures is what the checks measured of one guest: what its series show.
+type guestMeasures struct {
 	pingOK   bool
 	pingDur  float64
 	os       *veil.GuestOSInfo

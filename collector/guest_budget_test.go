@@ -237,7 +237,7 @@ func TestGuestRescheduleOfADownAgentWaitsForItsPing(t *testing.T) {
 		{"agent up: fsinfo and time when due", false, now.Add(-time.Second)},
 	} {
 		v := &guestVM{id: c.name, agentDown: c.down, nextPing: now.Add(time.Second),
-			nextFS: now.Add(-time.Second), nextTime: now.Add(-time.Second), os: &veil.GuestOSInfo{}}
+			nextFS: now.Add(-time.Second), nextTime: now.Add(-time.Second), guestMeasures: guestMeasures{os: &veil.GuestOSInfo{}}}
 		g.mu.Lock()
 		g.reschedule(v, now, checkPlan{})
 		g.mu.Unlock()

@@ -15,7 +15,6 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
-	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 type guestDescs struct {
@@ -123,14 +122,8 @@ type guestView struct {
 }
 
 type guestVMView struct {
-	id       string
-	pingOK   bool
-	pingDur  float64
-	os       *veil.GuestOSInfo
-	fs       []guestFS
-	nics     []guestNIC
-	hasClock bool
-	clock    float64
+	id string
+	guestMeasures
 }
 
 // view copies the state of the VMs eligible in inv. Only those are exported, so stopped,
@@ -142,8 +135,7 @@ func (g *GuestChecker) view(inv guestInventory) guestView {
 		sweepDone: g.sweep.done, sweepDur: g.sweep.dur}
 	for _, id := range eligible {
 		if v, ok := g.vms[id]; ok && v.pinged {
-			w.vms = append(w.vms, guestVMView{id: id, pingOK: v.pingOK, pingDur: v.pingDur, os: v.os, fs: v.fs,
-				nics: v.nics, hasClock: v.hasClock, clock: v.clock})
+			w.vms = append(w.vms, guestVMView{id: id, guestMeasures: v.guestMeasures})
 		}
 	}
 	g.mu.Unlock()
