@@ -216,22 +216,20 @@ func (e emitter) flush() {
 }
 
 func (e emitter) gauge(d *exposition.Desc, v float64, labels ...string) {
+	e.add(d, prometheus.GaugeValue, v, labels)
+}
+
+func (e emitter) counter(d *exposition.Desc, v float64, labels ...string) {
+	e.add(d, prometheus.CounterValue, v, labels)
+}
+
+func (e emitter) add(d *exposition.Desc, typ prometheus.ValueType, v float64, labels []string) {
 	if e.b != nil {
 		e.b.Add(d, v, labels...)
 		return
 	}
 	// A label value that is not valid UTF-8 drops that one series, not the scrape.
-	if m, err := prometheus.NewConstMetric(d.Prom, prometheus.GaugeValue, v, labels...); err == nil {
-		e.ch <- m
-	}
-}
-
-func (e emitter) counter(d *exposition.Desc, v float64, labels ...string) {
-	if e.b != nil {
-		e.b.Add(d, v, labels...)
-		return
-	}
-	if m, err := prometheus.NewConstMetric(d.Prom, prometheus.CounterValue, v, labels...); err == nil {
+	if m, err := prometheus.NewConstMetric(d.Prom, typ, v, labels...); err == nil {
 		e.ch <- m
 	}
 }
