@@ -22,14 +22,18 @@ func (g *GuestChecker) changed() {
 	}
 }
 
-// render replaces Rendered with the series of the checker's state now.
-func (g *GuestChecker) render() {
+// render replaces Rendered with the series of the checker's state now, and says what it cost:
+// its time, less the pauses it made for scrapes (Builder.Waited).
+func (g *GuestChecker) render() (cost time.Duration) {
+	start := time.Now()
 	w := g.view(g.snapshot())
 	g.renderMu.Lock()
 	defer g.renderMu.Unlock()
+	waited := g.builder.Waited()
 	prev := g.rendered.Load()
 	g.descs.emit(emitter{b: &g.builder, prev: prev}, w)
 	g.rendered.Store(g.builder.Finish(prev))
+	return time.Since(start) - (g.builder.Waited() - waited)
 }
 
 // renderLoop renders after each change, at most every renderEvery and at most 1/renderShare
@@ -43,9 +47,7 @@ func (g *GuestChecker) renderLoop(ctx context.Context) {
 			return
 		case <-g.stale:
 		}
-		start := time.Now()
-		g.render()
-		t.Reset(max(g.renderEvery, renderShare*time.Since(start)))
+		t.Reset(max(g.renderEvery, renderShare*g.render()))
 		select {
 		case <-ctx.Done():
 			return

@@ -76,7 +76,7 @@ type Inventory struct {
 
 	discovery discoveryCache // GuestTargets of the latest snapshot
 
-	// rendered is the text of the gauges of the latest refresh; builder (under refreshMu)
+	// rendered is the text of the gauges of the latest refresh; builder (under renderMu)
 	// renders it.
 	rendered  atomic.Pointer[exposition.Set]
 	renderMu  sync.Mutex // builder

@@ -62,7 +62,8 @@ func Verify(ctx context.Context, conn *natsconn.Conn) error {
 	return nil
 }
 
-// setUp creates or checks the stream once per connection; until it succeeds, nothing is published.
+// setUp creates or checks the stream once per generation of the connection; until it succeeds,
+// nothing is published.
 // It is called from each forwarder's loop, which retries it with backoff.
 func (s *eventStream) setUp(ctx context.Context) error {
 	if !s.conn.Connected() {

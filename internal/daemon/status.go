@@ -275,7 +275,7 @@ func (d *Daemon) status() statusData {
 }
 
 func natsView(c natsconn.Status) *natsStatus {
-	// The forwarder already strips credentials; redacting again costs nothing and keeps a
+	// natsconn already strips credentials; redacting again costs nothing and keeps a
 	// password out of the page should that ever change.
 	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError, LastErrorAt: c.LastErrorAt}
 }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -30,6 +31,7 @@ type Builder struct {
 	// free are text and offset buffers of flushed families, for the next.
 	free     [][]byte
 	freeOffs [][]uint32
+	waited   time.Duration // see Waited
 }
 
 // yieldEvery is how many series a render adds between yields (yield.go): rendering is
@@ -74,7 +76,7 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 		}
 	}
 	if b.adds++; b.adds%yieldEvery == 0 {
-		yield()
+		b.yield()
 	}
 	if b.fams == nil {
 		b.fams = make(map[*Desc]*famBuf)
@@ -132,14 +134,14 @@ func (b *Builder) Flush(prev *Set) {
 				p := whole // write runs twice: for the checksum, then to compress
 				for ; len(p) > yieldBytes; p = p[yieldBytes:] {
 					_, _ = w.Write(p[:yieldBytes])
-					yield()
+					b.yield()
 				}
 				_, _ = w.Write(p)
 				return
 			}
 			for i, l := range lines {
 				if i%yieldEvery == yieldEvery-1 {
-					yield()
+					b.yield()
 				}
 				_, _ = w.Write(f.buf[l.start:l.end])
 			}

@@ -277,7 +277,7 @@ func (e errWriter) Write(p []byte) (int, error) {
 // header writes a rendered family's HELP and TYPE lines: in a gzip response as compressed at
 // the first render, unless live text waits to be written before them.
 func (s *scrapeWriter) header(f *Family) {
-	if s.encoding != "gzip" || f.head == nil || s.pending.Len() > 0 {
+	if s.encoding != "gzip" || s.pending.Len() > 0 {
 		s.pending.WriteString(f.Header)
 		return
 	}

@@ -40,28 +40,34 @@ func (g *gate) leave() {
 	g.mu.Unlock()
 }
 
-// wait returns once no scrape is in flight, or after max.
-func (g *gate) wait(max time.Duration) {
+// wait returns once no scrape is in flight, or after max, and says how long it waited.
+func (g *gate) wait(max time.Duration) time.Duration {
 	g.mu.Lock()
 	if g.n == 0 {
 		g.mu.Unlock()
-		return
+		return 0
 	}
 	idle := g.idle
 	g.paused++
 	g.mu.Unlock()
+	start := time.Now()
 	t := time.NewTimer(max)
 	defer t.Stop()
 	select {
 	case <-idle:
 	case <-t.C:
 	}
+	return time.Since(start)
 }
 
 // yield is a render's pause point: it lets scrapes in flight finish (up to maxYield), then
 // gives up the processor so that a scrape waiting for one runs now, not at the next
-// preemption.
-func yield() {
-	scrapes.wait(maxYield)
+// preemption. The time waited is the Builder's (Waited).
+func (b *Builder) yield() {
+	b.waited += scrapes.wait(maxYield)
 	runtime.Gosched()
 }
+
+// Waited is how long this Builder's renders have paused for scrapes, in all: a collector that
+// paces its renders by their cost takes it out of their duration.
+func (b *Builder) Waited() time.Duration { return b.waited }
