@@ -77,13 +77,14 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 		logger = log.NewNopLogger()
 	}
 	c := &Conn{cfg: cfg, logger: logger, url: config.RedactURL(cfg.URL), files: fileDigests(cfg)}
+	connURL := cfg.URL
 	if cfg.Embedded.Enabled {
 		srv, err := startEmbedded(cfg.Embedded)
 		if err != nil {
 			return nil, err
 		}
 		c.srv = srv
-		c.url = srv.ClientURL()
+		c.url, connURL = srv.ClientURL(), srv.ClientURL()
 	}
 	opts := []nats.Option{
 		nats.Name("veil-exporter"),
@@ -127,10 +128,6 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 	}
 	if cfg.TLS.CertFile != "" {
 		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
-	}
-	connURL := cfg.URL
-	if c.srv != nil {
-		connURL = c.srv.ClientURL()
 	}
 	nc, err := nats.Connect(connURL, opts...)
 	if err != nil {
@@ -176,11 +173,7 @@ func (c *Conn) failed(err error, msg string) {
 // reached (refused, timed out, unknown host), which is what an operator needs; err when the
 // server can be reached (then the failure is past the TCP connection).
 func (c *Conn) dialCause(err error) error {
-	addr := c.url
-	if c.srv != nil {
-		addr = c.srv.ClientURL()
-	}
-	first, _, _ := strings.Cut(addr, ",")
+	first, _, _ := strings.Cut(c.url, ",") // the embedded server's own URL when embedded
 	u, perr := url.Parse(strings.TrimSpace(first))
 	if perr != nil || u.Host == "" {
 		return err

@@ -64,12 +64,15 @@ func (d *Daemon) handler(o handlerOptions) http.Handler {
 		}
 		opts.Registry = exporter // promhttp_metric_handler_errors_total
 	}
+	// Before promhttp.HandlerFor, which then takes this counter (and panics should it ever
+	// describe it otherwise).
+	errs := handlerErrors(exporter)
 	metrics := exposition.Handler(exposition.HandlerOpts{
 		Live:                d.registry,
 		Sets:                d.renderedSets,
 		Fallback:            promhttp.HandlerFor(all, opts),
 		ErrorLog:            opts.ErrorLog,
-		Errors:              handlerErrors(exporter),
+		Errors:              errs,
 		MaxRequestsInFlight: o.maxRequests,
 	})
 	metrics = d.logSendOnce(metrics)
@@ -86,8 +89,9 @@ func (d *Daemon) handler(o handlerOptions) http.Handler {
 	return mux
 }
 
-// handlerErrors is promhttp_metric_handler_errors_total as promhttp registered it in reg
-// (nil: no exporter metrics), for the text path to count its errors too.
+// handlerErrors registers promhttp_metric_handler_errors_total in reg (nil: no exporter
+// metrics) for both paths: the text path counts its errors in it, and promhttp takes it as its
+// own.
 func handlerErrors(reg *prometheus.Registry) *prometheus.CounterVec {
 	if reg == nil {
 		return nil
@@ -100,7 +104,7 @@ func handlerErrors(reg *prometheus.Registry) *prometheus.CounterVec {
 		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
 			return are.ExistingCollector.(*prometheus.CounterVec)
 		}
-		return nil
+		panic(err)
 	}
 	return c
 }
