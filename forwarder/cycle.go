@@ -96,7 +96,7 @@ func (fw *Forwarder) checkNATS(ctx context.Context) error {
 func (fw *Forwarder) mustSync() bool {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	return fw.needSync || fw.epoch != reconnects(fw.opts.Conn.NATS())
+	return fw.needSync || fw.epoch != fw.opts.Conn.Generation()
 }
 
 func (fw *Forwarder) setHint(h int) {

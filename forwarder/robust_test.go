@@ -336,10 +336,10 @@ func TestStreamRefusesWhatDoesNotFollowItsNewestMessage(t *testing.T) {
 				t.Fatalf("first batch: %d, %v", n, err)
 			}
 			if tt.reconnect {
-				before := reconnects(r.conn.NATS())
+				before := r.conn.Generation()
 				r.nats.Stop()
 				r.nats.Start()
-				testutil.Eventually(t, 20*time.Second, func() bool { return reconnects(r.conn.NATS()) != before && r.conn.Connected() }, "reconnected")
+				testutil.Eventually(t, 20*time.Second, func() bool { return r.conn.Generation() != before && r.conn.Connected() }, "reconnected")
 				waitStored(ctx, t, r, 3)
 			}
 			next := a

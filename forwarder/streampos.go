@@ -139,7 +139,7 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 	c := fw.opts.Conn
 	if fw.stream.js == nil {
 		fw.mu.Lock()
-		fw.needSync, fw.epoch = false, reconnects(c.NATS())
+		fw.needSync, fw.epoch = false, c.Generation()
 		fw.mu.Unlock()
 		return nil
 	}
@@ -176,7 +176,7 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 		}
 	}
 	fw.needSync = false
-	fw.epoch = reconnects(c.NATS())
+	fw.epoch = c.Generation()
 	pos, seq := fw.pos.clone(), fw.seq
 	fw.mu.Unlock()
 	if rewound != nil {
@@ -207,15 +207,6 @@ type storedMsg struct {
 	seq    uint64
 	header nats.Header
 	data   []byte
-}
-
-// reconnects is how many times nc connected again; a change means a new connection to a server
-// that may have lost what it acknowledged.
-func reconnects(nc *nats.Conn) uint64 {
-	if nc == nil {
-		return 0
-	}
-	return nc.Stats().Reconnects
 }
 
 // lastMessage reads the newest message matching filter through the stream leader's message get

@@ -47,10 +47,7 @@ type Conn struct {
 	lastErrAt time.Time
 	down      bool // a failure was logged and no connection came since
 	shown     bool // a connection was logged
-	// generation counts the times the connection came up: a reconnect may reach a server (a
-	// fresh one) that lacks what users set up on the one before.
-	generation atomic.Uint64
-	closeOne   sync.Once
+	closeOne  sync.Once
 	// replicas of what users create on this connection (the stream, the positions bucket): the
 	// replicas' ha.replicas, so that losing one NATS server of a cluster pauses nothing. 1 alone.
 	replicas atomic.Int32
@@ -190,10 +187,9 @@ func (c *Conn) dialCause(err error) error {
 	return err
 }
 
-// connected starts a new generation and logs the connection coming (once per run of failures,
+// connected logs the connection coming (once per run of failures,
 // and at start).
 func (c *Conn) connected() {
-	c.generation.Add(1)
 	c.mu.Lock()
 	show := c.down || !c.shown
 	c.down, c.shown = false, true
@@ -203,10 +199,16 @@ func (c *Conn) connected() {
 	}
 }
 
-// Generation counts the times the connection came up, at start and on every reconnect. What a
-// user set up on the server (a stream checked, a bucket opened) holds for the generation it was
-// set up in: a reconnect may reach another server, or a fresh one, that lacks it.
-func (c *Conn) Generation() uint64 { return c.generation.Load() }
+// Generation counts the reconnects (0 on the first connection): the client's own count, raised
+// before anything flows on the new connection. What a user set up on the server (a stream
+// checked, a position read) holds for the generation it was set up in: a reconnect may reach
+// another server, or a fresh one, that lacks it.
+func (c *Conn) Generation() uint64 {
+	if c == nil || c.nc == nil {
+		return 0
+	}
+	return c.nc.Stats().Reconnects
+}
 
 // NotConnected is the error of an operation that needs the connection while it is down: the URL
 // and the last failure, without credentials.

@@ -67,8 +67,8 @@ func TestGenerationCountsReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if conn.Generation() == 0 {
-		t.Fatal("connected without a generation")
+	if !conn.Connected() || conn.Generation() != 0 {
+		t.Fatalf("connected %v in generation %d, want the first (0)", conn.Connected(), conn.Generation())
 	}
 	ns.Stop()
 	// The failure is recorded by a callback queued after the one of the first connection.
