@@ -7,6 +7,7 @@ package exposition
 import (
 	"bytes"
 	"hash/crc32"
+	"hash/maphash"
 	"io"
 	"math"
 	"slices"
@@ -40,6 +41,9 @@ const yieldEvery = 2048
 
 // yieldBytes is the same for text written to the compressor in one piece.
 const yieldBytes = 256 << 10
+
+// unchangedSeed seeds the hashes that tell a family's bytes unchanged since the last build.
+var unchangedSeed = maphash.MakeSeed()
 
 // textPool holds the text buffers of finished builds for the next build of any Builder: a
 // render reuses the last one's memory instead of making the collector run for it, and
@@ -147,10 +151,14 @@ func (b *Builder) Flush(prev *Set) {
 			}
 		}
 		sum := crc32.NewIEEE()
-		n := &countWriter{w: sum}
+		var h maphash.Hash
+		h.SetSeed(unchangedSeed)
+		n := &countWriter{w: io.MultiWriter(sum, &h)}
 		write(n)
-		fam := &Family{Name: d.name, Header: d.header, piece: piece{size: n.n, crc: sum.Sum32()}, head: d.compressedHeader()}
-		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.Header == fam.Header {
+		fam := &Family{Name: d.name, Header: d.header, piece: piece{size: n.n, crc: sum.Sum32()}, hash: h.Sum64(), head: d.compressedHeader()}
+		// Unchanged: the same header, length and both checksums (a CRC-32 alone would, once in
+		// 2³² changes of the same length, serve a changed family's old bytes).
+		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.hash == fam.hash && o.Header == fam.Header {
 			fam = o
 		} else {
 			fam.deflate = segment(write)

@@ -36,6 +36,7 @@ type Family struct {
 	Header string // "# HELP ...\n# TYPE ...\n"
 
 	piece        // the lines
+	hash  uint64 // of the lines, to tell them unchanged (Builder)
 	head  *piece // Header
 
 	zstdOnce sync.Once
