@@ -100,6 +100,9 @@ func handlerErrors(reg *prometheus.Registry) *prometheus.CounterVec {
 		Name: "promhttp_metric_handler_errors_total",
 		Help: "Total number of internal errors encountered by the promhttp metric handler.",
 	}, []string{"cause"})
+	// Both causes from the start, as promhttp makes them on the counter it would have made.
+	c.WithLabelValues("gathering")
+	c.WithLabelValues("encoding")
 	if err := reg.Register(c); err != nil {
 		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
 			return are.ExistingCollector.(*prometheus.CounterVec)
