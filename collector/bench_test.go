@@ -79,7 +79,7 @@ func largeInventory(b *testing.B) (*Inventory, *atomic.Int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	inv, err := NewInventory("bench", client, testCollect(), nil)
+	inv, err := NewInventory("bench", client, testCollect(), nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,8 +102,7 @@ func BenchmarkInventoryRefresh(b *testing.B) {
 		// Rendering runs beside the refreshes, as Run has it (its CPU is in cpu-s/refresh).
 		rctx, stopRender := context.WithCancel(ctx)
 		defer stopRender()
-		inv.async.Store(true)
-		go inv.renderLoop(rctx)
+		go inv.cache.Run(rctx)
 		sent.Store(0)
 		cpu0, sim0 := processCPU(), procCPU(simPID)
 		b.ReportAllocs() // per refresh, its render included
@@ -284,9 +283,4 @@ func benchServe(b *testing.B, reg *prometheus.Registry) {
 }
 
 // renderFresh renders the snapshot without the previous Set: every family is compressed.
-func (inv *Inventory) renderFresh() {
-	inv.renderMu.Lock()
-	inv.rendered.Store(nil)
-	inv.renderMu.Unlock()
-	inv.render()
-}
+func (inv *Inventory) renderFresh() { inv.cache.RenderFresh() }

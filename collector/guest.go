@@ -9,7 +9,6 @@ import (
 	"context"
 	"regexp"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
@@ -106,12 +105,8 @@ type GuestChecker struct {
 	offeredMu sync.Mutex
 	offered   map[string]map[string]bool
 
-	// The rendered series (guest_render.go): stale is signalled on every change.
-	stale       chan struct{}
-	renderEvery time.Duration
-	renderMu    sync.Mutex // builder
-	builder     exposition.Builder
-	rendered    atomic.Pointer[exposition.Set]
+	// The rendered series (guest_render.go), rendered again after every change.
+	cache *exposition.Cache
 }
 
 type guestErrKey struct{ command, reason string }
@@ -160,7 +155,8 @@ func (v *guestVM) forget() {
 // NewGuestChecker returns a checker for the VMs that domains returns (the latest inventory
 // snapshot, already filtered and never modified; a new generation means new domains). All
 // calls go through client, whose rate and concurrency limits are the controller's budget.
-func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, domains DomainSource, logger log.Logger) *GuestChecker {
+// Its renders yield to the scrapes of r and prepare the formats they ask for (nil: neither).
+func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, domains DomainSource, logger log.Logger, r *exposition.Renderer) *GuestChecker {
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}
@@ -176,14 +172,12 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		vms:          map[string]*guestVM{},
 		stopped:      map[string]uint64{},
 		errs:         map[guestErrKey]float64{},
-		stale:        make(chan struct{}, 1),
-		renderEvery:  guestRenderEvery(cfg.PingInterval),
 	}
 	// config.Load has validated both; a checker built by hand with a bad one excludes nothing.
 	g.mountsOut = compileExclude(g.logger, "guest.fs_mountpoints_exclude", cfg.FSMountpointsExclude)
 	g.nicsOut = compileExclude(g.logger, "guest.network_interfaces_exclude", cfg.NetworkInterfacesExclude)
 	g.descs = newGuestDescs(controller, cfg)
-	g.render()
+	g.cache = exposition.NewCache(r, exposition.Pace{Every: guestRenderEvery(cfg.PingInterval), Share: renderShare}, g.render, nil)
 	return g
 }
 
@@ -220,7 +214,7 @@ func (g *GuestChecker) Run(ctx context.Context) {
 	}()
 	go func() {
 		defer wg.Done()
-		g.renderLoop(ctx)
+		g.cache.Run(ctx)
 	}()
 	g.dispatch(ctx, work)
 	close(work)

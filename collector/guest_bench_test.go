@@ -74,7 +74,7 @@ func BenchmarkGuestRender(b *testing.B) {
 		doms[i] = veil.Domain{ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), UserPowerState: veil.PowerOn}
 		doms[i].GuestUtils.QemuState = true
 	}
-	g := NewGuestChecker("bench", &veil.Client{}, guestTestConfig(), doms, nil)
+	g := NewGuestChecker("bench", &veil.Client{}, guestTestConfig(), doms, nil, nil)
 	g.sync(time.Now())
 	for _, v := range g.vms {
 		v.pinged, v.pingOK, v.pingDur = true, true, 0.0012345
@@ -85,8 +85,7 @@ func BenchmarkGuestRender(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		g.rendered.Store(nil)
-		g.render()
+		g.cache.RenderFresh()
 	}
 	plain, gz := g.Rendered().Size()
 	b.ReportMetric(float64(plain)/(1<<20), "rendered-MiB")

@@ -226,7 +226,7 @@ func TestGuestScheduleSlots(t *testing.T) {
 // missed its last one are not sent; they must not bring the VM back to a worker before the ping,
 // or it would cycle through the workers doing nothing until then.
 func TestGuestRescheduleOfADownAgentWaitsForItsPing(t *testing.T) {
-	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, nil)
+	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, nil, nil)
 	now := time.Now()
 	for _, c := range []struct {
 		name string
@@ -303,7 +303,7 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 	cfg := guestTestConfig()
 	cfg.PingInterval, cfg.NetworkInterval = time.Second, time.Minute
 	cfg.FSInfoInterval, cfg.TimeInterval = 0, 0
-	g := NewGuestChecker("x", nil, cfg, noDomains{}, nil)
+	g := NewGuestChecker("x", nil, cfg, noDomains{}, nil, nil)
 	clock := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for i := range n {
 		v := g.newVM(fmt.Sprintf("vm-%05d", i), clock)
@@ -354,7 +354,7 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 // failing and once when one succeeds again.
 func TestGuestSweepFailsWithTheControllerError(t *testing.T) {
 	var logs bytes.Buffer
-	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, log.NewLogfmtLogger(log.NewSyncWriter(&logs)))
+	g := NewGuestChecker("x", nil, guestTestConfig(), noDomains{}, log.NewLogfmtLogger(log.NewSyncWriter(&logs)), nil)
 	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{"vm-a", "vm-b"} {
 		g.vms[id] = g.newVM(id, now)

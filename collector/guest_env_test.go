@@ -93,7 +93,7 @@ func newGuestEnv(t testing.TB, o guestEnvOpts) *guestEnv {
 		o.before(e)
 	}
 	e.refresh()
-	e.gc = NewGuestChecker("sim", client, o.cfg, e, log.NewNopLogger())
+	e.gc = NewGuestChecker("sim", client, o.cfg, e, log.NewNopLogger(), nil)
 	e.reg.MustRegister(e.gc)
 	sim.ResetRequests()
 	ctx, cancel := context.WithCancel(context.Background())

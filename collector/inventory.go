@@ -76,14 +76,11 @@ type Inventory struct {
 
 	discovery discoveryCache // GuestTargets of the latest snapshot
 
-	// rendered is the text of the gauges of the latest refresh; builder (under renderMu)
-	// renders it.
-	rendered  atomic.Pointer[exposition.Set]
-	renderMu  sync.Mutex // builder
-	builder   exposition.Builder
-	ready     atomic.Bool   // Rendered holds a refresh's data
-	async     atomic.Bool   // Run's render loop takes the renders (renderReq)
-	renderReq chan struct{} // a refresh stored new data
+	// cache holds the gauges of the latest refresh, rendered; ready says they are a refresh's
+	// data (renderedRefresh: what the render in progress read, under the cache's lock).
+	cache           *exposition.Cache
+	ready           atomic.Bool
+	renderedRefresh bool
 }
 
 // snapshot holds immutable slices: a refresh replaces them, scrapes only read them.
@@ -114,7 +111,8 @@ type knownName struct {
 }
 
 // NewInventory returns the inventory of one controller; it fails on an invalid domain filter.
-func NewInventory(controller string, client *veil.Client, cfg config.Collect, logger log.Logger) (*Inventory, error) {
+// Its renders yield to the scrapes of r and prepare the formats they ask for (nil: neither).
+func NewInventory(controller string, client *veil.Client, cfg config.Collect, logger log.Logger, r *exposition.Renderer) (*Inventory, error) {
 	if client == nil {
 		return nil, errors.New("inventory needs a client")
 	}
@@ -128,7 +126,6 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		logger:     log.With(logger, "controller", controller),
 		descs:      newInventoryDescs(controller, cfg.Interval),
 		runs:       map[string]*collectionRun{},
-		renderReq:  make(chan struct{}, 1),
 		names:      map[string]knownName{},
 	}
 	var err error
@@ -165,7 +162,8 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 	}
 	inv.enabled = append(inv.enabled, collVersion)
 	inv.runs[collVersion] = &collectionRun{}
-	inv.render() // veil_up 0 until the first refresh
+	// veil_up 0 until the first refresh
+	inv.cache = exposition.NewCache(r, exposition.Pace{}, inv.render, inv.rendered)
 	return inv, nil
 }
 
@@ -173,15 +171,11 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 func (inv *Inventory) Run(ctx context.Context) {
 	// Rendering runs beside the refreshes: a refresh ends when its data is stored.
 	renderDone := make(chan struct{})
-	inv.async.Store(true)
 	go func() {
 		defer close(renderDone)
-		inv.renderLoop(ctx)
+		inv.cache.Run(ctx)
 	}()
-	defer func() {
-		<-renderDone
-		inv.async.Store(false)
-	}()
+	defer func() { <-renderDone }()
 	interval := inv.cfg.Interval
 	t := time.NewTicker(interval)
 	defer t.Stop()

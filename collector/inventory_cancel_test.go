@@ -26,7 +26,7 @@ func TestCancelledRefreshKeepsTheControllerUp(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	cfg := config.Default().Collect
-	inv, err := NewInventory("c", client, cfg, log.NewLogfmtLogger(log.NewSyncWriter(&logs)))
+	inv, err := NewInventory("c", client, cfg, log.NewLogfmtLogger(log.NewSyncWriter(&logs)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"context"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,44 +158,24 @@ func (inv *Inventory) CollectLive(ch chan<- prometheus.Metric) {
 }
 
 // Rendered is the text of the gauges, rendered after each refresh.
-func (inv *Inventory) Rendered() *exposition.Set { return inv.rendered.Load() }
+func (inv *Inventory) Rendered() *exposition.Set { return inv.cache.Set() }
 
 // changed has the stored snapshot rendered: by Run's render loop, or at once without one.
-func (inv *Inventory) changed() {
-	if !inv.async.Load() {
-		inv.render()
-		return
-	}
-	select {
-	case inv.renderReq <- struct{}{}:
-	default: // one is pending: it will read the newest snapshot
-	}
-}
+func (inv *Inventory) changed() { inv.cache.Changed() }
 
-// renderLoop renders after each refresh until ctx is done.
-func (inv *Inventory) renderLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-inv.renderReq:
-			inv.render()
-		}
-	}
-}
-
-// render replaces Rendered with the current snapshot's series.
-func (inv *Inventory) render() {
-	inv.renderMu.Lock()
-	defer inv.renderMu.Unlock()
+// render adds the current snapshot's series to b (the Cache's emit).
+func (inv *Inventory) render(b *exposition.Builder, prev *exposition.Set) {
 	inv.mu.RLock()
 	snap, up, refreshed := inv.snap, inv.up, inv.refreshed
 	inv.mu.RUnlock()
-	prev := inv.rendered.Load()
-	inv.emit(emitter{b: &inv.builder, prev: prev}, snap, up)
-	inv.rendered.Store(inv.builder.Finish(prev))
-	if refreshed {
-		inv.ready.Store(true) // /metrics has the first refresh
+	inv.emit(emitter{b: b, prev: prev}, snap, up)
+	inv.renderedRefresh = refreshed
+}
+
+// rendered follows each render: /metrics has the first refresh once one was rendered.
+func (inv *Inventory) rendered() {
+	if inv.renderedRefresh {
+		inv.ready.Store(true)
 	}
 }
 

@@ -55,7 +55,7 @@ func newFixture(t *testing.T, opts veiltest.Options, cc config.Collect, vc veil.
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := NewInventory("test", client, cc, log.NewLogfmtLogger(f.logs))
+	inv, err := NewInventory("test", client, cc, log.NewLogfmtLogger(f.logs), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestDomainFilters(t *testing.T) {
 	if st := h.inv.Status(); st.DomainsTotal != 20 || st.Domains != 19 {
 		t.Errorf("status counts %d of %d", st.Domains, st.DomainsTotal)
 	}
-	if _, err := NewInventory("x", &veil.Client{}, config.Collect{DomainInclude: "("}, nil); err == nil {
+	if _, err := NewInventory("x", &veil.Client{}, config.Collect{DomainInclude: "("}, nil, nil); err == nil {
 		t.Error("invalid regexp accepted")
 	}
 }
@@ -381,13 +381,13 @@ func regexpQuote(s string) string { return regexp.QuoteMeta(s) }
 func TestHelpSaysDataIsCached(t *testing.T) {
 	cc := testCollect()
 	cc.Interval = 45 * time.Second
-	inv, err := NewInventory("test", &veil.Client{}, cc, nil)
+	inv, err := NewInventory("test", &veil.Client{}, cc, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gc := config.Default().Guest
 	gc.PingInterval = 17 * time.Second
-	guest := NewGuestChecker("test", &veil.Client{}, gc, inv, nil)
+	guest := NewGuestChecker("test", &veil.Client{}, gc, inv, nil, nil)
 	tests := []struct {
 		family string
 		desc   *prometheus.Desc

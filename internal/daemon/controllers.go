@@ -120,13 +120,13 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, log.With(d.base, "component", "inventory"))
+	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, log.With(d.base, "component", "inventory"), d.renderer)
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
 	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv}
 	if cfg.Guest.Enabled {
-		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"))
+		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
 	}
 	if cfg.Events.Enabled {
 		var fence func() bool

@@ -20,6 +20,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/ha"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
@@ -41,9 +42,13 @@ type Daemon struct {
 	base       log.Logger // without component: each component's logger adds its own
 	version    string
 	registry   *prometheus.Registry // live families; with renderedRegistry, everything
-	// renderedRegistry encodes live what the controllers render, for non-text scrapes.
+	// renderedRegistry encodes live what the controllers render, for name[] filtered and
+	// protobuf text scrapes.
 	renderedRegistry *prometheus.Registry
-	started          time.Time
+	// renderer is shared by every controller's rendered families and /metrics: renders pause
+	// for scrapes and prepare the formats scrapers ask for.
+	renderer *exposition.Renderer
+	started  time.Time
 
 	reloadOK, reloadTime prometheus.Gauge
 
@@ -96,6 +101,7 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 		configFile: configFile, logger: log.With(logger, "component", "daemon"), base: logger, version: ver,
 		registry:         prometheus.NewRegistry(),
 		renderedRegistry: prometheus.NewRegistry(),
+		renderer:         exposition.NewRenderer(),
 		started:          time.Now(),
 		apiMetrics:       map[string]*collector.APIMetrics{},
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{

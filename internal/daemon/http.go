@@ -25,11 +25,14 @@ type HandlerOptions struct {
 	TelemetryPath          string
 	MaxRequests            int  // parallel scrapes at most; 0: no limit
 	DisableExporterMetrics bool // no go_*, process_*, promhttp_*
+	DisableOpenMetrics     bool // answer OpenMetrics scrapers with their next choice
+	CreatedSamples         bool // _created lines in OpenMetrics answers
 }
 
 // Handler serves every endpoint of the daemon.
 func (d *Daemon) Handler(o HandlerOptions) http.Handler {
-	return d.handler(handlerOptions{telemetryPath: o.TelemetryPath, maxRequests: o.MaxRequests, disableExporterMetrics: o.DisableExporterMetrics})
+	return d.handler(handlerOptions{telemetryPath: o.TelemetryPath, maxRequests: o.MaxRequests, disableExporterMetrics: o.DisableExporterMetrics,
+		disableOpenMetrics: o.DisableOpenMetrics, createdSamples: o.CreatedSamples})
 }
 
 // handlerOptions are HandlerOptions as the handler reads them.
@@ -37,6 +40,8 @@ type handlerOptions struct {
 	telemetryPath          string
 	maxRequests            int  // parallel scrapes at most; 0: no limit
 	disableExporterMetrics bool // no go_*, process_*, promhttp_*
+	disableOpenMetrics     bool
+	createdSamples         bool
 }
 
 func (d *Daemon) handler(o handlerOptions) http.Handler {
@@ -45,9 +50,13 @@ func (d *Daemon) handler(o handlerOptions) http.Handler {
 		ErrorHandling:       promhttp.ContinueOnError,
 		ErrorLog:            promLogger{d},
 		OfferedCompressions: []promhttp.Compression{promhttp.Identity, promhttp.Gzip, promhttp.Zstd},
+		EnableOpenMetrics:   !o.disableOpenMetrics,
+		// As client_golang: _created lines only when asked for (a series more per counter).
+		EnableOpenMetricsTextCreatedSamples: o.createdSamples,
 	}
-	// A text scrape writes the controllers' rendered series as they are and encodes only
-	// d.registry's, the exporter's own; every other scrape encodes everything. The Go, process
+	// A scrape in text, OpenMetrics or protobuf writes the controllers' rendered series as they
+	// are and encodes only d.registry's, the exporter's own; name[] filters and the protobuf
+	// text forms encode everything. The Go, process
 	// and handler families join d.registry: one registry gathered is half the garbage of two
 	// (a Gather allocates 32 KiB of channels per registry, and scrapes' garbage is what makes
 	// the collector run during scrapes).
@@ -71,6 +80,9 @@ func (d *Daemon) handler(o handlerOptions) http.Handler {
 		Live:                d.registry,
 		Sets:                d.renderedSets,
 		Fallback:            promhttp.HandlerFor(all, opts),
+		Renderer:            d.renderer,
+		DisableOpenMetrics:  o.disableOpenMetrics,
+		CreatedSamples:      o.createdSamples,
 		ErrorLog:            opts.ErrorLog,
 		Errors:              errs,
 		MaxRequestsInFlight: o.maxRequests,

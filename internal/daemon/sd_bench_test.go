@@ -91,5 +91,5 @@ func BenchmarkSDDomains(b *testing.B) {
 }
 
 func newBenchInventory(client *veil.Client, c config.Collect) (*collector.Inventory, error) {
-	return collector.NewInventory("bench", client, c, nil)
+	return collector.NewInventory("bench", client, c, nil, nil)
 }

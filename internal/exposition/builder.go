@@ -33,6 +33,7 @@ type Builder struct {
 	free     [][]byte
 	freeOffs [][]uint32
 	waited   time.Duration // see Waited
+	gate     *gate         // of the Renderer whose scrapes renders yield to; nil: none
 }
 
 // yieldEvery is how many series a render adds between yields (yield.go): rendering is
@@ -155,7 +156,7 @@ func (b *Builder) Flush(prev *Set) {
 		h.SetSeed(unchangedSeed)
 		n := &countWriter{w: io.MultiWriter(sum, &h)}
 		write(n)
-		fam := &Family{Name: d.name, Header: d.header, piece: piece{size: n.n, crc: sum.Sum32()}, hash: h.Sum64(), head: d.compressedHeader()}
+		fam := &Family{Name: d.name, Header: d.header, body: body{piece: piece{size: n.n, crc: sum.Sum32()}}, hash: h.Sum64(), head: d.compressedHeader(), desc: d}
 		// Unchanged: the same header, length and both checksums (a CRC-32 alone would, once in
 		// 2³² changes of the same length, serve a changed family's old bytes).
 		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.hash == fam.hash && o.Header == fam.Header {

@@ -31,6 +31,15 @@ type Desc struct {
 
 	headOnce sync.Once
 	head     piece // header, compressed at the first render
+
+	typ  prometheus.ValueType
+	help string
+	// The header in the other formats, made at their first use (formats.go).
+	omOnce    sync.Once
+	omText    string
+	omHead    piece
+	protoOnce sync.Once
+	protoHead []byte
 }
 
 // compressedHeader returns the header as a deflate segment, made once.
@@ -42,6 +51,7 @@ func (d *Desc) compressedHeader() *piece {
 }
 
 type slot struct {
+	label    string
 	prefix   string // `{name="` or `,name="`
 	varIdx   int
 	constVal string
@@ -53,6 +63,8 @@ func NewDesc(name, help string, typ prometheus.ValueType, variableLabels []strin
 		Prom: prometheus.NewDesc(name, help, variableLabels, constLabels),
 		name: name,
 		nvar: len(variableLabels),
+		typ:  typ,
+		help: help,
 	}
 	t := "gauge"
 	if typ == prometheus.CounterValue {
@@ -72,6 +84,7 @@ func NewDesc(name, help string, typ prometheus.ValueType, variableLabels []strin
 			sep = "{"
 			d.valueStart = len(name) + len(sep) + len(d.slots[i].prefix) + 2
 		}
+		d.slots[i].label = d.slots[i].prefix
 		d.slots[i].prefix = sep + d.slots[i].prefix + `="`
 	}
 	return d

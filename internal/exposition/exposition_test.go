@@ -286,8 +286,8 @@ func TestFinishKeepsUnchangedFamilies(t *testing.T) {
 	}
 }
 
-// TestOtherFormatsAreLive: protobuf, OpenMetrics-only clients and name[] filters get the
-// fallback's answer.
+// TestOtherFormatsAreLive: the protobuf text forms and name[] filters get the fallback's
+// answer.
 func TestOtherFormatsAreLive(t *testing.T) {
 	full := prometheus.NewRegistry()
 	for _, c := range liveCollectors() {
@@ -295,9 +295,9 @@ func TestOtherFormatsAreLive(t *testing.T) {
 	}
 	fallback := promhttp.HandlerFor(full, promhttp.HandlerOpts{})
 	h := Handler(HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*Set { return nil }, Fallback: fallback})
-	resp, _ := get(t, h, "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", "")
-	if ct := resp.Header.Get("Content-Type"); !strings.Contains(ct, "protobuf") {
-		t.Errorf("protobuf asked, got %q", ct)
+	resp, body := get(t, h, "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text", "")
+	if ct := resp.Header.Get("Content-Type"); !strings.Contains(ct, "encoding=text") || !bytes.Contains(body, []byte(`name: "c_live"`)) {
+		t.Errorf("protobuf text asked, got %q:\n%s", ct, body)
 	}
 	req := httptest.NewRequest("GET", "/metrics?name[]=c_live", nil)
 	w := httptest.NewRecorder()
@@ -319,7 +319,7 @@ func TestMaxRequestsInFlight(t *testing.T) {
 	go func() {
 		defer close(done)
 		req := httptest.NewRequest("GET", "/metrics", nil)
-		req.Header.Set("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited")
+		req.Header.Set("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text")
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}()
 	<-entered

@@ -1,9 +1,9 @@
 package exposition
 
-// The /metrics handler: a text-format scrape (what Prometheus asks for unless it wants native
-// histograms) is written from the rendered Sets, already compressed, with the live families
-// encoded and compressed between them; other formats and name[] filters go to the fallback,
-// which encodes everything live.
+// The /metrics handler: a scrape in text, OpenMetrics or delimited protobuf (every format
+// Prometheus asks for) is written from the rendered Sets, already compressed, with the live
+// families encoded and compressed between them; the protobuf text forms and name[] filters go
+// to the fallback, which encodes everything live.
 
 import (
 	"bufio"
@@ -15,12 +15,15 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/protobuf/proto"
 )
 
 // HandlerOpts configure Handler.
@@ -28,6 +31,14 @@ type HandlerOpts struct {
 	Live     prometheus.Gatherer // families that are encoded at each scrape
 	Sets     func() []*Set       // rendered families; a family in several Sets is written once, its series in Set order
 	Fallback http.Handler        // every other request, with Live and the Sets' collectors
+	// Renderer is shared with the Caches of the Sets: renders pause while a scrape is served,
+	// and prepare the formats scrapers ask for. Nil: neither.
+	Renderer *Renderer
+	// DisableOpenMetrics answers OpenMetrics scrapers with the next format they accept, as
+	// promhttp without EnableOpenMetrics; CreatedSamples adds the _created lines of the live
+	// counters, histograms and summaries to OpenMetrics answers (promhttp's
+	// EnableOpenMetricsTextCreatedSamples). Fallback must be configured alike.
+	DisableOpenMetrics, CreatedSamples bool
 	// ErrorLog and Errors (promhttp_metric_handler_errors_total by cause, may be nil) as in promhttp.
 	ErrorLog promhttp.Logger
 	Errors   *prometheus.CounterVec
@@ -35,11 +46,28 @@ type HandlerOpts struct {
 	MaxRequestsInFlight int
 }
 
+// wire is a format served from rendered families.
+type wire int
+
+const (
+	wireText wire = iota
+	wireOpenMetrics
+	wireProto
+)
+
 // Handler serves /metrics.
 func Handler(o HandlerOpts) http.Handler {
 	var sem chan struct{}
 	if o.MaxRequestsInFlight > 0 {
 		sem = make(chan struct{}, o.MaxRequestsInFlight)
+	}
+	accepted := expfmt.DefaultOpenMetricsAcceptedFormats()
+	if o.DisableOpenMetrics {
+		accepted = expfmt.DefaultAcceptedFormats()
+	}
+	var gate *gate
+	if o.Renderer != nil {
+		gate = &o.Renderer.scrapes
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if sem != nil {
@@ -51,14 +79,31 @@ func Handler(o HandlerOpts) http.Handler {
 				return
 			}
 		}
-		scrapes.enter()
-		defer scrapes.leave()
-		format := expfmt.NegotiateAccept(r.Header, expfmt.DefaultAcceptedFormats()...)
-		if format.FormatType() != expfmt.TypeTextPlain || r.URL != nil && r.URL.Query().Has("name[]") {
+		if gate != nil {
+			gate.enter()
+			defer gate.leave()
+		}
+		format := expfmt.NegotiateAccept(r.Header, accepted...)
+		var kind wire
+		switch format.FormatType() {
+		case expfmt.TypeTextPlain:
+			kind = wireText
+		case expfmt.TypeOpenMetrics:
+			kind = wireOpenMetrics
+		case expfmt.TypeProtoDelim:
+			kind = wireProto
+		default: // the protobuf text forms, for people reading them
 			o.Fallback.ServeHTTP(w, r)
 			return
 		}
-		o.serveText(w, r, format)
+		if r.URL != nil && r.URL.Query().Has("name[]") {
+			o.Fallback.ServeHTTP(w, r)
+			return
+		}
+		if kind != wireText && o.Renderer != nil {
+			o.Renderer.demand.asked(form(kind-1), time.Now())
+		}
+		o.serve(w, r, format, kind)
 	})
 }
 
@@ -68,7 +113,7 @@ func (o *HandlerOpts) count(cause string) {
 	}
 }
 
-func (o *HandlerOpts) serveText(w http.ResponseWriter, r *http.Request, format expfmt.Format) {
+func (o *HandlerOpts) serve(w http.ResponseWriter, r *http.Request, format expfmt.Format, kind wire) {
 	// The Sets before the live families: a collector that starts between the two shows its
 	// live families without its rendered ones, never the reverse.
 	rendered := groups(o.Sets())
@@ -85,26 +130,34 @@ func (o *HandlerOpts) serveText(w http.ResponseWriter, r *http.Request, format e
 	w.Header().Set("Content-Type", string(format))
 	out := newScrapeWriter(w, negotiateEncoding(r))
 	defer out.release()
+	out.kind, out.escaping = kind, format.ToEscapingScheme()
+	if o.CreatedSamples {
+		out.omOpts = createdLines
+	}
 
 	// Live and rendered families merged by name, as one Gather would sort them.
 	i, j := 0, 0
 	for (i < len(mfs) || j < len(rendered)) && out.err == nil {
 		if j == len(rendered) || i < len(mfs) && mfs[i].GetName() < rendered[j].name {
-			out.live(mfs[i], o)
+			out.live(mfs[i], nil, o)
 			i++
 			continue
 		}
+		bodies := rendered[j].bodies(kind)
 		if i < len(mfs) && mfs[i].GetName() == rendered[j].name {
-			out.live(mfs[i], o) // the header is the live family's
+			out.live(mfs[i], bodies, o) // the header is the live family's
 			i++
 		} else {
-			out.header(rendered[j].fams[0])
+			out.header(rendered[j].fams[0].desc, bodies)
 		}
 		out.families++
-		for _, f := range rendered[j].fams {
-			out.family(f)
+		for _, b := range bodies {
+			out.body(b)
 		}
 		j++
+	}
+	if kind == wireOpenMetrics {
+		out.pending.WriteString("# EOF\n")
 	}
 	out.close()
 	if out.err != nil {
@@ -118,9 +171,24 @@ func (o *HandlerOpts) serveText(w http.ResponseWriter, r *http.Request, format e
 	}
 }
 
+var createdLines = []expfmt.EncoderOption{expfmt.WithCreatedLines()}
+
 type group struct {
 	name string
 	fams []*Family
+}
+
+// bodies are the group's lines in the format kind, made now where they are not yet.
+func (g group) bodies(kind wire) []*body {
+	out := make([]*body, len(g.fams))
+	for i, f := range g.fams {
+		if kind == wireText {
+			out[i] = &f.body
+		} else {
+			out[i] = f.other(form(kind - 1))
+		}
+	}
+	return out
 }
 
 // groups merges the families of the Sets by name, sorted.
@@ -170,6 +238,9 @@ type scrapeWriter struct {
 	bw       *bufio.Writer
 	encoding string
 	pending  bytes.Buffer
+	kind     wire
+	escaping model.EscapingScheme
+	omOpts   []expfmt.EncoderOption
 
 	crc  uint32 // gzip: of everything written so far
 	size int64
@@ -179,15 +250,40 @@ type scrapeWriter struct {
 	families, sent int
 }
 
-// live encodes a live family into pending.
-func (s *scrapeWriter) live(mf *dto.MetricFamily, o *HandlerOpts) {
+// live encodes a live family into pending; rendered are the bodies of the rendered family of
+// the same name, which follow it in one protobuf message.
+func (s *scrapeWriter) live(mf *dto.MetricFamily, rendered []*body, o *HandlerOpts) {
 	s.families++
-	if _, err := expfmt.MetricFamilyToText(&s.pending, mf); err != nil {
+	mf = model.EscapeMetricFamily(mf, s.escaping)
+	var err error
+	switch s.kind {
+	case wireText:
+		_, err = expfmt.MetricFamilyToText(&s.pending, mf)
+	case wireOpenMetrics:
+		_, err = expfmt.MetricFamilyToOpenMetrics(&s.pending, mf, s.omOpts...)
+	case wireProto:
+		var msg []byte
+		if msg, err = proto.Marshal(mf); err == nil {
+			s.delimit(int64(len(msg)), rendered)
+			s.pending.Write(msg)
+		}
+	}
+	if err != nil {
 		if o.ErrorLog != nil {
 			o.ErrorLog.Println("error encoding and sending metric family:", err)
 		}
 		o.count("encoding")
 	}
+}
+
+// delimit writes the length of a protobuf MetricFamily: head bytes and the bodies.
+func (s *scrapeWriter) delimit(head int64, bodies []*body) {
+	n := head
+	for _, b := range bodies {
+		n += b.size
+	}
+	var v [binary.MaxVarintLen64]byte
+	s.pending.Write(v[:binary.PutUvarint(v[:], uint64(n))])
 }
 
 var (
@@ -274,14 +370,29 @@ func (e errWriter) Write(p []byte) (int, error) {
 	return len(p), e.s.err
 }
 
-// header writes a rendered family's HELP and TYPE lines: in a gzip response as compressed at
-// the first render, unless live text waits to be written before them.
-func (s *scrapeWriter) header(f *Family) {
-	if s.encoding != "gzip" || s.pending.Len() > 0 {
-		s.pending.WriteString(f.Header)
+// header writes a rendered family's metadata: its HELP and TYPE lines (in a gzip response as
+// compressed at the first render, unless live text waits to be written before them), or the
+// length and the name, help and type fields of its protobuf message.
+func (s *scrapeWriter) header(d *Desc, bodies []*body) {
+	var text string
+	var p *piece
+	switch s.kind {
+	case wireText:
+		text, p = d.header, d.compressedHeader()
+	case wireOpenMetrics:
+		p = d.openMetricsHeader()
+		text = d.omText
+	case wireProto:
+		h := d.protoHeader()
+		s.delimit(int64(len(h)), bodies)
+		s.pending.Write(h)
 		return
 	}
-	s.piece(f.head)
+	if s.encoding != "gzip" || s.pending.Len() > 0 {
+		s.pending.WriteString(text)
+		return
+	}
+	s.piece(p)
 }
 
 // piece writes text compressed beforehand to a gzip response.
@@ -291,8 +402,8 @@ func (s *scrapeWriter) piece(p *piece) {
 	s.size += p.size
 }
 
-// family writes a rendered family's lines (its header is written or pending).
-func (s *scrapeWriter) family(f *Family) {
+// body writes a rendered family's lines (its header is written or pending).
+func (s *scrapeWriter) body(f *body) {
 	s.flush()
 	switch s.encoding {
 	case "gzip":

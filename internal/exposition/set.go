@@ -2,13 +2,14 @@ package exposition
 
 // A Set's families hold their series lines as raw deflate segments ending in a sync flush, so
 // that a gzip response is their concatenation behind one header, and a zstd response the
-// concatenation of frames made from them on first use.
+// concatenation of frames made from them on first use (the body's zstdFrame).
 
 import (
 	"bytes"
 	"hash/crc32"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zstd"
@@ -35,12 +36,13 @@ type Family struct {
 	Name   string
 	Header string // "# HELP ...\n# TYPE ...\n"
 
-	piece        // the lines
-	hash  uint64 // of the lines, to tell them unchanged (Builder)
-	head  *piece // Header
-
-	zstdOnce sync.Once
-	zstd     []byte
+	body          // the lines
+	hash   uint64 // of the lines, to tell them unchanged (Builder)
+	head   *piece // Header
+	desc   *Desc
+	others [nForms]atomic.Pointer[body] // the lines in other formats (formats.go)
+	// othersMu is held while one of others is made.
+	othersMu sync.Mutex
 }
 
 // piece is text compressed once for gzip responses.
@@ -86,24 +88,12 @@ func segment(write func(io.Writer)) []byte {
 	return bytes.Clone(out.Bytes()) // exactly its size: the Set keeps it
 }
 
-// plain writes the family's lines to w.
-func (f *Family) plain(w io.Writer) error {
-	r := flate.NewReader(io.MultiReader(bytes.NewReader(f.deflate), bytes.NewReader(finalBlock)))
+// plain writes the piece's text to w.
+func (p *piece) plain(w io.Writer) error {
+	r := flate.NewReader(io.MultiReader(bytes.NewReader(p.deflate), bytes.NewReader(finalBlock)))
 	defer r.Close()
 	_, err := io.Copy(w, r)
 	return err
 }
 
 var zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-
-// zstdFrame is the family's lines as one zstd frame, made at the first zstd scrape.
-func (f *Family) zstdFrame() []byte {
-	f.zstdOnce.Do(func() {
-		var b bytes.Buffer
-		b.Grow(int(f.size))
-		if err := f.plain(&b); err == nil {
-			f.zstd = zstdEncoder.EncodeAll(b.Bytes(), make([]byte, 0, len(f.deflate)))
-		}
-	})
-	return f.zstd
-}

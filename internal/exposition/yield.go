@@ -9,9 +9,6 @@ import (
 	"time"
 )
 
-// scrapes is the gate of this process's Handlers: renders wait on it.
-var scrapes gate
-
 // maxYield bounds one pause of a render: scrapes that follow one another without a gap delay
 // a render by at most this much per yield point, never stop it.
 const maxYield = 50 * time.Millisecond
@@ -64,7 +61,9 @@ func (g *gate) wait(max time.Duration) time.Duration {
 // gives up the processor so that a scrape waiting for one runs now, not at the next
 // preemption. The time waited is the Builder's (Waited).
 func (b *Builder) yield() {
-	b.waited += scrapes.wait(maxYield)
+	if b.gate != nil {
+		b.waited += b.gate.wait(maxYield)
+	}
 	runtime.Gosched()
 }
 

@@ -20,19 +20,20 @@ func TestRenderYieldsToScrapes(t *testing.T) {
 		close(entered)
 		<-release
 	})
-	h := Handler(HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*Set { return nil }, Fallback: slow})
+	rd := NewRenderer()
+	h := Handler(HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*Set { return nil }, Fallback: slow, Renderer: rd})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		req := httptest.NewRequest("GET", "/metrics", nil)
-		req.Header.Set("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited")
+		req.Header.Set("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text")
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}()
 	<-entered
-	before := pauses()
+	before := pauses(rd)
 
 	d := NewDesc("render_yields_series", "A family with more series than a render adds between yields.", prometheus.GaugeValue, []string{"n"}, nil)
-	var b Builder
+	b := Builder{gate: &rd.scrapes}
 	built := make(chan *Set)
 	go func() {
 		for i := range 2 * yieldEvery {
@@ -40,7 +41,7 @@ func TestRenderYieldsToScrapes(t *testing.T) {
 		}
 		built <- b.Finish(nil)
 	}()
-	testutil.Eventually(t, 10*time.Second, func() bool { return pauses() > before }, "the render waits for the scrape in flight")
+	testutil.Eventually(t, 10*time.Second, func() bool { return pauses(rd) > before }, "the render waits for the scrape in flight")
 	close(release)
 	<-served
 	select {
@@ -57,8 +58,8 @@ func TestRenderYieldsToScrapes(t *testing.T) {
 	}
 }
 
-func pauses() int64 {
-	scrapes.mu.Lock()
-	defer scrapes.mu.Unlock()
-	return scrapes.paused
+func pauses(rd *Renderer) int64 {
+	rd.scrapes.mu.Lock()
+	defer rd.scrapes.mu.Unlock()
+	return rd.scrapes.paused
 }

@@ -1,0 +1,254 @@
+package exposition
+
+// The formats other than text: a rendered family's lines are also kept as OpenMetrics 1.0
+// lines and as protobuf Metric messages (the body of a length-delimited MetricFamily), each
+// made from the text lines the first time a scrape asks for that format, compressed once, and
+// kept while the family is unchanged. A Cache makes them at each render for the formats
+// scrapers asked for lately, and drops them when nobody has asked for a while.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// form is the kind of a rendered family's other bodies.
+type form int
+
+const (
+	formOpenMetrics form = iota
+	formProto
+	nForms
+)
+
+// keepForm is how long a format stays prepared at each render after the last scrape that
+// asked for it: longer than any scrape interval, short enough that an exporter nobody scrapes
+// in protobuf any more stops paying for it.
+const keepForm = 15 * time.Minute
+
+// demand records when each format was last asked for.
+type demand struct {
+	mu   sync.Mutex
+	last [nForms]time.Time
+}
+
+func (d *demand) asked(f form, now time.Time) {
+	d.mu.Lock()
+	d.last[f] = now
+	d.mu.Unlock()
+}
+
+// wanted says which formats were asked for within keepForm.
+func (d *demand) wanted(now time.Time) (w [nForms]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for f, t := range d.last {
+		w[f] = !t.IsZero() && now.Sub(t) < keepForm
+	}
+	return w
+}
+
+// body is a family's lines in one format, compressed once.
+type body struct {
+	piece
+	zstdOnce sync.Once
+	zstd     []byte
+}
+
+// bodyOf compresses text.
+func bodyOf(text []byte) *body {
+	return &body{piece: piece{
+		deflate: segment(func(w io.Writer) { _, _ = w.Write(text) }),
+		crc:     crc32.ChecksumIEEE(text),
+		size:    int64(len(text)),
+	}}
+}
+
+// zstdFrame is the body as one zstd frame, made at the first zstd scrape.
+func (b *body) zstdFrame() []byte {
+	b.zstdOnce.Do(func() {
+		var out bytes.Buffer
+		out.Grow(int(b.size))
+		if err := b.plain(&out); err == nil {
+			b.zstd = zstdEncoder.EncodeAll(out.Bytes(), make([]byte, 0, len(b.deflate)))
+		}
+	})
+	return b.zstd
+}
+
+// other returns the family's body in format f, made now if it is not yet.
+func (f *Family) other(fm form) *body {
+	if b := f.others[fm].Load(); b != nil {
+		return b
+	}
+	f.othersMu.Lock()
+	defer f.othersMu.Unlock()
+	if b := f.others[fm].Load(); b != nil {
+		return b
+	}
+	var text bytes.Buffer
+	text.Grow(int(f.size))
+	if err := f.plain(&text); err != nil {
+		return &body{} // cannot happen: the Set made the segment itself
+	}
+	var out []byte
+	switch fm {
+	case formOpenMetrics:
+		out = openMetricsLines(text.Bytes())
+	case formProto:
+		out = protoMetrics(f.desc, text.Bytes())
+	}
+	b := bodyOf(out)
+	f.others[fm].Store(b)
+	return b
+}
+
+// prepare makes the bodies of the wanted formats of every family and drops the others: a
+// render makes them, so that a scrape does not.
+func (s *Set) prepare(wanted [nForms]bool, b *Builder) {
+	for _, f := range s.Families {
+		for fm, on := range wanted {
+			switch {
+			case on && f.others[fm].Load() == nil:
+				b.yield()
+				f.other(form(fm))
+			case !on:
+				f.others[fm].Store(nil)
+			}
+		}
+	}
+}
+
+// openMetricsLines turns text series lines into OpenMetrics 1.0 ones, which differ only in
+// how a value is written: client_golang writes 1 as "1.0" and any integral value with ".0".
+func openMetricsLines(text []byte) []byte {
+	out := make([]byte, 0, len(text)+len(text)/16)
+	for len(text) > 0 {
+		nl := bytes.IndexByte(text, '\n')
+		line := text[:nl]
+		text = text[nl+1:]
+		out = append(out, line...)
+		v := line[bytes.LastIndexByte(line, ' ')+1:]
+		if !bytes.ContainsAny(v, "e.NI") { // not 1e+06, 0.5, NaN, +Inf, -Inf
+			out = append(out, '.', '0')
+		}
+		out = append(out, '\n')
+	}
+	return out
+}
+
+// protoMetrics turns text series lines of the family d into the Metric fields of a
+// MetricFamily message (field 4, each a Metric with its label pairs sorted by name and its
+// gauge or counter), as client_golang marshals a const metric.
+func protoMetrics(d *Desc, text []byte) []byte {
+	out := make([]byte, 0, len(text)+len(text)/2)
+	var m, lp []byte
+	for len(text) > 0 {
+		nl := bytes.IndexByte(text, '\n')
+		line := text[:nl]
+		text = text[nl+1:]
+		m = m[:0]
+		i := len(d.name)
+		for _, s := range d.slots {
+			i += len(s.prefix)
+			var v []byte
+			v, i = unescapeValue(line, i)
+			lp = protowire.AppendTag(lp[:0], 1, protowire.BytesType)
+			lp = protowire.AppendString(lp, s.label)
+			lp = protowire.AppendTag(lp, 2, protowire.BytesType)
+			lp = protowire.AppendBytes(lp, v)
+			m = protowire.AppendTag(m, 1, protowire.BytesType)
+			m = protowire.AppendBytes(m, lp)
+		}
+		v, err := strconv.ParseFloat(string(line[bytes.LastIndexByte(line, ' ')+1:]), 64)
+		if err != nil {
+			v = math.NaN() // cannot happen: appendFloat wrote it
+		}
+		field := protowire.Number(2) // gauge
+		if d.typ == prometheus.CounterValue {
+			field = 3
+		}
+		m = protowire.AppendTag(m, field, protowire.BytesType)
+		m = protowire.AppendVarint(m, 9)
+		m = protowire.AppendTag(m, 1, protowire.Fixed64Type)
+		m = binary.LittleEndian.AppendUint64(m, math.Float64bits(v))
+		out = protowire.AppendTag(out, 4, protowire.BytesType)
+		out = protowire.AppendBytes(out, m)
+	}
+	return out
+}
+
+// unescapeValue reads the escaped label value at l[i:] up to its closing quote and returns it
+// and the offset after the quote.
+func unescapeValue(l []byte, i int) ([]byte, int) {
+	end := i
+	for l[end] != '"' {
+		if l[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	raw := l[i:end]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw, end + 1
+	}
+	v := make([]byte, 0, len(raw))
+	for k := 0; k < len(raw); k++ {
+		c := raw[k]
+		if c == '\\' {
+			k++
+			if c = raw[k]; c == 'n' {
+				c = '\n'
+			}
+		}
+		v = append(v, c)
+	}
+	return v, end + 1
+}
+
+// openMetricsHeader is the family's HELP and TYPE lines as client_golang writes them in
+// OpenMetrics: a counter's metadata without its _total suffix, a counter without one typed
+// unknown, quotes in the help escaped.
+func (d *Desc) openMetricsHeader() *piece {
+	d.omOnce.Do(func() {
+		name, typ := d.name, "gauge"
+		if d.typ == prometheus.CounterValue {
+			typ = "unknown"
+			if n, ok := strings.CutSuffix(name, "_total"); ok {
+				name, typ = n, "counter"
+			}
+		}
+		d.omText = "# HELP " + name + " " + omHelpEscaper.Replace(d.help) + "\n# TYPE " + name + " " + typ + "\n"
+		d.omHead = pieceOf(d.omText)
+	})
+	return &d.omHead
+}
+
+var omHelpEscaper = strings.NewReplacer("\\", `\\`, "\n", `\n`, "\"", `\"`)
+
+// protoHeader is the MetricFamily fields before the metrics: name, help and type.
+func (d *Desc) protoHeader() []byte {
+	d.protoOnce.Do(func() {
+		var b []byte
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, d.name)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, d.help)
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		typ := uint64(1) // GAUGE
+		if d.typ == prometheus.CounterValue {
+			typ = 0 // COUNTER
+		}
+		d.protoHead = protowire.AppendVarint(b, typ)
+	})
+	return d.protoHead
+}
