@@ -511,3 +511,31 @@ func TestTaskPanelsUseKindNotName(t *testing.T) {
 		t.Fatal("no panel queries the task families")
 	}
 }
+
+// histogramSeries matches a histogram family read through its classic series.
+var histogramSeries = regexp.MustCompile(`\b(veil_\w+_seconds)_(bucket|count|sum)\b`)
+
+// TestHistogramQueriesAnswerInBothWorlds: a query that reads a histogram's classic series also
+// reads its native form, so it answers whether Prometheus stores the one (text, OpenMetrics,
+// or protobuf without native histograms) or the other (protobuf with native histograms on,
+// which keeps only the native form unless always_scrape_classic_histograms is set). The
+// end-to-end test runs every query against both.
+func TestHistogramQueriesAnswerInBothWorlds(t *testing.T) {
+	n := 0
+	for _, name := range dashboardFiles(t) {
+		for _, p := range loadT(t, name).allPanels() {
+			for _, tg := range p.Targets {
+				for _, m := range histogramSeries.FindAllStringSubmatch(tg.Expr, -1) {
+					n++
+					native := regexp.MustCompile(`\b` + m[1] + `[{\[]`)
+					if m[2] != "bucket" || !native.MatchString(tg.Expr) || !strings.Contains(tg.Expr, ") or histogram_quantile(") {
+						t.Errorf("%s: panel %q reads %s_%s without the native form beside it: %s", name, p.Title, m[1], m[2], tg.Expr)
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no panel reads a histogram")
+	}
+}

@@ -184,7 +184,7 @@ func operatorKit(t *testing.T, profile string) {
 	if err := os.WriteFile(tokenFile, []byte(sim.Token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	webAddr, natsAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	webAddr, natsAddr := freeAddr(t), freeAddr(t)
 	cfg := fmt.Sprintf(`controllers:
   - name: e2e
     url: %s
@@ -241,94 +241,138 @@ nats:
 		t.Error("/metrics contains the controller token")
 	}
 
-	// A real Prometheus scraping the exporter and evaluating the shipped rules.
-	promCfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+	// Real Prometheus servers scraping the exporter and evaluating the shipped rules: one as by
+	// default (it asks for OpenMetrics first) and one with native histograms on (it asks for
+	// protobuf first and keeps a histogram exposed with both kinds of buckets only as a native
+	// one). The dashboards and the rules must answer in both.
+	type promServer struct{ mode, url string }
+	var proms []promServer
+	for _, mode := range []string{"classic", "native histograms"} {
+		promAddr := freeAddr(t)
+		promCfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [%q]
 scrape_configs:
   - job_name: veil-exporter
     static_configs: [{targets: [%q]}]
 `, filepath.Join(root, "deploy/prometheus/veil-exporter.rules.yml"), webAddr)
-	promCfgFile := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(promCfgFile, []byte(promCfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	start(t, dir, promBin, "--config.file="+promCfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+promAddr)
-	promURL := "http://" + promAddr
-	testutil.WaitHTTP(t, promURL+"/-/ready", 30*time.Second)
-
-	// Wait for enough samples for rate() over the dashboards' windows.
-	testutil.Eventually(t, 60*time.Second, func() bool {
-		r, err := promQuery(promURL, `count_over_time(veil_up[1m]) >= 8`)
-		return err == nil && len(r.Data.Result) > 0
-	}, "8 veil_up samples in Prometheus")
-
-	t.Run("rules load", func(t *testing.T) {
-		var rules struct {
-			Status string `json:"status"`
-			Data   struct {
-				Groups []struct {
-					Name  string `json:"name"`
-					Rules []struct {
-						Name      string `json:"name"`
-						Health    string `json:"health"`
-						LastError string `json:"lastError"`
-					} `json:"rules"`
-				} `json:"groups"`
-			} `json:"data"`
-		}
-		if err := json.Unmarshal(get(t, promURL+"/api/v1/rules"), &rules); err != nil {
+		pdir := filepath.Join(dir, strings.ReplaceAll(mode, " ", "-"))
+		if err := os.MkdirAll(pdir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, g := range rules.Data.Groups {
-			for _, r := range g.Rules {
-				n++
-				if r.Health == "err" || r.LastError != "" {
-					t.Errorf("rule %s/%s: health %s: %s", g.Name, r.Name, r.Health, r.LastError)
-				}
-			}
+		promCfgFile := filepath.Join(pdir, "prometheus.yml")
+		if err := os.WriteFile(promCfgFile, []byte(promCfg), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		if n == 0 {
-			t.Fatal("Prometheus loaded no rules")
+		args := []string{"--config.file=" + promCfgFile, "--storage.tsdb.path=" + filepath.Join(pdir, "tsdb"), "--web.listen-address=" + promAddr}
+		if mode == "native histograms" {
+			args = append(args, "--enable-feature=native-histograms")
+		}
+		start(t, pdir, promBin, args...)
+		proms = append(proms, promServer{mode, "http://" + promAddr})
+	}
+	for _, p := range proms {
+		testutil.WaitHTTP(t, p.url+"/-/ready", 30*time.Second)
+	}
+	// Wait for enough samples for rate() over the dashboards' windows.
+	for _, p := range proms {
+		testutil.Eventually(t, 60*time.Second, func() bool {
+			r, err := promQuery(p.url, `count_over_time(veil_up[1m]) >= 8`)
+			return err == nil && len(r.Data.Result) > 0
+		}, "8 veil_up samples in Prometheus (%s)", p.mode)
+	}
+
+	// Each server stores the histograms as its mode says: the proof that the other mode's
+	// queries were not what answered.
+	t.Run("histograms stored per mode", func(t *testing.T) {
+		for _, p := range proms {
+			// Every scrape parsed: OpenMetrics (classic) and protobuf (native) from rendered bytes.
+			if r, err := promQuery(p.url, `min_over_time(up{job="veil-exporter"}[1m]) == 1`); err != nil || len(r.Data.Result) != 1 {
+				t.Errorf("%s: a scrape of the exporter failed in the last minute (%v)", p.mode, err)
+			}
+			classic, err := promQuery(p.url, `veil_api_request_duration_seconds_bucket`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			native, err := promQuery(p.url, `veil_api_request_duration_seconds`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantNative := p.mode == "native histograms"
+			if (len(native.Data.Result) > 0) != wantNative || (len(classic.Data.Result) > 0) == wantNative {
+				t.Errorf("%s: %d native and %d classic bucket series of veil_api_request_duration_seconds", p.mode, len(native.Data.Result), len(classic.Data.Result))
+			}
 		}
 	})
 
-	t.Run("every dashboard query returns data", func(t *testing.T) {
-		queries, err := dashboards.Queries()
-		if err != nil {
-			t.Fatal(err)
-		}
-		files := make([]string, 0, len(queries))
-		for f := range queries {
-			files = append(files, f)
-		}
-		sort.Strings(files)
-		total := 0
-		for _, f := range files {
-			for _, q := range queries[f] {
-				total++
-				r, err := promQuery(promURL, q)
-				if err != nil {
-					t.Errorf("%s: %q: %v", f, q, err)
-					continue
+	for _, p := range proms {
+		promURL := p.url
+		t.Run(p.mode+"/rules load", func(t *testing.T) {
+			var rules struct {
+				Status string `json:"status"`
+				Data   struct {
+					Groups []struct {
+						Name  string `json:"name"`
+						Rules []struct {
+							Name      string `json:"name"`
+							Health    string `json:"health"`
+							LastError string `json:"lastError"`
+						} `json:"rules"`
+					} `json:"groups"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(get(t, promURL+"/api/v1/rules"), &rules); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, g := range rules.Data.Groups {
+				for _, r := range g.Rules {
+					n++
+					if r.Health == "err" || r.LastError != "" {
+						t.Errorf("rule %s/%s: health %s: %s", g.Name, r.Name, r.Health, r.LastError)
+					}
 				}
-				if len(r.Data.Result) == 0 {
-					t.Errorf("%s: %q returned no data", f, q)
-					if os.Getenv("E2E_DEBUG") != "" {
-						for _, l := range strings.Split(string(get(t, "http://"+webAddr+"/metrics")), "\n") {
-							if strings.HasPrefix(l, "veil_guest_ping_success") || strings.HasPrefix(l, "veil_guest_command_errors") {
-								t.Log(l)
+			}
+			if n == 0 {
+				t.Fatal("Prometheus loaded no rules")
+			}
+		})
+
+		t.Run(p.mode+"/every dashboard query returns data", func(t *testing.T) {
+			queries, err := dashboards.Queries()
+			if err != nil {
+				t.Fatal(err)
+			}
+			files := make([]string, 0, len(queries))
+			for f := range queries {
+				files = append(files, f)
+			}
+			sort.Strings(files)
+			total := 0
+			for _, f := range files {
+				for _, q := range queries[f] {
+					total++
+					r, err := promQuery(promURL, q)
+					if err != nil {
+						t.Errorf("%s: %q: %v", f, q, err)
+						continue
+					}
+					if len(r.Data.Result) == 0 {
+						t.Errorf("%s: %q returned no data", f, q)
+						if os.Getenv("E2E_DEBUG") != "" {
+							for _, l := range strings.Split(string(get(t, "http://"+webAddr+"/metrics")), "\n") {
+								if strings.HasPrefix(l, "veil_guest_ping_success") || strings.HasPrefix(l, "veil_guest_command_errors") {
+									t.Log(l)
+								}
 							}
 						}
 					}
 				}
 			}
-		}
-		if total == 0 {
-			t.Fatal("the dashboards hold no queries")
-		}
-	})
+			if total == 0 {
+				t.Fatal("the dashboards hold no queries")
+			}
+		})
+	}
 
 	t.Run("status page in a browser", func(t *testing.T) {
 		out := filepath.Join(root, "bin", "e2e")
