@@ -2,10 +2,15 @@ package collector
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -63,8 +68,15 @@ func (f fixedDomains) DomainsGen() ([]veil.Domain, uint64) { return f, 1 }
 
 // BenchmarkGuestRender renders the guest series of VEIL_BENCH_GUEST_VMS checked guests (default
 // 2000; each with its OS, two filesystems, one interface and its clock) with every family
-// compressed anew: the CPU one render costs, paid at most every guest.ping_interval/10.
+// compressed anew: the CPU one render costs, paid at most every guest.ping_interval/10; in the
+// text format only (formats=text), and with the OpenMetrics and protobuf forms made too, as
+// while scrapers ask for them (formats=all).
 func BenchmarkGuestRender(b *testing.B) {
+	b.Run("formats=text", func(b *testing.B) { benchGuestRender(b, false) })
+	b.Run("formats=all", func(b *testing.B) { benchGuestRender(b, true) })
+}
+
+func benchGuestRender(b *testing.B, all bool) {
 	vms := 2000
 	if v, err := strconv.Atoi(os.Getenv("VEIL_BENCH_GUEST_VMS")); err == nil && v > 0 {
 		vms = v
@@ -74,7 +86,8 @@ func BenchmarkGuestRender(b *testing.B) {
 		doms[i] = veil.Domain{ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), UserPowerState: veil.PowerOn}
 		doms[i].GuestUtils.QemuState = true
 	}
-	g := NewGuestChecker("bench", &veil.Client{}, guestTestConfig(), doms, nil, nil)
+	r := exposition.NewRenderer()
+	g := NewGuestChecker("bench", &veil.Client{}, guestTestConfig(), doms, nil, r)
 	g.sync(time.Now())
 	for _, v := range g.vms {
 		v.pinged, v.pingOK, v.pingDur = true, true, 0.0012345
@@ -82,6 +95,14 @@ func BenchmarkGuestRender(b *testing.B) {
 		v.fs = []guestFS{{"/", "ext4", "vda1", 2.1e10, 8.2e9}, {"/boot", "ext4", "vda2", 1.0e9, 2.5e8}}
 		v.nics = []guestNIC{{name: "eth0", counters: [nicCounters]float64{1.2e9, 3.4e6, 0, 12, 9.8e8, 2.2e6, 0, 0}}}
 		v.hasClock, v.clock = true, -0.000123
+	}
+	if all { // a scrape in each format: the renderer then makes both at each render
+		h := exposition.Handler(exposition.HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*exposition.Set { return []*exposition.Set{g.Rendered()} }, Renderer: r})
+		for _, accept := range []string{"application/openmetrics-text;version=1.0.0", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"} {
+			req := httptest.NewRequest("GET", "/metrics", nil)
+			req.Header.Set("Accept", accept)
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}
 	}
 	b.ReportAllocs()
 	for b.Loop() {

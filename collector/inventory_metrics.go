@@ -148,7 +148,7 @@ func (inv *Inventory) CollectLive(ch chan<- prometheus.Metric) {
 	d := inv.descs
 	finished, durations := inv.tasks.values()
 	for _, f := range finished {
-		ch <- prometheus.MustNewConstMetric(d.tasksFinished, prometheus.CounterValue, f.n, f.name, f.status)
+		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d.tasksFinished, prometheus.CounterValue, f.n, f.created, f.name, f.status)
 	}
 	for _, h := range durations {
 		if m, err := newBothHistogram(d.taskDuration, h.count, h.sum, h.buckets, h.native, h.zero, h.created, h.name); err == nil {

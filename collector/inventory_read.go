@@ -1,5 +1,6 @@
 // This file holds what readers get from an inventory without waiting for a refresh: the
 // domains (with their generation) for the guest checker, readiness, and the status.
+
 package collector
 
 import (

@@ -1,5 +1,6 @@
 // Refresh-cycle tests of the inventory: failures and recovery, what is logged and when, token
 // rotation, task counting across refreshes, and readers that never wait for a refresh.
+
 package collector
 
 import (

@@ -52,7 +52,7 @@ type taskTracker struct {
 	pending   []pendingTask        // seen finished, not yet handed to a successful refresh
 	kinds     map[string]bool
 	templates []kindTemplate        // kinds with placeholders, the most fixed text first
-	finished  map[[2]string]float64 // {kind, status}
+	finished  map[[2]string]*finishedCount // {kind, status}
 	durations map[string]*taskHistogram
 }
 
@@ -78,7 +78,7 @@ func newTaskTracker(maxKinds int, lookback time.Duration) *taskTracker {
 		lookback:  lookback,
 		counted:   map[string]time.Time{},
 		kinds:     map[string]bool{},
-		finished:  map[[2]string]float64{},
+		finished:  map[[2]string]*finishedCount{},
 		durations: map[string]*taskHistogram{},
 	}
 }
@@ -236,7 +236,14 @@ func (t *taskTracker) count(task *veil.Task, names func(id string) (string, bool
 			t.templates = slices.Insert(t.templates, i, tmpl)
 		}
 	}
-	t.finished[[2]string{name, task.Status}]++
+	k := [2]string{name, task.Status}
+	fc := t.finished[k]
+	if fc == nil {
+		// Counted from here on: the counter's start, which protobuf scrapes carry.
+		fc = &finishedCount{name: name, status: task.Status, created: time.Now()}
+		t.finished[k] = fc
+	}
+	fc.n++
 	secs := float64(task.Executed)
 	if secs <= 0 && !task.FinishedTime.IsZero() {
 		secs = task.FinishedTime.Sub(task.Created.Time).Seconds()
@@ -267,6 +274,7 @@ func (t *taskTracker) count(task *veil.Task, names func(id string) (string, bool
 type finishedCount struct {
 	name, status string
 	n            float64
+	created      time.Time
 }
 
 type durationHist struct {
@@ -284,8 +292,8 @@ func (t *taskTracker) values() ([]finishedCount, []durationHist) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fc := make([]finishedCount, 0, len(t.finished))
-	for k, n := range t.finished {
-		fc = append(fc, finishedCount{k[0], k[1], n})
+	for _, f := range t.finished {
+		fc = append(fc, *f)
 	}
 	dh := make([]durationHist, 0, len(t.durations))
 	for name, h := range t.durations {

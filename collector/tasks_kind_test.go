@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -159,5 +160,23 @@ func TestTaskKindsAreCapped(t *testing.T) {
 	}
 	if len(dh) != 4 {
 		t.Errorf("%d histograms, want 4", len(dh))
+	}
+}
+
+// TestTaskCountersCarryTheirStart: each finished-task counter and duration histogram carries
+// the time it began counting, which protobuf scrapes send as its created timestamp.
+func TestTaskCountersCarryTheirStart(t *testing.T) {
+	before := time.Now()
+	tr := newTaskTracker(3, 0)
+	none := func(string) (string, bool) { return "", false }
+	tr.mu.Lock()
+	tr.count(taskWith("A one.", `{}`), none)
+	tr.mu.Unlock()
+	fc, dh := tr.values()
+	if len(fc) != 1 || fc[0].created.Before(before) || fc[0].created.After(time.Now()) {
+		t.Fatalf("finished counters %+v: want one created after %v", fc, before)
+	}
+	if len(dh) != 1 || dh[0].created.Before(before) {
+		t.Fatalf("duration histograms %+v: want one created after %v", dh, before)
 	}
 }

@@ -1,6 +1,7 @@
 // Fuzz target of the config loader: Parse never panics; each problem of a refused file names the
 // line to edit (the key's own or, for a key left out, the nearest key above it in the file), and
 // an accepted config dumped to YAML reads back the same.
+
 package config
 
 import (

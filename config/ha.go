@@ -1,5 +1,6 @@
 // This file holds the ha section: replicas that share the controllers through leases in a
 // NATS JetStream key-value bucket (package ha), its defaults and its validation.
+
 package config
 
 import (

@@ -1,5 +1,6 @@
 // Loading the configuration: ${ENV} expansion, strict YAML on top of Default, and validation
 // whose every problem names the line to edit.
+
 package config
 
 import (

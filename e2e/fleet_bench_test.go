@@ -3,6 +3,7 @@
 // three-node NATS cluster while events keep coming — how evenly they spread, how soon a killed
 // replica's controllers run elsewhere, whether any healthy controller moves, whether every
 // event is on the stream once, and what the controllers see compared with one exporter.
+
 package e2e
 
 import (

@@ -1,5 +1,6 @@
 // The replicas' figures for make bench: how long a killed or paused owner's controllers take to
 // move, and what three replicas cost the controllers compared with one exporter.
+
 package e2e
 
 import (

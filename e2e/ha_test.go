@@ -2,6 +2,7 @@
 // share three controllers while events keep coming, through kill -9 of an owner, SIGTERM of an
 // owner, the loss of the NATS server leading the stream, and an owner paused past its lease.
 // At the end every event is on the stream exactly once and in order per controller.
+
 package e2e
 
 import (

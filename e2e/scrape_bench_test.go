@@ -2,6 +2,7 @@
 // bin/veil-sim of 10,000 and 50,000 VMs, scraped as Prometheus scrapes (its Accept header,
 // gzip), against the floor of the same compressed bytes served from memory over the same
 // loopback, alternately in the same run; and the exporter's peak resident memory.
+
 package e2e
 
 import (
@@ -28,12 +29,24 @@ import (
 // promAccept is the Accept header of Prometheus 3 without native histograms.
 const promAccept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 
+// scrapeFormats are the Accept headers of the scrapes measured: Prometheus asking for the text
+// format first (scrape_protocols: [PrometheusText0.0.4]), Prometheus 3 by default (OpenMetrics
+// first), and Prometheus with native histograms (protobuf first).
+var scrapeFormats = []struct{ name, accept string }{
+	{"text", "text/plain;version=0.0.4;q=1,*/*;q=0.1"},
+	{"openmetrics", promAccept},
+	{"protobuf", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"},
+}
+
 // BenchmarkScrape runs once per size whatever b.N (make bench asks for 1x); sizes from
 // VEIL_BENCH_SCRAPE_SIZES (default "10000 50000"). It waits until every eligible VM has had its
-// guest checks, then scrapes 200 times, each followed by one scrape of the floor, and reports
-// scrape-ms and floor-ms (medians), scrape-p99-ms and floor-p99-ms, ratio-median and ratio-p99 (to the floor's
-// median; targets 3 and 5), series, gzip-MB, hwm-MiB and rss-MiB of the exporter (target 150
-// at 10,000 VMs, 500 at 50,000) and sweep-s, how long the first full guest coverage took.
+// guest checks, then scrapes 200 times in each of scrapeFormats, each scrape followed by one of
+// the floor (the same compressed bytes of that format from memory), the formats interleaved,
+// and reports per format (suffix -text, -openmetrics, -protobuf) scrape-ms and floor-ms
+// (medians), scrape-p99-ms and floor-p99-ms, ratio-median (to the floor's median, target 3),
+// ratio-p99 (to the floor's p99, target 5) and gzip-MB; then series, hwm-MiB and rss-MiB of
+// the exporter with all three kinds of scrapers active (target 150 at 10,000 VMs, 500 at
+// 50,000) and sweep-s, how long the first full guest coverage took.
 func BenchmarkScrape(b *testing.B) {
 	sizes := strings.Fields(os.Getenv("VEIL_BENCH_SCRAPE_SIZES"))
 	if len(sizes) == 0 {
@@ -104,9 +117,9 @@ events:
 	// new one per read makes the client collect garbage, which both the scrape and the floor
 	// then wait for.
 	var buf bytes.Buffer
-	get := func(u string) (time.Duration, []byte, http.Header) {
+	get := func(u, accept string) (time.Duration, []byte, http.Header) {
 		req, _ := http.NewRequest("GET", u, nil)
-		req.Header.Set("Accept", promAccept)
+		req.Header.Set("Accept", accept)
 		req.Header.Set("Accept-Encoding", "gzip")
 		t0 := time.Now()
 		resp, err := client.Do(req)
@@ -122,21 +135,45 @@ events:
 		}
 		return d, buf.Bytes(), resp.Header
 	}
-	_, got, hdr := get(metrics)
-	last := bytes.Clone(got)
-	floorSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", hdr.Get("Content-Type"))
-		w.Header().Set("Content-Encoding", hdr.Get("Content-Encoding"))
-		_, _ = w.Write(last)
-	}))
-	defer floorSrv.Close()
+	type measured struct {
+		floor           *httptest.Server
+		scrapes, floors []float64
+		gzipMB          float64
+	}
+	ms := make([]*measured, len(scrapeFormats))
+	for i, f := range scrapeFormats {
+		_, got, hdr := get(metrics, f.accept)
+		last := bytes.Clone(got)
+		ms[i] = &measured{gzipMB: float64(len(last)) / 1e6}
+		ms[i].floor = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", hdr.Get("Content-Type"))
+			w.Header().Set("Content-Encoding", hdr.Get("Content-Encoding"))
+			_, _ = w.Write(last)
+		}))
+		defer ms[i].floor.Close()
+	}
 	const rounds = 200
-	var scrapes, floors []float64
 	for range rounds {
-		d, _, _ := get(metrics)
-		scrapes = append(scrapes, d.Seconds()*1000)
-		d, _, _ = get(floorSrv.URL)
-		floors = append(floors, d.Seconds()*1000)
+		for i, f := range scrapeFormats {
+			d, _, _ := get(metrics, f.accept)
+			ms[i].scrapes = append(ms[i].scrapes, d.Seconds()*1000)
+			d, _, _ = get(ms[i].floor.URL, f.accept)
+			ms[i].floors = append(ms[i].floors, d.Seconds()*1000)
+		}
+	}
+	for i, f := range scrapeFormats {
+		m := ms[i]
+		slices.Sort(m.scrapes)
+		slices.Sort(m.floors)
+		med, p99 := m.scrapes[len(m.scrapes)/2], m.scrapes[len(m.scrapes)*99/100]
+		floor, floorP99 := m.floors[len(m.floors)/2], m.floors[len(m.floors)*99/100]
+		b.ReportMetric(med, "scrape-ms-"+f.name)
+		b.ReportMetric(p99, "scrape-p99-ms-"+f.name)
+		b.ReportMetric(floor, "floor-ms-"+f.name)
+		b.ReportMetric(floorP99, "floor-p99-ms-"+f.name)
+		b.ReportMetric(med/floor, "ratio-median-"+f.name)
+		b.ReportMetric(p99/floorP99, "ratio-p99-"+f.name)
+		b.ReportMetric(m.gzipMB, "gzip-MB-"+f.name)
 	}
 	raw, _, err := scrapeOnce(metrics)
 	if err != nil {
@@ -148,18 +185,7 @@ events:
 			series++
 		}
 	}
-	slices.Sort(scrapes)
-	slices.Sort(floors)
-	med, p99 := scrapes[len(scrapes)/2], scrapes[len(scrapes)*99/100]
-	floor := floors[len(floors)/2]
-	b.ReportMetric(floors[len(floors)*99/100], "floor-p99-ms")
-	b.ReportMetric(med, "scrape-ms")
-	b.ReportMetric(p99, "scrape-p99-ms")
-	b.ReportMetric(floor, "floor-ms")
-	b.ReportMetric(med/floor, "ratio-median")
-	b.ReportMetric(p99/floor, "ratio-p99")
 	b.ReportMetric(float64(series), "series")
-	b.ReportMetric(float64(len(last))/1e6, "gzip-MB")
 	b.ReportMetric(peakRSS(b, p.cmd.Process.Pid), "hwm-MiB")
 	b.ReportMetric(statusKB(b, p.cmd.Process.Pid, "VmRSS:")/1024, "rss-MiB")
 	b.ReportMetric(sweep.Seconds(), "sweep-s")

@@ -2,6 +2,7 @@
 // pass by the client's rules) and each event is then walked for the few fields forwarding needs (id, type, created,
 // entities), with veil.Event's lenient rules, instead of being decoded whole by reflection. This
 // runs for every event of a catch-up; a page's request slot is free again before it runs.
+
 package forwarder
 
 import (

@@ -1,4 +1,5 @@
 // The forwarder's event decoding held to veil.Event's own, and what a page costs to decode.
+
 package forwarder
 
 import (

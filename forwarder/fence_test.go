@@ -1,4 +1,5 @@
 // Tests of the fence: with replicas, a forwarder whose lease ended publishes and saves nothing more.
+
 package forwarder
 
 import (

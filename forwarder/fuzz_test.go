@@ -1,6 +1,7 @@
 // Fuzz target of the forwarder's page decoding: decodeEvents, the hand-written walk every event of
 // a catch-up goes through, is held to veil's own decoding of the same page (DecodePage of
 // veil.Event), field by field and error for error.
+
 package forwarder
 
 import (

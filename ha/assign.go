@@ -1,6 +1,7 @@
 // This file holds the choice of a controller's owner: rendezvous hashing over the live
 // instances, bounded so that the counts differ by at most one, and sticky: a live holder keeps
 // what it holds while it has room.
+
 package ha
 
 import (

@@ -1,5 +1,6 @@
 // Tests of the choice of owners: even counts, the same everywhere, and few moves when a
 // replica joins or leaves.
+
 package ha
 
 import (

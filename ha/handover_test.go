@@ -1,5 +1,6 @@
 // Tests of the hand-over record: whatever two replicas' views say, the bucket lets only one
 // hand a controller over at a time.
+
 package ha
 
 import (

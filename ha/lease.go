@@ -1,5 +1,6 @@
 // This file holds Lease: what the owner of a controller checks, without asking NATS, before
 // it acts for the controller.
+
 package ha
 
 import (

@@ -1,4 +1,5 @@
 // Tests of Lease on its own: what Valid and Held say after release, loss and expiry.
+
 package ha
 
 import (

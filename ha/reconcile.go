@@ -1,5 +1,6 @@
 // This file holds one round of coordination: let go of ended leases, acquire what this replica
 // should run, and hand over at most one controller (the hand-over record).
+
 package ha
 
 import (

@@ -1,5 +1,6 @@
 // This file holds what keeps held leases alive and how they end: renewal at the revision last
 // written, release (OnRelease first, then the key), and the stop of a replica.
+
 package ha
 
 import (

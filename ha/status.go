@@ -1,5 +1,6 @@
 // This file holds what the coordinator shows: the status page's view of who owns which
 // controller, and the veil_ha_* metrics.
+
 package ha
 
 import (

@@ -1,5 +1,6 @@
 // Tests of how soon a stopped owner's controller moves: when its lease runs out, whatever the
 // phase of the other replicas' renew periods.
+
 package ha
 
 import (

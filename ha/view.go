@@ -1,5 +1,6 @@
 // This file holds the coordinator's view of the bucket: the records of leases and instances,
 // kept up to date by a watch, each with the local time its revision was first seen.
+
 package ha
 
 import (

@@ -68,6 +68,10 @@ for n in $SIZES; do
   stop_sim
 done
 
+echo "== guest series render, $GUEST_VMS VMs, text only and every format"
+VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestRender$' \
+  -test.benchtime 3x -test.count "$GUEST_COUNT" -test.benchmem | tee -a "$RAW"
+
 echo "== guest ping sweep, $GUEST_VMS VMs, 500 requests/s"
 VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestPingSweep$' \
   -test.benchtime 1x -test.count "$GUEST_COUNT" -test.timeout 20m | tee -a "$RAW"

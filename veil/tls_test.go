@@ -1,4 +1,5 @@
 // Tests of the HTTP client New builds from Config's TLS settings.
+
 package veil_test
 
 import (

@@ -1,4 +1,5 @@
 // Tests of where several simulated controllers listen.
+
 package main
 
 import (

@@ -1,5 +1,6 @@
 // This file holds what runs for one platform controller: its API client, inventory, guest
 // checker and forwarder, built from its settings and started and stopped as one.
+
 package daemon
 
 import (

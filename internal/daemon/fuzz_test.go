@@ -2,6 +2,7 @@
 // controllers: whatever the query, /sd/domains answers the http_sd list it selects (controller=,
 // port=) or 400 for a port that is none, and the status page answers JSON for format=json and a
 // whole HTML page otherwise; never a 5xx.
+
 package daemon
 
 import (

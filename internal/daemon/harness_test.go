@@ -1,5 +1,6 @@
 // The daemon under test: New, Run and the coordinator wired as cmd/veil-exporter wires them,
 // its handler served by exporter-toolkit on a loopback port, logging at debug to a buffer.
+
 package daemon
 
 import (

@@ -1,5 +1,6 @@
 // The daemon's HTTP endpoints: /metrics, /-/healthy, /-/ready, /-/reload, /sd/domains and the
 // status page on /.
+
 package daemon
 
 import (

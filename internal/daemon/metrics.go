@@ -2,6 +2,7 @@
 // text scrapes, encoded live for the others), and the veil_collector_* families
 // of every controller, emitted in one place from the run status each component reports (as
 // node_exporter's collector.go does for its collectors).
+
 package daemon
 
 import (

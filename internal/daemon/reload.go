@@ -1,5 +1,6 @@
 // This file holds a reload: the new configuration replaces the running one, keeping the
 // controllers whose settings did not change, and rolls back to the old one when it fails.
+
 package daemon
 
 import (

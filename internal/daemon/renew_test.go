@@ -1,5 +1,6 @@
 // Tests that the coordinator's callbacks never wait for a reload: a lease is renewed on time
 // while a reload stops a controller that is slow to stop.
+
 package daemon
 
 import (

@@ -1,6 +1,7 @@
 // Replicas (ha.enabled): the daemon runs a controller only while it holds the controller's lease,
 // which package ha grants to one live replica at a time. This file is the wiring: which
 // controllers run and which wait, and what a reload may change.
+
 package daemon
 
 import (

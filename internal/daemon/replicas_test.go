@@ -1,6 +1,7 @@
 // Tests of replicas (ha.enabled) through whole daemons: three of them on a three-node NATS
 // cluster share four controllers, each run by exactly one, and a stopped one hands its
 // controllers over at once without an event lost or doubled.
+
 package daemon
 
 import (

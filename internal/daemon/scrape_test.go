@@ -1,5 +1,6 @@
 // Tests of /metrics: parallel scrapes at most --web.max-requests, one log line for a scraper
 // that hung up, compression.
+
 package daemon
 
 import (

@@ -2,6 +2,7 @@
 // runs (with replicas, the ones this replica runs). One target group per VM that is on and whose
 // guest agent reports an IPv4 address, target <primary ipv4>:<port>, labels __meta_veil_*. It is
 // answered from the cached inventory and the guest checker's results: never from the controller.
+
 package daemon
 
 import (

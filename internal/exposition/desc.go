@@ -1,10 +1,6 @@
-// Package exposition renders metric families once, in the Prometheus text format, and serves
-// them on every scrape beside the families that stay live.
-//
-// It owns the rendered form (Desc, Builder, Set), its compression and the /metrics handler's
-// text path; it imports only client_golang, client_model, prometheus/common and
-// klauspost/compress. Collectors build a Set when their data changes; a scrape copies bytes.
 package exposition
+
+// Desc: one family's name, help, type and labels, and how its series lines are written.
 
 import (
 	"sort"

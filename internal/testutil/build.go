@@ -1,5 +1,6 @@
 // This file holds Build: the project's commands built once per test binary, for tests that run
 // them as processes of their own (the exporter, the simulator, natsnode).
+
 package testutil
 
 import (

@@ -3,6 +3,7 @@
 // races in its own clustered code (jetstream_batching.go against applyStreamMsgOp) that made
 // tests of ours fail for nothing of ours; out of process the server runs as in production and
 // every line of our code stays instrumented.
+
 package testutil
 
 import (

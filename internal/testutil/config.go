@@ -1,5 +1,6 @@
 // This file holds the configuration files the tests of the command and of the daemon write: one
 // line per controller, collection every second, guest checks and events off.
+
 package testutil
 
 import (

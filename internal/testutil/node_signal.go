@@ -1,5 +1,6 @@
 // This file holds what the durability suite (e2e) does to a cluster node beyond a clean stop:
 // kill -9, and pausing it (SIGSTOP) and waking it (SIGCONT).
+
 package testutil
 
 import (

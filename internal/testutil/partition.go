@@ -10,6 +10,7 @@
 // a third one about a peer it is cut from dials nowhere (an implicit route is tried once: see
 // connectToRoute in nats-server's route.go). Routes tells, from each node's own monitoring, which
 // peers a node holds routes to, and fails if a route it dialled bypasses its link.
+
 package testutil
 
 import (
