@@ -51,7 +51,7 @@ type taskTracker struct {
 	counted   map[string]time.Time // id -> created, for tasks at or after the watermark
 	pending   []pendingTask        // seen finished, not yet handed to a successful refresh
 	kinds     map[string]bool
-	templates []kindTemplate        // kinds with placeholders, the most fixed text first
+	templates []kindTemplate               // kinds with placeholders, the most fixed text first
 	finished  map[[2]string]*finishedCount // {kind, status}
 	durations map[string]*taskHistogram
 }
