@@ -98,7 +98,7 @@ func TestLastBackupsFromTheJournal(t *testing.T) {
 	// At most 24 seeded tasks, 5 min apart at most, all lie before the simulator's now.
 	f := newFixture(t, veiltest.Options{Seed: 12, VMs: 4, InitialTasks: 24, TaskDuration: 20 * time.Millisecond}, cc, veil.Config{})
 	f.mustRefresh(t)
-	want := journalBackups(t, f.sim, cc.BackupTaskPattern, time.Now().Add(-time.Duration(cc.BackupLookback)))
+	want := journalBackups(t, f.sim, cc.BackupTaskPattern.String(), time.Now().Add(-time.Duration(cc.BackupLookback)))
 	if len(want) < 2 {
 		t.Fatalf("the seeded journal has backups of %d VMs: the test proves little", len(want))
 	}
@@ -172,7 +172,7 @@ func TestBackupLookbackStopsPaging(t *testing.T) {
 	if got := scanPages(f.sim); got != wantPages {
 		t.Errorf("first scan read %d pages, want %d (stop at the page holding task %d)", got, wantPages, first)
 	}
-	checkBackups(t, f, journalBackups(t, f.sim, cc.BackupTaskPattern, cutoff))
+	checkBackups(t, f, journalBackups(t, f.sim, cc.BackupTaskPattern.String(), cutoff))
 	f.sim.ResetRequests()
 	f.mustRefresh(t)
 	if got := scanPages(f.sim); got != 1 {

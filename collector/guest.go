@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
-	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
@@ -173,24 +172,10 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		stopped:      map[string]uint64{},
 		errs:         map[guestErrKey]float64{},
 	}
-	// config.Load has validated both; a checker built by hand with a bad one excludes nothing.
-	g.mountsOut = compileExclude(g.logger, "guest.fs_mountpoints_exclude", cfg.FSMountpointsExclude)
-	g.nicsOut = compileExclude(g.logger, "guest.network_interfaces_exclude", cfg.NetworkInterfacesExclude)
+	g.mountsOut, g.nicsOut = cfg.FSMountpointsExclude.Regexp(), cfg.NetworkInterfacesExclude.Regexp()
 	g.descs = newGuestDescs(controller, cfg)
 	g.cache = exposition.NewCache(r, exposition.Pace{Every: guestRenderEvery(cfg.PingInterval), Share: renderShare}, g.render, nil)
 	return g
-}
-
-func compileExclude(logger log.Logger, key, expr string) *regexp.Regexp {
-	if expr == "" {
-		return nil
-	}
-	re, err := regexp.Compile(expr)
-	if err != nil {
-		level.Warn(logger).Log("msg", "invalid regexp ignored", "key", key, "err", err)
-		return nil
-	}
-	return re
 }
 
 // Run checks guests until ctx is done; it returns after every goroutine it started has ended.

@@ -31,7 +31,7 @@ func TestGuestFilesystemsFilter(t *testing.T) {
 // person cares about and drops the bind mounts a Kubernetes node or a container host makes by
 // the hundred.
 func TestGuestFilesystemsMountpointsExclude(t *testing.T) {
-	out := regexp.MustCompile(config.Default().Guest.FSMountpointsExclude)
+	out := config.Default().Guest.FSMountpointsExclude.Regexp()
 	num := func(v float64) *veil.Number { n := veil.Number(v); return &n }
 	fs := func(mp string) veil.GuestFilesystem {
 		return veil.GuestFilesystem{Name: "vda1", Mountpoint: mp, Type: "ext4", TotalBytes: num(100), UsedBytes: num(1)}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -292,7 +293,7 @@ func TestGuestCheckerExportsNetworkCounters(t *testing.T) {
 // no network series at all.
 func TestGuestCheckerNetworkInterfacesExclude(t *testing.T) {
 	cfg := guestTestConfig()
-	cfg.NetworkInterfacesExclude = `.`
+	cfg.NetworkInterfacesExclude = config.MustRegexp(`.`)
 	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(2), cfg: cfg})
 	e.sim.ResetRequests()
 	e.waitSweeps(3, 10*time.Second)

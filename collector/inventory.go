@@ -128,29 +128,14 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		runs:       map[string]*collectionRun{},
 		names:      map[string]knownName{},
 	}
-	var err error
-	var backupRe *regexp.Regexp
-	if cfg.BackupTaskPattern != "" {
-		if backupRe, err = regexp.Compile(cfg.BackupTaskPattern); err != nil {
-			return nil, fmt.Errorf("invalid backup_task_pattern: %w", err)
-		}
-	}
+	backupRe := cfg.BackupTaskPattern.Regexp()
 	lookback := time.Duration(cfg.BackupLookback)
 	if backupRe == nil {
 		lookback = 0 // nothing to look back for
 	}
 	inv.tasks = newTaskTracker(maxTaskKinds, lookback)
 	inv.backups = newBackupTracker(backupRe, lookback)
-	if cfg.DomainInclude != "" {
-		if inv.include, err = regexp.Compile(cfg.DomainInclude); err != nil {
-			return nil, fmt.Errorf("invalid domain_include: %w", err)
-		}
-	}
-	if cfg.DomainExclude != "" {
-		if inv.exclude, err = regexp.Compile(cfg.DomainExclude); err != nil {
-			return nil, fmt.Errorf("invalid domain_exclude: %w", err)
-		}
-	}
+	inv.include, inv.exclude = cfg.DomainInclude.Regexp(), cfg.DomainExclude.Regexp()
 	for _, c := range []struct {
 		name string
 		on   bool

@@ -274,13 +274,13 @@ func TestDomainFilters(t *testing.T) {
 		t.Fatalf("unfiltered: %d domains", len(all))
 	}
 	name := all[0].VerboseName
-	cc.DomainInclude = "^" + regexpQuote(name) + "$"
+	cc.DomainInclude = config.MustRegexp("^" + regexpQuote(name) + "$")
 	g := newFixture(t, veiltest.Options{Seed: 6, VMs: 20}, cc, veil.Config{})
 	g.mustRefresh(t)
 	if d := g.inv.Domains(); len(d) != 1 || d[0].VerboseName != name {
 		t.Errorf("include %q kept %d domains", cc.DomainInclude, len(d))
 	}
-	cc.DomainInclude, cc.DomainExclude = "", "^"+regexpQuote(name)+"$"
+	cc.DomainInclude, cc.DomainExclude = config.Regexp{}, config.MustRegexp("^"+regexpQuote(name)+"$")
 	h := newFixture(t, veiltest.Options{Seed: 6, VMs: 20}, cc, veil.Config{})
 	h.mustRefresh(t)
 	if d := h.inv.Domains(); len(d) != 19 {
@@ -288,9 +288,6 @@ func TestDomainFilters(t *testing.T) {
 	}
 	if st := h.inv.Status(); st.DomainsTotal != 20 || st.Domains != 19 {
 		t.Errorf("status counts %d of %d", st.Domains, st.DomainsTotal)
-	}
-	if _, err := NewInventory("x", &veil.Client{}, config.Collect{DomainInclude: "("}, nil, nil); err == nil {
-		t.Error("invalid regexp accepted")
 	}
 }
 

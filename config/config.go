@@ -57,10 +57,10 @@ type Collect struct {
 	Datapools     bool          `yaml:"datapools"`
 	Domains       bool          `yaml:"domains"`
 	Tasks         bool          `yaml:"tasks"`
-	DomainInclude string        `yaml:"domain_include"`
-	DomainExclude string        `yaml:"domain_exclude"`
+	DomainInclude Regexp        `yaml:"domain_include"`
+	DomainExclude Regexp        `yaml:"domain_exclude"`
 	// BackupTaskPattern is a regexp on task names: the tasks that are backups of their VM.
-	BackupTaskPattern string `yaml:"backup_task_pattern"`
+	BackupTaskPattern Regexp `yaml:"backup_task_pattern"`
 	// BackupLookback is how far back the task journal is read at start for the last backups
 	// (Prometheus duration syntax: 7d, 36h).
 	BackupLookback model.Duration `yaml:"backup_lookback"`
@@ -77,11 +77,11 @@ type Guest struct {
 	Concurrency    int           `yaml:"concurrency"`
 	FSTypesExclude []string      `yaml:"fs_types_exclude"`
 	// FSMountpointsExclude is a regexp on mount points left out of the filesystem metrics.
-	FSMountpointsExclude string `yaml:"fs_mountpoints_exclude"`
+	FSMountpointsExclude Regexp `yaml:"fs_mountpoints_exclude"`
 	// NetworkInterval is how often guest-network-get-interfaces counters are read.
 	NetworkInterval time.Duration `yaml:"network_interval"`
 	// NetworkInterfacesExclude is a regexp on guest interface names left out.
-	NetworkInterfacesExclude string `yaml:"network_interfaces_exclude"`
+	NetworkInterfacesExclude Regexp `yaml:"network_interfaces_exclude"`
 }
 
 // Events configures the event forwarder.
@@ -213,16 +213,16 @@ func Default() Config {
 	return Config{
 		Collect: Collect{
 			Interval: 30 * time.Second, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true,
-			BackupTaskPattern: `(?i)backup|резерв`, BackupLookback: model.Duration(7 * 24 * time.Hour),
+			BackupTaskPattern: MustRegexp(`(?i)backup|резерв`), BackupLookback: model.Duration(7 * 24 * time.Hour),
 		},
 		Guest: Guest{
 			Enabled: true, PingInterval: 30 * time.Second, OSInfoInterval: 10 * time.Minute,
 			FSInfoInterval: time.Minute, TimeInterval: 5 * time.Minute, CommandTimeout: 5 * time.Second,
 			Concurrency:              8,
 			FSTypesExclude:           []string{"tmpfs", "devtmpfs", "overlay", "squashfs", "proc", "sysfs", "cgroup", "cgroup2"},
-			FSMountpointsExclude:     `^/(dev|proc|run|sys|snap|var/lib/(docker|kubelet|containers))($|/)`,
+			FSMountpointsExclude:     MustRegexp(`^/(dev|proc|run|sys|snap|var/lib/(docker|kubelet|containers))($|/)`),
 			NetworkInterval:          time.Minute,
-			NetworkInterfacesExclude: `^lo$`,
+			NetworkInterfacesExclude: MustRegexp(`^lo$`),
 		},
 		Events: Events{
 			Enabled: true, PollInterval: 5 * time.Second, PageSize: 100, Order: "auto", Start: "latest",

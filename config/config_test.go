@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +31,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		t.Errorf("controller defaults not applied: %+v", c)
 	}
 	def := Default()
-	if cfg.Collect != def.Collect {
+	if !reflect.DeepEqual(cfg.Collect, def.Collect) {
 		t.Errorf("collect = %+v, want defaults %+v", cfg.Collect, def.Collect)
 	}
 	if cfg.Guest.PingInterval != 30*time.Second || len(cfg.Guest.FSTypesExclude) != 8 {
@@ -58,7 +58,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 		t.Fatalf("example config rejected: %v", err)
 	}
 	def := Default()
-	if cfg.Collect != def.Collect || cfg.Events != def.Events || cfg.NATS.JetStream != def.NATS.JetStream || cfg.SD != def.SD {
+	if !reflect.DeepEqual(cfg.Collect, def.Collect) || cfg.Events != def.Events || cfg.NATS.JetStream != def.NATS.JetStream || cfg.SD != def.SD {
 		t.Error("the example's values differ from Default(); one of them is out of date")
 	}
 }
@@ -137,10 +137,10 @@ func TestEnvExpansion(t *testing.T) {
 	if cfg.Controllers[0].URL != "https://env.example.com" {
 		t.Errorf("url = %q", cfg.Controllers[0].URL)
 	}
-	if cfg.Collect.DomainExclude != "-test$" {
+	if cfg.Collect.DomainExclude.String() != "-test$" {
 		t.Errorf("a bare $ must survive expansion, got %q", cfg.Collect.DomainExclude)
 	}
-	if cfg.Collect.DomainInclude != "${LITERAL}" {
+	if cfg.Collect.DomainInclude.String() != "${LITERAL}" {
 		t.Errorf("$${ must escape, got %q", cfg.Collect.DomainInclude)
 	}
 }
@@ -235,17 +235,17 @@ func TestBackupAndGuestNetworkSettings(t *testing.T) {
 	if got := time.Duration(d.Collect.BackupLookback); got != 7*24*time.Hour {
 		t.Errorf("default backup_lookback = %v, want 168h", got)
 	}
-	if !regexp.MustCompile(d.Collect.BackupTaskPattern).MatchString("Резервное копирование ВМ x") ||
-		!regexp.MustCompile(d.Collect.BackupTaskPattern).MatchString("Backup of the virtual machine x.") {
+	if !d.Collect.BackupTaskPattern.Regexp().MatchString("Резервное копирование ВМ x") ||
+		!d.Collect.BackupTaskPattern.Regexp().MatchString("Backup of the virtual machine x.") {
 		t.Errorf("default backup_task_pattern %q misses a backup task", d.Collect.BackupTaskPattern)
 	}
 	for _, mp := range []string{"/var/lib/kubelet/pods/x", "/run/user/0", "/dev/shm"} {
-		if !regexp.MustCompile(d.Guest.FSMountpointsExclude).MatchString(mp) {
+		if !d.Guest.FSMountpointsExclude.Regexp().MatchString(mp) {
 			t.Errorf("default fs_mountpoints_exclude keeps %s", mp)
 		}
 	}
 	for _, mp := range []string{"/", "/var", "/home", "/srv/data", "/devices"} {
-		if regexp.MustCompile(d.Guest.FSMountpointsExclude).MatchString(mp) {
+		if d.Guest.FSMountpointsExclude.Regexp().MatchString(mp) {
 			t.Errorf("default fs_mountpoints_exclude drops %s", mp)
 		}
 	}
@@ -338,5 +338,25 @@ func TestDiskSyncRoundTrips(t *testing.T) {
 		if back.Sync != s || back.Sync.check() != nil {
 			t.Errorf("%v dumped as %q reads back as %+v", s, out, back.Sync)
 		}
+	}
+}
+
+// TestRegexpsCompiledAtLoad: a regexp of the configuration comes out of Parse compiled, unset
+// ones nil, and writes back as it was read.
+func TestRegexpsCompiledAtLoad(t *testing.T) {
+	cfg, err := Parse([]byte("controllers: [{name: a, url: http://x, token: t}]\ncollect: {domain_include: '^web-'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := cfg.Collect.DomainInclude.Regexp()
+	if re == nil || !re.MatchString("web-1") || re.MatchString("db-1") {
+		t.Errorf("domain_include compiled to %v", re)
+	}
+	if cfg.Collect.DomainExclude.Regexp() != nil {
+		t.Error("an unset domain_exclude compiled to something")
+	}
+	out, err := yaml.Marshal(cfg.Collect)
+	if err != nil || !strings.Contains(string(out), "domain_include: ^web-\n") {
+		t.Errorf("written back as\n%s(%v)", out, err)
 	}
 }

@@ -345,13 +345,13 @@ func (v *validator) collect(c *Collect) {
 	if c.Interval <= 0 {
 		v.add("collect.interval", "must be > 0")
 	}
-	if _, err := regexp.Compile(c.DomainInclude); err != nil {
+	if err := c.DomainInclude.err; err != nil {
 		v.add("collect.domain_include", "invalid regexp: %v", err)
 	}
-	if _, err := regexp.Compile(c.DomainExclude); err != nil {
+	if err := c.DomainExclude.err; err != nil {
 		v.add("collect.domain_exclude", "invalid regexp: %v", err)
 	}
-	if _, err := regexp.Compile(c.BackupTaskPattern); err != nil {
+	if err := c.BackupTaskPattern.err; err != nil {
 		v.add("collect.backup_task_pattern", "invalid regexp: %v", err)
 	}
 	if c.BackupLookback < 0 {
@@ -378,10 +378,10 @@ func (v *validator) guest(g *Guest) {
 	if g.Concurrency < 1 {
 		v.add("guest.concurrency", "must be >= 1")
 	}
-	if _, err := regexp.Compile(g.FSMountpointsExclude); err != nil {
+	if err := g.FSMountpointsExclude.err; err != nil {
 		v.add("guest.fs_mountpoints_exclude", "invalid regexp: %v", err)
 	}
-	if _, err := regexp.Compile(g.NetworkInterfacesExclude); err != nil {
+	if err := g.NetworkInterfacesExclude.err; err != nil {
 		v.add("guest.network_interfaces_exclude", "invalid regexp: %v", err)
 	}
 }

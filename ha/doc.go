@@ -61,7 +61,7 @@
 //		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL,
 //		Instance: cfg.HA.Instance, Controllers: names, Logger: logger,
 //		OnAcquire: d.acquired, // starts the controller under l.Context() and returns
-//		OnRelease: d.released, // returns once the controller has stopped
+//		OnRelease: d.released, // cancels it; returns the wait until it has stopped
 //	})
 //	registry.MustRegister(coord)      // veil_ha_leader, veil_ha_lease_transitions_total, veil_ha_instances
 //	go coord.Run(ctx)                 // retries while NATS is down; never exits on its own
@@ -70,9 +70,10 @@
 //
 // js is a jetstream.JetStream on a connection that reconnects forever (natsconn.Connect's
 // options); the daemon needs one even with events off. OnAcquire and OnRelease are called from
-// the coordinator's goroutine, one at a time: OnAcquire must not block (start goroutines and
-// return), OnRelease must return only once nothing runs for the controller any more (cancel,
-// wait), because the lease is deleted for the next owner right after it returns. A controller
+// the coordinator's goroutine, one at a time, and must not block: OnAcquire starts goroutines
+// and returns; OnRelease cancels and returns a wait that returns only once nothing runs for the
+// controller any more. The coordinator waits for it on a goroutine of its own, so that renewals
+// of the other leases go on, and deletes the lease for the next owner right after it returns. A controller
 // this replica does not hold must export nothing but veil_ha_leader 0. A replica that holds
 // nothing is healthy and ready: /-/healthy and /-/ready count only held controllers, and the
 // status page shows Status().Controllers (owner and since) for all.

@@ -32,8 +32,11 @@ type Options struct {
 	Logger      log.Logger
 	// OnAcquire starts the controller under l.Context(); it must not block.
 	OnAcquire func(l *Lease)
-	// OnRelease stops the controller and returns once nothing runs for it any more.
-	OnRelease func(controller string)
+	// OnRelease stops the controller: it must not block, and returns what to wait for until
+	// nothing runs for the controller any more (nil: nothing). The coordinator waits for that
+	// off its loop, so that a controller slow to stop delays no other lease's renewal; the
+	// lease's key is deleted, and the controller acquired again, only once it returned.
+	OnRelease func(controller string) (stopped func())
 
 	// beforeTick, for tests, runs at the start of every renew period and may block: a paused replica.
 	beforeTick func()
@@ -74,6 +77,8 @@ type Coordinator struct {
 	controllers []string // sorted, unique
 	view        view
 	held        map[string]*Lease
+	releasing   map[string]bool // released, its controller not yet stopped (drop)
+	releases    sync.WaitGroup  // of releasing
 	transitions map[string]uint64
 	lastErr     string
 	failing     bool
@@ -118,7 +123,7 @@ func New(js jetstream.JetStream, opts Options) (*Coordinator, error) {
 		opts.OnAcquire = func(*Lease) {}
 	}
 	if opts.OnRelease == nil {
-		opts.OnRelease = func(string) {}
+		opts.OnRelease = func(string) func() { return nil }
 	}
 	c := &Coordinator{
 		js: js, opts: opts, ttl: opts.LeaseTTL, tick: opts.LeaseTTL / 3, margin: opts.LeaseTTL / 5,
@@ -127,7 +132,7 @@ func New(js jetstream.JetStream, opts Options) (*Coordinator, error) {
 		kickCh: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
 		controllers: normalize(opts.Controllers),
 		view:        view{entries: map[string]*entry{}},
-		held:        map[string]*Lease{}, transitions: map[string]uint64{}, attempts: map[string]attempt{},
+		held:        map[string]*Lease{}, releasing: map[string]bool{}, transitions: map[string]uint64{}, attempts: map[string]attempt{},
 		descs: newDescs(),
 	}
 	return c, nil

@@ -375,3 +375,46 @@ func TestSetControllersReleasesRemovedOnes(t *testing.T) {
 		t.Errorf("pod-b still exports veil_ha_leader for bravo: %v", got)
 	}
 }
+
+// TestSlowReleaseDelaysNoRenewal: a released controller that takes three lease TTLs to stop
+// (a forwarder saving over a slow NATS) delays no renewal of the other leases: the
+// coordinator waits for it off its loop. The controller is not acquired again meanwhile, and
+// its lease is deleted (free) once it stopped.
+func TestSlowReleaseDelaysNoRenewal(t *testing.T) {
+	n := testutil.StartNATS(t)
+	w := newWorld(t, n.URL(), []string{"alpha", "bravo"})
+	release, stopping := make(chan struct{}), make(chan struct{})
+	a := w.start("pod-a", func(o *Options) {
+		o.Replicas = 1
+		next := o.OnRelease
+		o.OnRelease = func(ct string) func() {
+			next(ct)
+			if ct != "alpha" {
+				return nil
+			}
+			return func() { close(stopping); <-release }
+		}
+	})
+	w.waitConverged(20*time.Second, a)
+	bravo := a.c.Lease("bravo")
+	a.c.SetControllers([]string{"bravo"})
+	<-stopping
+	deadline := time.Now().Add(3 * testTTL)
+	for time.Now().Before(deadline) {
+		if l := a.c.Lease("bravo"); l != bravo || !l.Valid() {
+			t.Fatalf("bravo's lease lapsed while alpha was stopping (same lease %v, valid %v)", l == bravo, l != nil && l.Valid())
+		}
+		if a.c.Lease("alpha") != nil {
+			t.Fatal("alpha acquired again before it stopped")
+		}
+		time.Sleep(testTTL / 10)
+	}
+	close(release)
+	// Deleted for the next owner (not only run out) once it stopped.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		a.c.mu.Lock()
+		defer a.c.mu.Unlock()
+		e := a.c.view.entries[leaseKey("alpha")]
+		return e == nil || e.deleted
+	}, "alpha's lease deleted once it stopped")
+}

@@ -89,7 +89,7 @@ func (w *world) start(name string, opt func(*Options)) *replica {
 		Bucket: w.bucket, Replicas: 3, LeaseTTL: testTTL, Instance: name, Controllers: w.ctrls,
 		Logger:    level.NewFilter(log.With(log.NewLogfmtLogger(&w.logs), "t", log.DefaultTimestampUTC), level.AllowInfo()),
 		OnAcquire: func(l *Lease) { w.acquired(r, l) },
-		OnRelease: func(ct string) { w.releasedBy(r, ct) },
+		OnRelease: func(ct string) func() { w.releasedBy(r, ct); return nil },
 	}
 	if opt != nil {
 		opt(&opts)

@@ -59,7 +59,7 @@ func (l *Lease) Valid() bool { return l.Remaining() > 0 }
 
 // Held says whether no other replica can hold the controller yet: true until the deadline,
 // also while this replica stops the controller after releasing it (its record is deleted for the
-// next owner only once OnRelease returned), false once the lease expired or was taken. It is the
+// next owner only once the wait OnRelease returned has returned), false once the lease expired or was taken. It is the
 // fence of what a stopping owner still finishes: its last publish and the save of its position.
 func (l *Lease) Held() bool {
 	l.mu.Lock()

@@ -74,7 +74,7 @@ func (c *Coordinator) plan(now time.Time) round {
 	anyFree := false
 	for _, ct := range c.controllers {
 		mine[ct] = true
-		if c.held[ct] == nil && c.planFree(&r, ct, now) {
+		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now) {
 			anyFree = true
 		}
 	}

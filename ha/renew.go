@@ -97,51 +97,54 @@ func isCASFailure(err error) bool {
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// drop ends held leases: all invalid at once, then OnRelease of each, then (when del) their
-// keys are deleted at this replica's revision so that the next owners can take them without
-// waiting.
+// drop ends held leases: all invalid at once, then OnRelease of each; what it returns is
+// waited for on a goroutine per lease, off the loop, and then (when del) the lease's key is
+// deleted at this replica's revision so that the next owner can take it without waiting. The
+// controller is not acquired again before that (releasing).
 func (c *Coordinator) drop(ctx context.Context, kv jetstream.KeyValue, leases []*Lease, why string, del bool) {
 	for _, l := range leases {
 		l.end()
 	}
-	var dropped []*Lease
 	for _, l := range leases {
 		c.mu.Lock()
 		mine := c.held[l.controller] == l
 		if mine {
 			delete(c.held, l.controller)
+			c.releasing[l.controller] = true
 			c.transitions[l.controller]++
 		}
 		c.mu.Unlock()
 		if !mine {
 			continue
 		}
-		c.opts.OnRelease(l.controller)
-		level.Info(c.logger).Log("msg", "controller released", "controller", l.controller, "why", why)
-		dropped = append(dropped, l)
-	}
-	if !del {
-		return
-	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, l := range dropped {
-		wg.Add(1)
+		stopped := c.opts.OnRelease(l.controller)
+		c.releases.Add(1)
 		go func() {
-			defer wg.Done()
-			if err := kv.Delete(cctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isCASFailure(err) {
-				level.Debug(c.logger).Log("msg", "couldn't delete lease; it expires instead", "controller", l.controller, "err", err)
+			defer c.releases.Done()
+			if stopped != nil {
+				stopped()
 			}
+			level.Info(c.logger).Log("msg", "controller released", "controller", l.controller, "why", why)
+			if del {
+				cctx, cancel := c.callCtx(ctx)
+				if err := kv.Delete(cctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isCASFailure(err) {
+					level.Debug(c.logger).Log("msg", "couldn't delete lease; it expires instead", "controller", l.controller, "err", err)
+				}
+				cancel()
+			}
+			c.mu.Lock()
+			delete(c.releasing, l.controller)
+			c.mu.Unlock()
+			c.kick()
 		}()
 	}
-	wg.Wait()
 }
 
 // stop ends every lease; with release it also deletes them and this replica's record at once.
 func (c *Coordinator) stop(kv jetstream.KeyValue, release bool) {
 	leases := c.heldLeases()
 	c.drop(context.Background(), kv, leases, "shutting down", false)
+	c.releases.Wait() // every controller stopped, also those released before
 	if !release {
 		return
 	}

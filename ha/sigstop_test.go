@@ -154,7 +154,7 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 				}
 			})
 		}
-		o.OnRelease = func(string) {}
+		o.OnRelease = func(string) func() { return nil }
 	})
 	parentWrote.Store(false)
 

@@ -112,17 +112,20 @@ func (d *Daemon) acquired(l *ha.Lease) {
 	d.inbox.post(func(d *Daemon) { d.startLeased(r) })
 }
 
-// released is the coordinator's OnRelease: it returns once nothing runs under the lease any
-// more (the lease's end cancelled it; its forwarder has saved its position before the next owner
-// can start), without waiting for Run's goroutine, which moves the controller to standby later.
-func (d *Daemon) released(name string) {
+// released is the coordinator's OnRelease: it lets nothing more start under the lease (whose
+// end has cancelled what runs under it) and returns the wait until its loops have ended (its
+// forwarder has saved its position), which the coordinator does off its loop before the next
+// owner can start; then Run's goroutine moves the controller to standby.
+func (d *Daemon) released(name string) (stopped func()) {
 	r := d.leases[name]
 	delete(d.leases, name)
 	if r == nil {
-		return
+		return nil
 	}
-	r.end()
-	d.inbox.post(func(d *Daemon) { d.stopLeased(name, r) })
+	return func() {
+		r.end()
+		d.inbox.post(func(d *Daemon) { d.stopLeased(name, r) })
+	}
 }
 
 // startLeased starts a standby controller under a lease the coordinator acquired.
