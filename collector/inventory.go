@@ -133,7 +133,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 	if backupRe == nil {
 		lookback = 0 // nothing to look back for
 	}
-	inv.tasks = newTaskTracker(maxTaskKinds, lookback)
+	inv.tasks = newTaskTracker(maxTaskKinds, lookback, taskDurations(controller, cfg.Interval))
 	inv.backups = newBackupTracker(backupRe, lookback)
 	inv.include, inv.exclude = cfg.DomainInclude.Regexp(), cfg.DomainExclude.Regexp()
 	for _, c := range []struct {

@@ -31,7 +31,7 @@ type inventoryDescs struct {
 
 	tasks *exposition.Desc
 
-	tasksFinished, taskDuration *prometheus.Desc
+	tasksFinished *prometheus.Desc
 }
 
 func newInventoryDescs(controller string, interval time.Duration) *inventoryDescs {
@@ -93,9 +93,6 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total",
 			"Tasks seen finishing since the exporter started, by kind (the task name with each object's name replaced by its class, e.g. 'Starting the virtual machine {domain}.'; at most 100 kinds, then other) and final status; counted at each inventory refresh, every "+interval.String()+".",
 			[]string{"kind", "status"}, cl),
-		taskDuration: prometheus.NewDesc("veil_task_duration_seconds",
-			"Execution time of tasks seen finishing since the exporter started, by kind (as in veil_tasks_finished_total); counted at each inventory refresh, every "+interval.String()+".",
-			[]string{"kind"}, cl),
 	}
 }
 
@@ -118,7 +115,21 @@ func (inv *Inventory) Describe(ch chan<- *prometheus.Desc) {
 		ch <- desc.Prom
 	}
 	ch <- d.tasksFinished
-	ch <- d.taskDuration
+	inv.tasks.durations.Describe(ch)
+}
+
+// taskDurations is veil_task_duration_seconds of one controller: classic and native buckets
+// (coarsened past nativeMaxBuckets, never reset: it counts since the exporter started).
+func taskDurations(controller string, interval time.Duration) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:        "veil_task_duration_seconds",
+		Help:        "Execution time of tasks seen finishing since the exporter started, by kind (as in veil_tasks_finished_total); counted at each inventory refresh, every " + interval.String() + ".",
+		ConstLabels: prometheus.Labels{"controller": controller},
+		Buckets:     taskDurationBuckets,
+		// Native buckets beside the classic ones: a protobuf scrape gets both.
+		NativeHistogramBucketFactor:    nativeBucketFactor,
+		NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+	}, []string{"kind"})
 }
 
 // Collect turns the latest snapshot into const metrics; it never calls the API. It is the
@@ -146,15 +157,10 @@ func (inv *Inventory) CollectLive(ch chan<- prometheus.Metric) {
 		return
 	}
 	d := inv.descs
-	finished, durations := inv.tasks.values()
-	for _, f := range finished {
+	for _, f := range inv.tasks.values() {
 		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d.tasksFinished, prometheus.CounterValue, f.n, f.created, f.name, f.status)
 	}
-	for _, h := range durations {
-		if m, err := newBothHistogram(d.taskDuration, h.count, h.sum, h.buckets, h.native, h.zero, h.created, h.name); err == nil {
-			ch <- m
-		}
-	}
+	inv.tasks.durations.Collect(ch)
 }
 
 // Rendered is the text of the gauges, rendered after each refresh.

@@ -3,7 +3,6 @@ package collector
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"net/url"
 	"slices"
@@ -53,7 +52,7 @@ type taskTracker struct {
 	kinds     map[string]bool
 	templates []kindTemplate               // kinds with placeholders, the most fixed text first
 	finished  map[[2]string]*finishedCount // {kind, status}
-	durations map[string]*taskHistogram
+	durations *prometheus.HistogramVec     // by kind
 }
 
 // pendingTask is a task seen finished for the first time; history marks the first scan's,
@@ -63,23 +62,15 @@ type pendingTask struct {
 	history bool
 }
 
-type taskHistogram struct {
-	count   uint64
-	sum     float64
-	buckets []uint64 // cumulative is computed at scrape time
-	native  map[int]uint64
-	zero    uint64 // native zero bucket
-	created time.Time
-}
-
-func newTaskTracker(maxKinds int, lookback time.Duration) *taskTracker {
+// newTaskTracker counts finished tasks, their durations in durations (by kind).
+func newTaskTracker(maxKinds int, lookback time.Duration, durations *prometheus.HistogramVec) *taskTracker {
 	return &taskTracker{
 		maxKinds:  maxKinds,
 		lookback:  lookback,
 		counted:   map[string]time.Time{},
 		kinds:     map[string]bool{},
 		finished:  map[[2]string]*finishedCount{},
-		durations: map[string]*taskHistogram{},
+		durations: durations,
 	}
 }
 
@@ -251,24 +242,7 @@ func (t *taskTracker) count(task *veil.Task, names func(id string) (string, bool
 	if secs < 0 || math.IsNaN(secs) {
 		secs = 0 // the platform's clocks disagreed: not a negative duration
 	}
-	h := t.durations[name]
-	if h == nil {
-		h = &taskHistogram{buckets: make([]uint64, len(taskDurationBuckets)), native: map[int]uint64{}, created: time.Now()}
-		t.durations[name] = h
-	}
-	h.count++
-	h.sum += secs
-	if secs > prometheus.DefNativeHistogramZeroThreshold {
-		h.native[nativeKey(secs)]++
-	} else {
-		h.zero++
-	}
-	for i, ub := range taskDurationBuckets {
-		if secs <= ub {
-			h.buckets[i]++
-			break
-		}
-	}
+	t.durations.WithLabelValues(name).Observe(secs)
 }
 
 type finishedCount struct {
@@ -277,33 +251,13 @@ type finishedCount struct {
 	created      time.Time
 }
 
-type durationHist struct {
-	name    string
-	count   uint64
-	sum     float64
-	buckets map[float64]uint64
-	native  map[int]uint64 // of nativeSchema
-	zero    uint64
-	created time.Time
-}
-
 // values copies the counters for a scrape.
-func (t *taskTracker) values() ([]finishedCount, []durationHist) {
+func (t *taskTracker) values() []finishedCount {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fc := make([]finishedCount, 0, len(t.finished))
 	for _, f := range t.finished {
 		fc = append(fc, *f)
 	}
-	dh := make([]durationHist, 0, len(t.durations))
-	for name, h := range t.durations {
-		b := make(map[float64]uint64, len(taskDurationBuckets))
-		var cum uint64
-		for i, ub := range taskDurationBuckets {
-			cum += h.buckets[i]
-			b[ub] = cum
-		}
-		dh = append(dh, durationHist{name, h.count, h.sum, b, maps.Clone(h.native), h.zero, h.created})
-	}
-	return fc, dh
+	return fc
 }
