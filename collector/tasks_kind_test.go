@@ -39,7 +39,7 @@ var goneNames = map[string]string{
 }
 
 // TestTaskKindsCarryNoEntityName: a table of task names as the real platform writes them
-// (platform-facts.md: "Starting the virtual machine win_test.", clone tasks "Creating a
+// (as the platform names them: "Starting the virtual machine win_test.", clone tasks "Creating a
 // virtual…", thin clones ending in "snapshot.", Russian messages with Accept-Language: ru) with
 // the entities the journal gives. Each yields its kind, and no kind contains an entity's name.
 func TestTaskKindsCarryNoEntityName(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Config is the whole configuration file (DESIGN.md §4).
+// Config is the whole configuration file (README: Configuration).
 type Config struct {
 	Controllers []Controller `yaml:"controllers"`
 	Collect     Collect      `yaml:"collect"`
@@ -208,7 +208,7 @@ func (s Secret) String() string {
 // MarshalYAML keeps secrets out of dumped configs.
 func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 
-// Default returns the configuration with every default of DESIGN.md §4 and no controllers.
+// Default returns the configuration with every default (README: Configuration) and no controllers.
 func Default() Config {
 	return Config{
 		Collect: Collect{

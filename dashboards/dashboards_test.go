@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// knownFamilies are the metric families of DESIGN.md §5 plus those the exporter adds besides.
+// knownFamilies are the metric families the README lists (Metrics), including those beyond the first design.
 // A histogram also exposes _bucket, _sum and _count.
 var knownFamilies = map[string]string{
 	"veil_up":                                       "gauge",

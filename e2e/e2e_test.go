@@ -221,7 +221,7 @@ nats:
 		}
 	}
 
-	// Every family of the contract (DESIGN.md §5) is exported once the loops have run.
+	// Every family the README lists (Metrics) is exported once the loops have run.
 	var metrics []byte
 	testutil.EventuallyNil(t, 30*time.Second, func() error {
 		metrics = get(t, "http://"+webAddr+"/metrics")
@@ -408,7 +408,7 @@ scrape_configs:
 	})
 }
 
-// contractFamilies are the metric families DESIGN.md §5 promises (histograms by their base name).
+// contractFamilies are the metric families the README promises (histograms by their base name).
 var contractFamilies = []string{
 	"veil_up", "veil_collector_success", "veil_collector_duration_seconds",
 	"veil_collector_last_success_timestamp_seconds", "veil_api_requests_total",

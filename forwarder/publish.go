@@ -16,7 +16,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// sanitizeToken makes s one NATS subject token (DESIGN.md §6).
+// sanitizeToken makes s one NATS subject token (README: Events): no dot, space, * or >.
 func sanitizeToken(s string) string {
 	if s == "" {
 		return "unknown"

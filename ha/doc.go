@@ -78,9 +78,10 @@
 // nothing is healthy and ready: /-/healthy and /-/ready count only held controllers, and the
 // status page shows Status().Controllers (owner and since) for all.
 //
-// For the forwarder: run it under l.Context(); check l.Valid() right before each publish batch
-// and right before saving the position, and stop (without saving) when it is false; keep
-// events.checkpoint.store nats_kv, whose compare-and-set refuses a stale owner's save.
+// For the forwarder: run it under l.Context(); check l.Held() right before each publish batch
+// and right before saving the position, and stop (without saving) when it is false (Held, not
+// Valid: a released lease stays held while its controller stops, so the last save goes
+// through); the stream's expected-sequence fence refuses a stale owner's publish or save.
 //
 // Owns the leases and who runs what; imports nothing of this module (the daemon hands it a
 // jetstream.JetStream and its callbacks).

@@ -47,7 +47,7 @@ type Config struct {
 	UserAgent            string
 }
 
-// APIError is an error answer of the platform (spec §7) or a non-JSON error body.
+// APIError is an error answer of the platform ({"errors":[{code, msg_key, ...}]}) or a non-JSON error body.
 type APIError struct {
 	StatusCode int
 	Code       string // "50004", "invalid", "required", ...

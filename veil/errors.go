@@ -49,7 +49,7 @@ func (e *APIError) Is(target error) bool {
 	return false
 }
 
-// decodeAPIError reads an error answer: the spec §7 body ({"errors":[{code, msg_key, <msg_key>: msg}]}),
+// decodeAPIError reads an error answer: the platform's error body ({"errors":[{code, msg_key, <msg_key>: msg}]}),
 // the vendor's variant without msg_key, DRF's bare {"detail": ...}, or anything else, of which a
 // short text snippet is kept. It never fails: an error answer always yields an *APIError.
 func decodeAPIError(status int, body []byte) *APIError {
@@ -87,7 +87,7 @@ func decodeAPIError(status int, body []byte) *APIError {
 	return e
 }
 
-// errorItem extracts one element of the spec §7 errors array. msg_key names the key of the message;
+// errorItem extracts one element of the error body's errors array. msg_key names the key of the message;
 // when it is missing, the message is under "detail", "non_field_errors" or a field name.
 func errorItem(item map[string]json.RawMessage) (code, msgKey, msg string) {
 	code = messageText(item["code"])

@@ -58,7 +58,7 @@ func FuzzDecodeAPIError(f *testing.F) {
 		if e.Code == "" && e.Message == "" || e.MsgKey == "code" || e.MsgKey == "msg_key" {
 			return
 		}
-		// Round trip: the §7 body written from what was understood reads back the same.
+		// Round trip: the error body ({"errors":[...]}) written from what was understood reads back the same.
 		item := map[string]string{"code": e.Code, "msg_key": e.MsgKey}
 		if e.MsgKey != "" {
 			item[e.MsgKey] = e.Message

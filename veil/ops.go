@@ -90,7 +90,7 @@ func (c *Client) BackupDomain(ctx context.Context, id, datapoolID string, compre
 // SSHInject puts an SSH key into a guest (user defaults to root).
 func (c *Client) SSHInject(ctx context.Context, id string, createUser bool, user, key string) (*TaskEnvelope, error) {
 	if user == "" {
-		user = "root" // the platform's default (spec §4.2 rule 2)
+		user = "root" // the platform's default when no user is given
 	}
 	return c.operation(ctx, http.MethodPost, "/api/domains/{id}/ssh-inject/", id,
 		map[string]any{"create_user": createUser, "ssh_user": user, "ssh_key": key})

@@ -16,7 +16,7 @@ import (
 	"sync"
 )
 
-// MaxPageSize is the largest page the client asks for (spec §8).
+// MaxPageSize is the largest page the client asks for (the platform caps limit at it).
 const MaxPageSize = 100
 
 // List iterates over every object of a collection path (e.g. "/api/domains/") in the list's

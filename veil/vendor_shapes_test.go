@@ -1,7 +1,7 @@
 package veil_test
 
 // Golden fixtures of the platform's detail shapes, written by hand from
-// shared/spec/platform-facts.md (not from the simulator), served over real HTTP and read with
+// the platform's documented behaviour beyond its spec (not from the simulator), served over real HTTP and read with
 // the client's ordinary calls.
 
 import (

@@ -33,7 +33,7 @@ type ClusterOption func(*clusterConfig)
 type clusterConfig struct{ partitionable bool }
 
 // Partitionable makes the cluster's routes, and its clients' connections through ClientURLs,
-// pass links the test can cut (Cut, Isolate, CutClient) and heal.
+// pass links the test can cut (Link.Cut, Cluster.Cut, Cluster.Isolate) and heal.
 func Partitionable() ClusterOption { return func(c *clusterConfig) { c.partitionable = true } }
 
 // Link is a TCP forwarder on loopback that a test cuts and heals: a cut closes every connection

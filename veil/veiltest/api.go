@@ -1,6 +1,6 @@
 package veiltest
 
-// This file holds the API's front door: §7 error bodies and JSON answers, the order of the checks
+// This file holds the API's front door: error bodies ({"errors":[...]}) and JSON answers, the order of the checks
 // (404, 401/403, 405; the route table and /api/docs/ are in routes.go), then the request bodies
 // of the state-changing operations and how they answer with a task (the operations themselves
 // are in ops.go and guest.go).
@@ -14,7 +14,7 @@ import (
 	"strings"
 )
 
-// apiError is a §7 error: {"errors":[{"code":..,"msg_key":..,<msg_key>:..}]}, its message in
+// apiError is an error answer: {"errors":[{"code":..,"msg_key":..,<msg_key>:..}]}, its message in
 // the request's language.
 type apiError struct {
 	status int

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// guestCommands are exactly the names of spec §4.3, in its order.
+// guestCommands are exactly the commands the platform's guest agent offers, in the platform's order.
 var guestCommands = []string{
 	"guest-ssh-remove-authorized-keys", "guest-ssh-add-authorized-keys", "guest-ssh-get-authorized-keys",
 	"guest-get-devices", "guest-get-osinfo", "guest-get-timezone", "guest-get-users", "guest-get-host-name",

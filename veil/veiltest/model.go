@@ -324,7 +324,7 @@ func (st *state) moveDomain(d *domain, n *node, now time.Time) {
 	d.touch()
 }
 
-// thinClones reports whether any VM is a thin clone of d.
+// hasThinClones reports whether any VM is a thin clone of d.
 func (st *state) hasThinClones(d *domain) bool {
 	for _, x := range st.domains {
 		if x.thin && x.parent == d {

@@ -50,7 +50,7 @@ func (s *Server) operateRepeat(w http.ResponseWriter, r *http.Request, repeat fu
 	s.st.advance(now)
 	if key != "" {
 		if t, ok := s.st.taskByID[key]; ok {
-			// Spec §4.4: a known key never runs again; it reports the existing operation.
+			// An idempotency key already seen never runs again; it reports the existing operation.
 			var env any = s.st.envelope(t, now, reqLang(r))
 			if repeat != nil {
 				if v, ok := repeat(now); ok {
@@ -122,7 +122,7 @@ func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request, id string) {
-	// Spec §4.4: a repeated start answers with the virtual machine object.
+	// As the platform: a repeated start answers with the virtual machine object.
 	repeat := func(now time.Time) (any, bool) {
 		d, ok := s.st.domainByID[id]
 		if !ok {

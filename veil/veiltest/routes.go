@@ -53,7 +53,7 @@ var apiRoutes = []route{
 }
 
 // routes builds the simulator's handler: /api/ through the fault injection and the request log,
-// /_sim/ directly, anything else a §7 404.
+// /_sim/ directly, anything else a 404 error body.
 func (s *Server) routes() http.Handler {
 	s.table = http.NewServeMux()
 	s.apiRoutes, s.controlRoutes = apiRoutes, controlRoutes // docs reads them here: no init cycle

@@ -32,7 +32,7 @@
 //     every collection and detail takes fields=<key>,<key> to return only those keys.
 //   - Error codes: "50004" not found, "401", "403", "405", "invalid"/"required" for field
 //     errors, "400" for rule violations, "500"/"503"/"418" for injected faults.
-//   - guest-exec answers {exitcode, out-data, exited, pid} at once (spec §4.3): a program in
+//   - guest-exec answers {exitcode, out-data, exited, pid} at once (as the real agent does): a program in
 //     the usual bin directories echoes its arguments, another path exits 127 with err-data;
 //     guest-exec-status of the pid answers the same.
 //   - A hung guest agent answers 400 with detail "guest agent timeout ..." after the command
@@ -89,7 +89,7 @@ type Options struct {
 	FaultRate              float64       // fraction of /api/ requests answered with a random 500/503/418
 
 	// Profile chooses between the shapes the vendor's clients show where the platform is
-	// inconsistent (platform-facts.md): ProfileDefault ("default") or ProfileAlternative
+	// inconsistent (the vendor's own clients disagree on them): ProfileDefault ("default") or ProfileAlternative
 	// ("alternative": envelopes carry "entity" as a uuid instead of "_entity", usage
 	// percentages are numbers, domains have a resource_pool object and tags as strings
 	// instead of {colour, verbose_name}, the domain detail has uptime_on_current_node as an

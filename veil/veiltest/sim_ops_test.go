@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// runVM returns a running Linux VM with an active agent, no template.
+// pickVM returns the first VM that pred accepts.
 func pickVM(t *testing.T, s *Server, pred func(DomainInfo) bool) string {
 	t.Helper()
 	for _, id := range s.DomainIDs() {

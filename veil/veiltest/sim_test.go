@@ -65,14 +65,14 @@ func (c *client) json(method, path string, body any, want int) map[string]any {
 	return v
 }
 
-// errorOf checks a §7 error body and returns its first element.
+// errorOf checks an error body ({"errors":[...]}) and returns its first element.
 func errorOf(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	var v struct {
 		Errors []map[string]any `json:"errors"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil || len(v.Errors) == 0 {
-		t.Fatalf("not a §7 error body: %s", b)
+		t.Fatalf("not an error body: %s", b)
 	}
 	e := v.Errors[0]
 	key, _ := e["msg_key"].(string)

@@ -7,7 +7,7 @@ import (
 )
 
 // TestControllerVersionEndpoint: GET /api/controllers/base-version/ answers {"version"} with the
-// token, follows Options, SetControllerVersion and the control API, and is a §7 404 on a
+// token, follows Options, SetControllerVersion and the control API, and is a 404 error body on a
 // controller older than the endpoint.
 func TestControllerVersionEndpoint(t *testing.T) {
 	s, c := newSim(t, Options{})
