@@ -168,10 +168,12 @@ func (f *fileCheckpoint) Save(_ context.Context, p position) error {
 // so that a second instance cannot move it backwards. The bucket is opened on first use, so
 // that NATS being away at start only delays forwarding (Load and Save fail and are retried).
 type kvCheckpoint struct {
-	conn *natsconn.Conn
-	js   jetstream.JetStream // the events' context on conn
-	kv   jetstream.KeyValue  // nil until opened
-	key  string
+	conn     *natsconn.Conn
+	js       jetstream.JetStream // the events' context on conn
+	replicas int                 // of the bucket, when this creates it
+	timeout  time.Duration       // of a read from the bucket's stream leader
+	kv       jetstream.KeyValue  // nil until opened
+	key      string
 	// instance tells this process's writes from another instance's: a write applied whose reply
 	// was lost leaves rev stale, and the next compare-and-set must not read as a conflict.
 	instance string
@@ -191,15 +193,11 @@ type kvRecord struct {
 const PositionsBucket = "VEIL_EXPORTER_POSITIONS"
 
 // newKVCheckpoint stores the position of controller in the PositionsBucket bucket.
-func newKVCheckpoint(conn *natsconn.Conn, controller string) (checkpoint, error) {
-	var js jetstream.JetStream
-	if conn != nil {
-		js = streamOf(conn).js
-	}
-	if js == nil {
+func newKVCheckpoint(s *Stream, controller string) (checkpoint, error) {
+	if s == nil || s.js == nil {
 		return nil, errors.New("checkpoint store nats_kv needs nats.jetstream.enabled")
 	}
-	return &kvCheckpoint{conn: conn, js: js, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
+	return &kvCheckpoint{conn: s.conn, js: s.js, replicas: s.replicas, timeout: s.cfg.JetStream.PublishTimeout, key: sanitizeToken(controller), instance: uuid.NewString()}, nil
 }
 
 // open creates or opens the bucket once; k.mu is held.
@@ -213,7 +211,7 @@ func (k *kvCheckpoint) open(ctx context.Context) error {
 	// Opened as it is: an update would reset what an operator set (its replicas on a cluster).
 	kv, err := k.js.KeyValue(ctx, PositionsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = k.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage, Replicas: k.conn.Replicas()})
+		kv, err = k.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: PositionsBucket, Storage: jetstream.FileStorage, Replicas: k.replicas})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = k.js.KeyValue(ctx, PositionsBucket) // another instance created it meanwhile
 		}
@@ -297,7 +295,7 @@ func (k *kvCheckpoint) put(ctx context.Context, b []byte) (uint64, error) {
 // lagging replica, whose older revision would then read as another instance's write) and says
 // whether its latest value is one this instance wrote; if so it adopts that revision.
 func (k *kvCheckpoint) ownsKey(ctx context.Context) (bool, error) {
-	m, err := lastMessage(ctx, k.conn, "KV_"+PositionsBucket, "$KV."+PositionsBucket+"."+k.key)
+	m, err := lastMessage(ctx, k.conn, k.timeout, "KV_"+PositionsBucket, "$KV."+PositionsBucket+"."+k.key)
 	if err != nil {
 		return false, fmt.Errorf("couldn't read position back: %w", err)
 	}

@@ -72,7 +72,7 @@ func (e *setUpError) Unwrap() error { return e.err }
 // checkNATS makes sure events can be published: NATS connected, the stream set up. It records
 // why not for NotReady.
 func (fw *Forwarder) checkNATS(ctx context.Context) error {
-	c := fw.opts.Conn
+	c := fw.stream.conn
 	var err error
 	switch {
 	case !c.Connected():
@@ -96,7 +96,7 @@ func (fw *Forwarder) checkNATS(ctx context.Context) error {
 func (fw *Forwarder) mustSync() bool {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	return fw.needSync || fw.epoch != fw.opts.Conn.Generation()
+	return fw.needSync || fw.epoch != fw.stream.conn.Generation()
 }
 
 func (fw *Forwarder) setHint(h int) {
@@ -390,7 +390,7 @@ func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, ancho
 func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, anchored bool, seen *seenPage, pl *pipeline) (int, error) {
 	r := &reading{
 		fw: fw, pl: pl, pos: pos, d: fw.dir(), anchored: anchored, sl: newSlack(fw.slack, fw.page),
-		prefix: fw.opts.NATS.SubjectPrefix, source: fw.source, first: true, lastOff: b,
+		prefix: fw.stream.cfg.SubjectPrefix, source: fw.source, first: true, lastOff: b,
 	}
 	defer func() { fw.slack = r.sl.load() }()
 	r.batch = r.newBatch()

@@ -24,8 +24,8 @@ func TestFencedForwarderPublishesAndSavesNothing(t *testing.T) {
 	recv := subscribe(t, r.nats.URL())
 	var held atomic.Bool
 	held.Store(true)
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc,
-		Conn: r.conn, Logger: log.NewNopLogger(), Fence: held.Load})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream,
+		Logger: log.NewNopLogger(), Fence: held.Load})
 	if err != nil {
 		t.Fatal(err)
 	}

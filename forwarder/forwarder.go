@@ -26,9 +26,9 @@ type Options struct {
 	ControllerURL string
 	Client        *veil.Client
 	Events        config.Events
-	NATS          config.NATS
-	Conn          *natsconn.Conn
-	Logger        log.Logger
+	// Stream is the events stream on the NATS connection, shared by every forwarder on it.
+	Stream *Stream
+	Logger log.Logger
 	// store overrides the store chosen by Events.Checkpoint (tests).
 	store checkpoint
 	// Concurrency is how many pages a catch-up reads at once: the controller's max_concurrency
@@ -106,8 +106,8 @@ type Forwarder struct {
 	order    direction
 	auto     bool
 	cp       checkpoint
-	source   string       // ce-source: the controller URL without userinfo
-	stream   *eventStream // shared with the other forwarders on opts.Conn
+	source   string  // ce-source: the controller URL without userinfo
+	stream   *Stream // shared with the other forwarders on opts.Conn
 
 	mu   sync.Mutex
 	pos  position // acknowledged
@@ -189,14 +189,14 @@ func New(opts Options) (*Forwarder, error) {
 	default:
 		return nil, fmt.Errorf("forwarder: unknown events.order %q", opts.Events.Order)
 	}
-	if opts.Conn == nil {
+	if opts.Stream == nil {
 		return nil, errors.New("forwarder: no NATS connection")
 	}
-	fw.stream = streamOf(opts.Conn)
+	fw.stream = opts.Stream
 	if fw.stream.js != nil {
-		fw.pub = &jsPublisher{stream: fw.stream, filter: fw.subjectFilter(), timeout: opts.NATS.JetStream.PublishTimeout}
+		fw.pub = &jsPublisher{stream: fw.stream, filter: fw.subjectFilter(), timeout: fw.stream.cfg.JetStream.PublishTimeout}
 	} else {
-		fw.pub = &corePublisher{nc: opts.Conn.NATS(), timeout: opts.NATS.JetStream.PublishTimeout}
+		fw.pub = &corePublisher{nc: fw.stream.conn.NATS(), timeout: fw.stream.cfg.JetStream.PublishTimeout}
 	}
 	fw.cp = opts.store
 	if fw.cp == nil {
@@ -205,7 +205,7 @@ func New(opts Options) (*Forwarder, error) {
 		case "file":
 			fw.cp, err = newFileCheckpoint(opts.Events.Checkpoint.Dir, opts.Controller)
 		case "nats_kv":
-			fw.cp, err = newKVCheckpoint(opts.Conn, opts.Controller)
+			fw.cp, err = newKVCheckpoint(opts.Stream, opts.Controller)
 		default:
 			err = fmt.Errorf("unknown checkpoint store %q", opts.Events.Checkpoint.Store)
 		}
@@ -373,8 +373,8 @@ func (fw *Forwarder) NotReady() string {
 }
 
 func (fw *Forwarder) notReadyLocked() string {
-	if !fw.opts.Conn.Connected() {
-		return fw.opts.Conn.NotConnected().Error()
+	if !fw.stream.conn.Connected() {
+		return fw.stream.conn.NotConnected().Error()
 	}
 	return fw.notReady
 }
@@ -525,7 +525,7 @@ func (fw *Forwarder) Status() Status {
 		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
 		Conflicts: fw.conflicts, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, StreamSeq: fw.seq,
 		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
-		Subject: fw.opts.NATS.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
+		Subject: fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
 	n := min(fw.recentN, recentLen)
 	s.Recent = make([]RecentEvent, n)
 	for i := range n {
@@ -534,7 +534,7 @@ func (fw *Forwarder) Status() Status {
 	for _, n := range fw.published {
 		s.Published += n
 	}
-	s.NATS = fw.opts.Conn.Status()
+	s.NATS = fw.stream.conn.Status()
 	return s
 }
 
@@ -574,5 +574,5 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
 	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
 	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
-	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.opts.Conn.Connected()))
+	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.stream.conn.Connected()))
 }

@@ -141,13 +141,14 @@ func exactlyOnceInOrder(t testing.TB, controller string, want, got []string) {
 }
 
 type rig struct {
-	t    testing.TB
-	sim  *veiltest.Server
-	nats *testutil.NATS
-	conn *natsconn.Conn
-	cli  *veil.Client
-	ev   config.Events
-	nc   config.NATS
+	t      testing.TB
+	sim    *veiltest.Server
+	nats   *testutil.NATS
+	conn   *natsconn.Conn
+	stream *Stream // on conn
+	cli    *veil.Client
+	ev     config.Events
+	nc     config.NATS
 }
 
 func newRig(t testing.TB, simOpts veiltest.Options, order, start string) *rig {
@@ -161,8 +162,9 @@ func newRig(t testing.TB, simOpts veiltest.Options, order, start string) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
+	stream := NewStream(conn, nc, 1, nil)
 	// Tests that publish without a forwarder's cycle need the stream set up as a cycle would.
-	if err := streamOf(conn).setUp(context.Background()); err != nil {
+	if err := stream.setUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	cli, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token, MaxConcurrency: 8, MaxRetries: 5, RetryBaseDelay: 5 * time.Millisecond})
@@ -173,7 +175,7 @@ func newRig(t testing.TB, simOpts veiltest.Options, order, start string) *rig {
 	ev.PollInterval = 100 * time.Millisecond
 	ev.Order, ev.Start = order, start
 	ev.Checkpoint.Dir = t.TempDir()
-	return &rig{t: t, sim: sim, nats: ns, conn: conn, cli: cli, ev: ev, nc: nc}
+	return &rig{t: t, sim: sim, nats: ns, conn: conn, stream: stream, cli: cli, ev: ev, nc: nc}
 }
 
 func (r *rig) forwarder() *Forwarder {
@@ -182,7 +184,7 @@ func (r *rig) forwarder() *Forwarder {
 	if os.Getenv("FORWARDER_TEST_LOG") != "" {
 		logger = log.NewLogfmtLogger(os.Stderr)
 	}
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: logger})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: logger})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestOutageLoggedOnStateChange(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
 	rec := subscribe(t, r.nats.URL())
 	var logs logBuffer
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: logs.logger()})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestNATSDownAtStart(t *testing.T) {
 			t.Cleanup(conn.Close)
 			ev := r.ev
 			ev.Checkpoint.Store = store
-			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: ev, NATS: cfg, Conn: conn, Logger: logs.logger()})
+			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: ev, Stream: NewStream(conn, cfg, 1, nil), Logger: logs.logger()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -58,7 +58,7 @@ type sentBatch struct {
 // startPipeline sizes batches from max_pending (what may be unacknowledged at once: one batch),
 // at most maxBatchEvents, the server's limit on an atomic batch.
 func (fw *Forwarder) startPipeline(ctx context.Context) *pipeline {
-	pending := fw.opts.NATS.JetStream.MaxPending
+	pending := fw.stream.cfg.JetStream.MaxPending
 	if fw.stream.js == nil || pending < 1 {
 		pending = maxBatchEvents
 	}

@@ -141,7 +141,7 @@ const (
 // batch whose first message expects the controller's last sequence (one round trip per batch),
 // or, on a stream without allow_atomic, one message at a time, each expecting the one before.
 type jsPublisher struct {
-	stream  *eventStream
+	stream  *Stream
 	filter  string // <prefix>.<controller>.>: the messages the expectation is about
 	timeout time.Duration
 }

@@ -50,7 +50,7 @@ func BenchmarkPublishOptions(b *testing.B) {
 		}
 		return msgs
 	}
-	run := func(b *testing.B, atomicStream bool, publish func(ctx context.Context, c *natsconn.Conn, msgs []*nats.Msg) error) {
+	run := func(b *testing.B, atomicStream bool, publish func(ctx context.Context, c *Stream, msgs []*nats.Msg) error) {
 		for range b.N {
 			b.StopTimer()
 			ns := testutil.StartNATS(b)
@@ -60,17 +60,18 @@ func BenchmarkPublishOptions(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			if _, err := streamOf(conn).js.CreateStream(ctx, jetstream.StreamConfig{Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"},
+			stream := NewStream(conn, cfg, 1, nil)
+			if _, err := stream.js.CreateStream(ctx, jetstream.StreamConfig{Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"},
 				Storage: jetstream.FileStorage, Duplicates: time.Hour, AllowAtomicPublish: atomicStream}); err != nil {
 				b.Fatal(err)
 			}
-			if err := streamOf(conn).setUp(ctx); err != nil {
+			if err := stream.setUp(ctx); err != nil {
 				b.Fatal(err)
 			}
 			msgs := msgsOf()
 			b.StartTimer()
 			start := time.Now()
-			if err := publish(ctx, conn, msgs); err != nil {
+			if err := publish(ctx, stream, msgs); err != nil {
 				b.Fatal(err)
 			}
 			el := time.Since(start)
@@ -80,9 +81,9 @@ func BenchmarkPublishOptions(b *testing.B) {
 			ns.Stop()
 		}
 	}
-	chained := func(size int) func(ctx context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
-		return func(ctx context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
-			p := &jsPublisher{stream: streamOf(c), filter: "veil.events.prod.>", timeout: 5 * time.Second}
+	chained := func(size int) func(ctx context.Context, c *Stream, msgs []*nats.Msg) error {
+		return func(ctx context.Context, c *Stream, msgs []*nats.Msg) error {
+			p := &jsPublisher{stream: c, filter: "veil.events.prod.>", timeout: 5 * time.Second}
 			var seq uint64
 			for len(msgs) > 0 {
 				n := min(size, len(msgs))
@@ -101,18 +102,18 @@ func BenchmarkPublishOptions(b *testing.B) {
 	b.Run("serial_expect", func(b *testing.B) { run(b, false, chained(1000)) })
 	// As before: asynchronous, pipelined, Nats-Msg-Id alone (no fence).
 	b.Run("async_no_expectation", func(b *testing.B) {
-		run(b, true, func(_ context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
-			return publishAsyncBatch(streamOf(c).js, nil, "", msgs)
+		run(b, true, func(_ context.Context, c *Stream, msgs []*nats.Msg) error {
+			return publishAsyncBatch(c.js, nil, "", msgs)
 		})
 	})
 	// One stream per controller: every sequence is predictable, so each message can expect the
 	// stream's last sequence and still be pipelined.
 	b.Run("stream_per_controller_predicted", func(b *testing.B) {
-		run(b, true, func(_ context.Context, c *natsconn.Conn, msgs []*nats.Msg) error {
+		run(b, true, func(_ context.Context, c *Stream, msgs []*nats.Msg) error {
 			for i, m := range msgs {
 				m.Header.Set("Nats-Expected-Last-Sequence", strconv.Itoa(i))
 			}
-			return publishAsyncBatch(streamOf(c).js, nil, "", msgs)
+			return publishAsyncBatch(c.js, nil, "", msgs)
 		})
 	})
 }

@@ -110,7 +110,7 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			controller := "ctl" + string(rune('a'+i))
-			cp, err := newKVCheckpoint(r.conn, controller)
+			cp, err := newKVCheckpoint(r.stream, controller)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +120,7 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 			}
 			lost := &lostReplyKV{KeyValue: a.kv}
 			a.kv = lost
-			b, _ := newKVCheckpoint(r.conn, controller)
+			b, _ := newKVCheckpoint(r.stream, controller)
 			tt.before(t, a, lost, b)
 
 			err = a.Save(ctx, pos("next"))
@@ -201,7 +201,7 @@ func TestFailedSaveIsRetriedWhileTheJournalIsQuiet(t *testing.T) {
 			cp := &brokenCheckpoint{checkpoint: file}
 			cp.broken.Store(true)
 			ids := r.sim.AddEvents(tt.events, veiltest.EventSpec{})
-			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), store: cp})
+			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger(), store: cp})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,7 +249,7 @@ func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 	rec := subscribe(t, r.nats.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cp, err := newKVCheckpoint(r.conn, "prod")
+	cp, err := newKVCheckpoint(r.stream, "prod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 	}
 	lost := &lostReplyKV{KeyValue: kvcp.kv}
 	kvcp.kv = lost
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), store: cp})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger(), store: cp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 		}
 	}
 	exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 10*time.Second))
-	other, _ := newKVCheckpoint(r.conn, "prod")
+	other, _ := newKVCheckpoint(r.stream, "prod")
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		got, _, _ := other.Load(ctx)
 		return len(got.IDs) > 0 && got.IDs[len(got.IDs)-1] == want[len(want)-1]
@@ -295,7 +295,7 @@ func messagesOf(fw *Forwarder, events []veil.Event) []*nats.Msg {
 	msgs := make([]*nats.Msg, len(events))
 	for i := range events {
 		pos.advance(events[i].Created.Time, events[i].ID)
-		msgs[i] = message(fw.opts.NATS.SubjectPrefix, fw.opts.Controller, fw.source, &events[i], &pos, oldestFirst)
+		msgs[i] = message(fw.stream.cfg.SubjectPrefix, fw.opts.Controller, fw.source, &events[i], &pos, oldestFirst)
 	}
 	return msgs
 }

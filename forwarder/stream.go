@@ -1,9 +1,9 @@
 package forwarder
 
-// This file holds the events stream on one NATS connection, which every forwarder on that
-// connection shares: it is created or checked once per generation of the connection (a reconnect
-// may reach a fresh server that lacks it), and what its server and settings allow (atomic
-// batches, expectations over a subject filter) is learnt then and said once.
+// Stream: the events stream on one NATS connection, which every forwarder on that connection
+// shares: it is created or checked once per generation of the connection (a reconnect may reach
+// a fresh server that lacks it), and what its server and settings allow (atomic batches,
+// expectations over a subject filter) is learnt then and said once.
 
 import (
 	"context"
@@ -15,17 +15,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
-// eventStream is the stream events are published to, as seen from one connection.
-type eventStream struct {
-	conn    *natsconn.Conn
-	js      jetstream.JetStream // nil when JetStream is disabled (core NATS)
-	setupMu sync.Mutex
+// Stream is the stream events are published to, as seen from one connection. Make one per
+// connection (NewStream) and give it to every forwarder on it.
+type Stream struct {
+	conn     *natsconn.Conn
+	cfg      config.NATS
+	replicas int // of the stream and the positions bucket, when this creates them
+	logger   log.Logger
+	js       jetstream.JetStream // nil when JetStream is disabled (core NATS)
+	setupMu  sync.Mutex
 	// setUpIn is the connection's Generation when the stream was last created or checked, plus
 	// one (0: not set up on this generation): a reconnect may reach a server (a fresh one) that
 	// lacks it, and a stream that refuses atomic batches is set up again.
@@ -37,26 +43,26 @@ type eventStream struct {
 	featuresShown  bool // learnFeatures logged once; guarded by setupMu
 }
 
-// streamKey keeps the eventStream on its connection (natsconn.Conn.Shared).
-type streamKey struct{}
-
-// streamOf is the events stream of conn, the same for every forwarder on it.
-func streamOf(conn *natsconn.Conn) *eventStream {
-	return conn.Shared(streamKey{}, func() any {
-		s := &eventStream{conn: conn}
-		if conn.Config().JetStream.Enabled {
-			s.js, _ = conn.JetStream() // made by natsconn.Connect: cannot fail
-		}
-		return s
-	}).(*eventStream)
+// NewStream returns the events stream of cfg on conn (the connection made with cfg). replicas
+// are those of the stream and the positions bucket when it creates them (at least 1); logger is
+// the connection's.
+func NewStream(conn *natsconn.Conn, cfg config.NATS, replicas int, logger log.Logger) *Stream {
+	if logger == nil {
+		logger = log.NewNopLogger()
+	}
+	s := &Stream{conn: conn, cfg: cfg, replicas: max(replicas, 1), logger: logger}
+	if cfg.JetStream.Enabled {
+		s.js, _ = conn.JetStream() // made by natsconn.Connect: cannot fail
+	}
+	return s
 }
 
-// Verify sets up the events stream on conn now when NATS answers, and fails only when the stream
+// Verify sets up the events stream now when NATS answers, and fails only when the stream
 // contradicts the configuration (missing with create_stream false, subjects not covered): a
 // reload or start refuses such a configuration. NATS unreachable, or any other failure, is left
 // to the forwarders, which retry with backoff.
-func Verify(ctx context.Context, conn *natsconn.Conn) error {
-	if err := streamOf(conn).setUp(ctx); errors.Is(err, errStreamConfig) {
+func (s *Stream) Verify(ctx context.Context) error {
+	if err := s.setUp(ctx); errors.Is(err, errStreamConfig) {
 		return err
 	}
 	return nil
@@ -65,7 +71,7 @@ func Verify(ctx context.Context, conn *natsconn.Conn) error {
 // setUp creates or checks the stream once per generation of the connection; until it succeeds,
 // nothing is published.
 // It is called from each forwarder's loop, which retries it with backoff.
-func (s *eventStream) setUp(ctx context.Context) error {
+func (s *Stream) setUp(ctx context.Context) error {
 	if !s.conn.Connected() {
 		return s.conn.NotConnected()
 	}
@@ -79,7 +85,7 @@ func (s *eventStream) setUp(ctx context.Context) error {
 	if s.setUpIn.Load() == gen {
 		return nil
 	}
-	cfg := s.conn.Config()
+	cfg := s.cfg
 	ctx, cancel := context.WithTimeout(ctx, cfg.JetStream.PublishTimeout)
 	defer cancel()
 	sc, err := s.ensure(ctx)
@@ -93,17 +99,17 @@ func (s *eventStream) setUp(ctx context.Context) error {
 
 // learnFeatures decides how publishes are guarded on this stream and server, and says once per
 // change what is missing for the full guarantee.
-func (s *eventStream) learnFeatures(sc jetstream.StreamConfig) {
+func (s *Stream) learnFeatures(sc jetstream.StreamConfig) {
 	v := s.conn.NATS().ConnectedServerVersion()
 	expect := serverAtLeast(v, 2, 11)
 	atomicOK := expect && sc.AllowAtomicPublish && serverAtLeast(v, 2, 12)
 	wasExpect, wasAtomic := s.expect.Swap(expect), s.atomic.Swap(atomicOK)
 	switch {
 	case !expect && (wasExpect || !s.featuresShown):
-		level.Warn(s.conn.Logger()).Log("msg", "the NATS server is older than 2.11: publishes carry no expectation the stream enforces, and only the duplicate window guards against publishing twice; upgrade NATS",
+		level.Warn(s.logger).Log("msg", "the NATS server is older than 2.11: publishes carry no expectation the stream enforces, and only the duplicate window guards against publishing twice; upgrade NATS",
 			"server_version", v)
 	case expect && !atomicOK && (wasAtomic || !s.featuresShown):
-		level.Warn(s.conn.Logger()).Log("msg", "the stream does not take atomic batches: events are published one at a time, each checked by the stream (slower); set allow_atomic on the stream (nats-server 2.12+)",
+		level.Warn(s.logger).Log("msg", "the stream does not take atomic batches: events are published one at a time, each checked by the stream (slower); set allow_atomic on the stream (nats-server 2.12+)",
 			"stream", sc.Name, "server_version", v)
 	}
 	s.featuresShown = true
@@ -123,12 +129,12 @@ func serverAtLeast(v string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
-func (s *eventStream) atomicBatches() bool { return s.atomic.Load() }
-func (s *eventStream) expectations() bool  { return s.expect.Load() }
+func (s *Stream) atomicBatches() bool { return s.atomic.Load() }
+func (s *Stream) expectations() bool  { return s.expect.Load() }
 
 // noAtomic follows the stream refusing atomic batches (allow_atomic turned off): set up again,
 // which also says so.
-func (s *eventStream) noAtomic() {
+func (s *Stream) noAtomic() {
 	s.atomic.Store(false)
 	s.setUpIn.Store(0)
 }
@@ -139,8 +145,8 @@ var errStreamConfig = errors.New("stream does not fit the configuration")
 // ensure creates the stream when it does not exist (create_stream) and otherwise only checks it:
 // the stream is usually provisioned with its own limits (deploy/nats/stream.json: max_age,
 // max_bytes, ...), which an update from here would reset to unlimited.
-func (s *eventStream) ensure(ctx context.Context) (jetstream.StreamConfig, error) {
-	cfg := s.conn.Config()
+func (s *Stream) ensure(ctx context.Context) (jetstream.StreamConfig, error) {
+	cfg := s.cfg
 	name := cfg.JetStream.Stream
 	subject := cfg.SubjectPrefix + ".>"
 	dw := cfg.JetStream.DuplicateWindow
@@ -161,7 +167,7 @@ func (s *eventStream) ensure(ctx context.Context) (jetstream.StreamConfig, error
 		return jetstream.StreamConfig{}, fmt.Errorf("%w: stream %s does not exist and nats.jetstream.create_stream is false", errStreamConfig, name)
 	}
 	sc := jetstream.StreamConfig{
-		Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage, Replicas: s.conn.Replicas(),
+		Name: name, Subjects: []string{subject}, Duplicates: dw, Storage: jetstream.FileStorage, Replicas: s.replicas,
 		// Atomic batches carry the expectation that fences publishing (publish.go); a server
 		// older than 2.12 refuses the field, so it is asked for only where it is known.
 		AllowAtomicPublish: serverAtLeast(s.conn.NATS().ConnectedServerVersion(), 2, 12),
@@ -170,7 +176,7 @@ func (s *eventStream) ensure(ctx context.Context) (jetstream.StreamConfig, error
 		// Already in use: another instance created it meanwhile; the retry checks it.
 		return jetstream.StreamConfig{}, err
 	}
-	level.Info(s.conn.Logger()).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw, "replicas", s.conn.Replicas(), "allow_atomic", sc.AllowAtomicPublish)
+	level.Info(s.logger).Log("msg", "created JetStream stream", "stream", name, "subjects", subject, "duplicate_window", dw, "replicas", s.replicas, "allow_atomic", sc.AllowAtomicPublish)
 	return sc, nil
 }
 

@@ -118,7 +118,7 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Connect: %v", err)
 				}
-				err = streamOf(conn).setUp(ctx)
+				err = NewStream(conn, cfg, 1, logs.logger()).setUp(ctx)
 				conn.Close()
 				if tt.wantErr != "" {
 					if err == nil || !strings.Contains(err.Error(), tt.wantErr) {

@@ -128,7 +128,7 @@ type Rewind struct {
 
 // subjectFilter is what every message of this controller's events matches.
 func (fw *Forwarder) subjectFilter() string {
-	return fw.opts.NATS.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"
+	return fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"
 }
 
 // syncFromStream reads the controller's newest message on the stream and makes it the position:
@@ -136,14 +136,14 @@ func (fw *Forwarder) subjectFilter() string {
 // uncertain. A stream that holds nothing of this controller (new, or aged out) leaves the stored
 // position in force.
 func (fw *Forwarder) syncFromStream(ctx context.Context) error {
-	c := fw.opts.Conn
+	c := fw.stream.conn
 	if fw.stream.js == nil {
 		fw.mu.Lock()
 		fw.needSync, fw.epoch = false, c.Generation()
 		fw.mu.Unlock()
 		return nil
 	}
-	m, err := lastMessage(ctx, c, fw.opts.NATS.JetStream.Stream, fw.subjectFilter())
+	m, err := lastMessage(ctx, c, fw.stream.cfg.JetStream.PublishTimeout, fw.stream.cfg.JetStream.Stream, fw.subjectFilter())
 	if err != nil {
 		return fmt.Errorf("couldn't read the position from the stream: %w", err)
 	}
@@ -211,11 +211,11 @@ type storedMsg struct {
 
 // lastMessage reads the newest message matching filter through the stream leader's message get
 // API (not a direct get, which a lagging follower may answer); nil when there is none.
-func lastMessage(ctx context.Context, c *natsconn.Conn, stream, filter string) (*storedMsg, error) {
+func lastMessage(ctx context.Context, c *natsconn.Conn, timeout time.Duration, stream, filter string) (*storedMsg, error) {
 	req, _ := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{filter})
-	ctx, cancel := context.WithTimeout(ctx, c.Config().JetStream.PublishTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := c.NATS().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {

@@ -54,7 +54,7 @@ func TestTheStreamIsThePosition(t *testing.T) {
 				}
 			}
 			if tt.loseTail {
-				s, err := streamOf(r.conn).js.Stream(ctx, "VEIL_EVENTS")
+				s, err := r.stream.js.Stream(ctx, "VEIL_EVENTS")
 				if err != nil {
 					t.Fatal(err)
 				}

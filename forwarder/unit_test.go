@@ -88,11 +88,11 @@ func TestFileCheckpointRoundTripAndAtomicReplace(t *testing.T) {
 func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
 	ctx := context.Background()
-	a, err := newKVCheckpoint(r.conn, "prod")
+	a, err := newKVCheckpoint(r.stream, "prod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := newKVCheckpoint(r.conn, "prod")
+	b, _ := newKVCheckpoint(r.stream, "prod")
 	if _, _, err := a.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 
 	// A running forwarder whose position is written by another instance stops with the conflict.
 	r.sim.AddEvents(10, veiltest.EventSpec{})
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn, Logger: log.NewNopLogger(), store: b})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger(), store: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 	go func() { done <- fw.Run(cctx) }()
 	testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published >= 10 }, "10 events published")
 	// A second instance takes the position over while the first one runs.
-	c, _ := newKVCheckpoint(r.conn, "prod")
+	c, _ := newKVCheckpoint(r.stream, "prod")
 	p, _, err := c.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +259,7 @@ func TestCoreNATSAtMostOnce(t *testing.T) {
 	}
 	sub.Flush()
 	want := r.sim.AddEvents(20, veiltest.EventSpec{})
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, NATS: nc, Conn: conn, Logger: log.NewNopLogger()})
+	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: NewStream(conn, nc, 1, nil), Logger: log.NewNopLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func TestEventSourceCarriesNoCredentials(t *testing.T) {
 		rec := subscribe(t, r.nats.URL())
 		r.sim.AddEvents(3, veiltest.EventSpec{})
 		host := strings.TrimPrefix(r.sim.URL, "http://")
-		fw, err := New(Options{Controller: "prod", ControllerURL: "http://admin:s3cret@" + host, Client: r.cli, Events: r.ev, NATS: r.nc, Conn: r.conn})
+		fw, err := New(Options{Controller: "prod", ControllerURL: "http://admin:s3cret@" + host, Client: r.cli, Events: r.ev, Stream: r.stream})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +435,7 @@ func TestRepublishedEventIsDroppedByTheStream(t *testing.T) {
 		}
 		last = seq
 	}
-	s, err := streamOf(r.conn).js.Stream(ctx, "VEIL_EVENTS")
+	s, err := r.stream.js.Stream(ctx, "VEIL_EVENTS")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
@@ -48,11 +47,6 @@ type Conn struct {
 	down      bool // a failure was logged and no connection came since
 	shown     bool // a connection was logged
 	closeOne  sync.Once
-	// replicas of what users create on this connection (the stream, the positions bucket): the
-	// replicas' ha.replicas, so that losing one NATS server of a cluster pauses nothing. 1 alone.
-	replicas atomic.Int32
-	sharedMu sync.Mutex
-	shared   map[any]any // see Shared
 }
 
 // Status is what the status page shows of the NATS connection; it never holds secrets.
@@ -240,22 +234,8 @@ func (c *Conn) Connected() bool { return c != nil && c.nc != nil && c.nc.IsConne
 // batches, a message get from the stream leader) and core NATS publishing.
 func (c *Conn) NATS() *nats.Conn { return c.nc }
 
-// Config is the configuration the connection was made with, secrets included: for setting up
-// what lives on the connection, never for display (Status is).
-func (c *Conn) Config() config.NATS { return c.cfg }
-
 // URL is the server's URL without credentials (the embedded server's when embedded).
 func (c *Conn) URL() string { return c.url }
-
-// Logger is what the connection logs with; users log what they set up on it there too.
-func (c *Conn) Logger() log.Logger { return c.logger }
-
-// SetReplicas sets the replicas of the stream and the positions bucket users create on this
-// connection (an existing one is used as it is); call it before they run.
-func (c *Conn) SetReplicas(n int) { c.replicas.Store(int32(max(n, 1))) }
-
-// Replicas is what SetReplicas set, 1 by default.
-func (c *Conn) Replicas() int { return max(int(c.replicas.Load()), 1) }
 
 // JetStream is a JetStream context on the connection: the events' own when nats.jetstream is
 // enabled, else one made for the purpose (the replicas' lease bucket).
@@ -264,24 +244,6 @@ func (c *Conn) JetStream() (jetstream.JetStream, error) {
 		return c.js, nil
 	}
 	return jetstream.New(c.nc)
-}
-
-// Shared returns the value kept on the connection under key, made by newValue on the first call:
-// state that every user of the connection shares and that lives as long as it (the forwarders'
-// stream set-up), which this package need not know. A key is best of an unexported type of the
-// user's package, so that no other package can reach the value.
-func (c *Conn) Shared(key any, newValue func() any) any {
-	c.sharedMu.Lock()
-	defer c.sharedMu.Unlock()
-	v, ok := c.shared[key]
-	if !ok {
-		if c.shared == nil {
-			c.shared = map[any]any{}
-		}
-		v = newValue()
-		c.shared[key] = v
-	}
-	return v
 }
 
 // FilesChanged says whether a credential, key or CA file the connection was made with now holds

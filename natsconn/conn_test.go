@@ -78,20 +78,3 @@ func TestGenerationCountsReconnects(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, func() bool { return conn.Connected() && conn.Generation() > before },
 		"a new generation once reconnected (was %d)", before)
 }
-
-// TestSharedKeepsOneValuePerKey proves every user asking for a key gets the value the first one
-// made, and another key another value.
-func TestSharedKeepsOneValuePerKey(t *testing.T) {
-	type keyA struct{}
-	type keyB struct{}
-	var c Conn
-	made := 0
-	newValue := func() any { made++; return new(int) }
-	a1, a2, b := c.Shared(keyA{}, newValue), c.Shared(keyA{}, newValue), c.Shared(keyB{}, newValue)
-	if a1 != a2 || made != 2 {
-		t.Errorf("one key gave %p and %p, %d values made for two keys", a1, a2, made)
-	}
-	if a1 == b {
-		t.Error("two keys share a value")
-	}
-}

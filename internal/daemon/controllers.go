@@ -19,7 +19,6 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/ha"
-	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -95,7 +94,7 @@ func settingsOf(cfg *config.Config, cc config.Controller) settings {
 }
 
 // build constructs (without starting) the controllers of cfg.
-func (d *Daemon) build(cfg *config.Config, conn *natsconn.Conn) ([]*controller, error) {
+func (d *Daemon) build(cfg *config.Config, conn *natsLink) ([]*controller, error) {
 	var out []*controller
 	for _, cc := range cfg.Controllers {
 		ct, err := d.buildController(cfg, cc, conn)
@@ -110,7 +109,7 @@ func (d *Daemon) build(cfg *config.Config, conn *natsconn.Conn) ([]*controller, 
 // buildController constructs (without starting) controller cc of cfg. Every log line carries
 // controller and component (inventory, guest, events): the component is set here where the
 // package does not set it itself; the packages add the controller.
-func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn *natsconn.Conn) (*controller, error) {
+func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn *natsLink) (*controller, error) {
 	d.mu.RLock()
 	api := d.apiMetrics[cc.Name]
 	d.mu.RUnlock()
@@ -135,9 +134,13 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 			// Nothing is published or saved once another replica may run the controller.
 			fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
 		}
+		var stream *forwarder.Stream
+		if conn != nil {
+			stream = conn.stream
+		}
 		ct.forwarder, err = forwarder.New(forwarder.Options{
 			Controller: cc.Name, ControllerURL: cc.URL, Client: client,
-			Events: cfg.Events, NATS: cfg.NATS, Conn: conn, Logger: d.base, // adds component=events
+			Events: cfg.Events, Stream: stream, Logger: d.base, // adds component=events
 			// Catch-up may read as many pages at once as the controller admits requests.
 			Concurrency: cc.MaxConcurrency,
 			Fence:       fence,

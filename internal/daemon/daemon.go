@@ -18,7 +18,6 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
-	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // Options are what the command line gives the daemon.
@@ -66,7 +65,7 @@ type Daemon struct {
 	cfg         *config.Config
 	controllers []*controller
 	standby     map[string]*controller
-	conn        *natsconn.Conn
+	conn        *natsLink
 	apiMetrics  map[string]*collector.APIMetrics // kept across reloads: counters never reset
 	lastReload  time.Time
 	reloadError string

@@ -38,7 +38,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	var ch changes
 	// d.conn is always open: a new connection is needed only when forwarding (or replicas) and
 	// NATS changed (or the last connection was lost in a failed reload).
-	var conn *natsconn.Conn
+	var conn *natsLink
 	fresh := false
 	if cfg.Events.Enabled || cfg.HA.Enabled {
 		conn = oldConn
@@ -68,6 +68,14 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 				d.restore(old)
 			}
 			return changes{}, fmt.Errorf("couldn't connect to NATS: %w", err)
+		}
+	}
+
+	if !fresh && conn != nil && cfg.Events.Enabled && conn.stream == nil {
+		// Events turned on over the replicas' connection: the stream goes on it as it stays.
+		var err error
+		if conn, err = d.link(cfg, conn.Conn); err != nil {
+			return changes{}, err
 		}
 	}
 
@@ -101,7 +109,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	// The retired ones serve their last data until the swap below, so a kept controller's
 	// series and readiness never pause.
 	d.stopAll(retired)
-	if oldConn != nil && oldConn != conn {
+	if oldConn != nil && (conn == nil || oldConn.Conn != conn.Conn) {
 		oldConn.Close()
 	}
 	next, idle := d.split(cfg, next, running)
@@ -123,7 +131,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 
 // assemble lists the controllers of cfg: the ones of keep whose settings did not change, and
 // the others built anew (not started) on conn.
-func (d *Daemon) assemble(cfg *config.Config, conn *natsconn.Conn, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
+func (d *Daemon) assemble(cfg *config.Config, conn *natsLink, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
 	next = make([]*controller, 0, len(cfg.Controllers))
 	for _, cc := range cfg.Controllers {
 		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
@@ -143,7 +151,7 @@ func (d *Daemon) assemble(cfg *config.Config, conn *natsconn.Conn, keep map[stri
 }
 
 // commit makes cfg, its controllers and conn the running configuration.
-func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[string]*controller, conn *natsconn.Conn) {
+func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[string]*controller, conn *natsLink) {
 	d.mu.Lock()
 	d.cfg, d.controllers, d.standby, d.conn = cfg, running, standby, conn
 	for name := range d.apiMetrics {
@@ -163,7 +171,7 @@ func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[s
 // connect opens the NATS connection of n. NATS being unreachable is not an error: the connection
 // comes up in the background and each forwarder sets up its stream and position store then
 // (/-/ready says why it waits); only what a retry cannot mend fails (embedded server, key files).
-func (d *Daemon) connect(cfg *config.Config) (*natsconn.Conn, error) {
+func (d *Daemon) connect(cfg *config.Config) (*natsLink, error) {
 	n := cfg.NATS
 	if n.Embedded.Enabled {
 		// A taken port shows in the embedded server only as a start timeout; say why at once.
@@ -175,20 +183,37 @@ func (d *Daemon) connect(cfg *config.Config) (*natsconn.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	link, err := d.link(cfg, conn)
+	if err != nil {
+		conn.Close()
+	}
+	return link, err
+}
+
+// link makes the events stream of cfg on conn, when events are on (replicas without events need
+// the connection for the leases only). It fails only when the stream contradicts the
+// configuration; NATS unreachable does not.
+func (d *Daemon) link(cfg *config.Config, conn *natsconn.Conn) (*natsLink, error) {
+	if !cfg.Events.Enabled {
+		return &natsLink{Conn: conn}, nil
+	}
+	replicas := 1
 	if cfg.HA.Enabled {
 		// The stream and the positions bucket outlive the loss of a NATS server like the leases.
-		conn.SetReplicas(cfg.HA.Replicas)
+		replicas = cfg.HA.Replicas
 	}
-	// A stream that contradicts the configuration refuses it; NATS unreachable does not. Replicas
-	// without events need the connection for the leases only.
-	if !cfg.Events.Enabled {
-		return conn, nil
-	}
-	if err := forwarder.Verify(d.ctx, conn); err != nil {
-		conn.Close()
+	stream := forwarder.NewStream(conn, cfg.NATS, replicas, log.With(d.base, "component", "nats"))
+	if err := stream.Verify(d.ctx); err != nil {
 		return nil, err
 	}
-	return conn, nil
+	return &natsLink{Conn: conn, stream: stream}, nil
+}
+
+// natsLink is the daemon's NATS connection and the events stream on it (nil without events),
+// made together by connect and replaced together.
+type natsLink struct {
+	*natsconn.Conn
+	stream *forwarder.Stream
 }
 
 func probeListen(addr string) error {

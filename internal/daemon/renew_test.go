@@ -113,3 +113,47 @@ func leaseBucket(t *testing.T, url string) jetstream.KeyValue {
 	}
 	return kv
 }
+
+// TestReloadTurnsEventsOnOverTheReplicasConnection: replicas run without events, so their NATS
+// connection carries no events stream; a reload that turns events on (NATS unchanged) keeps the
+// connection and puts the stream on it, and the controller's events are published.
+func TestReloadTurnsEventsOnOverTheReplicasConnection(t *testing.T) {
+	ns := testutil.StartNATS(t)
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	sim := veiltest.New(veiltest.Options{Seed: 1, Token: testutil.SecretToken, VMs: 1, InitialEvents: 5})
+	t.Cleanup(sim.Close)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	write := func(events string) {
+		testutil.WriteConfig(t, cfgFile, testutil.ControllerYAML("alpha", sim.URL, tok))
+		f, err := os.OpenFile(cfgFile, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		f.WriteString("ha: {enabled: true, lease_ttl: 3s, instance: pod-a, replicas: 1}\nnats: {url: " + ns.URL() + "}\n" + events)
+	}
+	write("")
+	d := startDaemon(t, cfgFile)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		mine, _ := leads(t, d)
+		return strings.Join(mine, ",") == "alpha"
+	}, "alpha runs here; logs:\n%s", d.logs)
+	// Events on: WriteConfig's events section rewritten (YAML refuses a repeated key).
+	body, err := os.ReadFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := strings.Replace(string(body), "events:\n  enabled: false\n", "events:\n  enabled: true\n  start: earliest\n  poll_interval: 200ms\n  checkpoint: {store: nats_kv}\n", 1)
+	if err := os.WriteFile(cfgFile, []byte(on), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.d.Reload(); err != nil {
+		t.Fatalf("reload turning events on: %v\n%s", err, d.logs)
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		_, m := d.get(t, "/metrics")
+		return strings.Contains(m, `veil_events_published_total{controller="alpha"`)
+	}, "alpha's events published after the reload; logs:\n%s", d.logs)
+}

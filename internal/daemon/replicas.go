@@ -15,13 +15,12 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/ha"
-	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // replicasChange refuses a reload that switches replicas on or off, or changes the ha or nats
 // sections while they are on: the leases live on that connection, and a new one would let go of
 // every controller at once. A restart hands them over one by one.
-func (d *Daemon) replicasChange(old, cfg *config.Config, conn *natsconn.Conn) error {
+func (d *Daemon) replicasChange(old, cfg *config.Config, conn *natsLink) error {
 	if old == nil {
 		return nil
 	}
