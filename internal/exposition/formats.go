@@ -95,22 +95,39 @@ func (f *Family) other(fm form) *body {
 	if b := f.others[fm].Load(); b != nil {
 		return b
 	}
-	var text bytes.Buffer
-	text.Grow(int(f.size))
-	if err := f.plain(&text); err != nil {
+	bufs := convertPool.Get().(*convertBufs)
+	defer convertPool.Put(bufs)
+	bufs.text.Reset()
+	bufs.text.Grow(int(f.size))
+	if err := f.plain(&bufs.text); err != nil {
 		return &body{} // cannot happen: the Set made the segment itself
 	}
 	var out []byte
 	switch fm {
 	case formOpenMetrics:
-		out = openMetricsLines(text.Bytes())
+		out = openMetricsLines(bufs.out[:0], bufs.text.Bytes())
 	case formProto:
-		out = protoMetrics(f.desc, text.Bytes())
+		out = protoMetrics(bufs.out[:0], f.desc, bufs.text.Bytes())
+	}
+	if cap(out) <= maxPooled {
+		bufs.out = out
+	}
+	if bufs.text.Cap() > maxPooled {
+		bufs.text = bytes.Buffer{} // as textPool: large buffers would count as live
 	}
 	b := bodyOf(out)
 	f.others[fm].Store(b)
 	return b
 }
+
+// convertBufs are the buffers of one conversion: the family's text and the converted lines,
+// reused (a render converts every changed family, megabytes at 10,000 VMs).
+type convertBufs struct {
+	text bytes.Buffer
+	out  []byte
+}
+
+var convertPool = sync.Pool{New: func() any { return new(convertBufs) }}
 
 // prepare makes the bodies of the wanted formats of every family and drops the others: a
 // render makes them, so that a scrape does not.
@@ -128,10 +145,9 @@ func (s *Set) prepare(wanted [nForms]bool, b *Builder) {
 	}
 }
 
-// openMetricsLines turns text series lines into OpenMetrics 1.0 ones, which differ only in
+// openMetricsLines appends to out the text series lines as OpenMetrics 1.0 ones, which differ only in
 // how a value is written: client_golang writes 1 as "1.0" and any integral value with ".0".
-func openMetricsLines(text []byte) []byte {
-	out := make([]byte, 0, len(text)+len(text)/16)
+func openMetricsLines(out, text []byte) []byte {
 	for len(text) > 0 {
 		nl := bytes.IndexByte(text, '\n')
 		line := text[:nl]
@@ -146,11 +162,10 @@ func openMetricsLines(text []byte) []byte {
 	return out
 }
 
-// protoMetrics turns text series lines of the family d into the Metric fields of a
+// protoMetrics appends to out the text series lines of the family d as the Metric fields of a
 // MetricFamily message (field 4, each a Metric with its label pairs sorted by name and its
 // gauge or counter), as client_golang marshals a const metric.
-func protoMetrics(d *Desc, text []byte) []byte {
-	out := make([]byte, 0, len(text)+len(text)/2)
+func protoMetrics(out []byte, d *Desc, text []byte) []byte {
 	var m, lp []byte
 	for len(text) > 0 {
 		nl := bytes.IndexByte(text, '\n')
