@@ -217,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 
 // serve runs the daemon's actors until ctx is done or one of them fails. Each actor is
 // interrupted in the order they are added: the HTTP server stops answering, SIGHUP is no longer
-// heard, the coordinator hands this replica's controllers over, and the daemon stops the rest.
+// heard, and the daemon hands this replica's controllers over (its coordinator) and stops the rest.
 func serve(ctx context.Context, d *daemon.Daemon, f *flags, logger log.Logger, webLogger *slog.Logger, onListen func(addr string)) error {
 	var g oklog.Group
 	ctx, cancel := context.WithCancel(ctx)
@@ -263,11 +263,6 @@ func serve(ctx context.Context, d *daemon.Daemon, f *flags, logger log.Logger, w
 		close(hupDone)
 	})
 
-	if coord := d.Coordinator(); coord != nil {
-		// Not under ctx: a cancelled coordinator stops renewing without releasing (a killed
-		// replica); Close hands everything over at once.
-		g.Add(func() error { coord.Run(context.Background()); return nil }, func(error) { coord.Close() })
-	}
 	g.Add(func() error { return d.Run(context.Background()) }, func(error) { d.Stop() })
 	return g.Run()
 }

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 
 	"github.com/go-kit/log"
-	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
@@ -25,12 +24,13 @@ import (
 // controller is everything that runs for one platform controller.
 type controller struct {
 	cfg       config.Controller
-	settings  settings // what it was built from; a reload keeps it while these stay equal
-	inventory *collector.Inventory
-	guest     *collector.GuestChecker // nil when guest checks are off
-	forwarder *forwarder.Forwarder    // nil when events are off
-	cancel    context.CancelFunc      // nil until started
-	done      sync.WaitGroup
+	settings  settings             // what it was built from; a reload keeps it while these stay equal
+	inventory *collector.Inventory // also parts[0]: the guest checker reads its domains
+	// parts are its components (components.go): the inventory, then the guest checker and the
+	// event forwarder when they are on.
+	parts  []component
+	cancel context.CancelFunc // nil until started
+	done   sync.WaitGroup
 	// With replicas: the lease it runs under (the forwarder's fence), and whether it was ever
 	// started (its loops are not restarted: a controller acquired again is built afresh).
 	lease atomic.Pointer[ha.Lease]
@@ -124,9 +124,10 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv}
+	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv, parts: []component{inventoryPart{inv}}}
 	if cfg.Guest.Enabled {
-		ct.guest = collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
+		g := collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
+		ct.parts = append(ct.parts, guestPart{g})
 	}
 	if cfg.Events.Enabled {
 		var fence func() bool
@@ -138,7 +139,7 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 		if conn != nil {
 			stream = conn.stream
 		}
-		ct.forwarder, err = forwarder.New(forwarder.Options{
+		fw, err := forwarder.New(forwarder.Options{
 			Controller: cc.Name, ControllerURL: cc.URL, Client: client,
 			Events: cfg.Events, Stream: stream, Logger: d.base, // adds component=events
 			// Catch-up may read as many pages at once as the controller admits requests.
@@ -148,6 +149,7 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 		if err != nil {
 			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 		}
+		ct.parts = append(ct.parts, eventsPart{fw, cc.Name})
 	}
 	d.mu.Lock()
 	d.apiMetrics[cc.Name] = api
@@ -158,20 +160,9 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 func (ct *controller) start(parent context.Context, logger log.Logger) {
 	ctx, cancel := context.WithCancel(parent)
 	ct.cancel, ct.used = cancel, true
-	ct.done.Add(1)
-	go func() { defer ct.done.Done(); ct.inventory.Run(ctx) }()
-	if ct.guest != nil {
+	for _, p := range ct.parts {
 		ct.done.Add(1)
-		go func() { defer ct.done.Done(); ct.guest.Run(ctx) }()
-	}
-	if ct.forwarder != nil {
-		ct.done.Add(1)
-		go func() {
-			defer ct.done.Done()
-			if err := ct.forwarder.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				level.Error(logger).Log("msg", "event forwarder stopped", "controller", ct.cfg.Name, "err", err)
-			}
-		}()
+		go func() { defer ct.done.Done(); p.run(ctx, logger) }()
 	}
 }
 

@@ -123,17 +123,22 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 	return d
 }
 
-// Coordinator is the replicas' coordinator, nil without ha.enabled: the caller runs it
-// (Run) beside the daemon and closes it (Close) before it stops the daemon, so that the other
-// replicas take this one's controllers over at once.
+// Coordinator is the replicas' coordinator, nil without ha.enabled; Run runs it and closes it.
 func (d *Daemon) Coordinator() *ha.Coordinator { return d.coord }
 
-// Run is the goroutine that owns the daemon's state: it carries out reloads and the
-// coordinator's acquisitions and releases one at a time until ctx is done or Stop is called,
-// then (after a reload in progress) stops every controller and closes NATS.
+// Run is the goroutine that owns the daemon's state and everything it starts: it runs the
+// replicas' coordinator, carries out reloads and the coordinator's acquisitions and releases
+// one at a time until ctx is done or Stop is called, then (after a reload in progress) closes
+// the coordinator (the other replicas take this one's controllers over at once), stops every
+// controller and closes NATS.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	defer d.shutdown()
+	if d.coord != nil {
+		// Not under ctx: a cancelled coordinator stops renewing without releasing (a killed
+		// replica); shutdown's Close hands everything over at once.
+		go d.coord.Run(context.Background())
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,8 +179,7 @@ func (d *Daemon) Stop() {
 // shutdown stops every controller and closes NATS.
 func (d *Daemon) shutdown() {
 	if d.coord != nil {
-		// Closed by the caller first (Coordinator); again here, in case it was not.
-		d.coord.Close()
+		d.coord.Close() // returns once its Run has released every lease
 	}
 	d.cancel()
 	d.stopControllers()

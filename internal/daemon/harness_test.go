@@ -54,13 +54,6 @@ func startDaemon(t *testing.T, configFile string, setup ...func(*Daemon)) *daemo
 	go func() {
 		errc <- web.ListenAndServe(srv, &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &systemd, WebConfigFile: &webConfig}, webLogger)
 	}()
-	coordDone := make(chan struct{})
-	go func() {
-		defer close(coordDone)
-		if c := d.Coordinator(); c != nil {
-			c.Run(context.Background())
-		}
-	}()
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); _ = d.Run(context.Background()) }()
 	dut := &daemonUnderTest{logs: logs, d: d}
@@ -71,17 +64,13 @@ func startDaemon(t *testing.T, configFile string, setup ...func(*Daemon)) *daemo
 		t.Fatalf("HTTP server: %v", err)
 	}
 	dut.stop = func() {
-		// As cmd/veil-exporter: the server, then the coordinator, then the daemon.
+		// As cmd/veil-exporter: the server, then the daemon (its coordinator first).
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("HTTP server: %v", err)
 		}
-		if c := d.Coordinator(); c != nil {
-			c.Close()
-		}
-		<-coordDone
 		d.Stop()
 		<-runDone
 	}

@@ -221,19 +221,10 @@ func (d *Daemon) unhealthy(now time.Time) string {
 		return "events are not forwarded: the NATS connection was lost in a failed reload"
 	}
 	for _, ct := range ctrls {
-		// A loop that has not started a refresh in four intervals plus a request timeout is stuck:
-		// a refresh is abandoned after three intervals, and the next starts at once.
-		st := ct.inventory.Status()
-		limit := 4*cfg.Collect.Interval + ct.cfg.Timeout
-		if !st.LastStart.IsZero() && now.Sub(st.LastStart) > limit {
-			return fmt.Sprintf("controller %s: no inventory refresh for %s", ct.cfg.Name, now.Sub(st.LastStart).Round(time.Second))
-		}
-		if st.LastStart.IsZero() && now.Sub(d.started) > limit {
-			return fmt.Sprintf("controller %s: inventory never refreshed", ct.cfg.Name)
-		}
-		if ct.forwarder != nil {
-			if fs := ct.forwarder.Status(); fs.Stopped {
-				return fmt.Sprintf("controller %s: event forwarder stopped: %s", ct.cfg.Name, fs.LastError)
+		h := healthLimits{now: now, started: d.started, stuck: 4*cfg.Collect.Interval + ct.cfg.Timeout}
+		for _, p := range ct.parts {
+			if why := p.unhealthy(h); why != "" {
+				return fmt.Sprintf("controller %s: %s", ct.cfg.Name, why)
 			}
 		}
 	}
@@ -260,28 +251,19 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no controller runs", http.StatusServiceUnavailable)
 		return
 	}
-	for _, ct := range ctrls {
-		if !ct.inventory.Ready() {
-			http.Error(w, fmt.Sprintf("controller %s: first inventory refresh not done", ct.cfg.Name), http.StatusServiceUnavailable)
-			return
-		}
-	}
 	// NATS connection lifecycle (natsconn, forwarder): forwarding is ready once every forwarder
 	// has NATS, its stream and its position store; otherwise say which and why.
-	if cfg != nil && cfg.Events.Enabled {
-		if conn == nil {
-			http.Error(w, "events are not forwarded: the NATS connection was lost in a failed reload", http.StatusServiceUnavailable)
-			return
-		}
-		for _, ct := range ctrls {
-			if ct.forwarder == nil {
-				continue
-			}
-			if why := ct.forwarder.NotReady(); why != "" {
-				http.Error(w, fmt.Sprintf("controller %s: events are not forwarded: %s", ct.cfg.Name, why), http.StatusServiceUnavailable)
+	for _, ct := range ctrls {
+		for _, p := range ct.parts {
+			if why := p.notReady(); why != "" {
+				http.Error(w, fmt.Sprintf("controller %s: %s", ct.cfg.Name, why), http.StatusServiceUnavailable)
 				return
 			}
 		}
+	}
+	if cfg != nil && cfg.Events.Enabled && conn == nil {
+		http.Error(w, "events are not forwarded: the NATS connection was lost in a failed reload", http.StatusServiceUnavailable)
+		return
 	}
 	fmt.Fprintln(w, "Ready")
 }

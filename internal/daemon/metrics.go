@@ -22,9 +22,10 @@ func (d *Daemon) renderedSets() []*exposition.Set {
 	d.mu.RUnlock()
 	sets := make([]*exposition.Set, 0, 2*len(ctrls))
 	for _, ct := range ctrls {
-		sets = append(sets, ct.inventory.Rendered())
-		if ct.guest != nil {
-			sets = append(sets, ct.guest.Rendered())
+		for _, p := range ct.parts {
+			if s := p.rendered(); s != nil {
+				sets = append(sets, s)
+			}
 		}
 	}
 	return sets
@@ -39,9 +40,8 @@ func (c renderedCollector) Collect(ch chan<- prometheus.Metric) {
 	ctrls := c.d.controllers
 	c.d.mu.RUnlock()
 	for _, ct := range ctrls {
-		ct.inventory.CollectRendered(ch)
-		if ct.guest != nil {
-			ct.guest.CollectRendered(ch)
+		for _, p := range ct.parts {
+			p.collectRendered(ch)
 		}
 	}
 }
@@ -60,13 +60,9 @@ func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.d.mu.RUnlock()
 	for i, ct := range ctrls {
-		ct.inventory.CollectLive(ch)
 		api[i].Collect(ch)
-		if ct.guest != nil {
-			ct.guest.CollectLive(ch)
-		}
-		if ct.forwarder != nil {
-			ct.forwarder.Collect(ch)
+		for _, p := range ct.parts {
+			p.collectLive(ch)
 		}
 	}
 }
@@ -77,14 +73,11 @@ type controllerRuns struct {
 	reporters  []runstatus.Reporter
 }
 
-// reporters lists the components of ct that report their runs.
+// reporters lists the components of ct, each of which reports its runs.
 func reporters(ct *controller) []runstatus.Reporter {
-	out := []runstatus.Reporter{ct.inventory}
-	if ct.guest != nil { // a nil *GuestChecker in an interface is not nil: leave it out here
-		out = append(out, ct.guest)
-	}
-	if ct.forwarder != nil {
-		out = append(out, ct.forwarder)
+	out := make([]runstatus.Reporter, len(ct.parts))
+	for i, p := range ct.parts {
+		out[i] = p
 	}
 	return out
 }

@@ -79,11 +79,11 @@ func TestCollectorViewStates(t *testing.T) {
 	}
 }
 
-// TestReportersOfController: a part that is off (nil guest checker, nil forwarder) is never
-// asked: at most the inventory reports for a controller with guest checks and events off.
+// TestReportersOfController: each part reports, and only the parts that are on: the inventory
+// alone for a controller with guest checks and events off.
 func TestReportersOfController(t *testing.T) {
-	ct := &controller{} // guest checks and events off
-	if rs := reporters(ct); len(rs) > 1 {
+	ct := &controller{parts: []component{inventoryPart{}}} // guest checks and events off
+	if rs := reporters(ct); len(rs) != 1 {
 		t.Errorf("%d reporters of a controller with only an inventory", len(rs))
 	}
 }

@@ -59,8 +59,10 @@ func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s := sdSource{controller: ct.cfg.Name, targets: ct.inventory.GuestTargets()}
-		if ct.guest != nil {
-			s.osIDs = ct.guest.OSIDs()
+		for _, p := range ct.parts {
+			if g, ok := p.(guestPart); ok {
+				s.osIDs = g.OSIDs()
+			}
 		}
 		srcs = append(srcs, s)
 	}

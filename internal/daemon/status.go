@@ -259,16 +259,12 @@ func (d *Daemon) status() statusData {
 				}
 			}
 		}
-		ps := ct.inventory.Problems()
-		if ct.guest != nil {
-			cs.Guest = guestView(ct.guest.Status())
-			ps = append(ps, ct.guest.Problems()...)
-			collector.SortProblems(ps)
+		var ps []collector.Problem
+		for _, p := range ct.parts {
+			p.view(&cs, &ps)
 		}
+		collector.SortProblems(ps)
 		cs.Problems, cs.ProblemsTotal = problemsView(ps)
-		if ct.forwarder != nil {
-			cs.Events = eventsView(ct.forwarder.Status())
-		}
 		s.Controllers = append(s.Controllers, cs)
 	}
 	return s

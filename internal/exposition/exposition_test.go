@@ -141,6 +141,17 @@ func liveCollectors() []prometheus.Collector {
 	return cs
 }
 
+// registries returns a registry of the live families and one that will hold every family
+// (the reference, encoded by client_golang), the live ones registered in both.
+func registries() (live, full *prometheus.Registry) {
+	live, full = prometheus.NewRegistry(), prometheus.NewRegistry()
+	for _, c := range liveCollectors() {
+		live.MustRegister(c)
+		full.MustRegister(c)
+	}
+	return live, full
+}
+
 func get(t *testing.T, h http.Handler, accept, encoding string) (*http.Response, []byte) {
 	t.Helper()
 	req := httptest.NewRequest("GET", "/metrics", nil)
@@ -198,12 +209,7 @@ func TestScrapeIsWhatClientGolangWrites(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		ctrls := controllers(r, "alpha", "beta", "gamma")[:1+r.IntN(3)]
-		live := prometheus.NewRegistry()
-		full := prometheus.NewRegistry()
-		for _, c := range liveCollectors() {
-			live.MustRegister(c)
-			full.MustRegister(c)
-		}
+		live, full := registries()
 		var sets []*Set
 		for _, c := range ctrls {
 			full.MustRegister(c)

@@ -46,12 +46,7 @@ func TestEveryFormatIsWhatClientGolangWrites(t *testing.T) {
 	for seed := range uint64(12) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		ctrls := controllers(r, "alpha", "beta", "gamma")[:1+r.IntN(3)]
-		live := prometheus.NewRegistry()
-		full := prometheus.NewRegistry()
-		for _, c := range liveCollectors() {
-			live.MustRegister(c)
-			full.MustRegister(c)
-		}
+		live, full := registries()
 		rd := NewRenderer()
 		var sets []*Set
 		for _, c := range ctrls {
