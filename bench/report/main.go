@@ -442,7 +442,6 @@ func main() {
 	commit := flag.String("commit", "", "commit measured")
 	sizesFlag := flag.String("sizes", "1000,10000,50000", "VM counts of the growth figures")
 	mainSize := flag.Int("size", 10000, "VM count of the goals")
-	strict := flag.Bool("strict", false, "exit 1 when a goal is missed")
 	flag.Parse()
 
 	var sizes []int
@@ -493,11 +492,26 @@ func main() {
 		}
 		fmt.Printf("\nwritten to %s\n", *out)
 	}
-	if *strict {
-		for _, f := range figs {
-			if f.Status == "MISS" {
-				os.Exit(1)
-			}
+	if failed := failures(figs); failed != "" {
+		fmt.Println(failed)
+		os.Exit(1)
+	}
+}
+
+// failures says how many goals were missed or not measured ("" when none): make bench fails
+// then, so that a goal cannot quietly stop holding, nor a benchmark quietly stop running.
+func failures(figs []Figure) string {
+	missed, unmeasured := 0, 0
+	for _, f := range figs {
+		switch {
+		case f.Status == "MISS":
+			missed++
+		case f.Status == "NOT MEASURED" && f.Target != "":
+			unmeasured++
 		}
 	}
+	if missed+unmeasured == 0 {
+		return ""
+	}
+	return fmt.Sprintf("FAILED: %d goals missed, %d not measured", missed, unmeasured)
 }
