@@ -121,10 +121,10 @@ func newDurabilityWorld(t *testing.T, bins faultBinaries, cluster, partition boo
 
 // exporterOpts is what a row sets of the exporter's configuration.
 type exporterOpts struct {
-	natsURL   string // default: the world's
-	posDir    string // the file store's directory; empty: the nats_kv store
-	dupWindow time.Duration
-	ha        string // the ha section, empty without
+	natsURL   string        // default: the world's
+	posDir    string        // the file store's directory; empty: the nats_kv store
+	dupWindow time.Duration // 0: proofWindow
+	ha        string        // the ha section, empty without
 }
 
 // exporter writes a configuration and returns the exporter process (not started), killed when
@@ -134,15 +134,14 @@ func (w *durabilityWorld) exporter(name string, o exporterOpts) *replicaProc {
 	if o.natsURL == "" {
 		o.natsURL = w.natsURL
 	}
+	if o.dupWindow == 0 {
+		o.dupWindow = proofWindow
+	}
 	store := "{store: nats_kv}"
 	if o.posDir != "" {
 		store = fmt.Sprintf("{store: file, dir: %q}", o.posDir)
 	}
-	js := "{stream: " + faultStream
-	if o.dupWindow > 0 {
-		js += ", duplicate_window: " + o.dupWindow.String()
-	}
-	js += "}"
+	js := "{stream: " + faultStream + ", duplicate_window: " + o.dupWindow.String() + "}"
 	cfg := fmt.Sprintf(`controllers:
   - name: %s
     url: %s
@@ -166,10 +165,18 @@ nats:
 	return p
 }
 
+// proofWindow is the duplicate window of every row's stream: shorter than any row's faults, so
+// that NATS's de-duplication never stops a republish and only the forwarder's stream position
+// and its expectation headers can; a repeat would show as duplicated.
+const proofWindow = time.Second
+
 // createStream creates the stream as an operator provisions it: atomic batches allowed, the
-// given duplicate window (0: NATS's default) and replicas.
+// given duplicate window (0: proofWindow) and replicas.
 func (w *durabilityWorld) createStream(dup time.Duration, replicas int) {
 	w.t.Helper()
+	if dup == 0 {
+		dup = proofWindow
+	}
 	testutil.EventuallyNil(w.t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
