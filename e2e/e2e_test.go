@@ -83,6 +83,7 @@ func start(t *testing.T, dir, name string, args ...string) {
 			<-done
 		}
 		logf.Close()
+		testutil.RaceReport(t, filepath.Base(name), logPath)
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 8000 {

@@ -75,6 +75,7 @@ func (p *replicaProc) endWithTest(t *testing.T, name string) {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
+		testutil.RaceReport(t, name, p.logPath)
 		if t.Failed() {
 			b, _ := os.ReadFile(p.logPath)
 			if len(b) > 6000 {

@@ -32,7 +32,9 @@ type build struct {
 
 // Build builds the command at pkg (a path inside the module, e.g. "cmd/veil-sim") once per test
 // binary and returns the binary's path. Binaries go to a directory named after this process;
-// directories of processes gone are removed on the way.
+// directories of processes gone are removed on the way. Under the race detector the exporter is
+// built with it too, so that the real-process suites race-check the daemon; a race it finds is
+// written to its log, which RaceReport reads.
 func Build(tb testing.TB, pkg string) string {
 	tb.Helper()
 	binDirOK.Do(func() {
@@ -57,7 +59,11 @@ func Build(tb testing.TB, pkg string) string {
 			return
 		}
 		b.path = filepath.Join(binDir, filepath.Base(pkg))
-		if out, err := exec.Command("go", "build", "-o", b.path, module+pkg).CombinedOutput(); err != nil {
+		args := []string{"build", "-o", b.path}
+		if Race && strings.Trim(pkg, "/") == "cmd/veil-exporter" {
+			args = append(args, "-race")
+		}
+		if out, err := exec.Command("go", append(args, module+strings.TrimPrefix(pkg, "/"))...).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
@@ -65,4 +71,17 @@ func Build(tb testing.TB, pkg string) string {
 		tb.Fatal(b.err)
 	}
 	return b.path
+}
+
+// RaceReport fails t when the log of a process Build made holds a race detector report.
+func RaceReport(t testing.TB, name, logPath string) {
+	t.Helper()
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return // never started
+	}
+	if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
+		end := min(len(b), i+6000)
+		t.Errorf("%s: the race detector found a data race:\n%s", name, b[i:end])
+	}
 }
