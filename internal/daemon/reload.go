@@ -79,15 +79,9 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 		}
 	}
 
-	keep := map[string]*controller{}
-	if !fresh {
-		// Every forwarder of a kept controller publishes on conn, which stays.
-		for _, ct := range running {
-			keep[ct.cfg.Name] = ct
-		}
-		for name, ct := range standby {
-			keep[name] = ct
-		}
+	var keep map[string]*controller
+	if !fresh { // every forwarder of a kept controller publishes on conn, which stays
+		keep = keepable(running, standby)
 	}
 	next, built, err := d.assemble(cfg, conn, keep, &ch)
 	if err != nil {
@@ -127,6 +121,18 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	}
 	d.commit(cfg, next, idle, conn)
 	return ch, nil
+}
+
+// keepable are the controllers a reload may keep running (or standing by) untouched, by name.
+func keepable(running []*controller, standby map[string]*controller) map[string]*controller {
+	keep := make(map[string]*controller, len(running)+len(standby))
+	for _, ct := range running {
+		keep[ct.cfg.Name] = ct
+	}
+	for name, ct := range standby {
+		keep[name] = ct
+	}
+	return keep
 }
 
 // assemble lists the controllers of cfg: the ones of keep whose settings did not change, and
