@@ -3,6 +3,7 @@ package exposition
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -168,5 +169,60 @@ func TestUnwantedFormatsAreDropped(t *testing.T) {
 	c.Render()
 	if f := c.Set().Families[0]; f.others[formProto].Load() != nil {
 		t.Fatal("protobuf still kept after keepForm without a scrape")
+	}
+}
+
+// TestLiveAndRenderedFamilyOfOneName: a live family that shares its name with a rendered one
+// (another controller's series of the same family) is one family in every format: in protobuf
+// one message holding the live metrics and the rendered ones, as client_golang gathers them.
+func TestLiveAndRenderedFamilyOfOneName(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	ctrls := controllers(r, "alpha", "beta")
+	live, full := registries()
+	shared := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "b_status",
+		Help:        "Help of b_status with a \\ backslash\nand a newline.",
+		ConstLabels: prometheus.Labels{"controller": "delta"}}, []string{"domain_id", "status"})
+	shared.WithLabelValues("x", "up").Set(1)
+	live.MustRegister(shared)
+	full.MustRegister(shared)
+	var sets []*Set
+	for _, c := range ctrls {
+		full.MustRegister(c)
+		var b Builder
+		sets = append(sets, c.render(&b, nil))
+	}
+	ref := promhttp.HandlerFor(full, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	h := Handler(HandlerOpts{Live: live, Sets: func() []*Set { return sets }, Fallback: ref})
+	_, want := get(t, ref, acceptNative, "identity")
+	_, got := get(t, h, acceptNative, "gzip")
+	g, w := readDelimited(t, decode(t, "gzip", got)), readDelimited(t, want)
+	index := func(mfs []*dto.MetricFamily) map[string]*dto.MetricFamily {
+		m := map[string]*dto.MetricFamily{}
+		for _, mf := range mfs {
+			if _, dup := m[mf.GetName()]; dup {
+				t.Fatalf("family %s twice", mf.GetName())
+			}
+			m[mf.GetName()] = mf
+		}
+		return m
+	}
+	gi, wi := index(g), index(w)
+	gs, ws := gi["b_status"], wi["b_status"]
+	if gs == nil || len(gs.Metric) != len(ws.Metric) || gs.GetHelp() != ws.GetHelp() || gs.GetType() != ws.GetType() {
+		t.Fatalf("b_status: got %d metrics, client_golang %d", len(gs.GetMetric()), len(ws.GetMetric()))
+	}
+	// client_golang sorts the metrics of a family; the handler writes the live ones first.
+	byLabels := map[string]*dto.Metric{}
+	for _, m := range ws.Metric {
+		byLabels[fmt.Sprint(m.GetLabel())] = m
+	}
+	for _, m := range gs.Metric {
+		if w := byLabels[fmt.Sprint(m.GetLabel())]; !proto.Equal(m, w) {
+			t.Errorf("b_status metric %v, client_golang's %v", m, w)
+		}
+	}
+	_, om := get(t, h, acceptProm3, "identity")
+	if n := bytes.Count(om, []byte("# TYPE b_status gauge\n")); n != 1 {
+		t.Errorf("OpenMetrics: %d TYPE lines of b_status, want 1", n)
 	}
 }
