@@ -61,6 +61,11 @@ type Daemon struct {
 
 	beforeStop func(controller string) // for tests: a controller slow to stop
 
+	// running is set when Run starts; until then (New) the controllers built wait in starting.
+	// Run's goroutine only, and New's before it.
+	running  bool
+	starting []*controller
+
 	mu          sync.RWMutex
 	cfg         *config.Config
 	controllers []*controller
@@ -75,8 +80,9 @@ type Daemon struct {
 	done     chan struct{} // closed when Run has stopped everything
 }
 
-// New starts the controllers of cfg (with replicas: builds them and the coordinator, which
-// starts them as it acquires their leases once it runs). An error leaves nothing running.
+// New builds the controllers of cfg (with replicas also the coordinator, which starts them as
+// it acquires their leases) and connects NATS; Run starts them. An error leaves nothing
+// running.
 func New(cfg *config.Config, o Options) (*Daemon, error) {
 	d := newDaemon(context.Background(), o.ConfigFile, o.Logger, o.Version)
 	level.Info(d.logger).Log("msg", "starting veil-exporter", "version", o.Version, "revision", version.GetRevision(), "branch", version.Branch, "controllers", len(cfg.Controllers))
@@ -134,6 +140,11 @@ func (d *Daemon) Coordinator() *ha.Coordinator { return d.coord }
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	defer d.shutdown()
+	d.running = true
+	for _, ct := range d.starting {
+		ct.start(d.ctx, d.logger)
+	}
+	d.starting = nil
 	if d.coord != nil {
 		// Not under ctx: a cancelled coordinator stops renewing without releasing (a killed
 		// replica); shutdown's Close hands everything over at once.
@@ -153,6 +164,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// launch starts ct, or has Run start it when New built it.
+func (d *Daemon) launch(ct *controller) {
+	if !d.running {
+		d.starting = append(d.starting, ct)
+		return
+	}
+	ct.start(d.ctx, d.logger)
 }
 
 // errStopped answers a reload asked for once the daemon stopped.

@@ -112,7 +112,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 			continue // a replica's standby: started when its lease is acquired
 		}
 		if ct.run == nil {
-			ct.start(d.ctx, d.logger)
+			d.launch(ct)
 		} else if !ct.run.start(ct, d.logger) {
 			// Its lease ended meanwhile: it waits for the next acquisition.
 			next = slices.DeleteFunc(next, func(c *controller) bool { return c == ct })

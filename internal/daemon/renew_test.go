@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-kit/log"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -156,4 +158,32 @@ func TestReloadTurnsEventsOnOverTheReplicasConnection(t *testing.T) {
 		_, m := d.get(t, "/metrics")
 		return strings.Contains(m, `veil_events_published_total{controller="alpha"`)
 	}, "alpha's events published after the reload; logs:\n%s", d.logs)
+}
+
+// TestNewBuildsRunStarts: New builds the controllers and starts none; Run starts them, and
+// stops them when it returns.
+func TestNewBuildsRunStarts(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	sim := veiltest.New(veiltest.Options{Seed: 1, Token: testutil.SecretToken, VMs: 1})
+	t.Cleanup(sim.Close)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	testutil.WriteConfig(t, cfgFile, testutil.ControllerYAML("alpha", sim.URL, tok))
+	cfg, err := config.Load(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{ConfigFile: cfgFile, Logger: log.NewNopLogger(), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.controllers) != 1 || d.controllers[0].cancel != nil {
+		t.Fatalf("New started a controller (or built none): %d", len(d.controllers))
+	}
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); _ = d.Run(context.Background()) }()
+	testutil.Eventually(t, 10*time.Second, func() bool { return d.controllers[0].inventory.Ready() }, "alpha refreshed once Run started it")
+	d.Stop()
+	<-runDone
 }
