@@ -21,11 +21,12 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// form is the kind of a rendered family's other bodies.
+// form is a format a rendered family is served in.
 type form int
 
 const (
-	formOpenMetrics form = iota
+	formText form = iota // the rendered lines themselves (Family.body)
+	formOpenMetrics
 	formProto
 	nForms
 )
@@ -85,7 +86,8 @@ func (b *body) zstdFrame() []byte {
 	return b.zstd
 }
 
-// other returns the family's body in format f, made now if it is not yet.
+// other returns the family's body in format fm (not formText: that is f.body), made now if it
+// is not yet.
 func (f *Family) other(fm form) *body {
 	if b := f.others[fm].Load(); b != nil {
 		return b
@@ -133,12 +135,12 @@ var convertPool = sync.Pool{New: func() any { return new(convertBufs) }}
 // render makes them, so that a scrape does not.
 func (s *Set) prepare(wanted [nForms]bool, b *Builder) {
 	for _, f := range s.Families {
-		for fm, on := range wanted {
+		for fm := formOpenMetrics; fm < nForms; fm++ {
 			switch {
-			case on && f.others[fm].Load() == nil:
+			case wanted[fm] && f.others[fm].Load() == nil:
 				b.yield()
-				f.other(form(fm))
-			case !on:
+				f.other(fm)
+			case !wanted[fm]:
 				f.others[fm].Store(nil)
 			}
 		}

@@ -55,7 +55,7 @@ func TestEveryFormatIsWhatClientGolangWrites(t *testing.T) {
 			var b Builder
 			set := c.render(&b, nil)
 			if seed%2 == 1 { // as a Cache does once a scraper asked: bodies made at the render
-				set.prepare([nForms]bool{true, true}, &b)
+				set.prepare([nForms]bool{formOpenMetrics: true, formProto: true}, &b)
 			}
 			sets = append(sets, set)
 		}

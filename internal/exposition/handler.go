@@ -46,15 +46,6 @@ type HandlerOpts struct {
 	MaxRequestsInFlight int
 }
 
-// wire is a format served from rendered families.
-type wire int
-
-const (
-	wireText wire = iota
-	wireOpenMetrics
-	wireProto
-)
-
 // Handler serves /metrics.
 func Handler(o HandlerOpts) http.Handler {
 	var sem chan struct{}
@@ -84,14 +75,14 @@ func Handler(o HandlerOpts) http.Handler {
 			defer gate.leave()
 		}
 		format := expfmt.NegotiateAccept(r.Header, accepted...)
-		var kind wire
+		var kind form
 		switch format.FormatType() {
 		case expfmt.TypeTextPlain:
-			kind = wireText
+			kind = formText
 		case expfmt.TypeOpenMetrics:
-			kind = wireOpenMetrics
+			kind = formOpenMetrics
 		case expfmt.TypeProtoDelim:
-			kind = wireProto
+			kind = formProto
 		default: // the protobuf text forms, for people reading them
 			o.Fallback.ServeHTTP(w, r)
 			return
@@ -100,8 +91,8 @@ func Handler(o HandlerOpts) http.Handler {
 			o.Fallback.ServeHTTP(w, r)
 			return
 		}
-		if kind != wireText && o.Renderer != nil {
-			o.Renderer.demand.asked(form(kind-1), time.Now())
+		if kind != formText && o.Renderer != nil {
+			o.Renderer.demand.asked(kind, time.Now())
 		}
 		o.serve(w, r, format, kind)
 	})
@@ -113,7 +104,7 @@ func (o *HandlerOpts) count(cause string) {
 	}
 }
 
-func (o *HandlerOpts) serve(w http.ResponseWriter, r *http.Request, format expfmt.Format, kind wire) {
+func (o *HandlerOpts) serve(w http.ResponseWriter, r *http.Request, format expfmt.Format, kind form) {
 	// The Sets before the live families: a collector that starts between the two shows its
 	// live families without its rendered ones, never the reverse.
 	rendered := groups(o.Sets())
@@ -156,7 +147,7 @@ func (o *HandlerOpts) serve(w http.ResponseWriter, r *http.Request, format expfm
 		}
 		j++
 	}
-	if kind == wireOpenMetrics {
+	if kind == formOpenMetrics {
 		out.pending.WriteString("# EOF\n")
 	}
 	out.close()
@@ -179,13 +170,13 @@ type group struct {
 }
 
 // bodies are the group's lines in the format kind, made now where they are not yet.
-func (g group) bodies(kind wire) []*body {
+func (g group) bodies(kind form) []*body {
 	out := make([]*body, len(g.fams))
 	for i, f := range g.fams {
-		if kind == wireText {
+		if kind == formText {
 			out[i] = &f.body
 		} else {
-			out[i] = f.other(form(kind - 1))
+			out[i] = f.other(kind)
 		}
 	}
 	return out
@@ -238,7 +229,7 @@ type scrapeWriter struct {
 	bw       *bufio.Writer
 	encoding string
 	pending  bytes.Buffer
-	kind     wire
+	kind     form
 	escaping model.EscapingScheme
 	omOpts   []expfmt.EncoderOption
 
@@ -254,14 +245,14 @@ type scrapeWriter struct {
 // the same name, which follow it in one protobuf message.
 func (s *scrapeWriter) live(mf *dto.MetricFamily, rendered []*body, o *HandlerOpts) {
 	s.families++
-	mf = model.EscapeMetricFamily(mf, s.escaping)
+	mf = escaped(mf, s.escaping)
 	var err error
 	switch s.kind {
-	case wireText:
+	case formText:
 		_, err = expfmt.MetricFamilyToText(&s.pending, mf)
-	case wireOpenMetrics:
+	case formOpenMetrics:
 		_, err = expfmt.MetricFamilyToOpenMetrics(&s.pending, mf, s.omOpts...)
-	case wireProto:
+	case formProto:
 		var msg []byte
 		if msg, err = proto.Marshal(mf); err == nil {
 			s.delimit(int64(len(msg)), rendered)
@@ -274,6 +265,31 @@ func (s *scrapeWriter) live(mf *dto.MetricFamily, rendered []*body, o *HandlerOp
 		}
 		o.count("encoding")
 	}
+}
+
+// escaped is mf as the negotiated escaping wants it. model.EscapeMetricFamily copies every
+// family it is given, even when no name needs escaping (ours never do), and a scrape should
+// make next to no garbage.
+func escaped(mf *dto.MetricFamily, scheme model.EscapingScheme) *dto.MetricFamily {
+	if scheme == model.NoEscaping || !needsEscaping(mf) {
+		return mf
+	}
+	return model.EscapeMetricFamily(mf, scheme)
+}
+
+// needsEscaping says whether a name of mf is not a legacy one (as model's own check).
+func needsEscaping(mf *dto.MetricFamily) bool {
+	if !model.IsValidLegacyMetricName(mf.GetName()) {
+		return true
+	}
+	for _, m := range mf.Metric {
+		for _, l := range m.Label {
+			if !model.IsValidLegacyMetricName(l.GetName()) || l.GetName() == model.MetricNameLabel && !model.IsValidLegacyMetricName(l.GetValue()) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // delimit writes the length of a protobuf MetricFamily: head bytes and the bodies.
@@ -377,12 +393,12 @@ func (s *scrapeWriter) header(d *Desc, bodies []*body) {
 	var text string
 	var p *piece
 	switch s.kind {
-	case wireText:
+	case formText:
 		text, p = d.header, d.compressedHeader()
-	case wireOpenMetrics:
+	case formOpenMetrics:
 		p = d.openMetricsHeader()
 		text = d.omText
-	case wireProto:
+	case formProto:
 		h := d.protoHeader()
 		s.delimit(int64(len(h)), bodies)
 		s.pending.Write(h)

@@ -40,7 +40,7 @@ type Family struct {
 	hash   uint64 // of the lines, to tell them unchanged (Builder)
 	head   *piece // Header
 	desc   *Desc
-	others [nForms]atomic.Pointer[body] // the lines in other formats (formats.go)
+	others [nForms]atomic.Pointer[body] // the lines in the other formats (formats.go); [formText] unused
 	// othersMu is held while one of others is made.
 	othersMu sync.Mutex
 }
