@@ -110,7 +110,7 @@ type knownName struct {
 	seen time.Time
 }
 
-// NewInventory returns the inventory of one controller; it fails on an invalid domain filter.
+// NewInventory returns the inventory of one controller; it fails without a client.
 // Its renders yield to the scrapes of r and prepare the formats they ask for (nil: neither).
 func NewInventory(controller string, client *veil.Client, cfg config.Collect, logger log.Logger, r *exposition.Renderer) (*Inventory, error) {
 	if client == nil {

@@ -133,7 +133,7 @@ func taskDurations(controller string, interval time.Duration) *prometheus.Histog
 }
 
 // Collect turns the latest snapshot into const metrics; it never calls the API. It is the
-// live path of what Rendered holds, for formats other than text. The veil_collector_*
+// live path of what Rendered holds, for name[] filters and the protobuf text forms. The veil_collector_*
 // families of the collections are the daemon's, from RunStatus.
 func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 	inv.CollectRendered(ch)

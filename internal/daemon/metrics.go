@@ -1,5 +1,5 @@
 // The daemon's metrics: each running controller's, delegated (the rendered series as Sets for
-// text scrapes, encoded live for the others), and the veil_collector_* families
+// text, OpenMetrics and protobuf scrapes, encoded live for name[] filters), and the veil_collector_* families
 // of every controller, emitted in one place from the run status each component reports (as
 // node_exporter's collector.go does for its collectors).
 
@@ -15,7 +15,7 @@ import (
 )
 
 // renderedSets are the rendered series of every controller, in configuration order: what a
-// text scrape writes beside d.registry's live families.
+// scrape writes beside d.registry's live families.
 func (d *Daemon) renderedSets() []*exposition.Set {
 	d.mu.RLock()
 	ctrls := d.controllers
@@ -31,7 +31,8 @@ func (d *Daemon) renderedSets() []*exposition.Set {
 	return sets
 }
 
-// renderedCollector encodes live what renderedSets hold, for scrapes in other formats.
+// renderedCollector encodes live what renderedSets hold, for name[] filters and the protobuf
+// text forms.
 type renderedCollector struct{ d *Daemon }
 
 func (renderedCollector) Describe(chan<- *prometheus.Desc) {}
