@@ -15,6 +15,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -73,8 +74,9 @@ type GuestChecker struct {
 	cfg        config.Guest
 	domains    DomainSource
 	logger     log.Logger
-	mountsOut  *regexp.Regexp // fs_mountpoints_exclude; nil: none
-	nicsOut    *regexp.Regexp // network_interfaces_exclude; nil: none
+	outage     runstatus.Outage // of the sweeps: the controller failing guest commands
+	mountsOut  *regexp.Regexp   // fs_mountpoints_exclude; nil: none
+	nicsOut    *regexp.Regexp   // network_interfaces_exclude; nil: none
 
 	pingInterval time.Duration
 	syncEvery    time.Duration
@@ -172,6 +174,7 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 		stopped:      map[string]uint64{},
 		errs:         map[guestErrKey]float64{},
 	}
+	g.outage.Logger = g.logger
 	g.mountsOut, g.nicsOut = cfg.FSMountpointsExclude.Regexp(), cfg.NetworkInterfacesExclude.Regexp()
 	g.descs = newGuestDescs(controller, cfg)
 	g.cache = exposition.NewCache(r, exposition.Pace{Every: guestRenderEvery(cfg.PingInterval), Share: renderShare}, g.render, nil)

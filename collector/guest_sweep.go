@@ -55,7 +55,6 @@ func (g *GuestChecker) leaveSweep(id string, now time.Time) {
 		return
 	}
 	s := &g.sweep
-	wasFailing := s.done && !s.ok
 	s.running, s.done = false, true
 	s.dur, s.end = now.Sub(s.start), now
 	s.ok, s.failErr = s.apiErrs == 0, s.apiErr
@@ -64,12 +63,12 @@ func (g *GuestChecker) leaveSweep(id string, now time.Time) {
 	}
 	// Sweeps failing is logged once when it starts and once when a sweep succeeds again.
 	switch {
-	case s.apiErrs > 0 && !wasFailing:
-		level.Warn(g.logger).Log("msg", "guest sweep failed: the controller failed guest commands (said again when a sweep succeeds)", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr)
 	case s.apiErrs > 0:
-		level.Debug(g.logger).Log("msg", "guest sweep failed again", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr)
-	case wasFailing:
-		level.Info(g.logger).Log("msg", "guest sweep succeeded again", "errors", s.errCount, "duration", s.dur)
+		if !g.outage.Fail(now, level.Warn, "guest sweep failed: the controller failed guest commands (said again when a sweep succeeds)", nil,
+			"errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr) {
+			level.Debug(g.logger).Log("msg", "guest sweep failed again", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr)
+		}
+	case g.outage.Recover(now, "guest sweep succeeded again", "errors", s.errCount, "duration", s.dur):
 	case s.errCount > 0:
 		level.Debug(g.logger).Log("msg", "guest sweep finished with failed guest commands", "errors", s.errCount, "duration", s.dur)
 	}

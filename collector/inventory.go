@@ -19,6 +19,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -53,6 +54,7 @@ type Inventory struct {
 	include    *regexp.Regexp // nil: every domain
 	exclude    *regexp.Regexp // nil: none
 	logger     log.Logger
+	outage     runstatus.Outage // of the controller: down or rejecting the token
 	enabled    []string
 	descs      *inventoryDescs
 	tasks      *taskTracker
@@ -128,6 +130,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		runs:       map[string]*collectionRun{},
 		names:      map[string]knownName{},
 	}
+	inv.outage.Logger, inv.outage.EachCause = inv.logger, true
 	backupRe := cfg.BackupTaskPattern.Regexp()
 	lookback := time.Duration(cfg.BackupLookback)
 	if backupRe == nil {
@@ -246,7 +249,7 @@ type refresh struct {
 	auth             bool        // the token was rejected
 	err              error       // the failures that count, joined
 	msg              string      // the status page's last error
-	prev, next       refreshState
+	first            bool        // no refresh had finished before this one
 	gone, back       []collected // collections that became unavailable, or available again
 	retryUnavailable time.Duration
 }
@@ -297,14 +300,11 @@ func (r *refresh) judge() {
 		}
 	}
 	r.err = errors.Join(errs...)
-	r.next = refreshStateUp
 	switch {
 	case r.auth:
 		r.msg = fmt.Sprintf("controller %s rejected the token (401/403): check token/token_file; it is re-read before the next attempt", r.inv.controller)
-		r.next = refreshStateAuth
 	case r.err != nil:
 		r.msg = r.err.Error()
-		r.next = refreshStateDown
 	}
 }
 
@@ -319,16 +319,7 @@ func (r *refresh) store() {
 	}
 	inv.snap = snap
 	inv.forgetNames(r.start)
-	r.prev = refreshStateNone
-	switch {
-	case !inv.refreshed:
-	case inv.authFailed:
-		r.prev = refreshStateAuth
-	case inv.up:
-		r.prev = refreshStateUp
-	default:
-		r.prev = refreshStateDown
-	}
+	r.first = !inv.refreshed
 	inv.up = r.err == nil
 	inv.authFailed = r.auth
 	inv.refreshed = true
@@ -363,9 +354,9 @@ func (r *refresh) account(run *collectionRun, c collected, f failure, snap *snap
 	}
 }
 
-// log tells of collections gone or back, and of the controller's state when it changed: a
-// token that keeps failing or a controller that stays down is logged when it starts and when it
-// recovers, not at every refresh.
+// log tells of collections gone or back, and of the controller's state when it changed
+// (inv.outage): a token that keeps failing or a controller that stays down is logged when it
+// starts, when its cause changes and when it recovers, not at every refresh.
 func (r *refresh) log() {
 	logger := r.inv.logger
 	for _, c := range r.gone {
@@ -375,32 +366,17 @@ func (r *refresh) log() {
 	for _, c := range r.back {
 		level.Info(logger).Log("msg", "collection available again", "collection", c.name)
 	}
-	if r.next == r.prev {
-		return
-	}
-	switch r.next {
-	case refreshStateAuth:
-		level.Error(logger).Log("msg", r.msg)
-	case refreshStateDown:
-		level.Warn(logger).Log("msg", "controller down: inventory refresh failed, serving the last good data", "err", r.err)
-	case refreshStateUp:
-		if r.prev == refreshStateNone {
-			level.Info(logger).Log("msg", "first inventory refresh done", "duration", r.finished.Sub(r.start))
-		} else {
-			level.Info(logger).Log("msg", "controller back up: inventory refresh succeeded")
-		}
+	switch {
+	case r.auth:
+		r.inv.outage.Fail(r.finished, level.Error, r.msg, nil)
+	case r.err != nil:
+		r.inv.outage.Fail(r.finished, level.Warn, "controller down: inventory refresh failed, serving the last good data", r.err)
+	case r.first:
+		level.Info(logger).Log("msg", "first inventory refresh done", "duration", r.finished.Sub(r.start))
+	default:
+		r.inv.outage.Recover(r.finished, "controller back up: inventory refresh succeeded")
 	}
 }
-
-// refreshState is what the last refresh found, for logging only its changes.
-type refreshState int
-
-const (
-	refreshStateNone refreshState = iota // no refresh finished yet
-	refreshStateUp
-	refreshStateDown
-	refreshStateAuth // the token was rejected
-)
 
 // failure is how one collection's read failed.
 type failure int

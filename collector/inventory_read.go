@@ -10,17 +10,6 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// CollectionStatus is the state of one collection (nodes, domains, ...).
-type CollectionStatus struct {
-	Name        string
-	Success     bool
-	Duration    time.Duration
-	LastSuccess time.Time
-	// Unavailable: the controller lacks the collection (404, 403, 405); not an outage.
-	Unavailable bool
-	Error       string
-}
-
 // InventoryStatus is what the status page shows of one controller's inventory.
 type InventoryStatus struct {
 	Controller   string
@@ -38,7 +27,6 @@ type InventoryStatus struct {
 	DomainsTotal int
 	Tasks        map[string]int // by status
 	Version      string         // of the platform; "" until read or where the controller lacks it
-	Collections  []CollectionStatus
 }
 
 // Domains returns the latest domain snapshot after domain_include/exclude. The slice is
@@ -85,12 +73,6 @@ func (inv *Inventory) Status() InventoryStatus {
 	}
 	for s, n := range inv.snap.taskCounts {
 		st.Tasks[s] = int(n)
-	}
-	for _, name := range inv.enabled {
-		r := inv.runs[name]
-		st.Collections = append(st.Collections, CollectionStatus{
-			Name: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess, Unavailable: r.unavailable, Error: r.err,
-		})
 	}
 	return st
 }

@@ -29,8 +29,6 @@ type Options struct {
 	// Stream is the events stream on the NATS connection, shared by every forwarder on it.
 	Stream *Stream
 	Logger log.Logger
-	// store overrides the store chosen by Events.Checkpoint (tests).
-	store checkpoint
 	// Concurrency is how many pages a catch-up reads at once: the controller's max_concurrency
 	// (the client's own limit applies anyway). 0 means 4.
 	Concurrency int
@@ -145,7 +143,7 @@ type Forwarder struct {
 	cycleDur   time.Duration
 	lastOK     time.Time
 	gapLogged  bool
-	failures   failureLog
+	outage     runstatus.Outage // logs runs of failures
 	// recent is a ring of the last acknowledged events; recentN counts all ever added.
 	recent  [recentLen]RecentEvent
 	recentN int
@@ -165,7 +163,11 @@ type descs struct {
 }
 
 // New checks the options and builds the forwarder; Run starts it.
-func New(opts Options) (*Forwarder, error) {
+func New(opts Options) (*Forwarder, error) { return newForwarder(opts, nil) }
+
+// newForwarder is New with the position store cp instead of the one opts.Events.Checkpoint
+// chooses when cp is not nil (tests).
+func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 	if opts.Controller == "" {
 		return nil, errors.New("forwarder: controller name is empty")
 	}
@@ -174,6 +176,7 @@ func New(opts Options) (*Forwarder, error) {
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
 		published: map[pubKey]uint64{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true}
+	fw.outage.Logger, fw.outage.Remind = fw.logger, failureLogEvery
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
 	}
@@ -198,7 +201,7 @@ func New(opts Options) (*Forwarder, error) {
 	} else {
 		fw.pub = &corePublisher{nc: fw.stream.conn.NATS(), timeout: fw.stream.cfg.JetStream.PublishTimeout}
 	}
-	fw.cp = opts.store
+	fw.cp = cp
 	if fw.cp == nil {
 		var err error
 		switch opts.Events.Checkpoint.Store {
@@ -284,16 +287,12 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		}
 		fw.mu.Lock()
 		fw.cycleDur, fw.cycleOK = time.Since(start), err == nil
-		var recovered bool
-		var failures int
-		var since time.Time
 		if err == nil {
 			fw.lastOK, fw.lastErr = time.Now(), ""
-			recovered, failures, since = fw.failures.recovered()
 		}
 		fw.mu.Unlock()
-		if recovered {
-			level.Info(fw.logger).Log("msg", "event forwarding recovered", "failures", failures, "failing_for", time.Since(since).Round(time.Millisecond))
+		if err == nil {
+			fw.outage.Recover(time.Now(), "event forwarding recovered")
 		}
 		wait := poll
 		if !errors.As(err, new(*setUpError)) {
@@ -387,55 +386,17 @@ func (fw *Forwarder) stop(err error) error {
 	return fmt.Errorf("forwarder %s: %w", fw.opts.Controller, err)
 }
 
-// fail records a failure to be retried. It logs only the first of a run of failures and then a
-// reminder every failureLogEvery: during an outage every retry (once a second) fails alike.
+// fail records a failure to be retried; fw.outage logs the first of a run of failures and then
+// a reminder every failureLogEvery: during an outage every retry (once a second) fails alike.
 func (fw *Forwarder) fail(err error) {
-	now := time.Now()
 	fw.mu.Lock()
 	fw.lastErr = err.Error()
-	first, remind, n, since := fw.failures.failed(now)
 	fw.mu.Unlock()
-	switch {
-	case first:
-		level.Warn(fw.logger).Log("msg", "event forwarding failed; retrying (repeated at most every "+failureLogEvery.String()+" while it goes on)", "err", err)
-	case remind:
-		level.Warn(fw.logger).Log("msg", "event forwarding still failing; retrying", "err", err, "failures", n, "failing_for", now.Sub(since).Round(time.Second))
-	}
+	fw.outage.Fail(time.Now(), level.Warn, "event forwarding failed; retrying (repeated at most every "+failureLogEvery.String()+" while it goes on)", err)
 }
 
 // failureLogEvery is how often a run of failures is logged again.
 const failureLogEvery = 5 * time.Minute
-
-// failureLog decides which failures of a run are worth a log line.
-type failureLog struct {
-	failing      bool
-	since, shown time.Time // first failure of the run, last line logged
-	n            int       // failures in the run
-}
-
-// failed counts a failure at now: first is the run's first, remind says a reminder is due.
-func (f *failureLog) failed(now time.Time) (first, remind bool, n int, since time.Time) {
-	f.n++
-	if !f.failing {
-		f.failing, f.since, f.shown = true, now, now
-		return true, false, f.n, f.since
-	}
-	if now.Sub(f.shown) >= failureLogEvery {
-		f.shown = now
-		return false, true, f.n, f.since
-	}
-	return false, false, f.n, f.since
-}
-
-// recovered ends a run of failures; ok is false when there was none.
-func (f *failureLog) recovered() (ok bool, n int, since time.Time) {
-	if !f.failing {
-		return false, 0, time.Time{}
-	}
-	ok, n, since = true, f.n, f.since
-	*f = failureLog{}
-	return ok, n, since
-}
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {

@@ -63,9 +63,8 @@ func TestOutageLoggedOnStateChange(t *testing.T) {
 	r.nats.Stop()
 	want = append(want, r.sim.AddEvents(5, veiltest.EventSpec{})...)
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		fw.mu.Lock()
-		defer fw.mu.Unlock()
-		return fw.failures.n >= 3
+		n, _, _ := fw.outage.Failing()
+		return n >= 3
 	}, "three failed cycles")
 	r.nats.Start()
 	exactlyOnceInOrder(t, "prod", want, rec.waitFor(t, len(want), 20*time.Second))
@@ -77,41 +76,6 @@ func TestOutageLoggedOnStateChange(t *testing.T) {
 	}
 	if !strings.Contains(out, "not connected") {
 		t.Errorf("the failure line does not say why:\n%s", out)
-	}
-}
-
-// TestFailureLogThrottles proves which failures of a run are logged: the first, then one every
-// failureLogEvery, and that a recovery starts a new run.
-func TestFailureLogThrottles(t *testing.T) {
-	t0 := time.Unix(1_700_000_000, 0)
-	var f failureLog
-	steps := []struct {
-		name          string
-		at            time.Duration
-		recover       bool
-		first, remind bool // for a failure; for a recovery, first means "recovery reported"
-	}{
-		{"the first failure is logged", 0, false, true, false},
-		{"a retry a second later is not", time.Second, false, false, false},
-		{"nor one just short of the interval", failureLogEvery - time.Second, false, false, false},
-		{"a reminder once the interval passed", failureLogEvery, false, false, true},
-		{"no second reminder right after", failureLogEvery + time.Second, false, false, false},
-		{"recovery ends the run", failureLogEvery + 2*time.Second, true, true, false},
-		{"a failure after recovery is a first again", failureLogEvery + 3*time.Second, false, true, false},
-	}
-	for _, s := range steps {
-		if s.recover {
-			if ok, n, since := f.recovered(); ok != s.first || n != 5 || !since.Equal(t0) {
-				t.Fatalf("%s: recovered() = %v, %d failures since %v", s.name, ok, n, since)
-			}
-			if ok, _, _ := f.recovered(); ok {
-				t.Fatalf("%s: a second recovery reported", s.name)
-			}
-			continue
-		}
-		if first, remind, _, _ := f.failed(t0.Add(s.at)); first != s.first || remind != s.remind {
-			t.Fatalf("%s: first %v remind %v, want %v %v", s.name, first, remind, s.first, s.remind)
-		}
 	}
 }
 

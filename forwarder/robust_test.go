@@ -201,7 +201,7 @@ func TestFailedSaveIsRetriedWhileTheJournalIsQuiet(t *testing.T) {
 			cp := &brokenCheckpoint{checkpoint: file}
 			cp.broken.Store(true)
 			ids := r.sim.AddEvents(tt.events, veiltest.EventSpec{})
-			fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger(), store: cp})
+			fw, err := newForwarder(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger()}, cp)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -259,7 +259,7 @@ func TestKVLostReplyDoesNotStopForwarding(t *testing.T) {
 	}
 	lost := &lostReplyKV{KeyValue: kvcp.kv}
 	kvcp.kv = lost
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger(), store: cp})
+	fw, err := newForwarder(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger()}, cp)
 	if err != nil {
 		t.Fatal(err)
 	}

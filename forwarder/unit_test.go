@@ -111,7 +111,7 @@ func TestSecondInstanceLosesTheKVPosition(t *testing.T) {
 
 	// A running forwarder whose position is written by another instance stops with the conflict.
 	r.sim.AddEvents(10, veiltest.EventSpec{})
-	fw, err := New(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger(), store: b})
+	fw, err := newForwarder(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream, Logger: log.NewNopLogger()}, b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,9 @@
 // backoff, the embedded server when configured, the one-time logging of failures and recoveries,
 // what the status page shows of it (never a secret) and the file digests that tell a reload to
 // reconnect. It knows nothing of streams or leases: forwarder builds on it (learning from
-// Generation that a reconnect happened) and ha is handed its JetStream. Imports config and the
-// NATS libraries, never forwarder, ha or collector.
+// Generation that a reconnect happened) and ha is handed its JetStream. Imports config,
+// internal/runstatus (how a run of failures is logged) and the NATS libraries, never forwarder,
+// ha or collector.
 package natsconn
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
 
 // Conn is the NATS connection events are published on and leases kept, with the embedded server
@@ -44,8 +46,8 @@ type Conn struct {
 	mu        sync.Mutex
 	lastErr   string
 	lastErrAt time.Time
-	down      bool // a failure was logged and no connection came since
-	shown     bool // a connection was logged
+	outage    runstatus.Outage // logs a run of connection failures and its end
+	shown     bool             // a connection was logged
 	closeOne  sync.Once
 }
 
@@ -68,6 +70,7 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 		logger = log.NewNopLogger()
 	}
 	c := &Conn{cfg: cfg, logger: logger, url: config.RedactURL(cfg.URL), files: fileDigests(cfg)}
+	c.outage.Logger = logger
 	connURL := cfg.URL
 	if cfg.Embedded.Enabled {
 		srv, err := startEmbedded(cfg.Embedded)
@@ -150,14 +153,11 @@ func (c *Conn) failed(err error, msg string) {
 		err = c.dialCause(err)
 	}
 	text := redactErr(err, c.cfg)
+	now := time.Now()
 	c.mu.Lock()
-	c.lastErr, c.lastErrAt = text, time.Now()
-	first := !c.down
-	c.down = true
+	c.lastErr, c.lastErrAt = text, now
 	c.mu.Unlock()
-	if first {
-		level.Warn(c.logger).Log("msg", msg, "url", c.url, "err", text)
-	}
+	c.outage.Fail(now, level.Warn, msg, errors.New(text), "url", c.url)
 }
 
 // dialCause replaces the client's "no servers available" by why the first server could not be
@@ -181,14 +181,13 @@ func (c *Conn) dialCause(err error) error {
 	return err
 }
 
-// connected logs the connection coming (once per run of failures,
-// and at start).
+// connected logs the connection coming (once per run of failures, and at start).
 func (c *Conn) connected() {
 	c.mu.Lock()
-	show := c.down || !c.shown
-	c.down, c.shown = false, true
+	first := !c.shown
+	c.shown = true
 	c.mu.Unlock()
-	if show {
+	if !c.outage.Recover(time.Now(), "NATS connected", "url", c.url) && first {
 		level.Info(c.logger).Log("msg", "NATS connected", "url", c.url)
 	}
 }

@@ -251,12 +251,9 @@ func (d *Daemon) status() statusData {
 	}
 	for _, ct := range d.controllers {
 		cs := controllerView(ct.cfg.Name, config.RedactURL(ct.cfg.URL), ct.inventory.Status())
-		if rs := reporters(ct); len(rs) > 0 {
-			cs.Collectors = cs.Collectors[:0]
-			for _, r := range rs {
-				for _, st := range r.RunStatus() {
-					cs.Collectors = append(cs.Collectors, collectorView(st))
-				}
+		for _, p := range ct.parts {
+			for _, st := range p.RunStatus() {
+				cs.Collectors = append(cs.Collectors, collectorView(st))
 			}
 		}
 		var ps []collector.Problem
@@ -284,20 +281,13 @@ func controllerView(name, url string, inv collector.InventoryStatus) controllerS
 			Nodes: inv.Nodes, Clusters: inv.Clusters, Datapools: inv.Datapools,
 			VMs: inv.Domains, VMsTotal: inv.DomainsTotal, Tasks: inv.Tasks,
 		},
-		// Until the components report runstatus (status() then replaces this), the
-		// inventory's own collections.
-		Collectors: make([]collectorStatus, 0, len(inv.Collections)),
+		Collectors: []collectorStatus{}, // the components' runs, added by status()
 	}
 	switch {
 	case inv.Up:
 		cs.State = "up"
 	case inv.Ready:
 		cs.State, cs.Error = "down", inv.LastError
-	}
-	for _, c := range inv.Collections {
-		cs.Collectors = append(cs.Collectors, collectorView(runstatus.Status{
-			Collector: c.Name, Success: c.Success, Duration: c.Duration, LastSuccess: c.LastSuccess, Error: c.Error,
-		}))
 	}
 	return cs
 }

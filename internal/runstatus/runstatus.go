@@ -1,9 +1,11 @@
 // Package runstatus is the small report every background component of a controller (inventory
 // collections, the guest checker, the event forwarder) gives of its last run. The daemon turns
 // these reports into the veil_collector_* families in one place, so no component imports another
-// for metrics plumbing (as node_exporter's collector.go does for its collectors).
+// for metrics plumbing (as node_exporter's collector.go does for its collectors). Outage is the
+// one policy for logging a run of failures (first, reminders, recovery) that every background
+// activity follows: the inventory, the guest sweep, the forwarder, the NATS connection and ha.
 //
-// Imports nothing of this module; collector, forwarder and the daemon import it.
+// Imports nothing of this module; collector, forwarder, natsconn, ha and the daemon import it.
 package runstatus
 
 import "time"
