@@ -57,7 +57,7 @@
 //
 // # Wiring it into the daemon
 //
-//	coord, err := ha.New(js, ha.Options{
+//	coord, err := ha.New(conn.NATS(), ha.Options{
 //		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL,
 //		Instance: cfg.HA.Instance, Controllers: names, Logger: logger,
 //		OnAcquire: d.acquired, // starts the controller under l.Context() and returns
@@ -83,6 +83,6 @@
 // Valid: a released lease stays held while its controller stops, so the last save goes
 // through); the stream's expected-sequence fence refuses a stale owner's publish or save.
 //
-// Owns the leases and who runs what; imports nothing of this module (the daemon hands it a
-// jetstream.JetStream and its callbacks).
+// Owns the leases and who runs what; imports of this module only internal/runstatus (how a run
+// of failures is logged); the daemon hands it a NATS connection and its callbacks.
 package ha

@@ -17,7 +17,10 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
 
 // Options configures a Coordinator.
@@ -37,9 +40,6 @@ type Options struct {
 	// off its loop, so that a controller slow to stop delays no other lease's renewal; the
 	// lease's key is deleted, and the controller acquired again, only once it returned.
 	OnRelease func(controller string) (stopped func())
-
-	// beforeTick, for tests, runs at the start of every renew period and may block: a paused replica.
-	beforeTick func()
 }
 
 // DefaultInstance is hostname-pid, with characters a bucket key cannot hold replaced by '_'.
@@ -81,8 +81,9 @@ type Coordinator struct {
 	releases    sync.WaitGroup  // of releasing
 	transitions map[string]uint64
 	lastErr     string
-	failing     bool
-	announce    bool // controllers changed since the last announcement
+	outage      runstatus.Outage // logs a run of failures to reach the bucket
+	beforeTick  func()           // set by tests before Run: runs at the start of every renew period
+	announce    bool             // controllers changed since the last announcement
 	dupWarned   bool
 
 	// Used by Run's goroutine only.
@@ -102,10 +103,15 @@ type attempt struct {
 	sent time.Time
 }
 
-// New checks the options; Run starts the coordination.
-func New(js jetstream.JetStream, opts Options) (*Coordinator, error) {
-	if js == nil {
-		return nil, errors.New("ha: no JetStream")
+// New checks the options and makes the coordinator's own JetStream context on nc; Run starts
+// the coordination.
+func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
+	if nc == nil {
+		return nil, errors.New("ha: no NATS connection")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("ha: %w", err)
 	}
 	if opts.LeaseTTL <= 0 {
 		return nil, fmt.Errorf("ha: lease TTL %v is not positive", opts.LeaseTTL)
@@ -135,6 +141,7 @@ func New(js jetstream.JetStream, opts Options) (*Coordinator, error) {
 		held:        map[string]*Lease{}, releasing: map[string]bool{}, transitions: map[string]uint64{}, attempts: map[string]attempt{},
 		descs: newDescs(),
 	}
+	c.outage.Logger = c.logger
 	return c, nil
 }
 
@@ -356,8 +363,8 @@ func (c *Coordinator) follow(ctx context.Context, w jetstream.KeyWatcher) {
 
 // onTick is the renew period: announce, renew, then act.
 func (c *Coordinator) onTick(ctx context.Context, kv jetstream.KeyValue) {
-	if c.opts.beforeTick != nil {
-		c.opts.beforeTick()
+	if c.beforeTick != nil {
+		c.beforeTick()
 	}
 	c.checkWatch(ctx, kv)
 	c.heartbeat(ctx, kv)
@@ -403,23 +410,16 @@ func (c *Coordinator) heartbeat(ctx context.Context, kv jetstream.KeyValue) {
 	c.heartbeatRev, c.heartbeatAt = rev, time.Now()
 	c.mu.Lock()
 	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
-	recovered := c.failing
-	c.failing, c.lastErr = false, ""
+	c.lastErr = ""
 	c.mu.Unlock()
-	if recovered {
-		level.Info(c.logger).Log("msg", "lease bucket reachable again", "bucket", c.opts.Bucket)
-	}
+	c.outage.Recover(time.Now(), "lease bucket reachable again", "bucket", c.opts.Bucket)
 }
 
 func (c *Coordinator) setErr(what string, err error) {
-	msg := what + ": " + err.Error()
 	c.mu.Lock()
-	first := !c.failing
-	c.failing, c.lastErr = true, msg
+	c.lastErr = what + ": " + err.Error()
 	c.mu.Unlock()
-	if first {
-		level.Warn(c.logger).Log("msg", what+"; retrying every lease_ttl/3", "bucket", c.opts.Bucket, "err", err)
-	} else {
+	if !c.outage.Fail(time.Now(), level.Warn, what+"; retrying every lease_ttl/3", err, "bucket", c.opts.Bucket) {
 		level.Debug(c.logger).Log("msg", what, "err", err)
 	}
 }

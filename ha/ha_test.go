@@ -218,7 +218,7 @@ func TestPausedOwnerStopsBeforeTakeoverAndNeverRenewsOverIt(t *testing.T) {
 		pauseMu sync.Mutex
 		paused  chan struct{} // non-nil: the loop blocks until it is closed
 	)
-	a := w.start("pod-a", func(o *Options) {
+	a := w.start("pod-a", func(o *testOptions) {
 		o.beforeTick = func() {
 			pauseMu.Lock()
 			p := paused
@@ -348,7 +348,7 @@ func TestRunWaitsForNATS(t *testing.T) {
 	n := testutil.StartNATS(t)
 	n.Stop()
 	w := newWorld(t, n.URL(), []string{"alpha", "bravo"})
-	a := w.start("pod-a", func(o *Options) { o.Replicas = 1 })
+	a := w.start("pod-a", func(o *testOptions) { o.Replicas = 1 })
 	testutil.Eventually(t, 10*time.Second, func() bool { return a.c.Status().LastError != "" }, "the status to show the failure")
 	if got := gauge(t, a.c, "veil_ha_leader", "alpha"); got != 0 {
 		t.Errorf("veil_ha_leader = %v without NATS, want 0", got)
@@ -363,8 +363,8 @@ func TestRunWaitsForNATS(t *testing.T) {
 func TestSetControllersReleasesRemovedOnes(t *testing.T) {
 	n := testutil.StartNATS(t)
 	w := newWorld(t, n.URL(), []string{"alpha", "bravo"})
-	a := w.start("pod-a", func(o *Options) { o.Replicas = 1 })
-	b := w.start("pod-b", func(o *Options) { o.Replicas = 1 })
+	a := w.start("pod-a", func(o *testOptions) { o.Replicas = 1 })
+	b := w.start("pod-b", func(o *testOptions) { o.Replicas = 1 })
 	w.waitConverged(20*time.Second, a, b)
 	// pod-b drops bravo from its configuration: pod-a, the only one configured with it, runs it.
 	b.c.SetControllers([]string{"alpha"})
@@ -384,7 +384,7 @@ func TestSlowReleaseDelaysNoRenewal(t *testing.T) {
 	n := testutil.StartNATS(t)
 	w := newWorld(t, n.URL(), []string{"alpha", "bravo"})
 	release, stopping := make(chan struct{}), make(chan struct{})
-	a := w.start("pod-a", func(o *Options) {
+	a := w.start("pod-a", func(o *testOptions) {
 		o.Replicas = 1
 		next := o.OnRelease
 		o.OnRelease = func(ct string) func() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/config"
@@ -18,7 +19,13 @@ import (
 // seen on CI: two controllers released within 5 ms) and checks that only the first may release
 // until the controller it handed over is held by someone.
 func TestOnlyOneHandOverAtATime(t *testing.T) {
-	js := testutil.JetStream(t, testutil.StartNATS(t).URL())
+	url := testutil.StartNATS(t).URL()
+	js := testutil.JetStream(t, url)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "HANDOVER_TEST", History: 1})
@@ -27,7 +34,7 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 	}
 	def := config.Default().HA // the bucket and replicas a configuration without an ha section gets
 	coord := func(name string) *Coordinator {
-		c, err := New(js, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: name, LeaseTTL: testTTL, Controllers: []string{"alpha", "bravo"}})
+		c, err := New(nc, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: name, LeaseTTL: testTTL, Controllers: []string{"alpha", "bravo"}})
 		if err != nil {
 			t.Fatal(err)
 		}

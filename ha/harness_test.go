@@ -11,7 +11,6 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
@@ -74,30 +73,33 @@ func newWorld(t *testing.T, urls string, ctrls []string) *world {
 }
 
 // start runs a coordinator named name; opt may adjust its options.
-func (w *world) start(name string, opt func(*Options)) *replica {
+// testOptions are a replica's Options and the hooks only tests set.
+type testOptions struct {
+	Options
+	beforeTick func() // runs at the start of every renew period and may block: a paused replica
+}
+
+func (w *world) start(name string, opt func(*testOptions)) *replica {
 	w.t.Helper()
 	nc, err := nats.Connect(w.urls, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		w.t.Fatal(err)
-	}
 	r := &replica{name: name, nc: nc, done: make(chan struct{}), released: map[string]int{}}
-	opts := Options{
+	opts := testOptions{Options: Options{
 		Bucket: w.bucket, Replicas: 3, LeaseTTL: testTTL, Instance: name, Controllers: w.ctrls,
 		Logger:    level.NewFilter(log.With(log.NewLogfmtLogger(&w.logs), "t", log.DefaultTimestampUTC), level.AllowInfo()),
 		OnAcquire: func(l *Lease) { w.acquired(r, l) },
 		OnRelease: func(ct string) func() { w.releasedBy(r, ct); return nil },
-	}
+	}}
 	if opt != nil {
 		opt(&opts)
 	}
-	r.c, err = New(js, opts)
+	r.c, err = New(nc, opts.Options)
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	r.c.beforeTick = opts.beforeTick
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { defer close(r.done); r.c.Run(ctx) }()

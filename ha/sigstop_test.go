@@ -84,7 +84,7 @@ func TestHelperReplica(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	var kv atomic.Pointer[jetstream.KeyValue]
 	var held atomic.Pointer[Lease]
-	c, err := New(js, Options{
+	c, err := New(nc, Options{
 		Bucket: os.Getenv("VEIL_HA_BUCKET"), Replicas: 3, LeaseTTL: testTTL, Instance: "child",
 		Controllers: []string{os.Getenv("VEIL_HA_CONTROLLER")},
 		OnAcquire: func(l *Lease) {
@@ -145,7 +145,7 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 		}
 	}()
 	testutil.Eventually(t, 20*time.Second, func() bool { return strings.Contains(out.String(), "wrote") }, "the child to own %s and write its position", ct)
-	parent := w.start("parent", func(o *Options) {
+	parent := w.start("parent", func(o *testOptions) {
 		o.OnAcquire = func(l *Lease) {
 			w.acquired(nil, l)
 			go positionWorker(parentKV, l, "parent", func(s string) {

@@ -45,7 +45,7 @@ func TestPausedOwnersControllerMovesWhenItsLeaseRunsOut(t *testing.T) {
 	resume := make(chan struct{})
 	wake := sync.OnceFunc(func() { close(resume) }) // SIGCONT
 	t.Cleanup(wake)                                 // before the world stops its replicas
-	a := w.start("pod-a", func(o *Options) {
+	a := w.start("pod-a", func(o *testOptions) {
 		o.Replicas, o.LeaseTTL = 1, ttl
 		o.beforeTick = func() {
 			switch state.Load() {
@@ -65,7 +65,7 @@ func TestPausedOwnersControllerMovesWhenItsLeaseRunsOut(t *testing.T) {
 		}
 	})
 	testutil.Eventually(t, 10*time.Second, func() bool { return a.c.Lease(ct) != nil }, "pod-a to hold %s", ct)
-	b := w.start("pod-b", func(o *Options) {
+	b := w.start("pod-b", func(o *testOptions) {
 		o.Replicas, o.LeaseTTL = 1, ttl
 		o.beforeTick = func() {
 			select {

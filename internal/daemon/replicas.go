@@ -80,13 +80,7 @@ func (d *Daemon) startReplicas(cfg *config.Config) {
 	d.mu.RLock()
 	conn := d.conn
 	d.mu.RUnlock()
-	js, err := conn.JetStream()
-	if err != nil {
-		// Only a connection without JetStream support in the client fails here; report it.
-		level.Error(d.logger).Log("msg", "couldn't start replicas: no JetStream on the NATS connection", "err", err)
-		return
-	}
-	coord, err := ha.New(js, ha.Options{
+	coord, err := ha.New(conn.NATS(), ha.Options{
 		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL, Instance: cfg.HA.Instance,
 		Controllers: controllerNames(cfg), Logger: d.base, // the package adds component=ha
 		OnAcquire: d.acquired, OnRelease: d.released,
