@@ -279,12 +279,12 @@ func escaped(mf *dto.MetricFamily, scheme model.EscapingScheme) *dto.MetricFamil
 
 // needsEscaping says whether a name of mf is not a legacy one (as model's own check).
 func needsEscaping(mf *dto.MetricFamily) bool {
-	if !model.IsValidLegacyMetricName(mf.GetName()) {
+	if !model.LegacyValidation.IsValidMetricName(mf.GetName()) {
 		return true
 	}
 	for _, m := range mf.Metric {
 		for _, l := range m.Label {
-			if !model.IsValidLegacyMetricName(l.GetName()) || l.GetName() == model.MetricNameLabel && !model.IsValidLegacyMetricName(l.GetValue()) {
+			if !model.LegacyValidation.IsValidMetricName(l.GetName()) || l.GetName() == model.MetricNameLabel && !model.LegacyValidation.IsValidMetricName(l.GetValue()) {
 				return true
 			}
 		}
