@@ -59,6 +59,9 @@ type Status struct {
 	Conflicts  uint64
 	Rewinds    uint64
 	LastRewind Rewind
+	// Republished counts the events published again after a rewind: those the position had
+	// already passed when the rewind was noticed.
+	Republished uint64
 	// StreamSeq is the stream sequence of the controller's newest message (0: none known).
 	StreamSeq uint64
 	LastError string
@@ -127,23 +130,27 @@ type Forwarder struct {
 	inConflict bool
 	rewinds    uint64
 	lastRewind Rewind
-	backlog    int
-	published  map[pubKey]uint64
-	classes    map[string]bool // entity_class label values in use, at most maxEntityClasses
-	pubErrors  uint64
-	dups       uint64
-	gaps       uint64
-	episodes   uint64
-	lastGap    GapEpisode
-	lastAcked  time.Time // wall clock of the last acknowledgement (not the event's created)
-	lastErr    string
-	notReady   string // why NATS, stream or position store keep events back; "" when they don't
-	stopped    bool
-	cycleOK    bool
-	cycleDur   time.Duration
-	lastOK     time.Time
-	gapLogged  bool
-	outage     runstatus.Outage // logs runs of failures
+	// republishUntil is the position a rewind went back from (unknown: none pending): an event
+	// published at or before it is published again, counted in republished.
+	republishUntil position
+	republished    uint64
+	backlog        int
+	published      map[pubKey]uint64
+	classes        map[string]bool // entity_class label values in use, at most maxEntityClasses
+	pubErrors      uint64
+	dups           uint64
+	gaps           uint64
+	episodes       uint64
+	lastGap        GapEpisode
+	lastAcked      time.Time // wall clock of the last acknowledgement (not the event's created)
+	lastErr        string
+	notReady       string // why NATS, stream or position store keep events back; "" when they don't
+	stopped        bool
+	cycleOK        bool
+	cycleDur       time.Duration
+	lastOK         time.Time
+	gapLogged      bool
+	outage         runstatus.Outage // logs runs of failures
 	// recent is a ring of the last acknowledged events; recentN counts all ever added.
 	recent  [recentLen]RecentEvent
 	recentN int
@@ -159,7 +166,7 @@ type pubKey struct{ typ, class string }
 const maxEntityClasses = 50
 
 type descs struct {
-	published, pubErrors, dups, gaps, episodes, conflicts, rewinds, newestCreated, backlog, natsUp *prometheus.Desc
+	published, pubErrors, dups, gaps, episodes, conflicts, rewinds, republished, newestCreated, backlog, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.
@@ -230,6 +237,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		episodes:      prometheus.NewDesc("veil_events_gap_episodes_total", "Times the stored position's event was found deleted and continuity with it could not be proven: events may have been lost, how many is not known (veil_events_gaps_total has the lower bound)."+polled, nil, c),
 		conflicts:     prometheus.NewDesc("veil_events_publish_conflicts_total", "Publishes the stream refused because its newest message of this controller was not the expected one (another replica published, or the stream holds other than the forwarder thought); the position is then read from the stream again."+polled, nil, c),
 		rewinds:       prometheus.NewDesc("veil_events_rewinds_total", "Times the stream held less of this controller than the stored position (NATS lost acknowledged messages): the events in between were published again from the journal."+polled, nil, c),
+		republished:   prometheus.NewDesc("veil_events_republished_total", "Events published again because the stream held less of this controller than the position (counted from the stored position at a start, so a lower bound after a crash)."+polled, nil, c),
 		newestCreated: prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event (the stored position)."+polled, nil, c),
 		backlog:       prometheus.NewDesc("veil_events_backlog", "Events known but not yet published; also counted while NATS is unreachable."+polled, nil, c),
 		natsUp:        prometheus.NewDesc("veil_nats_connected", "1 if the event forwarder's NATS connection is up, read at scrape time.", nil, c),
@@ -484,7 +492,7 @@ func (fw *Forwarder) Status() Status {
 	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
 		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
 		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
-		Conflicts: fw.conflicts, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, StreamSeq: fw.seq,
+		Conflicts: fw.conflicts, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
 		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
 		Subject: fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
 	n := min(fw.recentN, recentLen)
@@ -514,7 +522,7 @@ func (fw *Forwarder) RunStatus() []runstatus.Status {
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.rewinds, d.newestCreated, d.backlog, d.natsUp} {
+	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
 		ch <- x
 	}
 }
@@ -533,6 +541,7 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
 	ch <- prometheus.MustNewConstMetric(d.conflicts, prometheus.CounterValue, float64(fw.conflicts))
 	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
+	ch <- prometheus.MustNewConstMetric(d.republished, prometheus.CounterValue, float64(fw.republished))
 	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
 	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
 	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.stream.conn.Connected()))

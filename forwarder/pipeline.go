@@ -187,6 +187,9 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, seq uin
 	for i, e := range events {
 		p.advance(e.Created.Time, e.ID)
 		fw.published[pubKey{typeLabel(e.Type), fw.classLabel(&e)}]++
+		if fw.republishUntil.published(e.Created.Time, e.ID) {
+			fw.republished++
+		}
 		if !e.Created.After(p.TailCreated) && p.Ahead > 0 {
 			p.Ahead--
 		}
@@ -194,6 +197,9 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, seq uin
 			fw.recent[fw.recentN%recentLen] = RecentEvent{ID: e.ID, Type: e.Type, Subject: msgs[i].Subject, Message: eventMessage(e.Raw), Created: e.Created.Time}
 			fw.recentN++
 		}
+	}
+	if fw.republishUntil.Known && p.Created.After(fw.republishUntil.Created) {
+		fw.republishUntil = position{} // past what the rewind went back from
 	}
 	fw.pos = p
 	fw.lastAcked = time.Now()

@@ -168,6 +168,9 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 				fw.rewinds++
 				fw.lastRewind = Rewind{At: time.Now(), From: cur.Created, To: sp.Created}
 				rewound = &fw.lastRewind
+				if cur.compare(fw.republishUntil) > 0 {
+					fw.republishUntil = cur.clone()
+				}
 			}
 			fw.pos, changed = sp, true
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -18,7 +19,7 @@ import (
 // newest message on the stream, whatever the stored position says: a lost position volume
 // republishes nothing (with either events.start) and skips nothing created while it was down, and
 // a stream that lost its newest acknowledged messages (as a power loss of NATS does) gets them
-// again from the journal, counted as a rewind. The duplicate window plays no part: a resend would
+// again from the journal, counted as a rewind and, event by event, as republished. The duplicate window plays no part: a resend would
 // be refused by the stream and counted as a conflict, and none is.
 func TestTheStreamIsThePosition(t *testing.T) {
 	const before, during, lostTail = 130, 40, 25
@@ -28,11 +29,14 @@ func TestTheStreamIsThePosition(t *testing.T) {
 		wipeVolume  bool // the state directory is emptied while the forwarder is stopped
 		loseTail    bool // the stream's newest messages are lost while the forwarder is stopped
 		wantRewinds uint64
+		wantRepub   uint64 // events published again: the lost tail, when the position knew it
 	}{
-		{"position volume lost, start earliest", "earliest", true, false, 0},
-		{"position volume lost, start latest", "latest", true, false, 0},
-		{"the stream lost its newest messages", "earliest", false, true, 1},
-		{"both lost", "latest", true, true, 0}, // nothing stored says more than the stream
+		{"position volume lost, start earliest", "earliest", true, false, 0, 0},
+		{"position volume lost, start latest", "latest", true, false, 0, 0},
+		{"the stream lost its newest messages", "earliest", false, true, 1, lostTail},
+		// Nothing stored says more than the stream: the tail is published again all the same,
+		// but nothing can tell it was lost.
+		{"both lost", "latest", true, true, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,11 +85,36 @@ func TestTheStreamIsThePosition(t *testing.T) {
 			if st.Conflicts != 0 || st.Rewinds != tt.wantRewinds || st.Duplicates != 0 {
 				t.Errorf("conflicts %d, rewinds %d (want %d), duplicates %d", st.Conflicts, st.Rewinds, tt.wantRewinds, st.Duplicates)
 			}
+			if st.Republished != tt.wantRepub {
+				t.Errorf("republished %d, want %d", st.Republished, tt.wantRepub)
+			}
+			if got := counterValue(t, fw, "veil_events_republished_total"); got != float64(tt.wantRepub) {
+				t.Errorf("veil_events_republished_total = %v, want %d", got, tt.wantRepub)
+			}
 			if tt.wantRewinds > 0 && (st.LastRewind.At.IsZero() || !st.LastRewind.To.Before(st.LastRewind.From)) {
 				t.Errorf("last rewind %+v: want it noticed, from the stored position back to the stream's", st.LastRewind)
 			}
 		})
 	}
+}
+
+// counterValue is the value of fw's one counter series name (-1: not exported).
+func counterValue(t *testing.T, fw *Forwarder, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(fw); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return -1
 }
 
 // TestPositionHeadersRoundTrip proves that what a message carries is enough to resume from it

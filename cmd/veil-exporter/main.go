@@ -283,6 +283,43 @@ func checkConfig(f *flags, stdout io.Writer) error {
 			return fmt.Errorf("controller %s: %w", c.Name, err)
 		}
 	}
+	for _, w := range durabilityWarnings(cfg) {
+		fmt.Fprintf(stdout, "%s: WARNING: %s\n", f.configFile, w)
+	}
 	fmt.Fprintf(stdout, "%s: OK (%d controllers)\n", f.configFile, len(cfg.Controllers))
 	return nil
+}
+
+// durabilityWarnings says where a valid cfg can lose acknowledged events to NATS's deferred
+// fsync (README: NATS durability): a single-replica stream on a server that does not sync every
+// write. Only what the file says is known: an existing stream's replicas and an external
+// server's sync_interval are not, so these name the stream veil-exporter creates and the
+// server's setting as a condition. Core NATS acknowledges nothing and is not warned about.
+func durabilityWarnings(cfg *config.Config) []string {
+	n := cfg.NATS
+	if !cfg.Events.Enabled || !n.JetStream.Enabled {
+		return nil
+	}
+	const republished = "they will be republished from the journal while it still holds them"
+	if n.Embedded.Enabled {
+		if n.Embedded.Sync.Always {
+			return nil
+		}
+		return []string{fmt.Sprintf("nats.embedded.sync is %s and the embedded server's stream has 1 replica: "+
+			"a power loss of this host can drop the events acknowledged in the last %[1]s; %s. "+
+			"Set nats.embedded.sync: always if even a republish is unwanted.", n.Embedded.Sync, republished)}
+	}
+	if !n.JetStream.CreateStream {
+		return nil // the operator's stream: its replicas are not in this file
+	}
+	how, fix := "without ha", "enable ha with ha.replicas: 3 on a 3-node NATS cluster"
+	if cfg.HA.Enabled {
+		if cfg.HA.Replicas > 1 {
+			return nil
+		}
+		how, fix = "ha.replicas: 1", "set ha.replicas: 3 on a 3-node NATS cluster"
+	}
+	return []string{fmt.Sprintf("the stream %s, when veil-exporter creates it, has 1 replica (%s): "+
+		"if the NATS server's sync_interval is not always, a power loss can drop acknowledged events; %s. "+
+		"To avoid it, %s, or set sync_interval: always on the server.", n.JetStream.Stream, how, republished, fix)}
 }

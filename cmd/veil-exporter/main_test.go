@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +60,59 @@ func TestFlagsVersionAndConfigCheck(t *testing.T) {
 			}
 			if !strings.Contains(text, tt.want) {
 				t.Errorf("output %q does not contain %q", text, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigCheckWarnsWhereAcknowledgedEventsCanBeLost proves that --config.check warns, and
+// still passes, where a power loss of NATS can drop acknowledged events (a single-replica stream
+// on a server that does not sync every write), and stays quiet where it cannot or cannot know.
+func TestConfigCheckWarnsWhereAcknowledgedEventsCanBeLost(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "tok")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	const (
+		embedded = "nats.embedded.sync is 1s and the embedded server's stream has 1 replica: a power loss of this host can drop the events acknowledged in the last 1s; they will be republished from the journal while it still holds them. Set nats.embedded.sync: always if even a republish is unwanted."
+		external = "the stream VEIL_EVENTS, when veil-exporter creates it, has 1 replica (without ha): if the NATS server's sync_interval is not always, a power loss can drop acknowledged events; they will be republished from the journal while it still holds them. To avoid it, enable ha with ha.replicas: 3 on a 3-node NATS cluster, or set sync_interval: always on the server."
+		haOne    = "the stream VEIL_EVENTS, when veil-exporter creates it, has 1 replica (ha.replicas: 1): if the NATS server's sync_interval is not always, a power loss can drop acknowledged events; they will be republished from the journal while it still holds them. To avoid it, set ha.replicas: 3 on a 3-node NATS cluster, or set sync_interval: always on the server."
+	)
+	kv := "events: {enabled: true, checkpoint: {store: nats_kv}}\n"
+	file := "events: {enabled: true, checkpoint: {store: file, dir: " + filepath.Join(dir, "state") + "}}\n"
+	tests := []struct {
+		name, yaml string
+		want       string // the one warning; "" none
+	}{
+		{"embedded server syncing every second", file + "nats: {embedded: {enabled: true, store_dir: " + filepath.Join(dir, "nats") + ", sync: 1s}}\n", embedded},
+		{"embedded server syncing every write", file + "nats: {embedded: {enabled: true, store_dir: " + filepath.Join(dir, "nats") + ", sync: always}}\n", ""},
+		{"external server, stream created without ha", file, external},
+		{"external cluster, stream created with ha.replicas 1", kv + "ha: {enabled: true}\n", haOne},
+		{"external cluster, stream created with ha.replicas 3", kv + "ha: {enabled: true, replicas: 3}\n", ""},
+		{"the operator's stream", file + "nats: {jetstream: {create_stream: false}}\n", ""},
+		{"core NATS acknowledges nothing", file + "nats: {jetstream: {enabled: false}}\n", ""},
+		{"events off", "events: {enabled: false}\n", ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
+			body := "controllers:\n" + testutil.ControllerYAML("a", "http://127.0.0.1:1", tok) + "guest: {enabled: false}\n" + tt.yaml
+			if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			if err := run(context.Background(), []string{"--config.check", "--config.file", cfg}, &out, &errb, nil); err != nil {
+				t.Fatalf("a warning is no error: %v\n%s", err, body)
+			}
+			var want []string
+			if tt.want != "" {
+				want = append(want, cfg+": WARNING: "+tt.want)
+			}
+			want = append(want, cfg+": OK (1 controllers)")
+			if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); !slices.Equal(got, want) {
+				t.Errorf("output\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if errb.Len() != 0 {
+				t.Errorf("stderr %q", errb.String())
 			}
 		})
 	}
