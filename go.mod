@@ -6,6 +6,7 @@ require (
 	github.com/alecthomas/kingpin/v2 v2.4.0
 	github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2 v2.16.2
 	github.com/cloudevents/sdk-go/v2 v2.16.2
+	github.com/coder/websocket v1.8.15
 	github.com/go-kit/log v0.2.1
 	github.com/google/uuid v1.6.0
 	github.com/klauspost/compress v1.20.3

@@ -238,6 +238,7 @@ func (st *state) bgBackup(at time.Time) int {
 			}
 			d.pool.files++
 			d.pool.used = min(d.pool.sizeMiB, d.pool.used+d.memMiB/4)
+			st.changed(ChangeUpdated, d.pool)
 			return nil
 		}})
 	return 2
@@ -283,7 +284,7 @@ func (st *state) bgClone(at time.Time) int {
 			return 0
 		}
 		d.status = "DELETING"
-		d.touch()
+		st.changed(ChangeUpdated, d)
 		st.startBackground(at, taskSpec{name: nameRemove(d), user: "admin", entities: domainEnts(d),
 			duration: st.bgDuration(bgPowerTasks),
 			apply:    func(time.Time) error { st.removeDomain(d); return nil }})
@@ -308,7 +309,7 @@ func (st *state) bgAgent(at time.Time) int {
 			return 0
 		}
 		d.agentUp = true
-		d.touch()
+		st.changed(ChangeUpdated, d)
 		st.newEvent(at, "info", "system", txtf("Guest agent of the virtual machine %s is connected.",
 			"Гостевой агент виртуальной машины %s подключён.", d.name), text{}, "", eventEntity{d.id, "domain"})
 		return 1
@@ -319,7 +320,7 @@ func (st *state) bgAgent(at time.Time) int {
 	}
 	st.agentLost = d
 	d.agentUp = false
-	d.touch()
+	st.changed(ChangeUpdated, d)
 	st.newEvent(at, "warning", "system", txtf("Guest agent of the virtual machine %s is not responding.",
 		"Гостевой агент виртуальной машины %s не отвечает.", d.name), text{}, "", eventEntity{d.id, "domain"})
 	return 1

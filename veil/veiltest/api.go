@@ -108,13 +108,22 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	if !strings.EqualFold(scheme, "jwt") {
 		return "", errDetail(http.StatusUnauthorized, "401", txt("Invalid authorization header: expected 'jwt <token>'.", "Неверный заголовок авторизации: ожидается 'jwt <token>'."))
 	}
-	switch {
-	case tok == s.opts.Token:
-		return "admin", nil
-	case s.opts.ReadOnlyToken != "" && tok == s.opts.ReadOnlyToken:
-		return "viewer", nil
+	if user, ok := s.userOf(tok); ok {
+		return user, nil
 	}
 	return "", errDetail(http.StatusUnauthorized, "401", txt("Invalid token.", "Недействительный токен."))
+}
+
+// userOf is the user a token (without "jwt ") belongs to: admin for Options.Token, viewer for
+// Options.ReadOnlyToken. The API and the push channel (push.go) both ask it.
+func (s *Server) userOf(tok string) (string, bool) {
+	switch {
+	case tok == s.opts.Token:
+		return "admin", true
+	case s.opts.ReadOnlyToken != "" && tok == s.opts.ReadOnlyToken:
+		return "viewer", true
+	}
+	return "", false
 }
 
 // ---- request bodies ----

@@ -2,8 +2,10 @@ package veiltest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -12,6 +14,7 @@ import (
 func (s *Server) withDomain(id string, f func(d *domain, now time.Time) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.flushChanges() // a scenario's changes are out when it returns
 	now := s.now()
 	s.st.advance(now)
 	d, ok := s.st.domainByID[id]
@@ -74,6 +77,7 @@ func (s *Server) MigrateVM(vmID, nodeID string) error {
 func (s *Server) SetNodeStatus(nodeID, status string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.flushChanges()
 	now := s.now()
 	s.st.advance(now)
 	n, ok := s.st.nodeByID[nodeID]
@@ -81,6 +85,7 @@ func (s *Server) SetNodeStatus(nodeID, status string) error {
 		return fmt.Errorf("node %s not found", nodeID)
 	}
 	n.status = status
+	s.st.changed(ChangeUpdated, n)
 	typ := "info"
 	if status != "ACTIVE" {
 		typ = "warning"
@@ -96,7 +101,7 @@ func (s *Server) SetGuestAgent(vmID string, running bool) error {
 			d.agent = true
 		}
 		d.agentUp = running
-		d.touch()
+		s.st.changed(ChangeUpdated, d)
 		return nil
 	})
 }
@@ -121,6 +126,7 @@ func (s *Server) SetClockOffset(vmID string, off time.Duration) error {
 func (s *Server) AddVMs(n int) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.flushChanges()
 	now := s.now()
 	ids := make([]string, 0, max(n, 0))
 	for range n {
@@ -223,6 +229,8 @@ type State struct {
 	EventRate    float64 `json:"event_rate"`
 	Requests     int     `json:"requests"`
 	InFlightMax  int     `json:"in_flight_max"`
+	PushSockets  int     `json:"push_sockets"` // open sockets of /ws/
+	Changes      uint64  `json:"changes"`      // the number of the last change recorded (Changes; 0 while neither the change log nor a socket wants them)
 }
 
 // Summary counts the simulated objects.
@@ -231,7 +239,9 @@ func (s *Server) Summary() State {
 	s.st.advance(s.now())
 	st := State{Nodes: len(s.st.nodes), Clusters: len(s.st.clusters), Datapools: len(s.st.pools),
 		Domains: len(s.st.domains), Tasks: len(s.st.tasks), TasksRunning: len(s.st.running),
-		Events: s.st.events.len(), EventRate: s.st.eventRate}
+		Events: s.st.events.len(), EventRate: s.st.eventRate, PushSockets: len(s.st.feed.sockets)}
+	s.flushChanges()
+	st.Changes = s.st.feed.seq
 	for _, d := range s.st.domains {
 		if d.power == powerOn {
 			st.DomainsOn++
@@ -376,6 +386,25 @@ var controlRoutes = []route{
 			s.SetFaults(out...)
 			writeJSON(w, http.StatusOK, map[string]any{"faults": len(out)})
 		}
+	}},
+	{"GET /_sim/changes", "the change log (Options.ChangeLog, --change-log): changes after ?since=<seq>, oldest first: [{seq, resource, event, id, time, object}]", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
+		var since uint64
+		if v := r.URL.Query().Get("since"); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				badRequest(w, fmt.Errorf("since must be a change number: %w", err))
+				return
+			}
+			since = n
+		}
+		if s.opts.ChangeLog <= 0 {
+			badRequest(w, errors.New("the change log is off: start the simulator with ChangeLog (veil-sim --change-log N)"))
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Changes(since))
+	}},
+	{"POST /_sim/ws/drop", "close every socket of the push channel /ws/ now, without a close frame: {dropped}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"dropped": s.DropPushSockets()})
 	}},
 	{"POST /_sim/domains/add", "add VMs: {n}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct{ N int }

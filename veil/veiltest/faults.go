@@ -14,16 +14,31 @@ import (
 	"time"
 )
 
-// Fault makes matching /api/ requests fail in one way.
+// Fault makes matching /api/ requests fail in one way, or, with a "ws_" kind, the push channel
+// (/ws/, push.go): "ws_refuse" answers an upgrade 404 as a controller without the channel;
+// "ws_lose" drops a data frame silently, "ws_delay" sends it Latency after it was queued (the
+// frames after it wait: order is kept), "ws_drop" closes the frame's socket without a close frame
+// (the frame is lost). For the frame kinds Path matches the frame's resource ("/domains/"); Method
+// plays no part. Rate and Count count upgrades or frames.
 type Fault struct {
 	Path    string        `json:"path"`   // path.Match pattern or prefix such as "/api/events/*"; "" = every /api/ path
 	Method  string        `json:"method"` // "" = any method
 	Rate    float64       `json:"rate"`   // fraction of matching requests; 0 means all
-	Kind    string        `json:"kind"`   // "status" | "html" | "truncated" | "reset" | "wrong_types" | "latency"
+	Kind    string        `json:"kind"`   // "status" | "html" | "truncated" | "reset" | "wrong_types" | "latency" | "ws_refuse" | "ws_lose" | "ws_delay" | "ws_drop"
 	Status  int           `json:"status"` // for "status" (default 500) and "html" (default 502)
 	Latency time.Duration `json:"latency"`
 	Count   int           `json:"count"` // how many times it fires; 0 = unlimited
 }
+
+// The fault kinds of the push channel.
+const (
+	kindPushRefuse = "ws_refuse"
+	kindPushLose   = "ws_lose"
+	kindPushDelay  = "ws_delay"
+	kindPushDrop   = "ws_drop"
+)
+
+func (f *Fault) onPush() bool { return strings.HasPrefix(f.Kind, "ws_") }
 
 type activeFault struct {
 	Fault
@@ -34,10 +49,13 @@ func (f *Fault) matches(r *http.Request) bool {
 	if f.Method != "" && !strings.EqualFold(f.Method, r.Method) {
 		return false
 	}
+	return f.matchPath(r.URL.Path)
+}
+
+func (f *Fault) matchPath(p string) bool {
 	if f.Path == "" {
 		return true
 	}
-	p := r.URL.Path
 	if !strings.ContainsAny(f.Path, "*?[") {
 		return strings.HasPrefix(p, f.Path)
 	}
@@ -89,7 +107,7 @@ func (s *Server) pick(r *http.Request) (time.Duration, *Fault) {
 		delay += time.Duration(s.faultRand.Int64N(int64(s.jitter)))
 	}
 	for _, f := range s.faults {
-		if f.Count > 0 && f.fired >= f.Count || !f.matches(r) {
+		if f.Count > 0 && f.fired >= f.Count || f.onPush() || !f.matches(r) {
 			continue
 		}
 		if f.Rate > 0 && f.Rate < 1 && s.faultRand.Float64() >= f.Rate {
@@ -103,6 +121,39 @@ func (s *Server) pick(r *http.Request) (time.Duration, *Fault) {
 		return delay, &Fault{Kind: "status", Status: []int{500, 503, 418}[s.faultRand.IntN(3)]}
 	}
 	return delay, nil
+}
+
+// firePush finds the first push fault of kind ok that matches resource p ("" for any) and fires.
+func (s *Server) firePush(p string, ok func(kind string) bool) *Fault {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	for _, f := range s.faults {
+		if !f.onPush() || !ok(f.Kind) || f.Count > 0 && f.fired >= f.Count || p != "" && !f.matchPath(p) {
+			continue
+		}
+		if f.Rate > 0 && f.Rate < 1 && s.faultRand.Float64() >= f.Rate {
+			continue
+		}
+		f.fired++
+		out := f.Fault
+		return &out
+	}
+	return nil
+}
+
+// pushRefused decides whether an upgrade of /ws/ is refused (kind "ws_refuse").
+func (s *Server) pushRefused() bool {
+	return s.firePush("", func(k string) bool { return k == kindPushRefuse }) != nil
+}
+
+// pickPush decides the fault of one data frame of resource res: its kind ("" for none) and,
+// for "ws_delay", the delay.
+func (s *Server) pickPush(res string) (string, time.Duration) {
+	f := s.firePush(res, func(k string) bool { return k != kindPushRefuse })
+	if f == nil {
+		return "", 0
+	}
+	return f.Kind, f.Latency
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

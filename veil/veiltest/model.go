@@ -40,6 +40,8 @@ type state struct {
 	nextGen   time.Time // when the next background operation starts (eventRate > 0)
 	bgClones  []*domain // VMs the background activity cloned, oldest first
 	agentLost *domain   // the VM whose agent the background activity stopped, if any
+
+	feed feed // the changes made, for the change log and the push channel (changes.go)
 }
 
 type node struct {
@@ -101,12 +103,10 @@ type domain struct {
 	execs       map[int]map[string]any // guest-exec results by pid, for guest-exec-status
 	execSeq     int
 
-	listJSON []byte // cached list encoding; nil when stale
+	listJSON []byte // cached list encoding; nil when stale (state.changed drops it)
 }
 
 func (d *domain) agentActive() bool { return d.agent && d.agentUp && d.power == 3 }
-
-func (d *domain) touch() { d.listJSON = nil }
 
 const (
 	powerUndefined = 0
@@ -122,6 +122,8 @@ func (st *state) init(o Options) {
 	st.poolByID = map[string]*datapool{}
 	st.domainByID = map[string]*domain{}
 	st.taskByID = map[string]*task{}
+	st.feed.init(o.ChangeLog)
+	defer func() { st.feed.live = true }() // the seeded inventory is no change
 	st.events.init(o.EventsRetention)
 	st.eventRate = o.EventRate
 	now := o.Now()
@@ -254,14 +256,17 @@ func (st *state) addDomain(d *domain) {
 	st.domains = append(st.domains, d)
 	st.domainByID[d.id] = d
 	st.domainsByName = nil
+	st.changed(ChangeCreated, d)
 	if d.node != nil {
 		d.node.domains++
 		if d.power == powerOn {
 			d.node.on++
 		}
+		st.changed(ChangeUpdated, d.node)
 	}
 	if d.pool != nil {
 		d.pool.vdisks += d.vdisks
+		st.changed(ChangeUpdated, d.pool)
 	}
 }
 
@@ -277,14 +282,17 @@ func (st *state) removeDomain(d *domain) {
 		}
 	}
 	st.domainsByName = nil
+	st.changed(ChangeDeleted, d)
 	if d.node != nil {
 		d.node.domains--
 		if d.power == powerOn {
 			d.node.on--
 		}
+		st.changed(ChangeUpdated, d.node)
 	}
 	if d.pool != nil {
 		d.pool.vdisks -= d.vdisks
+		st.changed(ChangeUpdated, d.pool)
 	}
 }
 
@@ -292,17 +300,18 @@ func (st *state) setPower(d *domain, p int, now time.Time) {
 	if d.power == p {
 		return
 	}
-	if d.node != nil {
+	if d.node != nil && (d.power == powerOn || p == powerOn) {
 		if d.power == powerOn {
 			d.node.on--
 		}
 		if p == powerOn {
 			d.node.on++
 		}
+		st.changed(ChangeUpdated, d.node)
 	}
 	d.power = p
 	d.poweredAt = now
-	d.touch()
+	st.changed(ChangeUpdated, d)
 }
 
 func (st *state) moveDomain(d *domain, n *node, now time.Time) {
@@ -314,6 +323,7 @@ func (st *state) moveDomain(d *domain, n *node, now time.Time) {
 		if d.power == powerOn {
 			d.node.on--
 		}
+		st.changed(ChangeUpdated, d.node)
 	}
 	d.node = n
 	n.domains++
@@ -321,7 +331,8 @@ func (st *state) moveDomain(d *domain, n *node, now time.Time) {
 		n.on++
 	}
 	d.nodeSince = now
-	d.touch()
+	st.changed(ChangeUpdated, d)
+	st.changed(ChangeUpdated, n)
 }
 
 // hasThinClones reports whether any VM is a thin clone of d.

@@ -115,8 +115,12 @@ func (s *Server) ballooning(w http.ResponseWriter, r *http.Request, id string) {
 		return s.st.startTask(now, taskSpec{
 			name: nameBallooning(n), key: key, user: user,
 			entities: taskEntities{{n.id, "node"}},
-			apply:    func(time.Time) error { n.ballooning = on; return nil },
-			entity:   func(now time.Time) any { return n.detail(now) },
+			apply: func(time.Time) error {
+				n.ballooning = on // not in the list form, but a change of the node all the same
+				s.st.changed(ChangeUpdated, n)
+				return nil
+			},
+			entity: func(now time.Time) any { return n.detail(now) },
 		}), nil
 	})
 }
@@ -343,7 +347,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
 			return nil, errRule(txtf("Virtual machine %s is already being deleted.", "Виртуальная машина %s уже удаляется.", d.name))
 		}
 		d.status = "DELETING"
-		d.touch()
+		s.st.changed(ChangeUpdated, d)
 		return s.st.startTask(now, taskSpec{
 			name: nameRemove(d), key: key, user: user,
 			entities: domainEnts(d),
@@ -425,7 +429,7 @@ func (s *Server) setTemplate(w http.ResponseWriter, r *http.Request, id string) 
 					return err
 				}
 				d.template = on
-				d.touch()
+				s.st.changed(ChangeUpdated, d)
 				return nil
 			},
 			entity: s.st.domainEntity(d),
@@ -470,6 +474,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 				if pool != nil {
 					pool.files++
 					pool.used = min(pool.sizeMiB, pool.used+d.memMiB)
+					s.st.changed(ChangeUpdated, pool)
 				}
 				return nil
 			},
@@ -500,7 +505,7 @@ func (st *state) cloneDone(c *domain) func(time.Time) error {
 			return err
 		}
 		c.status = "ACTIVE"
-		c.touch()
+		st.changed(ChangeUpdated, c)
 		return nil
 	}
 }

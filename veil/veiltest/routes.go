@@ -53,7 +53,7 @@ var apiRoutes = []route{
 }
 
 // routes builds the simulator's handler: /api/ through the fault injection and the request log,
-// /_sim/ directly, anything else a 404 error body.
+// /_sim/ directly, the push channel /ws/ (push.go), anything else a 404 error body.
 func (s *Server) routes() http.Handler {
 	s.table = http.NewServeMux()
 	s.apiRoutes, s.controlRoutes = apiRoutes, controlRoutes // docs reads them here: no init cycle
@@ -63,6 +63,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/api/", s.api(http.HandlerFunc(s.serveAPI)))
 	mux.HandleFunc("/_sim/", s.serveControl)
+	mux.HandleFunc("GET /ws/{$}", s.serveWS)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errDetail(http.StatusNotFound, "50004", txt("URL is not found.", "URL не найден.")))
 	})
@@ -126,6 +127,12 @@ Lists: <code>limit</code> (0..100, larger values are clamped), <code>offset</cod
 an unknown filter value gives an empty list. State-changing operations answer 200 and the resource once their task ended,
 or with <code>?async=1</code> 202 and <code>{_task, _entity}</code> ({{if eq .Profile "alternative"}}this profile: <code>entity</code>{{else}}profile alternative: <code>entity</code>{{end}}).
 <code>Accept-Language: ru</code> gives Russian texts. Events are listed {{.Order}} by default.</p>
+<h2>Push channel</h2>
+<p>A WebSocket at <code>/ws/?token=&lt;token&gt;</code> (without <code>jwt </code>). Send <code>add /domains/</code>
+(or <code>/nodes/</code>, <code>/clusters/</code>, <code>/data-pools/</code>, <code>/resource_pools/</code>, <code>/tasks/</code>;
+<code>delete &lt;resource&gt;</code> unsubscribes): each change of an object of the resource then comes as
+<code>{"msg_type": "data", "resource", "event": "CREATED"|"UPDATED"|"DELETED", "id", "object"}</code>, the object as its
+collection lists it. A refused token gets <code>{"msg_type": "text_msg", "text": "token error"}</code> and the socket closes.</p>
 <h2>API</h2>
 <table><tr><th>Endpoint</th><th>What</th></tr>
 {{range .API}}<tr><td><code>{{.Pattern}}</code></td><td>{{.Doc}}</td></tr>

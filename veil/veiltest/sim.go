@@ -40,6 +40,32 @@
 //   - limit=0 returns an empty page with the right count; offset beyond count is an empty page.
 //   - Time comes from Options.Now: with a frozen custom clock tasks only finish (and background
 //     events only appear) when the clock moves, so synchronous operations wait until it does.
+//   - The push channel GET /ws/?token=<token> (the token without "jwt "; the read-only one may
+//     watch too) is a WebSocket (push.go). A refused token still upgrades, gets one text frame
+//     {"msg_type": "text_msg", "text": "token error"} and a close frame 1008. "add <resource>"
+//     and "delete <resource>" (/domains/, /nodes/, /clusters/, /data-pools/, /resource_pools/,
+//     /tasks/) are acknowledged by {"msg_type": "control", "text": "<the command>"}, after which
+//     every change comes under the new subscriptions (the controller's control frames are not
+//     documented: do not depend on this one); anything else gets {"msg_type": "text_msg",
+//     "text": "unknown command: ..."}. Each change of an object of a subscribed resource comes
+//     as {"msg_type": "data", "resource", "event": "CREATED"|"UPDATED"|"DELETED", "id",
+//     "object"}, object as its collection lists it (English texts; for DELETED, as it was).
+//   - Changes are what the model does: VMs created (clone, AddVMs, the background's clones),
+//     deleted, powered, migrated, made templates, their status (CREATING, DELETING) and guest
+//     agent; nodes' counts of VMs, status and ballooning; datapools' VM disks, files and used
+//     space; tasks created, passing each 25% of progress, and finished. Nothing renames a VM,
+//     changes its tags, a cluster or a resource pool, so those never come. Changes made under
+//     one lock of the state are sent once it is released, in the order they were made, each
+//     object once, as it is then (a VM created and started at once comes as one CREATED);
+//     a scenario method's (PowerOff, MigrateVM...) are out when it returns.
+//   - A socket has a queue of 4096 frames; a client that lets it fill is dropped (the TCP
+//     connection closed, no close frame), so no client holds the simulator up. Pings are
+//     answered. Faults of kinds ws_refuse, ws_lose, ws_delay and ws_drop (Fault, SetFaults,
+//     POST /_sim/faults) refuse upgrades with 404, lose, delay or drop frames; DropPushSockets
+//     (POST /_sim/ws/drop) closes every socket at once; Options.NoPush serves no channel (404).
+//   - Options.ChangeLog keeps the last N changes (Changes, GET /_sim/changes?since=N), each
+//     with a number, its time and its object: a test can compare what a client stored with what
+//     the simulator did. Off by default: a change costs one comparison while nothing records it.
 //
 // Owns the simulator; imports nothing of this module, so its answers never follow the client.
 package veiltest
@@ -103,6 +129,12 @@ type Options struct {
 	// DefaultControllerVersion); NoControllerVersion makes it a 404, as on a controller older
 	// than the endpoint.
 	ControllerVersion string
+
+	// NoPush serves no push channel: GET /ws/ answers 404, as a controller without one does.
+	NoPush bool
+	// ChangeLog keeps the last N changes the simulator made to its objects, each with its
+	// object's JSON, for Changes and GET /_sim/changes (0: none kept).
+	ChangeLog int
 
 	Now func() time.Time // clock (default time.Now)
 }
@@ -206,6 +238,9 @@ type Server struct {
 	latency   time.Duration
 	jitter    time.Duration
 
+	pushQueueLen int            // frames a socket of /ws/ may have waiting (pushQueueLen)
+	pushWG       sync.WaitGroup // the sockets' handlers, which Close waits for
+
 	logMu       sync.Mutex
 	log         []Request
 	logNext     int
@@ -237,6 +272,8 @@ func NewUnstarted(opts Options) *Server {
 		latency:   o.Latency,
 		jitter:    o.LatencyJitter,
 		version:   o.ControllerVersion,
+
+		pushQueueLen: pushQueueLen,
 	}
 	s.st.init(o)
 	s.handler = s.routes()
@@ -278,6 +315,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Close() {
 	s.close.Do(func() {
 		close(s.stop)
+		s.closePush()
 		if s.srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			_ = s.srv.Shutdown(ctx)
@@ -290,8 +328,8 @@ func (s *Server) Close() {
 
 func (s *Server) now() time.Time { return s.opts.Now() }
 
-// loop finishes due tasks and generates background events; requests also advance the
-// state lazily, so a custom clock works without the loop.
+// loop finishes due tasks and generates background events, and sends out the changes made
+// (changes.go); requests also advance the state lazily, so a custom clock works without the loop.
 func (s *Server) loop() {
 	defer s.wg.Done()
 	tick := s.opts.TaskDuration / 10
@@ -305,6 +343,11 @@ func (s *Server) loop() {
 		case <-t.C:
 			s.mu.Lock()
 			s.st.advance(s.now())
+			s.flushChanges()
+			s.mu.Unlock()
+		case <-s.st.feed.kick:
+			s.mu.Lock()
+			s.flushChanges()
 			s.mu.Unlock()
 		}
 	}

@@ -31,6 +31,7 @@ type task struct {
 	events            []*event
 	done              chan struct{}
 	final             [langCount][]byte // cached list encoding once final
+	progressStep      int               // the last step of progress recorded as a change
 }
 
 func (t *task) isFinal() bool { return t.status != "IN_PROGRESS" }
@@ -77,11 +78,34 @@ func (t *task) wire(now time.Time, l lang) taskJSON {
 		return j
 	}
 	j.IsCancellable = true
-	if dur := t.deadline.Sub(t.created); dur > 0 {
-		j.Progress = min(99, int(100*now.Sub(t.created)/dur))
-	}
-	j.Progress = max(j.Progress, 0)
+	j.Progress = t.progress(now)
 	return j
+}
+
+// progress is a running task's progress in percent at now: it follows the clock, 99 at most.
+func (t *task) progress(now time.Time) int {
+	var p int
+	if dur := t.deadline.Sub(t.created); dur > 0 {
+		p = min(99, int(100*now.Sub(t.created)/dur))
+	}
+	return max(p, 0)
+}
+
+// progressStep: a running task's progress is a change (pushed, logged) each time it passes a
+// multiple of progressStep percent, not at every percent, which would flood the push channel.
+const progressStep = 25
+
+// noteProgress records the running tasks whose progress passed a step since they last did.
+func (st *state) noteProgress(now time.Time) {
+	if !st.feed.wants("/tasks/") {
+		return
+	}
+	for _, t := range st.running {
+		if step := t.progress(now) / progressStep; step > t.progressStep {
+			t.progressStep = step
+			st.changed(ChangeUpdated, t)
+		}
+	}
 }
 
 func userID(name string) int {
@@ -198,6 +222,7 @@ func (st *state) startTask(now time.Time, sp taskSpec) *task {
 	st.taskByID[t.id] = t
 	st.running = append(st.running, t)
 	st.markBusy(t, 1)
+	st.changed(ChangeCreated, t)
 	t.events = append(t.events, st.newEvent(now, "info", t.user,
 		taskMessage(txt("Task created:  ", "Задача создана:  "), t.name), text{}, t.id, t.eventEntities()...))
 	return t
@@ -260,6 +285,7 @@ func (st *state) advance(now time.Time) {
 			n := st.activity(at)
 			st.scheduleActivity(at, float64(max(n, 1)))
 		default:
+			st.noteProgress(now)
 			return
 		}
 	}
@@ -299,6 +325,7 @@ func (st *state) finish(t *task, at time.Time) {
 		t.events = append(t.events, st.newEvent(at, "info", t.user,
 			taskMessage(txt("Task finished successfully:  ", "Задача успешно завершена:  "), t.name), text{}, t.id, t.eventEntities()...))
 	}
+	st.changed(ChangeUpdated, t)
 	close(t.done)
 }
 
