@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"gopkg.in/yaml.v3"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -93,15 +94,25 @@ func kustomizationOf(t *testing.T, dir string) *types.Kustomization {
 	return &k
 }
 
-// render builds dir with the kustomize library, the one kubectl apply -k embeds, and returns
-// the objects it renders.
-func render(t *testing.T, dir string) []obj {
+// build runs kustomize on dir with the library kubectl apply -k embeds.
+func build(t *testing.T, dir string) resmap.ResMap {
 	t.Helper()
-	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	y, err := resMap.AsYaml()
+	return m
+}
+
+// render returns the objects kustomize renders for dir, each checked against the Kubernetes API
+// schema (validateResources).
+func render(t *testing.T, dir string) []obj {
+	t.Helper()
+	m := build(t, dir)
+	for _, v := range validateResources(m) {
+		t.Errorf("%s: %s", dir, v)
+	}
+	y, err := m.AsYaml()
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
