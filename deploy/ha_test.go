@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -17,6 +16,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"gopkg.in/yaml.v3"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/veil-exporter/veil-exporter/config"
 )
@@ -81,123 +84,39 @@ func selects(sel, labels map[string]string) bool {
 	return true
 }
 
-// kustomization holds the fields render handles; readKustomization refuses any other.
-type kustomization struct {
-	APIVersion string   `yaml:"apiVersion"`
-	Kind       string   `yaml:"kind"`
-	Namespace  string   `yaml:"namespace"`
-	Resources  []string `yaml:"resources"`
-	Patches    []struct {
-		Path string `yaml:"path"`
-	} `yaml:"patches"`
-	Labels []struct {
-		Pairs map[string]string `yaml:"pairs"`
-	} `yaml:"labels"`
-}
-
-func readKustomization(t *testing.T, dir string) kustomization {
+// kustomizationOf reads dir/kustomization.yaml as kustomize does (unknown fields refused).
+func kustomizationOf(t *testing.T, dir string) *types.Kustomization {
 	t.Helper()
-	var k kustomization
-	dec := yaml.NewDecoder(bytes.NewReader(readFile(t, filepath.Join(dir, "kustomization.yaml"))))
-	dec.KnownFields(true)
-	if err := dec.Decode(&k); err != nil {
+	var k types.Kustomization
+	if err := k.Unmarshal(readFile(t, filepath.Join(dir, "kustomization.yaml"))); err != nil {
 		t.Fatalf("%s/kustomization.yaml: %v", dir, err)
 	}
-	return k
+	return &k
 }
 
-// render builds a kustomization the way kustomize does for what these manifests use:
-// resources (files or directories), patches merged by kind and name (maps key by key, lists of
-// named items by name, other lists replaced), then namespace and metadata labels.
-// TestHAOverlayRendersLikeKustomize checks it against kubectl kustomize where kubectl exists.
+// build runs kustomize on dir with the library kubectl apply -k embeds.
+func build(t *testing.T, dir string) resmap.ResMap {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return m
+}
+
+// render returns the objects kustomize renders for dir, each checked against the Kubernetes API
+// schema (validateResources).
 func render(t *testing.T, dir string) []obj {
 	t.Helper()
-	k := readKustomization(t, dir)
-	var objs []obj
-	for _, r := range k.Resources {
-		p := filepath.Join(dir, r)
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			objs = append(objs, render(t, p)...)
-		} else {
-			objs = append(objs, decodeAll(t, readFile(t, p))...)
-		}
+	m := build(t, dir)
+	for _, v := range validateResources(m) {
+		t.Errorf("%s: %s", dir, v)
 	}
-	for _, p := range k.Patches {
-		for _, patch := range decodeAll(t, readFile(t, filepath.Join(dir, p.Path))) {
-			i := slices.IndexFunc(objs, func(o obj) bool {
-				return str(o, "kind") == str(patch, "kind") && str(o, "metadata", "name") == str(patch, "metadata", "name")
-			})
-			if i < 0 {
-				t.Fatalf("%s: patch %s matches no %s named %s", dir, p.Path, str(patch, "kind"), str(patch, "metadata", "name"))
-			}
-			objs[i] = merge(objs[i], patch).(obj)
-		}
+	y, err := m.AsYaml()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	for _, o := range objs {
-		md, _ := o["metadata"].(obj)
-		if md == nil {
-			md = obj{}
-			o["metadata"] = md
-		}
-		if k.Namespace != "" && str(o, "kind") != "Namespace" {
-			md["namespace"] = k.Namespace
-		}
-		for _, l := range k.Labels {
-			labels, _ := md["labels"].(obj)
-			if labels == nil {
-				labels = obj{}
-				md["labels"] = labels
-			}
-			for lk, lv := range l.Pairs {
-				labels[lk] = lv
-			}
-		}
-	}
-	return objs
-}
-
-func merge(base, patch any) any {
-	switch p := patch.(type) {
-	case obj:
-		b, ok := base.(obj)
-		if !ok {
-			return p
-		}
-		out := obj{}
-		for k, v := range b {
-			out[k] = v
-		}
-		for k, v := range p {
-			out[k] = merge(b[k], v)
-		}
-		return out
-	case []any:
-		b, ok := base.([]any)
-		if !ok || !allNamed(p) || !allNamed(b) {
-			return p
-		}
-		out := slices.Clone(b)
-		for _, item := range p {
-			i := slices.IndexFunc(out, func(o any) bool { return str(o, "name") == str(item, "name") })
-			if i < 0 {
-				out = append(out, item)
-			} else {
-				out[i] = merge(out[i], item)
-			}
-		}
-		return out
-	default:
-		return patch
-	}
-}
-
-func allNamed(l []any) bool {
-	for _, item := range l {
-		if str(item, "name") == "" {
-			return false
-		}
-	}
-	return len(l) > 0
+	return decodeAll(t, y)
 }
 
 func find(t *testing.T, objs []obj, kind, name string) obj {
@@ -250,7 +169,7 @@ func TestKubernetesYAMLParsesAsObjects(t *testing.T) {
 func TestKustomizationsListEveryFile(t *testing.T) {
 	notResources := map[string]bool{"kustomization.yaml": true, "nats-values.yaml": true}
 	for _, dir := range []string{"kubernetes", "kubernetes/base", "kubernetes/ha"} {
-		k := readKustomization(t, dir)
+		k := kustomizationOf(t, dir)
 		listed := slices.Clone(k.Resources)
 		for _, p := range k.Patches {
 			listed = append(listed, p.Path)
@@ -267,7 +186,7 @@ func TestKustomizationsListEveryFile(t *testing.T) {
 			}
 		}
 	}
-	if k := readKustomization(t, "kubernetes/ha"); !slices.Contains(k.Resources, "../base") {
+	if k := kustomizationOf(t, "kubernetes/ha"); !slices.Contains(k.Resources, "../base") {
 		t.Errorf("the ha overlay's resources are %v, want ../base among them", k.Resources)
 	}
 }
@@ -502,51 +421,6 @@ func TestHAStreamIsTheStreamWithThreeReplicas(t *testing.T) {
 	if !reflect.DeepEqual(one, three) {
 		t.Errorf("stream-ha.json differs from stream.json in more than num_replicas:\n%+v\n%+v", three, one)
 	}
-}
-
-// TestHAOverlayRendersLikeKustomize checks render, which the tests above rely on, against
-// kubectl kustomize.
-func TestHAOverlayRendersLikeKustomize(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl not installed; the other tests use this package's own rendering")
-	}
-	for _, dir := range []string{"kubernetes", "kubernetes/ha"} {
-		out, err := exec.Command(kubectl, "kustomize", dir).Output()
-		if err != nil {
-			t.Fatalf("kubectl kustomize %s: %v", dir, err)
-		}
-		want := decodeAll(t, out)
-		got := render(t, dir)
-		key := func(o obj) string { return str(o, "kind") + "/" + str(o, "metadata", "name") }
-		if len(got) != len(want) {
-			t.Errorf("%s: rendered %d objects, kustomize %d", dir, len(got), len(want))
-		}
-		for _, w := range want {
-			i := slices.IndexFunc(got, func(g obj) bool { return key(g) == key(w) })
-			if i < 0 {
-				t.Errorf("%s: kustomize renders %s, render does not", dir, key(w))
-				continue
-			}
-			if !reflect.DeepEqual(normalize(t, got[i]), normalize(t, w)) {
-				t.Errorf("%s: %s differs from kubectl kustomize", dir, key(w))
-			}
-		}
-	}
-}
-
-// normalize round-trips through JSON so that equal YAML compares equal.
-func normalize(t *testing.T, o obj) any {
-	t.Helper()
-	b, err := json.Marshal(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	return v
 }
 
 // TestSystemdHAConfigRunsReplicasOnANATSCluster: the config every host shares loads with ha on
