@@ -76,6 +76,15 @@ type Inventory struct {
 	lastDuration time.Duration
 	lastError    string
 
+	// The push channel (inventory_push.go): pushed says it keeps the pushed collections fresh,
+	// resyncAt is when they are listed next while it does; listing says a refresh is listing
+	// them, and replay holds the frames applied meanwhile, applied again over its result.
+	pushed   bool
+	resyncAt time.Time
+	listing  bool
+	replay   []veil.PushFrame
+	kick     chan struct{} // a refresh now (Resync)
+
 	discovery discoveryCache // GuestTargets of the latest snapshot
 
 	// cache holds the gauges of the latest refresh, rendered; ready says they are a refresh's
@@ -129,6 +138,7 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 		descs:      newInventoryDescs(controller, cfg.Interval),
 		runs:       map[string]*collectionRun{},
 		names:      map[string]knownName{},
+		kick:       make(chan struct{}, 1),
 	}
 	inv.outage.Logger, inv.outage.EachCause = inv.logger, true
 	backupRe := cfg.BackupTaskPattern.Regexp()
@@ -155,7 +165,8 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 	return inv, nil
 }
 
-// Run refreshes at once and then every collect.interval until ctx is done.
+// Run refreshes at once and then every collect.interval (or at once after a Resync) until ctx
+// is done.
 func (inv *Inventory) Run(ctx context.Context) {
 	// Rendering runs beside the refreshes: a refresh ends when its data is stored.
 	renderDone := make(chan struct{})
@@ -179,6 +190,7 @@ func (inv *Inventory) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-inv.kick:
 		}
 	}
 }
@@ -210,6 +222,9 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// Cut short because the exporter is stopping this controller (shutdown, reload): that
 		// says nothing about the controller, so keep the last state and the last good data.
+		inv.mu.Lock()
+		inv.listing, inv.replay = false, nil
+		inv.mu.Unlock()
 		return ctx.Err()
 	}
 	r.judge()
@@ -225,6 +240,8 @@ func (inv *Inventory) due() (names []string, reloadToken bool) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	names = make([]string, 0, len(inv.enabled))
+	now := time.Now()
+	resync := !inv.pushed || !now.Before(inv.resyncAt)
 	for _, name := range inv.enabled {
 		r := inv.runs[name]
 		if name == collVersion && inv.refreshed && !inv.up {
@@ -234,7 +251,16 @@ func (inv *Inventory) due() (names []string, reloadToken bool) {
 			r.skip--
 			continue
 		}
+		if pushedCollections[name] {
+			if !resync {
+				continue
+			}
+			inv.listing = true
+		}
 		names = append(names, name)
+	}
+	if inv.listing {
+		inv.resyncAt = now.Add(max(inv.cfg.ResyncInterval, inv.cfg.Interval))
 	}
 	return names, inv.authFailed
 }
@@ -316,6 +342,15 @@ func (r *refresh) store() {
 	snap := inv.snap
 	for i, c := range r.done {
 		r.account(inv.runs[c.name], c, r.fails[i], &snap)
+	}
+	if inv.listing {
+		// Frames pushed while the collections were listed are newer than some of the pages.
+		e := &edit{snap: snap, replaying: true}
+		for _, f := range inv.replay {
+			inv.applyFrame(e, f, r.finished)
+		}
+		snap = e.snap
+		inv.listing, inv.replay = false, nil
 	}
 	inv.snap = snap
 	inv.forgetNames(r.start)

@@ -51,14 +51,19 @@ type TLS struct {
 
 // Collect configures inventory collection.
 type Collect struct {
-	Interval      time.Duration `yaml:"interval"`
-	Nodes         bool          `yaml:"nodes"`
-	Clusters      bool          `yaml:"clusters"`
-	Datapools     bool          `yaml:"datapools"`
-	Domains       bool          `yaml:"domains"`
-	Tasks         bool          `yaml:"tasks"`
-	DomainInclude Regexp        `yaml:"domain_include"`
-	DomainExclude Regexp        `yaml:"domain_exclude"`
+	Interval time.Duration `yaml:"interval"`
+	// Push takes inventory changes from the controller's push channel (/ws/) as they happen;
+	// then nodes, clusters, datapools and VMs are listed in full only every ResyncInterval
+	// (and after every reconnect of the channel). A controller without the channel is polled.
+	Push           bool          `yaml:"push"`
+	ResyncInterval time.Duration `yaml:"resync_interval"`
+	Nodes          bool          `yaml:"nodes"`
+	Clusters       bool          `yaml:"clusters"`
+	Datapools      bool          `yaml:"datapools"`
+	Domains        bool          `yaml:"domains"`
+	Tasks          bool          `yaml:"tasks"`
+	DomainInclude  Regexp        `yaml:"domain_include"`
+	DomainExclude  Regexp        `yaml:"domain_exclude"`
 	// BackupTaskPattern is a regexp on task names: the tasks that are backups of their VM.
 	BackupTaskPattern Regexp `yaml:"backup_task_pattern"`
 	// BackupLookback is how far back the task journal is read at start for the last backups
@@ -212,7 +217,7 @@ func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 func Default() Config {
 	return Config{
 		Collect: Collect{
-			Interval: 30 * time.Second, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true,
+			Interval: 30 * time.Second, Push: true, ResyncInterval: 5 * time.Minute, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true,
 			BackupTaskPattern: MustRegexp(`(?i)backup|резерв`), BackupLookback: model.Duration(7 * 24 * time.Hour),
 		},
 		Guest: Guest{

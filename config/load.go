@@ -345,6 +345,9 @@ func (v *validator) collect(c *Collect) {
 	if c.Interval <= 0 {
 		v.add("collect.interval", "must be > 0")
 	}
+	if c.ResyncInterval <= 0 {
+		v.add("collect.resync_interval", "must be > 0")
+	}
 	if err := c.DomainInclude.err; err != nil {
 		v.add("collect.domain_include", "invalid regexp: %v", err)
 	}

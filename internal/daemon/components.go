@@ -1,9 +1,9 @@
 package daemon
 
-// A controller's components: the inventory, the guest checks and the event forwarder, each
-// behind one interface, so that the daemon runs, collects, renders, reports and judges them in
-// one loop over a controller's parts. Adding a kind of work (the inventory change feed) is
-// adding one component here and appending it in buildController.
+// A controller's components: the inventory, its push channel, the guest checks and the event
+// forwarder, each behind one interface, so that the daemon runs, collects, renders, reports and
+// judges them in one loop over a controller's parts. Adding a kind of work (the inventory on
+// NATS) is adding one component here and appending it in buildController.
 
 import (
 	"context"
@@ -89,6 +89,19 @@ func (p guestPart) notReady() string                            { return "" }
 func (p guestPart) view(cs *controllerStatus, ps *[]collector.Problem) {
 	cs.Guest = guestView(p.Status())
 	*ps = append(*ps, p.Problems()...)
+}
+
+// pushPart is the inventory's push channel as a component.
+type pushPart struct{ *collector.PushFeed }
+
+func (p pushPart) run(ctx context.Context, _ log.Logger)    { p.Run(ctx) }
+func (p pushPart) collectLive(ch chan<- prometheus.Metric)  { p.Collect(ch) }
+func (p pushPart) rendered() *exposition.Set                { return nil }
+func (p pushPart) collectRendered(chan<- prometheus.Metric) {}
+func (p pushPart) unhealthy(healthLimits) string            { return "" }
+func (p pushPart) notReady() string                         { return "" }
+func (p pushPart) view(cs *controllerStatus, _ *[]collector.Problem) {
+	cs.Inventory.Push = pushView(p.Status())
 }
 
 // eventsPart is the event forwarder as a component.

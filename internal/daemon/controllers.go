@@ -125,6 +125,10 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
 	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv, parts: []component{inventoryPart{inv}}}
+	if cfg.Collect.Push {
+		feed := collector.NewPushFeed(cc.Name, client, inv, cfg.Collect.ResyncInterval, log.With(d.base, "component", "push"))
+		ct.parts = append(ct.parts, pushPart{feed})
+	}
 	if cfg.Guest.Enabled {
 		g := collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
 		ct.parts = append(ct.parts, guestPart{g})

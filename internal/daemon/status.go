@@ -117,6 +117,22 @@ type inventoryStatus struct {
 	VMs             int            `json:"vms"`       // exported, after domain_include/exclude
 	VMsTotal        int            `json:"vms_total"` // on the controller
 	Tasks           map[string]int `json:"tasks"`     // by status
+	// Push is how the inventory is kept fresh (nil: collect.push is off, polled).
+	Push *pushStatus `json:"push,omitempty"`
+}
+
+// pushStatus is collector.PushStatus: the controller's push channel.
+type pushStatus struct {
+	Mode      string    `json:"mode"` // push, polling (the controller has none) or connecting
+	Since     time.Time `json:"since"`
+	Frames    float64   `json:"frames"`  // applied
+	Dropped   float64   `json:"dropped"` // malformed or unknown
+	LastFrame time.Time `json:"last_frame,omitzero"`
+	LastError string    `json:"last_error,omitempty"`
+}
+
+func pushView(p collector.PushStatus) *pushStatus {
+	return &pushStatus{Mode: p.Mode, Since: p.Since, Frames: p.Frames, Dropped: p.Dropped, LastFrame: p.LastFrame, LastError: p.LastError}
 }
 
 // collectorStatus is one runstatus.Status: the last run of one collector of the controller.

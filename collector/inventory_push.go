@@ -1,0 +1,196 @@
+// Pushed changes: objects the controller's push channel sent, applied to the inventory between
+// its refreshes, and the pace of those refreshes while the push runs.
+
+package collector
+
+import (
+	"slices"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// PushResources are the collections whose changes the inventory takes from the push channel.
+// Tasks are not among them: their counts and backups come from the incremental task read,
+// which stays on collect.interval.
+var PushResources = []string{"/nodes/", "/clusters/", "/data-pools/", "/domains/"}
+
+// pushedCollections are the collections PushResources keep fresh: while the push runs they
+// are listed only at a resync.
+var pushedCollections = map[string]bool{collNodes: true, collClusters: true, collDatapools: true, collDomains: true}
+
+// PushDrop is why a pushed frame was not applied.
+type PushDrop string
+
+// Reasons a frame is dropped (veil_push_frames_dropped_total's reason label).
+const (
+	DropBadObject       PushDrop = "bad_object"       // the object does not decode
+	DropUnknownResource PushDrop = "unknown_resource" // not one of PushResources
+	DropTooLarge        PushDrop = "too_large"        // over veil.MaxPushFrame: the socket ends
+)
+
+// Apply applies pushed frames in order and renders what changed. It returns the frames it
+// dropped by reason. A frame applied while a refresh lists the collections is applied again
+// over the refresh's result, so an older listing never undoes a newer push.
+func (inv *Inventory) Apply(frames []veil.PushFrame) map[PushDrop]int {
+	var drops map[PushDrop]int
+	inv.mu.Lock()
+	e := &edit{snap: inv.snap}
+	now := time.Now()
+	for _, f := range frames {
+		why := inv.applyFrame(e, f, now)
+		if why != "" {
+			if drops == nil {
+				drops = map[PushDrop]int{}
+			}
+			drops[why]++
+			continue
+		}
+		if inv.listing {
+			inv.replay = append(inv.replay, f)
+		}
+	}
+	inv.snap = e.snap
+	inv.mu.Unlock()
+	inv.changed()
+	return drops
+}
+
+// edit is a snapshot being changed by pushed frames: each slice is copied once, at its first
+// change (readers hold the old ones), and then changed in place.
+type edit struct {
+	snap                                snapshot
+	nodes, clusters, datapools, domains bool // copied already
+	replaying                           bool // frames a listing has counted already
+}
+
+// own copies *s unless owned says it was copied already.
+func own[T any](s *[]T, owned *bool) {
+	if !*owned {
+		*s, *owned = append(make([]T, 0, len(*s)+1), *s...), true
+	}
+}
+
+// applyFrame applies one frame to e; inv.mu is held.
+func (inv *Inventory) applyFrame(e *edit, f veil.PushFrame, now time.Time) PushDrop {
+	del := f.Event == veil.PushDeleted
+	switch f.Resource {
+	case "/nodes/":
+		return pushInto(&e.snap.nodes, &e.nodes, f, del, func(n veil.Node) string { return n.ID }, inv.learnObject(now))
+	case "/clusters/":
+		return pushInto(&e.snap.clusters, &e.clusters, f, del, func(c veil.Cluster) string { return c.ID }, inv.learnObject(now))
+	case "/data-pools/":
+		return pushInto(&e.snap.datapools, &e.datapools, f, del, func(d veil.Datapool) string { return d.ID }, inv.learnObject(now))
+	case "/domains/":
+		return inv.pushDomain(e, f, del, now)
+	}
+	return DropUnknownResource
+}
+
+// learnObject records a pushed object's name, as a listing would.
+func (inv *Inventory) learnObject(now time.Time) func(id, name string) {
+	return func(id, name string) { inv.learnName(now, id, name) }
+}
+
+// pushDomain applies a domain frame: a VM that domain_include/exclude leave out is removed from
+// the exported list (a rename may move it either way); the total counts creations and deletions.
+func (inv *Inventory) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) PushDrop {
+	snap := &e.snap
+	var d veil.Domain
+	if !del {
+		var err error
+		if d, err = veil.DecodeObject[veil.Domain](f.Object); err != nil || d.ID != f.ID {
+			return DropBadObject
+		}
+		inv.learnName(now, d.ID, d.VerboseName)
+	}
+	switch {
+	case e.replaying:
+	case f.Event == veil.PushCreated:
+		snap.domainsTotal++
+	case f.Event == veil.PushDeleted:
+		snap.domainsTotal = max(0, snap.domainsTotal-1)
+	}
+	i := indexOf(snap.domains, f.ID, func(d veil.Domain) string { return d.ID })
+	keep := !del && len(inv.filterDomains([]veil.Domain{d})) == 1
+	if !keep && i < 0 {
+		return ""
+	}
+	own(&snap.domains, &e.domains)
+	switch {
+	case keep && i >= 0:
+		snap.domains[i] = d
+	case keep:
+		snap.domains = append(snap.domains, d)
+	default:
+		snap.domains = slices.Delete(snap.domains, i, i+1)
+	}
+	snap.domainsGen++
+	return ""
+}
+
+// pushInto applies a frame of a class without filters to its slice.
+func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T) string, learn func(id, name string)) PushDrop {
+	i := indexOf(*s, f.ID, id)
+	if del {
+		if i >= 0 {
+			own(s, owned)
+			*s = slices.Delete(*s, i, i+1)
+		}
+		return ""
+	}
+	v, err := veil.DecodeObject[T](f.Object)
+	if err != nil || id(v) != f.ID {
+		return DropBadObject
+	}
+	learn(f.ID, nameOf(v))
+	own(s, owned)
+	if i >= 0 {
+		(*s)[i] = v
+	} else {
+		*s = append(*s, v)
+	}
+	return ""
+}
+
+func nameOf(v any) string {
+	switch o := v.(type) {
+	case veil.Node:
+		return o.VerboseName
+	case veil.Cluster:
+		return o.VerboseName
+	case veil.Datapool:
+		return o.VerboseName
+	}
+	return ""
+}
+
+func indexOf[T any](s []T, want string, id func(T) string) int {
+	for i := range s {
+		if id(s[i]) == want {
+			return i
+		}
+	}
+	return -1
+}
+
+// SetPushed says whether the push channel keeps the pushed collections fresh: while it does,
+// refreshes list them only every resync (collect.resync_interval); the others (tasks, version)
+// keep collect.interval. Resync makes the next refresh list everything and starts it now.
+func (inv *Inventory) SetPushed(on bool) {
+	inv.mu.Lock()
+	inv.pushed = on
+	inv.mu.Unlock()
+}
+
+// Resync lists every collection at the next refresh and starts it now: after every (re)connect
+// of the push, since frames sent while the socket was down are lost.
+func (inv *Inventory) Resync() {
+	inv.mu.Lock()
+	inv.resyncAt = time.Time{}
+	inv.mu.Unlock()
+	select {
+	case inv.kick <- struct{}{}:
+	default:
+	}
+}

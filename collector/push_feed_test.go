@@ -1,0 +1,366 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/go-kit/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/veil-exporter/veil-exporter/config"
+	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// pushCollect polls only every hour: what the inventory learns within a test came by the push
+// (or by the refresh that follows each connect).
+func pushCollect() (c config.Collect) {
+	c = testCollect()
+	c.Interval, c.ResyncInterval = time.Hour, time.Hour
+	return c
+}
+
+// runFeed starts the inventory's loop and its push feed until the test ends.
+func runFeed(t *testing.T, f *fixture) *PushFeed {
+	t.Helper()
+	feed := NewPushFeed("test", f.inv.client, f.inv, time.Hour, log.NewLogfmtLogger(f.logs))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { f.inv.Run(ctx); done <- struct{}{} }()
+	go func() { feed.Run(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	return feed
+}
+
+func domainOf(inv *Inventory, id string) (veil.Domain, bool) {
+	for _, d := range inv.Domains() {
+		if d.ID == id {
+			return d, true
+		}
+	}
+	return veil.Domain{}, false
+}
+
+// inSync says whether the inventory's VMs are the simulator's: the same ids with the same
+// power state and node.
+func inSync(t *testing.T, f *fixture) bool {
+	t.Helper()
+	ids := f.sim.DomainIDs()
+	if len(f.inv.Domains()) != len(ids) {
+		return false
+	}
+	for _, id := range ids {
+		want, _ := f.sim.Domain(id)
+		got, ok := domainOf(f.inv, id)
+		if !ok || int(got.UserPowerState) != want.PowerState || got.Node.ID != want.NodeID {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPushKeepsTheInventoryFresh: with a refresh only every hour, a VM powered off, one
+// migrated, one created and one deleted on the controller show in the inventory (and in its
+// rendered series) through the push alone; the feed says it runs in push mode.
+func TestPushKeepsTheInventoryFresh(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 7, VMs: 6}, pushCollect(), veil.Config{})
+	feed := runFeed(t, f)
+	tu.Eventually(t, 10*time.Second, func() bool { return settled(f, feed) }, "push mode and the refresh after the connect")
+	if v := testutil.ToFloat64(metricOf(t, feed, "veil_push_mode", `mode="push"`)); v != 1 {
+		t.Errorf("veil_push_mode{mode=push} = %v", v)
+	}
+	ids := f.sim.DomainIDs()
+	if !inSync(t, f) {
+		t.Fatal("not in sync after the refresh that follows the connect")
+	}
+	toggle(t, f.sim, ids[0])
+	nodes := f.sim.NodeIDs()
+	d1, _ := f.sim.Domain(ids[1])
+	target := nodes[0]
+	if target == d1.NodeID {
+		target = nodes[1]
+	}
+	if err := f.sim.MigrateVM(ids[1], target); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sim.DeleteVM(ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	added := f.sim.AddVMs(1)
+	tu.Eventually(t, 10*time.Second, func() bool { return inSync(t, f) }, "the pushed changes applied")
+	if _, ok := domainOf(f.inv, added[0]); !ok {
+		t.Fatal("the new VM is not in the inventory")
+	}
+	tu.Eventually(t, 10*time.Second, func() bool {
+		return len(series(t, f.inv, "veil_domain_info", added[0])) == 1 && len(series(t, f.inv, "veil_domain_info", ids[2])) == 0
+	}, "the rendered series to follow")
+	if st := f.inv.Status(); st.DomainsTotal != len(f.sim.DomainIDs()) {
+		t.Errorf("VMs in all %d, want %d", st.DomainsTotal, len(f.sim.DomainIDs()))
+	}
+	if feed.Status().Frames == 0 {
+		t.Error("no frame counted")
+	}
+	// The domains were listed at the start and after the connect, never since: the push did
+	// the rest.
+	if n := countRequests(f.sim, "/api/domains/"); n != 2 {
+		t.Errorf("%d listings of /api/domains/, want 2: at the start and after the connect", n)
+	}
+}
+
+// TestPushLostFramesAreMendedByTheReconnect: frames lost silently leave the inventory behind
+// until the socket drops; the reconnect's refresh then brings it back in line, and the feed
+// counted the connects.
+func TestPushLostFramesAreMendedByTheReconnect(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 8, VMs: 4}, pushCollect(), veil.Config{})
+	feed := runFeed(t, f)
+	tu.Eventually(t, 10*time.Second, func() bool { return settled(f, feed) }, "push mode and the refresh after the connect")
+	// Every domain frame is lost from now on; node frames still come, in order with them.
+	f.sim.SetFaults(veiltest.Fault{Kind: "ws_lose", Path: "/domains/"})
+	lost := f.sim.DomainIDs()[0]
+	toggle(t, f.sim, lost)
+	node := f.sim.NodeIDs()[0]
+	if err := f.sim.SetNodeStatus(node, "SERVICE"); err != nil {
+		t.Fatal(err)
+	}
+	nodeStatus := func() string {
+		f.inv.mu.RLock()
+		defer f.inv.mu.RUnlock()
+		for _, n := range f.inv.snap.nodes {
+			if n.ID == node {
+				return n.Status
+			}
+		}
+		return ""
+	}
+	tu.Eventually(t, 10*time.Second, func() bool { return nodeStatus() == "SERVICE" }, "the node's frame")
+	if inSync(t, f) {
+		t.Fatal("in sync although the VM's frames were lost: the test proves nothing")
+	}
+	if f.sim.DropPushSockets() == 0 {
+		t.Fatal("no socket to drop")
+	}
+	// The domain frames are still lost: only the refresh after the reconnect can mend it.
+	tu.Eventually(t, 20*time.Second, func() bool { return inSync(t, f) }, "the refresh after the reconnect")
+	f.sim.ClearFaults()
+	if v := testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")); v < 2 {
+		t.Errorf("veil_push_connects_total = %v, want 2 or more", v)
+	}
+}
+
+// TestNoPushChannelMeansPolling: a controller without /ws/ is polled as before; the feed says
+// so once and shows polling.
+func TestNoPushChannelMeansPolling(t *testing.T) {
+	c := testCollect()
+	c.Interval = 50 * time.Millisecond
+	f := newFixture(t, veiltest.Options{Seed: 9, VMs: 3, NoPush: true}, c, veil.Config{})
+	feed := runFeed(t, f)
+	tu.Eventually(t, 10*time.Second, func() bool { return feed.Status().Mode == PushModePolling && f.inv.Ready() }, "polling mode")
+	vm := f.sim.DomainIDs()[0]
+	if err := f.sim.PowerOff(vm); err != nil {
+		t.Fatal(err)
+	}
+	tu.Eventually(t, 10*time.Second, func() bool { return inSync(t, f) }, "the poll to see the change")
+	if n := strings.Count(f.logs.String(), `msg="controller has no push channel`); n != 1 {
+		t.Errorf("%d lines saying there is no push channel, want 1:\n%s", n, f.logs.String())
+	}
+	if st := feed.RunStatus()[0]; st.Success || !st.Unavailable {
+		t.Errorf("run status %+v, want unavailable", st)
+	}
+}
+
+// TestBadFramesAreCountedNotApplied: a controller sending frames that are not JSON, of an
+// unknown event or resource, without an id, or with an object that does not decode: each is
+// counted by reason, the good frame between them is applied, and the inventory never holds an
+// object of a bad frame.
+func TestBadFramesAreCountedNotApplied(t *testing.T) {
+	sim := veiltest.New(veiltest.Options{Seed: 10, VMs: 2, NoPush: true})
+	t.Cleanup(sim.Close)
+	vm := sim.DomainIDs()[0]
+	good, _ := json.Marshal(map[string]any{"msg_type": "data", "resource": "/domains/", "event": "UPDATED", "id": vm,
+		"object": map[string]any{"id": vm, "verbose_name": "renamed-by-push", "status": "ACTIVE", "user_power_state": 1}})
+	frames := []string{
+		`not json at all`,
+		`{"msg_type":"data","resource":"/domains/","event":"EXPLODED","id":"x","object":{"id":"x"}}`,
+		`{"msg_type":"data","resource":"/domains/","event":"UPDATED","object":{"verbose_name":"no id"}}`,
+		`{"msg_type":"data","resource":"/galaxies/","event":"UPDATED","id":"g","object":{"id":"g"}}`,
+		`{"msg_type":"data","resource":"/domains/","event":"UPDATED","id":"d","object":{"id":"d","user_power_state":{"no":"number"}}}`,
+		`{"msg_type":"data","resource":"/domains/","event":"UPDATED","id":"e","object":{"id":"other"}}`,
+		`{"msg_type":"control","text":"add /domains/"}`,
+		string(good),
+	}
+	big := `{"msg_type":"data","resource":"/domains/","event":"UPDATED","id":"big","object":{"id":"big","description":"` + strings.Repeat("x", veil.MaxPushFrame) + `"}}`
+	sendBig := make(chan struct{})
+	var conns atomic.Int32
+	// The controller: the simulator's REST API, and a /ws/ that sends the frames above.
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		go func() { // the subscriptions, and the pongs to the client's pings
+			for {
+				if _, _, err := c.Read(r.Context()); err != nil {
+					return
+				}
+			}
+		}()
+		if conns.Add(1) > 1 {
+			<-r.Context().Done() // later sockets stay open and silent
+			return
+		}
+		for _, fr := range frames {
+			if c.Write(r.Context(), websocket.MessageText, []byte(fr)) != nil {
+				return
+			}
+		}
+		select {
+		case <-sendBig:
+			c.Write(r.Context(), websocket.MessageText, []byte(big))
+		case <-r.Context().Done():
+		}
+		<-r.Context().Done()
+	})
+	mux.Handle("/", sim.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	client, err := veil.New(veil.Config{URL: srv.URL, Token: sim.Token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &tu.SyncBuffer{}
+	inv, err := NewInventory("test", client, pushCollect(), log.NewLogfmtLogger(logs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{sim: sim, inv: inv, logs: logs}
+	feed := runFeed(t, f)
+	want := map[string]float64{"not_json": 1, "unknown_event": 1, "no_id": 1, "unknown_resource": 1, "bad_object": 2, "too_large": 1}
+	tu.Eventually(t, 10*time.Second, func() bool {
+		d, ok := domainOf(inv, vm)
+		return ok && d.VerboseName == "renamed-by-push" && testutil.ToFloat64(metricOf(t, feed, "veil_push_frames_total", "")) == 1
+	}, "the good frame applied")
+	// A frame over the limit ends the socket: counted, and the feed connects again.
+	close(sendBig)
+	tu.Eventually(t, 10*time.Second, func() bool {
+		return testutil.ToFloat64(metricOf(t, feed, "veil_push_frames_dropped_total", `reason="too_large"`)) == 1 && conns.Load() == 2
+	}, "the big frame refused and the socket opened again")
+	for reason, n := range want {
+		if got := testutil.ToFloat64(metricOf(t, feed, "veil_push_frames_dropped_total", `reason="`+reason+`"`)); got != n {
+			t.Errorf("dropped %s: %v, want %v", reason, got, n)
+		}
+	}
+	for _, id := range []string{"x", "d", "e", "g", "other"} {
+		if _, ok := domainOf(inv, id); ok {
+			t.Errorf("the inventory holds %s from a bad frame", id)
+		}
+	}
+}
+
+// TestApplyWhileListingIsReplayed: a frame applied while a refresh lists the domains is
+// applied again over the refresh's result, so a listing older than the push does not undo it.
+func TestApplyWhileListingIsReplayed(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 11, VMs: 2}, pushCollect(), veil.Config{})
+	f.mustRefresh(t)
+	vm := f.sim.DomainIDs()[0]
+	old := f.inv.Domains()
+	f.inv.mu.Lock()
+	f.inv.listing = true // a refresh has started listing
+	f.inv.mu.Unlock()
+	obj, _ := json.Marshal(map[string]any{"id": vm, "verbose_name": "pushed-name", "status": "ACTIVE"})
+	if drops := f.inv.Apply([]veil.PushFrame{{Resource: "/domains/", Event: veil.PushUpdated, ID: vm, Object: obj}}); len(drops) != 0 {
+		t.Fatalf("dropped %v", drops)
+	}
+	// The refresh stores the listing it read before the push.
+	r := &refresh{inv: f.inv, start: time.Now(), finished: time.Now(),
+		done:  []collected{{name: collDomains, set: func(s *snapshot) { s.domains = old }}},
+		fails: []failure{failNone}}
+	r.store()
+	if d, _ := domainOf(f.inv, vm); d.VerboseName != "pushed-name" {
+		t.Errorf("after the refresh the VM is named %q: the older listing undid the push", d.VerboseName)
+	}
+	if f.inv.listing || len(f.inv.replay) != 0 {
+		t.Error("the replay was not cleared")
+	}
+}
+
+// settled says the feed is in push mode and the refresh that follows its connect has finished:
+// from then on only frames change the pushed collections.
+func settled(f *fixture, feed *PushFeed) bool {
+	st := feed.Status()
+	return st.Mode == PushModePush && f.inv.Status().LastAttempt.After(st.Since)
+}
+
+// toggle powers a VM on if it is off and off otherwise: a change whatever its state.
+func toggle(t *testing.T, sim *veiltest.Server, id string) {
+	t.Helper()
+	d, _ := sim.Domain(id)
+	change := sim.PowerOff
+	if d.PowerState == 1 {
+		change = sim.PowerOn
+	}
+	if err := change(id); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := sim.Domain(id); after.PowerState == d.PowerState {
+		t.Fatalf("VM %s: power state %d unchanged", id, d.PowerState)
+	}
+}
+
+// metricOf picks the one metric of c of that name with the label name="value" ("": any).
+func metricOf(t *testing.T, c prometheus.Collector, name, label string) prometheus.Collector {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 100)
+	go func() { c.Collect(ch); close(ch) }()
+	var found prometheus.Metric
+	for m := range ch {
+		if strings.Contains(m.Desc().String(), `"`+name+`"`) && (label == "" || hasLabel(t, m, label)) {
+			found = m
+		}
+	}
+	if found == nil {
+		t.Fatalf("no %s{%s}", name, label)
+	}
+	return constCollector{found}
+}
+
+type constCollector struct{ m prometheus.Metric }
+
+func (c constCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.Desc() }
+func (c constCollector) Collect(ch chan<- prometheus.Metric) { ch <- c.m }
+
+func hasLabel(t *testing.T, m prometheus.Metric, label string) bool {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range d.Label {
+		if l.GetName()+`="`+l.GetValue()+`"` == label {
+			return true
+		}
+	}
+	return false
+}
+
+// countRequests counts the GET requests the simulator served on a path.
+func countRequests(sim *veiltest.Server, path string) int {
+	n := 0
+	for _, r := range sim.Requests() {
+		if r.Method == http.MethodGet && r.Path == path {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,139 @@
+// The controller's push channel (GET /ws/?token=<token>): a WebSocket on which a client
+// subscribes to resources and receives a frame for every object of them that changes.
+
+package veil
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/coder/websocket"
+)
+
+// Push events of a data frame.
+const (
+	PushCreated = "CREATED"
+	PushUpdated = "UPDATED"
+	PushDeleted = "DELETED"
+)
+
+// ErrNoPush is the error of DialPush on a controller without the push channel: it refused the
+// upgrade (404, 400, 405 and the like), so the collections must be polled.
+var ErrNoPush = errors.New("veil: the controller has no push channel (/ws/)")
+
+// PushFrame is one data frame: Object is the resource as its collection lists it.
+type PushFrame struct {
+	Resource string          `json:"resource"` // "/domains/", "/nodes/", ...
+	Event    string          `json:"event"`    // PushCreated, PushUpdated, PushDeleted
+	ID       string          `json:"id"`
+	Object   json.RawMessage `json:"object"`
+}
+
+// MaxPushFrame bounds one frame read from the push channel; a longer one fails the socket with
+// an error wrapping ErrPushFrameTooBig (the websocket library closes it).
+const MaxPushFrame = 4 << 20
+
+// ErrPushFrameTooBig: a frame over MaxPushFrame ended the socket.
+var ErrPushFrameTooBig = errors.New("veil: push frame over 4 MiB")
+
+// Push is one open push channel; Next reads it from one goroutine.
+type Push struct {
+	conn *websocket.Conn
+}
+
+// DialPush opens the push channel and subscribes to resources ("/domains/", "/nodes/", ...).
+// A controller that refuses the upgrade gives an error wrapping ErrNoPush; the token is sent
+// without its "jwt " prefix, in the query as the platform wants, and never appears in errors.
+func (c *Client) DialPush(ctx context.Context, resources []string) (*Push, error) {
+	u := c.base + "/ws/?token=" + url.QueryEscape(c.currentToken())
+	switch {
+	case strings.HasPrefix(u, "https://"):
+		u = "wss://" + strings.TrimPrefix(u, "https://")
+	default:
+		u = "ws://" + strings.TrimPrefix(u, "http://")
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{
+		HTTPClient: c.hc,
+		HTTPHeader: http.Header{"User-Agent": []string{c.userAgent}},
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode < 500 {
+			return nil, fmt.Errorf("%w: the upgrade was answered %d", ErrNoPush, resp.StatusCode)
+		}
+		return nil, fmt.Errorf("veil: push channel: %s", c.redact(err.Error()))
+	}
+	conn.SetReadLimit(MaxPushFrame)
+	for _, r := range resources {
+		if err := conn.Write(dctx, websocket.MessageText, []byte("add "+r)); err != nil {
+			conn.CloseNow()
+			return nil, fmt.Errorf("veil: push channel: subscribing to %s: %s", r, c.redact(err.Error()))
+		}
+	}
+	return &Push{conn: conn}, nil
+}
+
+// PushBadFrameError is a frame Next could not use: not JSON, or a data frame without a
+// resource, an event or an id. The socket stays usable.
+type PushBadFrameError struct {
+	Reason string // not_json, no_id, unknown_event
+}
+
+func (e *PushBadFrameError) Error() string { return "veil: push frame dropped: " + e.Reason }
+
+// Next returns the next data frame. Control and text frames are skipped; a frame saying the
+// token was refused gives an error wrapping ErrUnauthorized; a frame that cannot be used gives
+// a *PushBadFrameError (read on); any other error ends the socket.
+func (p *Push) Next(ctx context.Context) (PushFrame, error) {
+	for {
+		_, b, err := p.conn.Read(ctx)
+		if errors.Is(err, websocket.ErrMessageTooBig) {
+			return PushFrame{}, ErrPushFrameTooBig
+		}
+		if err != nil {
+			return PushFrame{}, fmt.Errorf("veil: push channel: %w", err)
+		}
+		var f struct {
+			MsgType string `json:"msg_type"`
+			Text    string `json:"text"`
+			PushFrame
+		}
+		if err := json.Unmarshal(b, &f); err != nil {
+			if strings.Contains(string(b), "token error") {
+				return PushFrame{}, fmt.Errorf("veil: push channel: token refused: %w", ErrUnauthorized)
+			}
+			return PushFrame{}, &PushBadFrameError{Reason: "not_json"}
+		}
+		switch {
+		case strings.Contains(f.Text, "token error"):
+			return PushFrame{}, fmt.Errorf("veil: push channel: token refused: %w", ErrUnauthorized)
+		case f.MsgType != "data":
+			continue
+		case f.Event != PushCreated && f.Event != PushUpdated && f.Event != PushDeleted:
+			return PushFrame{}, &PushBadFrameError{Reason: "unknown_event"}
+		case f.ID == "" || f.Resource == "":
+			return PushFrame{}, &PushBadFrameError{Reason: "no_id"}
+		}
+		return f.PushFrame, nil
+	}
+}
+
+// Ping sends a ping and waits for its pong; a socket that stays silent fails it.
+func (p *Push) Ping(ctx context.Context) error { return p.conn.Ping(ctx) }
+
+// Close closes the socket.
+func (p *Push) Close() error { return p.conn.Close(websocket.StatusNormalClosure, "") }
+
+// DecodeObject decodes one object as its collection lists it (a push frame's Object), with the
+// rules of the list reads.
+func DecodeObject[T any](raw []byte) (T, error) {
+	var v T
+	err := decodeValue(raw, &v)
+	return v, err
+}
