@@ -84,6 +84,7 @@ type Inventory struct {
 	listing  bool
 	replay   []veil.PushFrame
 	kick     chan struct{} // a refresh now (Resync)
+	observer Observer      // nil: none (inventory_observe.go)
 
 	discovery discoveryCache // GuestTargets of the latest snapshot
 
@@ -347,7 +348,9 @@ func (r *refresh) store() {
 		// Frames pushed while the collections were listed are newer than some of the pages.
 		e := &edit{snap: snap, replaying: true}
 		for _, f := range inv.replay {
-			inv.applyFrame(e, f, r.finished)
+			if inv.applyFrame(e, f, r.finished) == "" {
+				inv.observePushed(f)
+			}
 		}
 		snap = e.snap
 		inv.listing, inv.replay = false, nil
@@ -495,36 +498,40 @@ func (inv *Inventory) nameOf(id string) (string, bool) {
 func (inv *Inventory) collect(ctx context.Context, name string, start time.Time) (func(*snapshot), error) {
 	switch name {
 	case collNodes:
-		v, err := inv.client.Nodes(ctx)
+		v, raw, err := list(ctx, inv, "/api/nodes/", inv.client.Nodes)
 		return func(s *snapshot) {
 			s.nodes = v
 			for i := range v {
 				inv.learnName(start, v[i].ID, v[i].VerboseName)
 			}
+			inv.observeListed(ClassNode, raw)
 		}, err
 	case collClusters:
-		v, err := inv.client.Clusters(ctx)
+		v, raw, err := list(ctx, inv, "/api/clusters/", inv.client.Clusters)
 		return func(s *snapshot) {
 			s.clusters = v
 			for i := range v {
 				inv.learnName(start, v[i].ID, v[i].VerboseName)
 			}
+			inv.observeListed(ClassCluster, raw)
 		}, err
 	case collDatapools:
-		v, err := inv.client.Datapools(ctx)
+		v, raw, err := list(ctx, inv, "/api/data-pools/", inv.client.Datapools)
 		return func(s *snapshot) {
 			s.datapools = v
 			for i := range v {
 				inv.learnName(start, v[i].ID, v[i].VerboseName)
 			}
+			inv.observeListed(ClassDatapool, raw)
 		}, err
 	case collDomains:
-		v, err := inv.client.Domains(ctx, nil)
+		v, raw, err := list(ctx, inv, "/api/domains/", func(ctx context.Context) ([]veil.Domain, error) { return inv.client.Domains(ctx, nil) })
 		if err != nil {
 			return nil, err
 		}
 		filtered := inv.filterDomains(v)
 		return func(s *snapshot) {
+			inv.observeListed(ClassDomain, raw)
 			s.domains, s.domainsTotal = filtered, len(v)
 			s.domainsGen++
 			present := make(map[string]bool, len(v))

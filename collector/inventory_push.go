@@ -46,6 +46,7 @@ func (inv *Inventory) Apply(frames []veil.PushFrame) map[PushDrop]int {
 			drops[why]++
 			continue
 		}
+		inv.observePushed(f)
 		if inv.listing {
 			inv.replay = append(inv.replay, f)
 		}

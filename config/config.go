@@ -116,6 +116,17 @@ type NATS struct {
 	SubjectPrefix string    `yaml:"subject_prefix"`
 	JetStream     JetStream `yaml:"jetstream"`
 	Embedded      Embedded  `yaml:"embedded"`
+	Inventory     Inventory `yaml:"inventory"`
+}
+
+// Inventory configures the inventory on NATS: every node, cluster, datapool and VM of the
+// controllers a replica runs, in a JetStream KV bucket (written whenever NATS is connected
+// with JetStream: events or ha on).
+type Inventory struct {
+	Enabled bool   `yaml:"enabled"`
+	Bucket  string `yaml:"bucket"`
+	// History is how many values of each key the bucket keeps (1..64).
+	History int `yaml:"history"`
 }
 
 // NATSTLS configures TLS towards NATS.
@@ -235,6 +246,7 @@ func Default() Config {
 		},
 		NATS: NATS{
 			URL: "nats://127.0.0.1:4222", SubjectPrefix: "veil.events",
+			Inventory: Inventory{Enabled: true, Bucket: "VEIL_INVENTORY", History: 1},
 			JetStream: JetStream{Enabled: true, Stream: "VEIL_EVENTS", CreateStream: true, DuplicateWindow: time.Hour, PublishTimeout: 5 * time.Second, MaxPending: 1000},
 			Embedded:  Embedded{Listen: "127.0.0.1:4222", StoreDir: "/var/lib/veil-exporter/nats", Sync: DiskSync{Interval: time.Second}},
 		},

@@ -414,6 +414,14 @@ func (v *validator) enum(p, val string, allowed ...string) {
 }
 
 func (v *validator) nats(n *NATS) {
+	if n.Inventory.Enabled {
+		if !nameRE.MatchString(n.Inventory.Bucket) {
+			v.add("nats.inventory.bucket", "%q is not a bucket name (letters, digits, '-' and '_')", n.Inventory.Bucket)
+		}
+		if n.Inventory.History < 1 || n.Inventory.History > 64 {
+			v.add("nats.inventory.history", "must be 1..64")
+		}
+	}
 	if !n.Embedded.Enabled {
 		// A comma-separated list names several servers of one cluster; each must be a URL. The
 		// whole list is quoted, redacted as one: a ',' in a password would split it.

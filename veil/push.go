@@ -137,3 +137,28 @@ func DecodeObject[T any](raw []byte) (T, error) {
 	err := decodeValue(raw, &v)
 	return v, err
 }
+
+// Raw is an object of a collection with the bytes the API returned for it, for those who keep
+// the object as the controller lists it (the inventory on NATS).
+type Raw[T any] struct {
+	Value T
+	JSON  json.RawMessage
+}
+
+// UnmarshalJSON keeps a copy of b and decodes it as the list reads do.
+func (r *Raw[T]) UnmarshalJSON(b []byte) error {
+	r.JSON = append(json.RawMessage(nil), b...)
+	return decodeValue(b, &r.Value)
+}
+
+func (r Raw[T]) objectID() string {
+	if id, ok := any(r.Value).(identified); ok {
+		return id.objectID()
+	}
+	return ""
+}
+
+// ListAllRaw reads a whole collection (as Nodes, Domains... do) keeping each object's bytes.
+func ListAllRaw[T any](ctx context.Context, c *Client, path string) ([]Raw[T], error) {
+	return listAll[Raw[T]](ctx, c, path, nil)
+}

@@ -1,9 +1,9 @@
 package daemon
 
-// A controller's components: the inventory, its push channel, the guest checks and the event
-// forwarder, each behind one interface, so that the daemon runs, collects, renders, reports and
-// judges them in one loop over a controller's parts. Adding a kind of work (the inventory on
-// NATS) is adding one component here and appending it in buildController.
+// A controller's components: the inventory, its push channel, the inventory on NATS, the guest
+// checks and the event forwarder, each behind one interface, so that the daemon runs, collects,
+// renders, reports and judges them in one loop over a controller's parts. Adding a kind of work
+// is adding one component here and appending it in buildController.
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/changefeed"
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
@@ -102,6 +103,19 @@ func (p pushPart) unhealthy(healthLimits) string            { return "" }
 func (p pushPart) notReady() string                         { return "" }
 func (p pushPart) view(cs *controllerStatus, _ *[]collector.Problem) {
 	cs.Inventory.Push = pushView(p.Status())
+}
+
+// kvPart is the inventory on NATS as a component.
+type kvPart struct{ *changefeed.Writer }
+
+func (p kvPart) run(ctx context.Context, _ log.Logger)    { p.Run(ctx) }
+func (p kvPart) collectLive(ch chan<- prometheus.Metric)  { p.Collect(ch) }
+func (p kvPart) rendered() *exposition.Set                { return nil }
+func (p kvPart) collectRendered(chan<- prometheus.Metric) {}
+func (p kvPart) unhealthy(healthLimits) string            { return "" }
+func (p kvPart) notReady() string                         { return "" }
+func (p kvPart) view(cs *controllerStatus, _ *[]collector.Problem) {
+	cs.Inventory.KV = kvView(p.Status())
 }
 
 // eventsPart is the event forwarder as a component.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-kit/log"
 
+	"github.com/veil-exporter/veil-exporter/changefeed"
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
@@ -128,6 +129,21 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	if cfg.Collect.Push {
 		feed := collector.NewPushFeed(cc.Name, client, inv, cfg.Collect.ResyncInterval, log.With(d.base, "component", "push"))
 		ct.parts = append(ct.parts, pushPart{feed})
+	}
+	if conn != nil && cfg.NATS.JetStream.Enabled && cfg.NATS.Inventory.Enabled {
+		var fence func() bool
+		if cfg.HA.Enabled {
+			fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
+		}
+		w, err := changefeed.New(changefeed.Options{
+			Controller: cc.Name, Conn: conn.Conn, Config: cfg.NATS.Inventory, Replicas: replicasOf(cfg),
+			Fence: fence, Resync: inv.Resync, Logger: d.base,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
+		}
+		inv.SetObserver(w)
+		ct.parts = append(ct.parts, kvPart{w})
 	}
 	if cfg.Guest.Enabled {
 		g := collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)

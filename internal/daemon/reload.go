@@ -203,16 +203,20 @@ func (d *Daemon) link(cfg *config.Config, conn *natsconn.Conn) (*natsLink, error
 	if !cfg.Events.Enabled {
 		return &natsLink{Conn: conn}, nil
 	}
-	replicas := 1
-	if cfg.HA.Enabled {
-		// The stream and the positions bucket outlive the loss of a NATS server like the leases.
-		replicas = cfg.HA.Replicas
-	}
-	stream := forwarder.NewStream(conn, cfg.NATS, replicas, log.With(d.base, "component", "nats"))
+	stream := forwarder.NewStream(conn, cfg.NATS, replicasOf(cfg), log.With(d.base, "component", "nats"))
 	if err := stream.Verify(d.ctx); err != nil {
 		return nil, err
 	}
 	return &natsLink{Conn: conn, stream: stream}, nil
+}
+
+// replicasOf is the replicas of the streams and buckets the daemon creates: with ha they outlive
+// the loss of a NATS server like the leases.
+func replicasOf(cfg *config.Config) int {
+	if cfg.HA.Enabled {
+		return cfg.HA.Replicas
+	}
+	return 1
 }
 
 // natsLink is the daemon's NATS connection and the events stream on it (nil without events),

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/changefeed"
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
@@ -119,6 +120,23 @@ type inventoryStatus struct {
 	Tasks           map[string]int `json:"tasks"`     // by status
 	// Push is how the inventory is kept fresh (nil: collect.push is off, polled).
 	Push *pushStatus `json:"push,omitempty"`
+	// KV is the inventory on NATS (nil: not written).
+	KV *kvStatus `json:"kv,omitempty"`
+}
+
+// kvStatus is changefeed.Status: the inventory bucket as this replica writes it.
+type kvStatus struct {
+	Bucket    string    `json:"bucket"`
+	Loaded    bool      `json:"loaded"` // read back at least once
+	Keys      int       `json:"keys"`
+	Pending   int       `json:"pending"`
+	Writes    float64   `json:"writes"`
+	LastWrite time.Time `json:"last_write,omitzero"`
+	LastError string    `json:"last_error,omitempty"`
+}
+
+func kvView(s changefeed.Status) *kvStatus {
+	return &kvStatus{Bucket: s.Bucket, Loaded: s.Loaded, Keys: s.Keys, Pending: s.Pending, Writes: s.Writes, LastWrite: s.LastWrite, LastError: s.LastError}
 }
 
 // pushStatus is collector.PushStatus: the controller's push channel.
