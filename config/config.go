@@ -57,6 +57,8 @@ type Collect struct {
 	Datapools     bool          `yaml:"datapools"`
 	Domains       bool          `yaml:"domains"`
 	Tasks         bool          `yaml:"tasks"`
+	Vdisks        bool          `yaml:"vdisks"`     // GET /api/vdisks/
+	Interfaces    bool          `yaml:"interfaces"` // GET /api/vmachine-infs/
 	DomainInclude Regexp        `yaml:"domain_include"`
 	DomainExclude Regexp        `yaml:"domain_exclude"`
 	// BackupTaskPattern is a regexp on task names: the tasks that are backups of their VM.
@@ -213,6 +215,7 @@ func Default() Config {
 	return Config{
 		Collect: Collect{
 			Interval: 30 * time.Second, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true,
+			Vdisks: true, Interfaces: true,
 			BackupTaskPattern: MustRegexp(`(?i)backup|резерв`), BackupLookback: model.Duration(7 * 24 * time.Hour),
 		},
 		Guest: Guest{
