@@ -25,12 +25,14 @@ import (
 
 // Names of the inventory collections, as in the collector label.
 const (
-	collNodes     = "nodes"
-	collClusters  = "clusters"
-	collDatapools = "datapools"
-	collDomains   = "domains"
-	collTasks     = "tasks"
-	collVersion   = "version" // the controller's platform version, always read
+	collNodes      = "nodes"
+	collClusters   = "clusters"
+	collDatapools  = "datapools"
+	collDomains    = "domains"
+	collTasks      = "tasks"
+	collVdisks     = "vdisks"     // GET /api/vdisks/
+	collInterfaces = "interfaces" // GET /api/vmachine-infs/
+	collVersion    = "version"    // the controller's platform version, always read
 )
 
 const (
@@ -46,7 +48,7 @@ const (
 )
 
 // Inventory keeps the latest good snapshot of one controller's nodes, clusters, datapools,
-// domains, tasks and version, refreshed in the background, and exposes it as metrics.
+// domains, tasks, disks, interfaces and version, refreshed in the background, and exposes it as metrics.
 type Inventory struct {
 	controller string
 	client     *veil.Client
@@ -105,6 +107,10 @@ type snapshot struct {
 	domainsGen   uint64        // grows each time domains is replaced: the guest checker's cue
 	taskCounts   map[string]float64
 	version      string // of the platform; "" until read or where the controller lacks it
+
+	vdisks          []vdiskRow         // of the VMs domain_include/exclude select, and free disks; nil: not read
+	poolProvisioned map[string]float64 // datapool id → virtual sizes of every disk on it, bytes
+	interfaces      []ifaceRow         // of the VMs selected; nil: not read
 }
 
 type collectionRun struct {
@@ -153,7 +159,8 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 	for _, c := range []struct {
 		name string
 		on   bool
-	}{{collNodes, cfg.Nodes}, {collClusters, cfg.Clusters}, {collDatapools, cfg.Datapools}, {collDomains, cfg.Domains}, {collTasks, cfg.Tasks}} {
+	}{{collNodes, cfg.Nodes}, {collClusters, cfg.Clusters}, {collDatapools, cfg.Datapools}, {collDomains, cfg.Domains}, {collTasks, cfg.Tasks},
+		{collVdisks, cfg.Vdisks}, {collInterfaces, cfg.Interfaces}} {
 		if c.on {
 			inv.enabled = append(inv.enabled, c.name)
 			inv.runs[c.name] = &collectionRun{}
@@ -469,6 +476,10 @@ func clearCollection(name string, s *snapshot) {
 		s.taskCounts = nil
 	case collVersion:
 		s.version = ""
+	case collVdisks:
+		s.vdisks, s.poolProvisioned = nil, nil
+	case collInterfaces:
+		s.interfaces = nil
 	}
 }
 
@@ -542,6 +553,20 @@ func (inv *Inventory) collect(ctx context.Context, name string, start time.Time)
 			}
 			inv.backups.forget(present, start)
 		}, nil
+	case collVdisks:
+		v, err := inv.client.Vdisks(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		rows, pools := inv.vdiskRows(v)
+		return func(s *snapshot) { s.vdisks, s.poolProvisioned = rows, pools }, nil
+	case collInterfaces:
+		v, err := inv.client.VMachineInfs(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		rows := inv.ifaceRows(v)
+		return func(s *snapshot) { s.interfaces = rows }, nil
 	case collVersion:
 		v, err := inv.client.ControllerVersion(ctx)
 		return func(s *snapshot) { s.version = v }, err

@@ -78,8 +78,8 @@ func (inv *Inventory) Status() InventoryStatus {
 }
 
 // RunStatus reports the last run of each enabled collection (nodes, clusters, datapools,
-// domains, tasks, version; backups are part of tasks) for the daemon's veil_collector_* families and
-// the status page. It implements runstatus.Reporter.
+// domains, tasks, vdisks, interfaces, version; backups are part of tasks) for the daemon's
+// veil_collector_* families and the status page. It implements runstatus.Reporter.
 func (inv *Inventory) RunStatus() []runstatus.Status {
 	inv.mu.RLock()
 	defer inv.mu.RUnlock()

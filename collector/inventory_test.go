@@ -295,7 +295,7 @@ func TestDomainFilters(t *testing.T) {
 // version (always read: one small request) are asked for and reported.
 func TestDisabledCollectionsAreNotRequested(t *testing.T) {
 	cc := testCollect()
-	cc.Domains, cc.Tasks, cc.Clusters = false, false, false
+	cc.Domains, cc.Tasks, cc.Clusters, cc.Vdisks, cc.Interfaces = false, false, false, false, false
 	f := newFixture(t, smallInventory, cc, veil.Config{})
 	f.mustRefresh(t)
 	for _, r := range f.sim.Requests() {

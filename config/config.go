@@ -62,6 +62,8 @@ type Collect struct {
 	Datapools      bool          `yaml:"datapools"`
 	Domains        bool          `yaml:"domains"`
 	Tasks          bool          `yaml:"tasks"`
+	Vdisks         bool          `yaml:"vdisks"`     // GET /api/vdisks/
+	Interfaces     bool          `yaml:"interfaces"` // GET /api/vmachine-infs/
 	DomainInclude  Regexp        `yaml:"domain_include"`
 	DomainExclude  Regexp        `yaml:"domain_exclude"`
 	// BackupTaskPattern is a regexp on task names: the tasks that are backups of their VM.

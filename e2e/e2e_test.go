@@ -450,7 +450,7 @@ func missingFamilies(exposition []byte) []string {
 		}
 	}
 	// Every collector of the contract reports its success, events included.
-	for _, c := range []string{"nodes", "clusters", "datapools", "domains", "tasks", "version", "guest", "events"} {
+	for _, c := range []string{"nodes", "clusters", "datapools", "domains", "tasks", "vdisks", "interfaces", "version", "guest", "events"} {
 		if !strings.Contains(string(exposition), `veil_collector_success{collector="`+c+`"`) {
 			missing = append(missing, "veil_collector_success{collector="+c+"}")
 		}

@@ -82,6 +82,21 @@ func (c *Client) Domains(ctx context.Context, q Query) ([]Domain, error) {
 func (c *Client) Tasks(ctx context.Context, q Query) ([]Task, error) {
 	return listAll[Task](ctx, c, "/api/tasks/", q)
 }
+
+// Vdisks lists the virtual disks (filters datapool, domain); VMachineInfs the VMs' network
+// interfaces. A controller older than these collections answers 404.
+func (c *Client) Vdisks(ctx context.Context, q Query) ([]Vdisk, error) {
+	return listAll[Vdisk](ctx, c, "/api/vdisks/", q)
+}
+func (c *Client) VMachineInfs(ctx context.Context, q Query) ([]VMachineInf, error) {
+	return listAll[VMachineInf](ctx, c, "/api/vmachine-infs/", q)
+}
+func (c *Client) Vdisk(ctx context.Context, id string) (*Vdisk, error) {
+	return get[Vdisk](ctx, c, "/api/vdisks/{id}/", id)
+}
+func (c *Client) VMachineInf(ctx context.Context, id string) (*VMachineInf, error) {
+	return get[VMachineInf](ctx, c, "/api/vmachine-infs/{id}/", id)
+}
 func (c *Client) Node(ctx context.Context, id string) (*Node, error) {
 	return get[Node](ctx, c, "/api/nodes/{id}/", id)
 }

@@ -301,12 +301,14 @@ func short(b []byte) string {
 }
 
 // objectID lets the pager drop an object seen twice when the collection shifts between pages.
-func (n Node) objectID() string     { return n.ID }
-func (c Cluster) objectID() string  { return c.ID }
-func (d Datapool) objectID() string { return d.ID }
-func (d Domain) objectID() string   { return d.ID }
-func (t Task) objectID() string     { return t.ID }
-func (e Event) objectID() string    { return e.ID }
+func (n Node) objectID() string        { return n.ID }
+func (c Cluster) objectID() string     { return c.ID }
+func (d Datapool) objectID() string    { return d.ID }
+func (d Domain) objectID() string      { return d.ID }
+func (t Task) objectID() string        { return t.ID }
+func (e Event) objectID() string       { return e.ID }
+func (v Vdisk) objectID() string       { return v.ID }
+func (v VMachineInf) objectID() string { return v.ID }
 
 type identified interface{ objectID() string }
 

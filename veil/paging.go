@@ -31,9 +31,9 @@ const MaxPageSize = 100
 //
 // What is guaranteed while the collection changes underneath: every object yielded was in the
 // collection at some instant of the iteration; an object with an id (Node, Cluster, Datapool,
-// Domain, Task, Event) is yielded at most once (the ids seen are remembered for the iteration,
-// the objects are not); an object present throughout is yielded unless removals before it
-// shifted it onto a page already read. Other types may repeat an object that shifted pages.
+// Domain, Task, Event, Vdisk, VMachineInf) is yielded at most once (the ids seen are remembered
+// for the iteration, the objects are not); an object present throughout is yielded unless
+// removals before it shifted it onto a page already read. Other types may repeat an object that shifted pages.
 func List[T any](ctx context.Context, c *Client, path string, q Query) iter.Seq2[T, error] {
 	return listPages[T](ctx, c, path, q, listOptions{ahead: c.pageSlots})
 }

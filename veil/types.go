@@ -285,3 +285,64 @@ type GuestInfo struct {
 		SuccessResponse bool   `json:"success-response"`
 	} `json:"supported_commands"`
 }
+
+// Vdisk is a virtual disk (GET /api/vdisks/). The platform names the VM using the disk under
+// the key "vdisk". Sizes are nil when the answer lacks them; their unit is not documented (the
+// vendor's create call and the UI use GB).
+type Vdisk struct {
+	ID          string      `json:"id"`
+	VerboseName string      `json:"verbose_name"`
+	Status      string      `json:"status"`
+	Size        *Number     `json:"size"`         // space the disk takes on its datapool (a decimal)
+	VirtualSize *Number     `json:"virtual_size"` // the size the guest sees
+	Datapool    DatapoolRef `json:"datapool"`
+	Domain      *Ref        `json:"vdisk"` // the VM using it; nil for a free disk
+	Hints       Number      `json:"hints"`
+	// Detail only: nil or empty in a list item.
+	Snapshots   []VdiskSnapshot `json:"snapshots"`
+	DiskType    string          `json:"disk_type"`
+	TargetBus   string          `json:"target_bus"` // virtio, ide, scsi, sata
+	DriverCache string          `json:"driver_cache"`
+	Shareable   bool            `json:"shareable"`
+	SSD         bool            `json:"ssd"`
+	ReadOnly    bool            `json:"readonly"`
+	Created     Time            `json:"created"`
+	Modified    Time            `json:"modified"`
+}
+
+// DatapoolRef is the datapool of a disk: {id, verbose_name, type}.
+type DatapoolRef struct {
+	ID          string `json:"id"`
+	VerboseName string `json:"verbose_name"`
+	Type        string `json:"type"`
+}
+
+// VdiskSnapshot is a snapshot of a disk (detail only).
+type VdiskSnapshot struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	Vdisk  string `json:"vdisk"`
+	Serial string `json:"serial"`
+}
+
+// VMachineInf is a network interface of a VM (GET /api/vmachine-infs/).
+type VMachineInf struct {
+	ID         string      `json:"id"`
+	Name       string      `json:"name"`
+	Domain     *Ref        `json:"vmachine_info"` // the VM; nil when the answer lacks it
+	DomainName string      `json:"vmachine_name"`
+	MACAddress string      `json:"mac_address"`
+	NICDriver  string      `json:"nic_driver"`
+	Status     string      `json:"status"` // the object's status (ACTIVE...), not its link
+	Network    *NetworkRef `json:"vnetwork_info"`
+	// Detail only, as far as the vendor's clients show: "" in a list item.
+	LinkState string `json:"link_state"` // up or down
+	Node      *Ref   `json:"node_info"`
+}
+
+// NetworkRef is the virtual network of an interface: {id, verbose_name, entity_type}.
+type NetworkRef struct {
+	ID          string `json:"id"`
+	VerboseName string `json:"verbose_name"`
+	EntityType  string `json:"entity_type"`
+}

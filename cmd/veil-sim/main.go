@@ -40,6 +40,7 @@ func main() {
 	flag.StringVar(&o.ControllerVersion, "controller-version", veiltest.DefaultControllerVersion, "platform version GET /api/controllers/base-version/ answers; none: 404, as on a controller older than the endpoint")
 	flag.DurationVar(&o.TaskDuration, "task-duration", 300*time.Millisecond, "how long a task runs")
 	flag.BoolVar(&o.NoPush, "no-push", false, "serve no push channel: /ws/ answers 404, as a controller without one")
+	flag.BoolVar(&o.NoDevices, "no-devices", false, "serve neither /api/vdisks/ nor /api/vmachine-infs/ (404), as a controller older than those collections")
 	flag.IntVar(&o.ChangeLog, "change-log", 0, "keep the last N changes made to nodes, datapools, VMs and tasks, with their objects, for GET /_sim/changes?since=<seq> (0: none)")
 	flag.Parse()
 

@@ -12,7 +12,7 @@ import "time"
 
 // Status is the last run of one collector of one controller.
 type Status struct {
-	Collector   string        // nodes, clusters, datapools, domains, tasks, guest, events
+	Collector   string        // nodes, clusters, datapools, domains, tasks, vdisks, interfaces, version, guest, events
 	Success     bool          // the last run succeeded
 	Duration    time.Duration // of the last run
 	LastSuccess time.Time     // zero if it never succeeded

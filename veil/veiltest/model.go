@@ -42,6 +42,9 @@ type state struct {
 	agentLost *domain   // the VM whose agent the background activity stopped, if any
 
 	feed feed // the changes made, for the change log and the push channel (changes.go)
+
+	hw  *rand.Rand // draws the VMs' disks and interfaces, apart from rng (devices.go)
+	dev devices
 }
 
 type node struct {
@@ -122,6 +125,8 @@ func (st *state) init(o Options) {
 	st.poolByID = map[string]*datapool{}
 	st.domainByID = map[string]*domain{}
 	st.taskByID = map[string]*task{}
+	st.hw = rand.New(rand.NewPCG(uint64(o.Seed), 0x7e11_0002))
+	st.dev = devices{diskByID: map[string]*vdisk{}, nicByID: map[string]*vnic{}, byVM: map[*domain]*vmDevices{}}
 	st.feed.init(o.ChangeLog)
 	defer func() { st.feed.live = true }() // the seeded inventory is no change
 	st.events.init(o.EventsRetention)
@@ -186,6 +191,7 @@ func (st *state) init(o Options) {
 		st.addDomain(d)
 		created = created.Add(time.Minute)
 	}
+	st.seedFreeDisks(base)
 	st.seedTasks(now)
 	st.seedEvents(now)
 }
@@ -249,13 +255,18 @@ func (st *state) newDomain(created time.Time) *domain {
 	return d
 }
 
-func (st *state) addDomain(d *domain) {
+func (st *state) addDomain(d *domain) { st.addDomainLike(d, nil) }
+
+// addDomainLike adds d with disks and interfaces like those of the VM it was cloned from (nil:
+// drawn anew).
+func (st *state) addDomainLike(d, like *domain) {
 	if d.template {
 		d.power = powerOff
 	}
 	st.domains = append(st.domains, d)
 	st.domainByID[d.id] = d
 	st.domainsByName = nil
+	st.addDevices(d, like)
 	st.changed(ChangeCreated, d)
 	if d.node != nil {
 		d.node.domains++
@@ -282,6 +293,7 @@ func (st *state) removeDomain(d *domain) {
 		}
 	}
 	st.domainsByName = nil
+	st.removeDevices(d)
 	st.changed(ChangeDeleted, d)
 	if d.node != nil {
 		d.node.domains--

@@ -495,7 +495,7 @@ func (st *state) cloneOf(src *domain, id, name string, n *node, p *datapool, now
 	if src.template {
 		c.thin, c.parent = true, src
 	}
-	st.addDomain(c)
+	st.addDomainLike(c, src)
 	return c
 }
 

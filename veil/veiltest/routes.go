@@ -45,6 +45,10 @@ var apiRoutes = []route{
 	{"PUT /api/domains/{id}/template/{$}", "make or unmake a template", false, withID((*Server).setTemplate)},
 	{"GET /api/domains/{id}/available-guest-cmds/{$}", "guest-agent commands the platform allows", false, withID((*Server).availableGuestCmds)},
 	{"POST /api/domains/{id}/guest-command/{$}", "run a guest-agent command", false, withID((*Server).guestCommand)},
+	{"GET /api/vdisks/{$}", "virtual disks (sizes in GB); filters datapool, domain", false, (*Server).listVdisks},
+	{"GET /api/vdisks/{id}/{$}", "one virtual disk with its snapshots, bus and cache", false, withID((*Server).getVdisk)},
+	{"GET /api/vmachine-infs/{$}", "network interfaces of the VMs; filter domain", false, (*Server).listVMachineInfs},
+	{"GET /api/vmachine-infs/{id}/{$}", "one network interface with its link_state and node_info", false, withID((*Server).getVMachineInf)},
 	{"GET /api/tasks/{$}", "tasks; filters parent, status", false, (*Server).listTasks},
 	{"GET /api/tasks/{id}/{$}", "one task with its events", false, withID((*Server).getTask)},
 	{"GET /api/tasks/{id}/response/{$}", "what a finished task produced", false, withID((*Server).taskResponse)},
@@ -57,7 +61,17 @@ var apiRoutes = []route{
 func (s *Server) routes() http.Handler {
 	s.table = http.NewServeMux()
 	s.apiRoutes, s.controlRoutes = apiRoutes, controlRoutes // docs reads them here: no init cycle
-	for _, rt := range append(append([]route{}, apiRoutes...), controlRoutes...) {
+	// An older controller has no device collections: their URLs are unknown (404 before the
+	// token is looked at).
+	if s.opts.NoDevices {
+		s.apiRoutes = nil
+		for _, rt := range apiRoutes {
+			if !strings.Contains(rt.pattern, " /api/vdisks/") && !strings.Contains(rt.pattern, " /api/vmachine-infs/") {
+				s.apiRoutes = append(s.apiRoutes, rt)
+			}
+		}
+	}
+	for _, rt := range append(append([]route{}, s.apiRoutes...), controlRoutes...) {
 		s.table.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.h(s, w, r) })
 	}
 	mux := http.NewServeMux()

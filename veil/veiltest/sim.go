@@ -63,6 +63,13 @@
 //     answered. Faults of kinds ws_refuse, ws_lose, ws_delay and ws_drop (Fault, SetFaults,
 //     POST /_sim/faults) refuse upgrades with 404, lose, delay or drop frames; DropPushSockets
 //     (POST /_sim/ws/drop) closes every socket at once; Options.NoPush serves no channel (404).
+//   - Every VM has 1 to 3 virtual disks on its datapool (vdisks_count of them) and 1 or 2
+//     network interfaces (GET /api/vdisks/, /api/vmachine-infs/, devices.go), drawn from a
+//     source of their own: a clone gets disks of its source's sizes, a removed VM takes its
+//     devices with it. A few free disks (one per 20 VMs, at least one per datapool) belong to
+//     no VM; a datapool's vdisk_count counts every disk on it. About one disk in five has
+//     snapshots, one interface in eight has its link down (link_state, detail only). Devices
+//     are not pushed on /ws/. Options.NoDevices serves neither collection (404).
 //   - Options.ChangeLog keeps the last N changes (Changes, GET /_sim/changes?since=N), each
 //     with a number, its time and its object: a test can compare what a client stored with what
 //     the simulator did. Off by default: a change costs one comparison while nothing records it.
@@ -132,6 +139,9 @@ type Options struct {
 
 	// NoPush serves no push channel: GET /ws/ answers 404, as a controller without one does.
 	NoPush bool
+	// NoDevices serves neither /api/vdisks/ nor /api/vmachine-infs/ (404), as a controller
+	// older than those collections.
+	NoDevices bool
 	// ChangeLog keeps the last N changes the simulator made to its objects, each with its
 	// object's JSON, for Changes and GET /_sim/changes (0: none kept).
 	ChangeLog int
