@@ -83,6 +83,7 @@ type Inventory struct {
 	// them, and replay holds the frames applied meanwhile, applied again over its result.
 	pushed   bool
 	resyncAt time.Time
+	slowAt   time.Time // when the slow collections are listed next
 	listing  bool
 	replay   []veil.PushFrame
 	kick     chan struct{} // a refresh now (Resync)
@@ -250,6 +251,7 @@ func (inv *Inventory) due() (names []string, reloadToken bool) {
 	names = make([]string, 0, len(inv.enabled))
 	now := time.Now()
 	resync := !inv.pushed || !now.Before(inv.resyncAt)
+	slow := false
 	for _, name := range inv.enabled {
 		r := inv.runs[name]
 		if name == collVersion && inv.refreshed && !inv.up {
@@ -265,10 +267,20 @@ func (inv *Inventory) due() (names []string, reloadToken bool) {
 			}
 			inv.listing = true
 		}
+		if slowCollections[name] {
+			if now.Before(inv.slowAt) {
+				continue
+			}
+			slow = true
+		}
 		names = append(names, name)
 	}
+	every := max(inv.cfg.ResyncInterval, inv.cfg.Interval)
 	if inv.listing {
-		inv.resyncAt = now.Add(max(inv.cfg.ResyncInterval, inv.cfg.Interval))
+		inv.resyncAt = now.Add(every)
+	}
+	if slow {
+		inv.slowAt = now.Add(every)
 	}
 	return names, inv.authFailed
 }

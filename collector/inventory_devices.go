@@ -111,14 +111,29 @@ func (inv *Inventory) ifaceRows(all []veil.VMachineInf) []ifaceRow {
 	return rows
 }
 
-// emitDevices sends the device families of the snapshot, one family after the other.
+// emitDevices sends the device families of the snapshot, one family after the other. Disks and
+// interfaces are listed every collect.resync_interval only: those of a VM the domains no longer
+// list (deleted since, by a refresh or a push) are left out, not exported with a stale VM.
 func (inv *Inventory) emitDevices(e emitter, snap snapshot) {
 	d := inv.descs
 	gauge := e.gauge
+	gone := func(string) bool { return false }
+	if snap.domainsGen > 0 {
+		live := make(map[string]struct{}, len(snap.domains))
+		for i := range snap.domains {
+			live[snap.domains[i].ID] = struct{}{}
+		}
+		gone = func(id string) bool {
+			_, ok := live[id]
+			return id != "" && !ok
+		}
+	}
 	if snap.vdisks != nil {
 		each := func(f func(r *vdiskRow)) {
 			for i := range snap.vdisks {
-				f(&snap.vdisks[i])
+				if r := &snap.vdisks[i]; !gone(r.domainID) {
+					f(r)
+				}
 			}
 			e.flush()
 		}
@@ -157,12 +172,13 @@ func (inv *Inventory) emitDevices(e emitter, snap snapshot) {
 	}
 	if snap.interfaces != nil {
 		for i := range snap.interfaces {
-			r := &snap.interfaces[i]
-			gauge(d.ifaceInfo, 1, r.domainID, r.id, r.name, r.mac, r.driver, r.networkID, r.network)
+			if r := &snap.interfaces[i]; !gone(r.domainID) {
+				gauge(d.ifaceInfo, 1, r.domainID, r.id, r.name, r.mac, r.driver, r.networkID, r.network)
+			}
 		}
 		e.flush()
 		for i := range snap.interfaces {
-			if r := &snap.interfaces[i]; r.up >= 0 {
+			if r := &snap.interfaces[i]; r.up >= 0 && !gone(r.domainID) {
 				gauge(d.ifaceUp, float64(r.up), r.domainID, r.id)
 			}
 		}

@@ -19,6 +19,10 @@ var PushResources = []string{"/nodes/", "/clusters/", "/data-pools/", "/domains/
 // are listed only at a resync.
 var pushedCollections = map[string]bool{collNodes: true, collClusters: true, collDatapools: true, collDomains: true}
 
+// slowCollections change seldom and are long (disks and interfaces: two or three per VM): they
+// are listed every collect.resync_interval, not every collect.interval.
+var slowCollections = map[string]bool{collVdisks: true, collInterfaces: true}
+
 // PushDrop is why a pushed frame was not applied.
 type PushDrop string
 

@@ -230,7 +230,7 @@ func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 func Default() Config {
 	return Config{
 		Collect: Collect{
-			Interval: 30 * time.Second, Push: true, ResyncInterval: 5 * time.Minute, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true,
+			Interval: 30 * time.Second, Push: true, ResyncInterval: 5 * time.Minute, Nodes: true, Clusters: true, Datapools: true, Domains: true, Tasks: true, Vdisks: true, Interfaces: true,
 			BackupTaskPattern: MustRegexp(`(?i)backup|резерв`), BackupLookback: model.Duration(7 * 24 * time.Hour),
 		},
 		Guest: Guest{
