@@ -96,6 +96,8 @@ type Inventory struct {
 	cache           *exposition.Cache
 	ready           atomic.Bool
 	renderedRefresh bool
+	renderedApplied uint64               // snapshot.applied of the render in progress
+	renderHook      func(applied uint64) // set by benchmarks before Run: after each render
 }
 
 // snapshot holds immutable slices: a refresh replaces them, scrapes only read them.
@@ -112,6 +114,7 @@ type snapshot struct {
 	vdisks          []vdiskRow         // of the VMs domain_include/exclude select, and free disks; nil: not read
 	poolProvisioned map[string]float64 // datapool id → virtual sizes of every disk on it, bytes
 	interfaces      []ifaceRow         // of the VMs selected; nil: not read
+	applied         uint64             // pushed frames applied so far (what a render shows)
 }
 
 type collectionRun struct {

@@ -188,13 +188,16 @@ func (inv *Inventory) render(b *exposition.Builder, prev *exposition.Set) {
 	snap, up, refreshed := inv.snap, inv.up, inv.refreshed
 	inv.mu.RUnlock()
 	inv.emit(emitter{b: b, prev: prev}, snap, up)
-	inv.renderedRefresh = refreshed
+	inv.renderedRefresh, inv.renderedApplied = refreshed, snap.applied
 }
 
 // rendered follows each render: /metrics has the first refresh once one was rendered.
 func (inv *Inventory) rendered() {
 	if inv.renderedRefresh {
 		inv.ready.Store(true)
+	}
+	if inv.renderHook != nil {
+		inv.renderHook(inv.renderedApplied)
 	}
 }
 

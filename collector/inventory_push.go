@@ -50,6 +50,7 @@ func (inv *Inventory) Apply(frames []veil.PushFrame) map[PushDrop]int {
 			drops[why]++
 			continue
 		}
+		e.snap.applied++
 		inv.observePushed(f)
 		if inv.listing {
 			inv.replay = append(inv.replay, f)

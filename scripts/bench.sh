@@ -68,6 +68,13 @@ for n in $SIZES; do
   stop_sim
 done
 
+echo "== the push channel: 20 changes/s at 10000 VMs for a minute, freshness and requests"
+start_sim 10000
+VEIL_BENCH_VMS=10000 VEIL_BENCH_URL="http://$SIM_ADDR" VEIL_BENCH_TOKEN=bench-token \
+  "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkPushFreshness$' -test.benchtime 1x -test.count 1 \
+  -test.timeout 10m | tee -a "$RAW"
+stop_sim
+
 echo "== guest series render, $GUEST_VMS VMs, text only and every format"
 VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestRender$' \
   -test.benchtime 3x -test.count "$GUEST_COUNT" -test.benchmem | tee -a "$RAW"

@@ -167,6 +167,7 @@ func figure(name, unit string, runs []float64, floor float64, floorName string, 
 func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 	figs = append(figs, inventoryFigures(r, mainSize)...)
 	figs = append(figs, loopFigures(r)...)
+	figs = append(figs, pushFigures(r, mainSize)...)
 	figs = append(figs, replicaFigures(r)...)
 	figs = append(figs, refreshCPUFigure(r, mainSize))
 	return figs, growthFigures(r, sizes)
@@ -268,6 +269,21 @@ func loopFigures(r results) (figs []Figure) {
 	if v := r.get(d, "p50_ms"); len(v) > 0 {
 		f.Note = fmt.Sprintf("p50 %.0f ms; target poll_interval + 100 ms", median(v))
 	}
+	figs = append(figs, f)
+	return figs
+}
+
+// pushFigures: the inventory kept fresh by the controller's push channel at mainSize VMs, 20
+// changes a second.
+func pushFigures(r results, mainSize int) (figs []Figure) {
+	p := at("BenchmarkPushFreshness", mainSize)
+	f := figure(fmt.Sprintf("push: change to /metrics p99, %d VMs, 20 changes/s", mainSize), "s", r.get(p, "metrics-p99-s"), 0, "", nil, "<=", 1)
+	if v := r.get(p, "metrics-p50-s"); len(v) > 0 {
+		f.Note = fmt.Sprintf("p50 %.3f s; to the inventory p50 %.3f s, p99 %.3f s; %.1f ms CPU per change; polling: collect.interval (30 s) at worst", median(v),
+			median(r.get(p, "inventory-p50-s")), median(r.get(p, "inventory-p99-s")), median(r.get(p, "cpu-s/change"))*1000)
+	}
+	figs = append(figs, f)
+	f = figure(fmt.Sprintf("push: controller requests an hour against polling, %d VMs", mainSize), "requests/h", r.get(p, "push-requests/h"), median(r.get(p, "poll-requests/h")), "polling every collect.interval", r.get(p, "requests-ratio-to-polling"), "<=", 0.2)
 	figs = append(figs, f)
 	return figs
 }
