@@ -1,7 +1,9 @@
 // Replicas as an operator runs them: three veil-exporter processes on a three-node NATS cluster
 // share three controllers while events keep coming, through kill -9 of an owner, SIGTERM of an
-// owner, the loss of the NATS server leading the stream, and an owner paused past its lease.
-// At the end every event is on the stream exactly once and in order per controller.
+// owner, the loss of the NATS server leading the stream, and an owner paused past its lease,
+// while VMs are powered on and off. At the end every event is on the stream exactly once and in
+// order per controller, and the inventory bucket holds what each controller lists, each key's
+// history the controller's own values in order, none stored twice in a row.
 
 package e2e
 
@@ -140,7 +142,7 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	sims := map[string]*veiltest.Server{}
 	var ctrls strings.Builder
 	for i, n := range names {
-		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: token, VMs: 3, InitialEvents: -1, InitialTasks: -1, EventsOrder: "oldest_first"})
+		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: token, VMs: 3, InitialEvents: -1, InitialTasks: -1, EventsOrder: "oldest_first", ChangeLog: 100_000})
 		t.Cleanup(sim.Close)
 		sims[n] = sim
 		fmt.Fprintf(&ctrls, "  - name: %s\n    url: %s\n    token_file: %s\n", n, sim.URL, tok)
@@ -152,7 +154,7 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 		body := "controllers:\n" + ctrls.String() +
 			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
 			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
-			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", cluster.URLs(), stream) +
+			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n  inventory: {history: 64}\n", cluster.URLs(), stream) +
 			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, haLeaseTTL)
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -163,7 +165,8 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 		p.start()
 	}
 
-	// Events keep coming on every controller for the whole run.
+	// Events keep coming on every controller for the whole run, and VMs are powered on and
+	// off (twice a second on each controller), which the inventory bucket follows.
 	var mu sync.Mutex
 	created := map[string][]string{}
 	stopFeed := make(chan struct{})
@@ -172,7 +175,7 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 		defer close(fed)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-stopFeed:
 				return
@@ -181,6 +184,9 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 			mu.Lock()
 			for _, n := range names {
 				created[n] = append(created[n], sims[n].AddEvents(3, veiltest.EventSpec{})...)
+				if i%5 == 0 {
+					togglePower(sims[n], i/5)
+				}
 			}
 			mu.Unlock()
 		}
@@ -277,6 +283,32 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	got := readStream(t, js, stream, want)
 	for _, n := range names {
 		exactlyOnceInOrder(t, n, created[n], got[n])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "VEIL_INVENTORY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInventoryBucket(t, kv, sims)
+}
+
+// togglePower powers the k-th VM (round robin, templates left out) on if it is off, off if not.
+func togglePower(sim *veiltest.Server, k int) {
+	var vms []string
+	for _, id := range sim.DomainIDs() {
+		if d, _ := sim.Domain(id); !d.Template {
+			vms = append(vms, id)
+		}
+	}
+	if len(vms) == 0 {
+		return
+	}
+	id := vms[k%len(vms)]
+	if d, _ := sim.Domain(id); d.PowerState == 1 {
+		sim.PowerOn(id)
+	} else {
+		sim.PowerOff(id)
 	}
 }
 
