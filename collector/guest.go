@@ -143,6 +143,7 @@ type guestMeasures struct {
 	os       *veil.GuestOSInfo
 	fs       []guestFS
 	nics     []guestNIC
+	ipv6     string // first global IPv6 address of the guest's interfaces; "" if none
 	hasClock bool
 	clock    float64
 }
@@ -150,7 +151,7 @@ type guestMeasures struct {
 // forget drops every measurement: they would lie about a guest that cannot be reached or has
 // just reconnected (maybe another system).
 func (v *guestVM) forget() {
-	v.os, v.fs, v.nics, v.hasClock = nil, nil, nil, false
+	v.os, v.fs, v.nics, v.ipv6, v.hasClock = nil, nil, nil, "", false
 }
 
 // NewGuestChecker returns a checker for the VMs that domains returns (the latest inventory

@@ -41,6 +41,7 @@ type checkResult struct {
 	fsDone, timeDone, netDone bool
 	fs                        []guestFS
 	nics                      []guestNIC
+	ipv6                      string
 	clock                     float64
 }
 
@@ -124,8 +125,8 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 		r.clock, r.timeDone = off, err == nil
 	}
 	if p.net && r.offered[guestCmdInterfaces] {
-		nics, err := g.interfaces(ctx, v.id)
-		r.nics, r.netDone = nics, err == nil
+		nics, ipv6, err := g.interfaces(ctx, v.id)
+		r.nics, r.ipv6, r.netDone = nics, ipv6, err == nil
 	}
 	if ctx.Err() != nil {
 		g.requeue(v)
@@ -189,7 +190,7 @@ func (g *GuestChecker) finish(v *guestVM, now time.Time, p checkPlan, r checkRes
 			v.clock, v.hasClock = r.clock, true
 		}
 		if r.netDone {
-			v.nics = r.nics
+			v.nics, v.ipv6 = r.nics, r.ipv6
 		}
 	}
 	g.reschedule(v, now, p)
@@ -325,16 +326,18 @@ func (g *GuestChecker) clockOffset(ctx context.Context, id string) (float64, err
 	return c.Offset().Seconds(), err
 }
 
-func (g *GuestChecker) interfaces(ctx context.Context, id string) ([]guestNIC, error) {
+// interfaces reads the guest's interfaces: their counters, and its first IPv6 address that
+// service discovery may hand out.
+func (g *GuestChecker) interfaces(ctx context.Context, id string) ([]guestNIC, string, error) {
 	var list []veil.GuestNetworkInterface
 	err := g.call(ctx, id, guestCmdInterfaces, func() (err error) {
 		list, err = g.client.GuestNetworkInterfaces(ctx, id, g.cfg.CommandTimeout)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return guestInterfaces(list, g.nicsOut), nil
+	return guestInterfaces(list, g.nicsOut), guestIPv6(list, g.nicsOut), nil
 }
 
 // countError counts a failed call; api_error (the controller, not the guest, failed) makes the

@@ -5,6 +5,7 @@ package collector
 // but the series themselves.
 
 import (
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -81,4 +82,37 @@ func guestInterfaces(list []veil.GuestNetworkInterface, out *regexp.Regexp) []gu
 	// By name, the order of their series: a render need not sort them.
 	slices.SortFunc(nics, func(a, b guestNIC) int { return strings.Compare(a.name, b.name) })
 	return nics
+}
+
+// guestIPv6 returns the first IPv6 address, in the guest's order, of an interface whose name is
+// not excluded that a scraper could reach: global unicast (ULA included), never link-local
+// (fe80::/10, which needs a zone), loopback, multicast or an IPv4-mapped address; "" if none.
+func guestIPv6(list []veil.GuestNetworkInterface, out *regexp.Regexp) string {
+	for _, n := range list {
+		if out != nil && out.MatchString(n.Name) {
+			continue
+		}
+		for _, a := range n.IPAddresses {
+			if a.Type != "ipv6" {
+				continue
+			}
+			if ip, ok := ScrapableIP(a.Address); ok && ip.Is6() {
+				return ip.String()
+			}
+		}
+	}
+	return ""
+}
+
+// ScrapableIP parses an address a guest reports and tells whether a scraper could use it as a
+// target: global unicast (private ranges and IPv6 ULA included), not link-local (IPv4
+// 169.254/16, IPv6 fe80::/10), loopback, multicast, unspecified or with a zone. IPv4-mapped
+// IPv6 addresses read as IPv4.
+func ScrapableIP(s string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	ip = ip.Unmap()
+	return ip, ip.IsGlobalUnicast()
 }

@@ -9,6 +9,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // Problem is one object that is not as it should be.
@@ -26,8 +31,9 @@ type Problem struct {
 // alert VeilGuestClockOffset's threshold.
 const ClockOffsetThreshold = 1.0 // seconds
 
-// Problems lists the nodes and datapools that are not ACTIVE and the VMs whose newest finished
-// backup failed, failures first, then by kind and name.
+// Problems lists the nodes and datapools that are not ACTIVE, the VMs whose newest finished
+// backup failed and those without a successful backup within collect.backup_lookback, failures
+// first, then by kind and name.
 func (inv *Inventory) Problems() []Problem {
 	inv.mu.RLock()
 	snap := inv.snap
@@ -48,13 +54,55 @@ func (inv *Inventory) Problems() []Problem {
 		for i := range snap.domains {
 			names[snap.domains[i].ID] = snap.domains[i].VerboseName
 		}
-		for _, b := range inv.backups.of(snap.domains) {
+		backups := inv.backups.of(snap.domains)
+		for _, b := range backups {
 			if !b.succeeded {
 				out = append(out, Problem{Kind: "backup", ID: b.id, Name: nameOr(names[b.id], b.id), State: "newest backup failed", Failure: true})
 			}
 		}
+		out = append(out, notBackedUp(snap.domains, backups, inv.backups.lookback, time.Now())...)
 	}
 	SortProblems(out)
+	return out
+}
+
+// NoBackupTag marks a VM that needs no backup: it is not listed as lacking one (the alert
+// VeilVMNotBackedUp leaves it out too).
+const NoBackupTag = "no-backup"
+
+// notBackedUp lists the VMs (not templates, not tagged NoBackupTag) without a successful backup
+// within lookback (0: since the exporter started) before now, as the alert VeilVMNotBackedUp
+// does: only where backups are in use (some VM has one in the journal), and not those whose
+// newest backup failed, which are listed as such. Not failures: an operator may have chosen not
+// to back a VM up, and dozens of them must not push failed nodes out of the list.
+func notBackedUp(doms []veil.Domain, backups []domainBackup, lookback time.Duration, now time.Time) []Problem {
+	if len(backups) == 0 {
+		return nil
+	}
+	var cutoff time.Time
+	if lookback > 0 {
+		cutoff = now.Add(-lookback)
+	}
+	covered := make(map[string]bool, len(backups))
+	for _, b := range backups {
+		covered[b.id] = !b.succeeded || !b.success.IsZero() && b.success.After(cutoff)
+	}
+	state := "no successful backup since the exporter started"
+	if lookback > 0 {
+		within := model.Duration(lookback).String()
+		if lookback%(24*time.Hour) == 0 {
+			within = fmt.Sprintf("%dd", lookback/(24*time.Hour)) // 7d as configured, not 1w
+		}
+		state = "no successful backup within " + within
+	}
+	var out []Problem
+	for i := range doms {
+		d := &doms[i]
+		if d.Template || covered[d.ID] || slices.ContainsFunc(d.Tags, func(t veil.Tag) bool { return t.Name == NoBackupTag }) {
+			continue
+		}
+		out = append(out, Problem{Kind: "backup", ID: d.ID, Name: nameOr(d.VerboseName, d.ID), State: state})
+	}
 	return out
 }
 

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,4 +98,119 @@ func TestGuestProblemsNotListedWhileTheControllerFails(t *testing.T) {
 		ps := e.gc.Problems()
 		return e.gc.RunStatus()[0].Success && len(ps) == 1 && ps[0].ID == ids[0]
 	})
+}
+
+// TestNotBackedUpListsVMsWithoutARecentSuccessfulBackup: where backups are in use, VMs without a
+// successful backup within the lookback are listed (never backed up, or only long ago), not as
+// failures; templates, VMs tagged no-backup, VMs backed up recently and those whose newest
+// backup failed (listed as such) are not; where no VM has a backup, none is listed.
+func TestNotBackedUpListsVMsWithoutARecentSuccessfulBackup(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	week := 7 * 24 * time.Hour
+	doms := []veil.Domain{
+		{ID: "recent", VerboseName: "vm-recent"},
+		{ID: "never", VerboseName: "vm-never"},
+		{ID: "old", VerboseName: "vm-old"},
+		{ID: "failed", VerboseName: "vm-failed"},
+		{ID: "tpl", VerboseName: "tpl", Template: true},
+		{ID: "skip", VerboseName: "vm-skip", Tags: []veil.Tag{{Name: "lab"}, {Name: NoBackupTag}}},
+		{ID: "almost", VerboseName: "vm-almost", Tags: []veil.Tag{{Name: "no-backups"}}},
+		{ID: "noname"},
+	}
+	backups := []domainBackup{
+		{"recent", lastBackup{success: now.Add(-time.Hour), finished: now.Add(-time.Hour), succeeded: true}},
+		{"old", lastBackup{success: now.Add(-week - time.Minute), finished: now.Add(-week - time.Minute), succeeded: true}},
+		{"failed", lastBackup{finished: now.Add(-time.Hour)}},
+	}
+	tests := []struct {
+		name     string
+		backups  []domainBackup
+		lookback time.Duration
+		want     []string // ids
+		state    string
+	}{
+		{"backups in use", backups, week, []string{"never", "old", "almost", "noname"}, "no successful backup within 7d"},
+		{"no lookback: any success since the start counts", backups, 0, []string{"never", "almost", "noname"}, "no successful backup since the exporter started"},
+		{"a lookback that is not whole days", backups, 36 * time.Hour, []string{"never", "old", "almost", "noname"}, "no successful backup within 1d12h"},
+		{"no backups in use", nil, week, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := notBackedUp(doms, tt.backups, tt.lookback, now)
+			var ids []string
+			for _, p := range got {
+				ids = append(ids, p.ID)
+				if p.Kind != "backup" || p.Failure || p.State != tt.state {
+					t.Errorf("%+v: want kind backup, not a failure, state %q", p, tt.state)
+				}
+				if p.Name == "" {
+					t.Errorf("%s has no name", p.ID)
+				}
+			}
+			if !slices.Equal(ids, tt.want) {
+				t.Errorf("listed %v, want %v", ids, tt.want)
+			}
+		})
+	}
+}
+
+// TestInventoryProblemsListVMsNotBackedUp: against the simulator, nothing is listed while no VM
+// has a backup; after one VM's backup succeeds the other VMs (not templates, not the one tagged
+// no-backup) are listed by name after the failures.
+func TestInventoryProblemsListVMsNotBackedUp(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Nodes: 2, VMs: 5, Templates: 1, Seed: 5, InitialTasks: -1, TaskDuration: 10 * time.Millisecond}, testCollect(), veil.Config{})
+	f.mustRefresh(t)
+	for _, p := range f.inv.Problems() {
+		if p.Kind == "backup" {
+			t.Errorf("listed before any backup: %+v", p)
+		}
+	}
+	ids := f.sim.DomainIDs()
+	var vms []string
+	for _, id := range ids {
+		if d, _ := f.sim.Domain(id); !d.Template {
+			vms = append(vms, id)
+		}
+	}
+	if len(vms) == len(ids) || len(vms) < 3 {
+		t.Fatalf("want a template and 3 VMs: %d VMs of %d", len(vms), len(ids))
+	}
+	if err := f.sim.SetTags(vms[1], "lab", NoBackupTag); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sim.SetNodeStatus(f.sim.NodeIDs()[0], "FAILED"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := veil.New(veil.Config{URL: f.sim.URL, Token: f.sim.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	env, err := c.BackupDomain(ctx, vms[0], "", false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := c.WaitTask(ctx, env.Task.ID, 10*time.Millisecond, nil); err != nil || done.Status != veil.TaskSuccess {
+		t.Fatalf("backup task %+v: %v", done, err)
+	}
+	f.mustRefresh(t)
+	ps := f.inv.Problems()
+	if len(ps) == 0 || ps[0].Kind != "node" {
+		t.Fatalf("problems %+v: want the FAILED node first", ps)
+	}
+	var listed []string
+	for _, p := range ps {
+		if p.Kind == "backup" {
+			listed = append(listed, p.ID)
+			if p.Name == p.ID || p.State != "no successful backup within 7d" || p.Failure {
+				t.Errorf("%+v: want the VM's name, state no successful backup within 7d, not a failure", p)
+			}
+		}
+	}
+	slices.Sort(listed)
+	want := slices.Clone(vms[2:])
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Errorf("listed %v, want %v (not the backed-up %s, the no-backup %s or the template)", listed, want, vms[0], vms[1])
+	}
 }

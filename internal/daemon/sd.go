@@ -1,7 +1,11 @@
 // /sd/domains: Prometheus HTTP service discovery of the guests of the controllers this exporter
-// runs (with replicas, the ones this replica runs). One target group per VM that is on and whose
-// guest agent reports an IPv4 address, target <primary ipv4>:<port>, labels __meta_veil_*. It is
-// answered from the cached inventory and the guest checker's results: never from the controller.
+// runs (with replicas, the ones this replica runs). One target group per VM that is on and has
+// an address of the asked family (?family=ipv4, the default: the primary IPv4 address the guest
+// agent reports to the platform; ipv6: a global IPv6 address from guest-network-get-interfaces;
+// any: IPv4, else IPv6), targets <address>:<port> (one per port tag "port:N" of the VM, else
+// ?port=), labels __meta_veil_*; ?tag=, ?os_id= and ?node= filter on the server, since Prometheus'
+// http_sd client refuses gzip and 50,000 VMs make 12 MB. It is answered from the cached inventory
+// and the guest checker's results: never from the controller.
 
 package daemon
 
@@ -23,7 +27,24 @@ type sdSource struct {
 	controller string
 	targets    []collector.GuestTarget // sorted by VM id
 	osIDs      map[string]string       // nil without guest checks
+	ipv6       map[string]string       // from the guest checks; nil for ?family=ipv4 or without them
 }
+
+// sdQuery is what a request asks of /sd/domains.
+type sdQuery struct {
+	port   string
+	family string   // ipv4 (default), ipv6 or any
+	tags   []string // ",name,": the VM has every one of these tags
+	osIDs  []string // the VM's os_id is one of these (nil: no filter)
+	nodes  []string // the VM's node id or name is one of these (nil: no filter)
+}
+
+// Address families of ?family=.
+const (
+	familyIPv4 = "ipv4"
+	familyIPv6 = "ipv6"
+	familyAny  = "any"
+)
 
 // serveSD answers Prometheus' http_sd: always 200 with a JSON list when it can answer, since
 // Prometheus keeps its previous targets on any error. Hence a controller this exporter does not
@@ -48,6 +69,19 @@ func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 		}
 		port = n
 	}
+	sq := sdQuery{port: strconv.Itoa(port), family: familyIPv4, osIDs: q["os_id"], nodes: q["node"]}
+	if q.Has("family") {
+		switch f := q.Get("family"); f {
+		case familyIPv4, familyIPv6, familyAny:
+			sq.family = f
+		default:
+			http.Error(w, fmt.Sprintf("family %q is not ipv4, ipv6 or any", f), http.StatusBadRequest)
+			return
+		}
+	}
+	for _, t := range q["tag"] {
+		sq.tags = append(sq.tags, ","+t+",")
+	}
 	only, filter := q.Get("controller"), q.Has("controller")
 	var srcs []sdSource
 	for _, ct := range ctrls {
@@ -62,6 +96,9 @@ func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 		for _, p := range ct.parts {
 			if g, ok := p.(guestPart); ok {
 				s.osIDs = g.OSIDs()
+				if sq.family != familyIPv4 {
+					s.ipv6 = g.GuestIPv6()
+				}
 			}
 		}
 		srcs = append(srcs, s)
@@ -71,7 +108,10 @@ func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 	for _, s := range srcs {
 		n += len(s.targets)
 	}
-	body := appendSD(make([]byte, 0, 2+n*sdGroupSize), srcs, strconv.Itoa(port))
+	if len(sq.tags) > 0 || sq.osIDs != nil || sq.nodes != nil {
+		n /= 8 // a guess: filters select a part
+	}
+	body := appendSD(make([]byte, 0, 2+n*sdGroupSize), srcs, &sq)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
@@ -80,21 +120,44 @@ func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 // sdGroupSize is room enough for most target groups: one buffer, no regrowth.
 const sdGroupSize = 512
 
-// appendSD writes the target groups of srcs, in their order, as http_sd JSON. Written by hand:
-// at 50,000 VMs encoding/json with a map per group costs ten times as much.
-func appendSD(b []byte, srcs []sdSource, port string) []byte {
+// appendSD writes the target groups of srcs that q selects, in their order, as http_sd JSON.
+// Written by hand: at 50,000 VMs encoding/json with a map per group costs ten times as much.
+func appendSD(b []byte, srcs []sdSource, q *sdQuery) []byte {
 	b = append(b, '[')
 	first := true
+	ports := []string{q.port}
 	for _, s := range srcs {
 		for i := range s.targets {
 			t := &s.targets[i]
 			dom := t.Domain
+			if !q.selects(t, s.osIDs) {
+				continue
+			}
+			host, family := t.IPv4, familyIPv4
+			if q.family != familyIPv4 && (q.family == familyIPv6 || host == "") {
+				host, family = t.IPv6, familyIPv6
+				if v6, ok := s.ipv6[dom.ID]; ok {
+					host = v6 // the guest's interfaces before guest_utils
+				}
+			}
+			if host == "" {
+				continue
+			}
 			if !first {
 				b = append(b, ',')
 			}
 			first = false
 			b = append(b, `{"targets":[`...)
-			b = appendTarget(b, t.IPv4, port)
+			tp := ports
+			if t.Ports != nil {
+				tp = t.Ports // port tags override ?port=
+			}
+			for j, p := range tp {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = appendTarget(b, host, p)
+			}
 			b = append(b, `],"labels":{`...)
 			b = appendLabel(b, "__meta_veil_controller", s.controller, true)
 			b = appendLabel(b, "__meta_veil_domain_id", dom.ID, false)
@@ -111,10 +174,34 @@ func appendSD(b []byte, srcs []sdSource, port string) []byte {
 			if osID, ok := s.osIDs[dom.ID]; ok {
 				b = appendLabel(b, "__meta_veil_os_id", osID, false)
 			}
+			if q.family == familyAny {
+				b = appendLabel(b, "__meta_veil_ip_family", family, false)
+			}
 			b = append(b, "}}"...)
 		}
 	}
 	return append(b, ']')
+}
+
+// selects tells whether the target passes the request's filters: every ?tag=, one of the
+// ?os_id= (a VM whose OS the guest checker does not know has none) and one of the ?node=
+// (id or name).
+func (q *sdQuery) selects(t *collector.GuestTarget, osIDs map[string]string) bool {
+	for _, tag := range q.tags {
+		if !strings.Contains(t.Tags, tag) {
+			return false
+		}
+	}
+	if q.nodes != nil && !slices.Contains(q.nodes, t.Domain.Node.ID) && !slices.Contains(q.nodes, t.Node) {
+		return false
+	}
+	if q.osIDs != nil {
+		osID, ok := osIDs[t.Domain.ID]
+		if !ok || !slices.Contains(q.osIDs, osID) {
+			return false
+		}
+	}
+	return true
 }
 
 // appendTarget writes "host:port" as net.JoinHostPort does, without allocating.

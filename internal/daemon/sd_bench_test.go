@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"net/http/httptest"
 	"os"
@@ -21,7 +22,7 @@ import (
 // a real inventory. "cached" is every request after the first of a refresh (the filtered, sorted
 // targets are kept per snapshot); "after refresh" also pays for filtering and sorting a new
 // snapshot; "with os_id" renders with an os_id for every listed guest, as after the guest
-// checker has seen them all.
+// checker has seen them all; "filter" are requests with server-side filters or ?family=any.
 func BenchmarkSDDomains(b *testing.B) {
 	vms := 50000
 	if v, err := strconv.Atoi(os.Getenv("VEIL_BENCH_SD_VMS")); err == nil && v > 0 {
@@ -44,19 +45,21 @@ func BenchmarkSDDomains(b *testing.B) {
 		b.Fatal(err)
 	}
 	d.cfg, d.controllers = &cfg, []*controller{ct}
-	listed := len(ct.inventory.GuestTargets())
 
-	serve := func(b *testing.B) int {
+	var body []byte
+	serveQuery := func(b *testing.B, query string) int {
 		rec := httptest.NewRecorder()
-		d.serveSD(rec, httptest.NewRequest("GET", "/sd/domains", nil))
+		d.serveSD(rec, httptest.NewRequest("GET", "/sd/domains"+query, nil))
 		if rec.Code != 200 {
 			b.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
+		body = rec.Body.Bytes()
 		return rec.Body.Len()
 	}
+	serve := func(b *testing.B) int { return serveQuery(b, "") }
 	report := func(b *testing.B, size int) {
 		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/req")
-		b.ReportMetric(float64(listed), "targets")
+		b.ReportMetric(float64(bytes.Count(body, []byte(`{"targets":`))), "targets")
 		b.ReportMetric(float64(size)/1e6, "MB/resp")
 	}
 	b.Run("cached", func(b *testing.B) {
@@ -66,6 +69,16 @@ func BenchmarkSDDomains(b *testing.B) {
 		}
 		report(b, size)
 	})
+	// Server-side filters: what a job that wants some of the guests pays and receives.
+	for _, q := range []string{"?tag=prod", "?node=" + sim.NodeIDs()[0], "?family=any"} {
+		b.Run("filter "+q, func(b *testing.B) {
+			size := 0
+			for b.Loop() {
+				size = serveQuery(b, q)
+			}
+			report(b, size)
+		})
+	}
 	b.Run("after refresh", func(b *testing.B) {
 		size := 0
 		for b.Loop() {
@@ -84,7 +97,8 @@ func BenchmarkSDDomains(b *testing.B) {
 		}
 		size := 0
 		for b.Loop() {
-			size = len(appendSD(nil, []sdSource{{controller: "bench", targets: ct.inventory.GuestTargets(), osIDs: os}}, "9100"))
+			body = appendSD(nil, []sdSource{{controller: "bench", targets: ct.inventory.GuestTargets(), osIDs: os}}, &sdQuery{port: "9100", family: familyIPv4})
+			size = len(body)
 		}
 		report(b, size)
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -96,7 +97,7 @@ func expectedSD(t *testing.T, sim *veiltest.Server, controller, port string, wit
 }
 
 func diffSD(got, want []sdGroup) string {
-	if reflect.DeepEqual(got, want) {
+	if reflect.DeepEqual(got, want) || len(got) == 0 && len(want) == 0 {
 		return ""
 	}
 	var b strings.Builder
@@ -264,33 +265,260 @@ func TestSDDomainsWaitsForFirstRefresh(t *testing.T) {
 }
 
 // TestAppendSD: the JSON of the target groups is what encoding/json reads back, with names
-// that need escaping, labels present only when known, and IPv6-safe targets.
+// that need escaping, labels present only when known, IPv6 hosts in brackets, one target per
+// port tag, and per family the address it asks for (any: IPv4, else IPv6, and says which).
 func TestAppendSD(t *testing.T) {
 	a := &veil.Domain{ID: "id-a", VerboseName: `web "1" <&> ünï`, Node: veil.Ref{ID: "n1"}, GuestUtils: veil.GuestUtils{Hostname: "web1\tx"}}
 	b := &veil.Domain{ID: "id-b", VerboseName: "db", Node: veil.Ref{ID: "n2"}}
+	c := &veil.Domain{ID: "id-c", VerboseName: "v6only", Node: veil.Ref{ID: "n2"}}
 	srcs := []sdSource{
 		{controller: "prod", targets: []collector.GuestTarget{
 			{Domain: a, IPv4: "10.0.0.1", Node: "node-1", Tags: ",db,prod,"},
-			{Domain: b, IPv4: "fe80::1", Node: ""},
-		}, osIDs: map[string]string{"id-a": "ubuntu"}},
+			{Domain: b, IPv4: "10.0.0.2", IPv6: "2001:db8::2", Node: "", Ports: []string{"8080", "9100"}},
+			{Domain: c, Node: "node-2"},
+		}, osIDs: map[string]string{"id-a": "ubuntu"}, ipv6: map[string]string{"id-c": "fd00::c"}},
 		{controller: "test"},
 	}
-	got := decodeSD(t, string(appendSD(nil, srcs, "9100")))
-	want := []sdGroup{
-		{Targets: []string{"10.0.0.1:9100"}, Labels: map[string]string{
-			"__meta_veil_controller": "prod", "__meta_veil_domain_id": "id-a", "__meta_veil_domain": `web "1" <&> ünï`,
-			"__meta_veil_node_id": "n1", "__meta_veil_node": "node-1", "__meta_veil_power_state": "on",
-			"__meta_veil_guest_hostname": "web1\tx", "__meta_veil_tags": ",db,prod,", "__meta_veil_os_id": "ubuntu",
-		}},
-		{Targets: []string{"[fe80::1]:9100"}, Labels: map[string]string{
-			"__meta_veil_controller": "prod", "__meta_veil_domain_id": "id-b", "__meta_veil_domain": "db",
-			"__meta_veil_node_id": "n2", "__meta_veil_node": "", "__meta_veil_power_state": "on",
-		}},
+	labelsA := map[string]string{
+		"__meta_veil_controller": "prod", "__meta_veil_domain_id": "id-a", "__meta_veil_domain": `web "1" <&> ünï`,
+		"__meta_veil_node_id": "n1", "__meta_veil_node": "node-1", "__meta_veil_power_state": "on",
+		"__meta_veil_guest_hostname": "web1\tx", "__meta_veil_tags": ",db,prod,", "__meta_veil_os_id": "ubuntu",
 	}
-	if diff := diffSD(got, want); diff != "" {
-		t.Error(diff)
+	labelsB := map[string]string{
+		"__meta_veil_controller": "prod", "__meta_veil_domain_id": "id-b", "__meta_veil_domain": "db",
+		"__meta_veil_node_id": "n2", "__meta_veil_node": "", "__meta_veil_power_state": "on",
 	}
-	if s := string(appendSD(nil, nil, "9100")); s != "[]" {
+	labelsC := map[string]string{
+		"__meta_veil_controller": "prod", "__meta_veil_domain_id": "id-c", "__meta_veil_domain": "v6only",
+		"__meta_veil_node_id": "n2", "__meta_veil_node": "node-2", "__meta_veil_power_state": "on",
+	}
+	with := func(l map[string]string, k, v string) map[string]string {
+		out := maps.Clone(l)
+		out[k] = v
+		return out
+	}
+	tests := []struct {
+		name string
+		q    sdQuery
+		want []sdGroup
+	}{
+		{"ipv4", sdQuery{port: "9100", family: familyIPv4}, []sdGroup{
+			{Targets: []string{"10.0.0.1:9100"}, Labels: labelsA},
+			{Targets: []string{"10.0.0.2:8080", "10.0.0.2:9100"}, Labels: labelsB},
+		}},
+		{"ipv6: the guest's interfaces before guest_utils, in brackets", sdQuery{port: "9182", family: familyIPv6}, []sdGroup{
+			{Targets: []string{"[2001:db8::2]:8080", "[2001:db8::2]:9100"}, Labels: labelsB},
+			{Targets: []string{"[fd00::c]:9182"}, Labels: labelsC},
+		}},
+		{"any", sdQuery{port: "9100", family: familyAny}, []sdGroup{
+			{Targets: []string{"10.0.0.1:9100"}, Labels: with(labelsA, "__meta_veil_ip_family", "ipv4")},
+			{Targets: []string{"10.0.0.2:8080", "10.0.0.2:9100"}, Labels: with(labelsB, "__meta_veil_ip_family", "ipv4")},
+			{Targets: []string{"[fd00::c]:9100"}, Labels: with(labelsC, "__meta_veil_ip_family", "ipv6")},
+		}},
+		{"tags: all of them", sdQuery{port: "9100", family: familyIPv4, tags: []string{",prod,", ",db,"}}, []sdGroup{
+			{Targets: []string{"10.0.0.1:9100"}, Labels: labelsA},
+		}},
+		{"a tag no VM has", sdQuery{port: "9100", family: familyIPv4, tags: []string{",prod,", ",web,"}}, nil},
+		{"node by name or id: any of them", sdQuery{port: "9100", family: familyAny, nodes: []string{"node-2", "n1"}}, []sdGroup{
+			{Targets: []string{"10.0.0.1:9100"}, Labels: with(labelsA, "__meta_veil_ip_family", "ipv4")},
+			{Targets: []string{"[fd00::c]:9100"}, Labels: with(labelsC, "__meta_veil_ip_family", "ipv6")},
+		}},
+		{"os_id: a VM without one does not match", sdQuery{port: "9100", family: familyAny, osIDs: []string{"debian", "ubuntu"}}, []sdGroup{
+			{Targets: []string{"10.0.0.1:9100"}, Labels: with(labelsA, "__meta_veil_ip_family", "ipv4")},
+		}},
+		{"an unknown node", sdQuery{port: "9100", family: familyIPv4, nodes: []string{"nowhere"}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := decodeSD(t, string(appendSD(nil, srcs, &tt.q)))
+			if diff := diffSD(got, tt.want); diff != "" {
+				t.Error(diff)
+			}
+		})
+	}
+	if s := string(appendSD(nil, nil, &sdQuery{port: "9100", family: familyIPv4})); s != "[]" {
 		t.Errorf("no targets = %q, want []", s)
+	}
+}
+
+// TestSDDomainsFiltersFamiliesAndPortTags runs the daemon against the simulator with VMs tagged
+// and guests given IPv6 addresses, and checks over HTTP: port tags override ?port= (two tags, two
+// targets; a tag that is no port is ignored), ?family=ipv6 lists exactly the guests with a global
+// IPv6 address (never a link-local one), ?family=any labels the family, ?tag= (all of them),
+// ?node= (id or name, any of them) and ?os_id= select on the server, and unknown values give [].
+func TestSDDomainsFiltersFamiliesAndPortTags(t *testing.T) {
+	dir := t.TempDir()
+	sim := veiltest.New(veiltest.Options{Seed: 21, Token: testutil.SecretToken, VMs: 30, Nodes: 3})
+	defer sim.Close()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	cfgFile := writeSDConfig(t, dir, "controllers:\n"+testutil.ControllerYAML("prod", sim.URL, tok)+
+		"collect:\n  interval: 1s\n"+
+		"guest:\n  ping_interval: 200ms\n  osinfo_interval: 1m\n  fsinfo_interval: 1m\n  time_interval: 1m\n  network_interval: 200ms\n"+
+		"events:\n  enabled: false\n")
+	d := startDaemon(t, cfgFile)
+	d.waitReady(t)
+
+	// The guests the checker has reached (they have an os_id) are the ones whose interfaces it reads.
+	sd := func(query string) []sdGroup {
+		t.Helper()
+		code, body := d.get(t, "/sd/domains"+query)
+		if code != http.StatusOK {
+			t.Fatalf("/sd/domains%s: status %d: %s", query, code, body)
+		}
+		return decodeSD(t, body)
+	}
+	var base []sdGroup
+	testutil.EventuallyNil(t, 30*time.Second, func() error {
+		base = sd("")
+		n := 0
+		for _, g := range base {
+			if g.Labels["__meta_veil_os_id"] != "" {
+				n++
+			}
+		}
+		if n < 5 {
+			return fmt.Errorf("%d of %d guests with an os_id", n, len(base))
+		}
+		return nil
+	}, "five guests with an os_id")
+	var checked []sdGroup
+	for _, g := range base {
+		if g.Labels["__meta_veil_os_id"] != "" {
+			checked = append(checked, g)
+		}
+	}
+	id := func(g sdGroup) string { return g.Labels["__meta_veil_domain_id"] }
+	host := func(g sdGroup) string { return g.Targets[0][:strings.LastIndexByte(g.Targets[0], ':')] }
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// checked[0]: one port tag; [1]: two, and the tag web; [2]: a tag that is no port, web and prod;
+	// [3] a global IPv6 address besides a link-local one; [4] only link-local ones.
+	must(sim.SetTags(id(checked[0]), "port:9182"))
+	must(sim.SetTags(id(checked[1]), "port:9100", "web", "port:8080"))
+	must(sim.SetTags(id(checked[2]), "port:http", "port:0", "prod", "web"))
+	must(sim.SetGuestIPv6(id(checked[3]), "fe80::1:2", "2001:db8::3"))
+	must(sim.SetGuestIPv6(id(checked[4]), "fe80::4"))
+	must(sim.SetGuestIPv6(id(checked[1]), "fd00::1"))
+
+	byID := map[string]sdGroup{}
+	testutil.EventuallyNil(t, 30*time.Second, func() error {
+		byID = map[string]sdGroup{}
+		for _, g := range sd("?port=9300") {
+			byID[id(g)] = g
+		}
+		if got := byID[id(checked[2])].Labels["__meta_veil_tags"]; got != ",port:0,port:http,prod,web," {
+			return fmt.Errorf("tags of %s: %q", id(checked[2]), got)
+		}
+		if len(sd("?family=ipv6")) != 2 {
+			return fmt.Errorf("the IPv6 addresses are not read yet")
+		}
+		return nil
+	}, "the new tags and IPv6 addresses seen")
+
+	t.Run("port tags override ?port=", func(t *testing.T) {
+		want := map[string][]string{
+			id(checked[0]): {host(checked[0]) + ":9182"},
+			id(checked[1]): {host(checked[1]) + ":8080", host(checked[1]) + ":9100"},
+			id(checked[2]): {host(checked[2]) + ":9300"},
+			id(checked[3]): {host(checked[3]) + ":9300"},
+		}
+		for vm, targets := range want {
+			if got := byID[vm].Targets; !slices.Equal(got, targets) {
+				t.Errorf("%s: targets %v, want %v", vm, got, targets)
+			}
+		}
+		if len(byID) != len(base) {
+			t.Errorf("%d groups, want %d", len(byID), len(base))
+		}
+	})
+	t.Run("family ipv6: global addresses only, in brackets", func(t *testing.T) {
+		got := sd("?family=ipv6")
+		want := []sdGroup{
+			{Targets: []string{"[fd00::1]:8080", "[fd00::1]:9100"}, Labels: byID[id(checked[1])].Labels},
+			{Targets: []string{"[2001:db8::3]:9100"}, Labels: byID[id(checked[3])].Labels},
+		}
+		sort.Slice(want, func(i, j int) bool { return id(want[i]) < id(want[j]) })
+		if diff := diffSD(got, want); diff != "" {
+			t.Error(diff)
+		}
+	})
+	t.Run("family any: every guest once, IPv4 first, labelled", func(t *testing.T) {
+		got := sd("?family=any&port=9300")
+		if len(got) != len(byID) {
+			t.Fatalf("%d groups, want %d", len(got), len(byID))
+		}
+		for _, g := range got {
+			w := byID[id(g)]
+			if g.Labels["__meta_veil_ip_family"] != "ipv4" || !slices.Equal(g.Targets, w.Targets) || len(g.Labels) != len(w.Labels)+1 {
+				t.Errorf("%v, want %v with __meta_veil_ip_family ipv4", g, w)
+			}
+		}
+	})
+	// Filters are compared with the unfiltered answer filtered here.
+	filter := func(keep func(g sdGroup) bool) []sdGroup {
+		var out []sdGroup
+		for _, g := range sd("?port=9300") {
+			if keep(g) {
+				out = append(out, g)
+			}
+		}
+		return out
+	}
+	hasTag := func(g sdGroup, tag string) bool {
+		return strings.Contains(g.Labels["__meta_veil_tags"], ","+tag+",")
+	}
+	node0 := checked[0].Labels
+	osID := checked[0].Labels["__meta_veil_os_id"]
+	otherNode := ""
+	for _, g := range base {
+		if g.Labels["__meta_veil_node_id"] != node0["__meta_veil_node_id"] {
+			otherNode = g.Labels["__meta_veil_node"]
+		}
+	}
+	tests := []struct {
+		name, query string
+		want        []sdGroup
+		atLeast     int
+	}{
+		{"one tag", "?port=9300&tag=web", filter(func(g sdGroup) bool { return hasTag(g, "web") }), 2},
+		{"every tag", "?port=9300&tag=web&tag=prod", filter(func(g sdGroup) bool { return hasTag(g, "web") && hasTag(g, "prod") }), 1},
+		{"an unknown tag", "?port=9300&tag=web&tag=nope", nil, 0},
+		{"an empty tag", "?port=9300&tag=", nil, 0},
+		{"node by id", "?port=9300&node=" + node0["__meta_veil_node_id"],
+			filter(func(g sdGroup) bool { return g.Labels["__meta_veil_node_id"] == node0["__meta_veil_node_id"] }), 1},
+		{"node by name", "?port=9300&node=" + node0["__meta_veil_node"],
+			filter(func(g sdGroup) bool { return g.Labels["__meta_veil_node"] == node0["__meta_veil_node"] }), 1},
+		{"nodes: any of them", "?port=9300&node=" + node0["__meta_veil_node"] + "&node=" + otherNode,
+			filter(func(g sdGroup) bool {
+				return g.Labels["__meta_veil_node"] == node0["__meta_veil_node"] || g.Labels["__meta_veil_node"] == otherNode
+			}), 2},
+		{"an unknown node", "?port=9300&node=nowhere", nil, 0},
+		{"os_id", "?port=9300&os_id=" + osID, filter(func(g sdGroup) bool { return g.Labels["__meta_veil_os_id"] == osID }), 1},
+		{"an unknown os_id", "?port=9300&os_id=plan9", nil, 0},
+		{"filters together", "?port=9300&tag=web&os_id=" + osID + "&node=" + byID[id(checked[1])].Labels["__meta_veil_node_id"],
+			filter(func(g sdGroup) bool {
+				return hasTag(g, "web") && g.Labels["__meta_veil_os_id"] == osID && g.Labels["__meta_veil_node_id"] == byID[id(checked[1])].Labels["__meta_veil_node_id"]
+			}), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := sd(tt.query)
+			if diff := diffSD(got, tt.want); diff != "" {
+				t.Error(diff)
+			}
+			if len(got) < tt.atLeast || tt.atLeast > 0 && len(got) == len(base) {
+				t.Errorf("%d groups of %d: the case proves nothing", len(got), len(base))
+			}
+		})
+	}
+	for _, q := range []string{"?family=ipv5", "?family=", "?family=IPv6"} {
+		if code, body := d.get(t, "/sd/domains"+q); code != http.StatusBadRequest || !strings.Contains(body, "is not ipv4, ipv6 or any") {
+			t.Errorf("%s = %d %q, want 400", q, code, body)
+		}
 	}
 }

@@ -122,6 +122,25 @@ func (s *Server) SetClockOffset(vmID string, off time.Duration) error {
 	})
 }
 
+// SetTags replaces a VM's tags by the given names (none: no tags), as an operator tagging it
+// in the controller's UI would.
+func (s *Server) SetTags(vmID string, names ...string) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		d.tagNames, d.tagsSet = append([]string(nil), names...), true
+		s.st.changed(ChangeUpdated, d)
+		return nil
+	})
+}
+
+// SetGuestIPv6 gives the VM's guest interface these IPv6 addresses besides its link-local one
+// (guest-network-get-interfaces); the platform's guest_utils lists IPv4 addresses only.
+func (s *Server) SetGuestIPv6(vmID string, addrs ...string) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		d.ipv6 = append([]string(nil), addrs...)
+		return nil
+	})
+}
+
 // AddVMs creates n VMs at once (seeded like the initial ones) and returns their ids.
 func (s *Server) AddVMs(n int) []string {
 	s.mu.Lock()

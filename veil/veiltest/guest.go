@@ -240,15 +240,18 @@ func (d *domain) interfaces(seed uint64) []map[string]any {
 		return map[string]any{"rx-bytes": k * 1000, "rx-packets": k, "rx-errs": 0, "rx-dropped": 0,
 			"tx-bytes": k * 800, "tx-packets": k, "tx-errs": 0, "tx-dropped": 0}
 	}
+	addrs := []map[string]any{
+		{"ip-address-type": "ipv4", "ip-address": d.ipv4, "prefix": 16},
+		{"ip-address-type": "ipv6", "ip-address": fmt.Sprintf("fe80::5054:ff:fe%02x:%02x%02x", byte(seed>>16), byte(seed>>8), byte(seed)), "prefix": 64}}
+	for _, a := range d.ipv6 {
+		addrs = append(addrs, map[string]any{"ip-address-type": "ipv6", "ip-address": a, "prefix": 64})
+	}
 	return []map[string]any{
 		{"name": "lo", "hardware-address": "00:00:00:00:00:00", "statistics": stats(100),
 			"ip-addresses": []map[string]any{
 				{"ip-address-type": "ipv4", "ip-address": "127.0.0.1", "prefix": 8},
 				{"ip-address-type": "ipv6", "ip-address": "::1", "prefix": 128}}},
-		{"name": d.iface(), "hardware-address": mac, "statistics": stats(seed % 1000000),
-			"ip-addresses": []map[string]any{
-				{"ip-address-type": "ipv4", "ip-address": d.ipv4, "prefix": 16},
-				{"ip-address-type": "ipv6", "ip-address": fmt.Sprintf("fe80::5054:ff:fe%02x:%02x%02x", byte(seed>>16), byte(seed>>8), byte(seed)), "prefix": 64}}},
+		{"name": d.iface(), "hardware-address": mac, "statistics": stats(seed % 1000000), "ip-addresses": addrs},
 	}
 }
 

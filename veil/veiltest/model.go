@@ -92,6 +92,9 @@ type domain struct {
 	clockOffset time.Duration
 	sshKeys     map[string][]string
 	ipv4        string
+	ipv6        []string // further guest addresses reported by guest-network-get-interfaces (SetGuestIPv6)
+	tagNames    []string // set by SetTags; nil: the seeded tags
+	tagsSet     bool
 	cpuPct      float64
 	memPct      float64
 	vdisks      int

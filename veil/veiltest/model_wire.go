@@ -220,6 +220,9 @@ func (d *domain) tags() any {
 	if d.seq%7 == 0 {
 		names = append(names, "backup-daily")
 	}
+	if d.tagsSet {
+		names = d.tagNames
+	}
 	if d.alt {
 		if names == nil {
 			return []string{}
