@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -274,6 +275,15 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	<-fed
 	mu.Lock()
 	defer mu.Unlock()
+	// The journals also hold the events of the VMs powered on and off: the whole journal, in
+	// order, is what must be on the stream.
+	for _, n := range names {
+		all := journal(t, sims[n])
+		if len(all) < len(created[n]) {
+			t.Fatalf("%s: the journal holds %d events, fewer than the %d added", n, len(all), len(created[n]))
+		}
+		created[n] = all
+	}
 	want := 0
 	for _, ids := range created {
 		want += len(ids)
@@ -291,6 +301,28 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkInventoryBucket(t, kv, sims)
+}
+
+// journal is every event of the simulator's journal, oldest first.
+func journal(t *testing.T, sim *veiltest.Server) []string {
+	t.Helper()
+	client, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for off := 0; ; off += 100 {
+		page, err := client.EventsPage(context.Background(), off, 100, "created")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Results {
+			ids = append(ids, e.ID)
+		}
+		if len(page.Results) < 100 {
+			return ids
+		}
+	}
 }
 
 // togglePower powers the k-th VM (round robin, templates left out) on if it is off, off if not.
