@@ -61,23 +61,10 @@ func list[T any](ctx context.Context, inv *Inventory, path string, read func(con
 	raw := make([]RawObject, len(rs))
 	for i := range rs {
 		v[i] = rs[i].Value
-		raw[i] = RawObject{ID: idOf(rs[i].Value), JSON: rs[i].JSON}
+		id, _ := identity(rs[i].Value)
+		raw[i] = RawObject{ID: id, JSON: rs[i].JSON}
 	}
 	return v, raw, nil
-}
-
-func idOf(v any) string {
-	switch o := v.(type) {
-	case veil.Node:
-		return o.ID
-	case veil.Cluster:
-		return o.ID
-	case veil.Datapool:
-		return o.ID
-	case veil.Domain:
-		return o.ID
-	}
-	return ""
 }
 
 // observeListed hands a listing to the observer; inv.mu is held. raw is nil without one.

@@ -149,7 +149,8 @@ func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T)
 	if err != nil || id(v) != f.ID {
 		return DropBadObject
 	}
-	learn(f.ID, nameOf(v))
+	_, name := identity(v)
+	learn(f.ID, name)
 	own(s, owned)
 	if i >= 0 {
 		(*s)[i] = v
@@ -159,16 +160,19 @@ func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T)
 	return ""
 }
 
-func nameOf(v any) string {
+// identity is the id and name of an object of a pushed collection.
+func identity(v any) (id, name string) {
 	switch o := v.(type) {
 	case veil.Node:
-		return o.VerboseName
+		return o.ID, o.VerboseName
 	case veil.Cluster:
-		return o.VerboseName
+		return o.ID, o.VerboseName
 	case veil.Datapool:
-		return o.VerboseName
+		return o.ID, o.VerboseName
+	case veil.Domain:
+		return o.ID, o.VerboseName
 	}
-	return ""
+	return "", ""
 }
 
 func indexOf[T any](s []T, want string, id func(T) string) int {
