@@ -22,8 +22,8 @@ func TestGuestCommands(t *testing.T) {
 	}
 
 	cmds, err := c.AvailableGuestCommands(ctx, vm.ID)
-	if err != nil || len(cmds) != 40 {
-		t.Fatalf("AvailableGuestCommands = %d names, %v; want the 40 of the spec", len(cmds), err)
+	if err != nil || len(cmds) < 40 || len(cmds) != len(vm.GuestCommands) {
+		t.Fatalf("AvailableGuestCommands = %d names, %v; want the 40 of the spec, or %d for a newer agent", len(cmds), err, len(vm.GuestCommands))
 	}
 	for _, want := range []string{"guest-ping", "guest-get-osinfo", "guest-get-fsinfo", "guest-get-time", "guest-info"} {
 		if !strings.Contains(strings.Join(cmds, " "), want) {
