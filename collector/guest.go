@@ -29,6 +29,9 @@ const (
 	guestCmdTime       = "guest-get-time"
 	guestCmdHostName   = "guest-get-host-name"
 	guestCmdInterfaces = "guest-network-get-interfaces"
+	guestCmdDiskStats  = "guest-get-diskstats" // newer agents only, like the two below
+	guestCmdCPUStats   = "guest-get-cpustats"
+	guestCmdLoad       = "guest-get-load"
 
 	// guestCmdAvailable is not a guest command but the endpoint listing them; it appears in
 	// veil_guest_command_errors_total like one.
@@ -41,7 +44,7 @@ const (
 func guestCommandAllowed(cmd string) bool {
 	switch cmd {
 	case guestCmdPing, guestCmdInfo, guestCmdOSInfo, guestCmdFSInfo, guestCmdTime,
-		guestCmdHostName, guestCmdInterfaces:
+		guestCmdHostName, guestCmdInterfaces, guestCmdDiskStats, guestCmdCPUStats, guestCmdLoad:
 		return true
 	}
 	return false
@@ -63,7 +66,8 @@ type GuestStatus struct {
 
 // GuestChecker checks the guest agents of one controller's running VMs: guest-ping every
 // ping interval, guest-get-osinfo on connect and every osinfo interval, guest-get-fsinfo,
-// guest-get-time and guest-network-get-interfaces on their intervals. Each VM has fixed phases
+// guest-get-time, guest-network-get-interfaces and the statistics (guest-get-diskstats,
+// guest-get-cpustats, guest-get-load, where the guest offers them) on their intervals. Each VM has fixed phases
 // inside the intervals (hashes of its id), so calls spread evenly instead of bursting; a
 // time-ordered queue holding each VM at most once feeds at most cfg.Concurrency workers. When
 // the inventory is too large for the request budget, checks stretch instead of piling up. It
@@ -77,6 +81,7 @@ type GuestChecker struct {
 	outage     runstatus.Outage // of the sweeps: the controller failing guest commands
 	mountsOut  *regexp.Regexp   // fs_mountpoints_exclude; nil: none
 	nicsOut    *regexp.Regexp   // network_interfaces_exclude; nil: none
+	disksOut   *regexp.Regexp   // disk_devices_exclude; nil: none
 
 	pingInterval time.Duration
 	syncEvery    time.Duration
@@ -124,9 +129,9 @@ type guestVM struct {
 	index int  // in the queue; -1 while checked by a worker
 	gone  bool // no longer eligible: drop it when its check returns
 
-	nextPing, nextOS, nextFS, nextTime, nextNet time.Time       // zero = not scheduled
-	cmds                                        map[string]bool // offered by the guest; nil = ask
-	agentDown                                   bool            // last ping failed
+	nextPing, nextOS, nextFS, nextTime, nextNet, nextStats time.Time       // zero = not scheduled
+	cmds                                                   map[string]bool // offered by the guest; nil = ask
+	agentDown                                              bool            // last ping failed
 	// unsupported: the platform refuses guest commands for this VM (Windows guests where the
 	// controller allows Linux only). No series, not in the coverage; probed again every
 	// osinfo interval, and afresh when the agent reconnects (the VM leaves and comes back).
@@ -146,12 +151,16 @@ type guestMeasures struct {
 	ipv6     string // first global IPv6 address of the guest's interfaces; "" if none
 	hasClock bool
 	clock    float64
+	disks    []guestDisk
+	cpu      *guestCPU  // nil: not offered, not read yet, or no mode reported by every CPU
+	load     *guestLoad // nil: not offered or not read yet
 }
 
 // forget drops every measurement: they would lie about a guest that cannot be reached or has
 // just reconnected (maybe another system).
 func (v *guestVM) forget() {
 	v.os, v.fs, v.nics, v.ipv6, v.hasClock = nil, nil, nil, "", false
+	v.disks, v.cpu, v.load = nil, nil, nil
 }
 
 // NewGuestChecker returns a checker for the VMs that domains returns (the latest inventory
@@ -177,6 +186,7 @@ func NewGuestChecker(controller string, client *veil.Client, cfg config.Guest, d
 	}
 	g.outage.Logger = g.logger
 	g.mountsOut, g.nicsOut = cfg.FSMountpointsExclude.Regexp(), cfg.NetworkInterfacesExclude.Regexp()
+	g.disksOut = cfg.DiskDevicesExclude.Regexp()
 	g.descs = newGuestDescs(controller, cfg)
 	g.cache = exposition.NewCache(r, exposition.Pace{Every: guestRenderEvery(cfg.PingInterval), Share: renderShare}, g.render, nil)
 	return g

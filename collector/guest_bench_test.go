@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -17,9 +18,10 @@ import (
 
 // BenchmarkGuestPingSweep measures one full guest-ping sweep over many running VMs with agents
 // against the simulator (20ms latency) under a client budget of 500 requests/s, with network
-// counters read every minute (the default), as a ratio to the floor (target <= 1.1). The floor
-// is the sweep the budget allows once the periodic reads have taken their share:
-// VMs ÷ (budget − VMs ÷ network_interval − VMs ÷ each hourly interval of osinfo, fsinfo, time).
+// counters and the statistics of the guests offering them read every minute (the defaults), as a
+// ratio to the floor (target <= 1.1). The floor is the sweep the budget allows once the periodic
+// reads have taken their share: VMs ÷ (budget − VMs ÷ network_interval − statistics commands
+// offered ÷ stats_interval − VMs ÷ each hourly interval of osinfo, fsinfo, time).
 // The ping interval is shorter than the floor, so the sweep runs as fast as the budget allows.
 // VEIL_BENCH_GUEST_VMS sets the number of VMs (default 2000; the figure is for 10000).
 //
@@ -37,7 +39,7 @@ func BenchmarkGuestPingSweep(b *testing.B) {
 	cfg := guestTestConfig()
 	cfg.PingInterval = time.Second
 	cfg.OSInfoInterval, cfg.FSInfoInterval, cfg.TimeInterval = time.Hour, time.Hour, time.Hour
-	cfg.NetworkInterval = time.Minute
+	cfg.NetworkInterval, cfg.StatsInterval = time.Minute, time.Minute
 	cfg.CommandTimeout = 5 * time.Second
 	cfg.Concurrency = 32 // 500/s × 20ms needs 10 in flight; room for jitter
 	e := newGuestEnv(b, guestEnvOpts{sim: o, cfg: cfg, rate: budget, concurrency: 32})
@@ -46,6 +48,17 @@ func BenchmarkGuestPingSweep(b *testing.B) {
 	for _, iv := range []time.Duration{cfg.NetworkInterval, cfg.OSInfoInterval, cfg.FSInfoInterval, cfg.TimeInterval} {
 		periodic += float64(n) / iv.Seconds()
 	}
+	// The statistics: one request per command each guest offers, every stats_interval.
+	stats := 0
+	for _, id := range e.eligibleIDs() {
+		d, _ := e.sim.Domain(id)
+		for _, c := range []string{guestCmdDiskStats, guestCmdCPUStats, guestCmdLoad} {
+			if slices.Contains(d.GuestCommands, c) {
+				stats++
+			}
+		}
+	}
+	periodic += float64(stats) / cfg.StatsInterval.Seconds()
 	floor := time.Duration(float64(n) / (budget - periodic) * float64(time.Second))
 	timeout := 10*floor + 30*time.Second
 	e.waitSweeps(2, timeout)
@@ -67,7 +80,8 @@ type fixedDomains []veil.Domain
 func (f fixedDomains) DomainsGen() ([]veil.Domain, uint64) { return f, 1 }
 
 // BenchmarkGuestRender renders the guest series of VEIL_BENCH_GUEST_VMS checked guests (default
-// 2000; each with its OS, two filesystems, one interface and its clock) with every family
+// 2000; each with its OS, two filesystems, one interface and its clock, and two in three with the
+// statistics of newer agents: one disk, CPU time in eight modes, load) with every family
 // compressed anew: the CPU one render costs, paid at most every guest.ping_interval/10; in the
 // text format only (formats=text), and with the OpenMetrics and protobuf forms made too, as
 // while scrapers ask for them (formats=all).
@@ -89,7 +103,14 @@ func benchGuestRender(b *testing.B, all bool) {
 	r := exposition.NewRenderer()
 	g := NewGuestChecker("bench", &veil.Client{}, guestTestConfig(), doms, nil, r)
 	g.sync(time.Now())
+	i := 0
 	for _, v := range g.vms {
+		i++
+		if i%3 != 0 {
+			v.disks = []guestDisk{{name: "vda", counters: [diskCounters]float64{3.1e10, 8.7e10, 1.2e6, 4.5e6, 812.5, 2301.25, 1603.5}, has: 1<<diskCounters - 1}}
+			v.cpu = &guestCPU{seconds: [len(cpuModes)]float64{9.1e6, 1.2e4, 310.5, 52.1, 1.8e3, 420.7, 6.6e4, 2.4e5}, has: 1<<len(cpuModes) - 1}
+			v.load = &guestLoad{avg: [3]float64{0.52, 0.61, 0.58}, has: 7}
+		}
 		v.pinged, v.pingOK, v.pingDur = true, true, 0.0012345
 		v.os = &veil.GuestOSInfo{ID: "ubuntu", Name: "Ubuntu", Version: "24.04 LTS (Noble Numbat)", KernelRelease: "6.8.0-45-generic", Machine: "x86_64", PrettyName: "Ubuntu 24.04.1 LTS"}
 		v.fs = []guestFS{{"/", "ext4", "vda1", 2.1e10, 8.2e9}, {"/boot", "ext4", "vda2", 1.0e9, 2.5e8}}

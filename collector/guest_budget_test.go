@@ -302,7 +302,7 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 	)
 	cfg := guestTestConfig()
 	cfg.PingInterval, cfg.NetworkInterval = time.Second, time.Minute
-	cfg.FSInfoInterval, cfg.TimeInterval = 0, 0
+	cfg.FSInfoInterval, cfg.TimeInterval, cfg.StatsInterval = 0, 0, 0 // the loop below plans pings and network reads only
 	g := NewGuestChecker("x", nil, cfg, noDomains{}, nil, nil)
 	clock := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for i := range n {

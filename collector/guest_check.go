@@ -23,8 +23,8 @@ var errGuestCommandRefused = errors.New("guest command refused: not in the read-
 
 // checkPlan is what one visit of a VM does, decided from its schedule.
 type checkPlan struct {
-	ping, os, fs, time, net bool
-	offered                 map[string]bool // nil: ask available-guest-cmds first
+	ping, os, fs, time, net, stats bool
+	offered                        map[string]bool // nil: ask available-guest-cmds first
 }
 
 // checkResult is what one visit learned; finish records it.
@@ -43,6 +43,10 @@ type checkResult struct {
 	nics                      []guestNIC
 	ipv6                      string
 	clock                     float64
+	statsDone                 bool // the statistics were due: disks, cpu and load replace the VM's
+	disks                     []guestDisk
+	cpu                       *guestCPU
+	load                      *guestLoad
 }
 
 // check runs the checks of one VM that are due, then puts it back in the queue. Checks of one
@@ -63,6 +67,7 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 		fs:      due(v.nextFS),
 		time:    due(v.nextTime),
 		net:     due(v.nextNet),
+		stats:   due(v.nextStats),
 		offered: v.cmds,
 	}
 	down := v.agentDown
@@ -108,10 +113,11 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 				}
 			}
 			p.os, p.fs, p.time, p.net = true, g.cfg.FSInfoInterval > 0, g.cfg.TimeInterval > 0, true
+			p.stats = g.cfg.StatsInterval > 0
 		}
 	} else if down {
 		// The agent missed its last ping: nothing else until a ping succeeds.
-		p.os, p.fs, p.time, p.net = false, false, false, false
+		p.os, p.fs, p.time, p.net, p.stats = false, false, false, false, false
 	}
 	if p.os && r.offered[guestCmdOSInfo] {
 		r.os, _ = g.osInfo(ctx, v.id)
@@ -127,6 +133,9 @@ func (g *GuestChecker) check(ctx context.Context, v *guestVM) {
 	if p.net && r.offered[guestCmdInterfaces] {
 		nics, ipv6, err := g.interfaces(ctx, v.id)
 		r.nics, r.ipv6, r.netDone = nics, ipv6, err == nil
+	}
+	if p.stats {
+		g.readStats(ctx, v.id, r.offered, &r)
 	}
 	if ctx.Err() != nil {
 		g.requeue(v)
@@ -192,6 +201,9 @@ func (g *GuestChecker) finish(v *guestVM, now time.Time, p checkPlan, r checkRes
 		if r.netDone {
 			v.nics, v.ipv6 = r.nics, r.ipv6
 		}
+		if r.statsDone {
+			v.disks, v.cpu, v.load = r.disks, r.cpu, r.load
+		}
 	}
 	g.reschedule(v, now, p)
 	if p.ping && !v.gone {
@@ -224,7 +236,7 @@ func (g *GuestChecker) markUnsupported(v *guestVM, now time.Time) {
 	v.pinged, v.pingOK, v.pingDur, v.agentDown = false, false, 0, true
 	v.forget()
 	v.cmds = nil // ask the list again with the probe
-	v.nextFS, v.nextTime, v.nextNet = time.Time{}, time.Time{}, time.Time{}
+	v.nextFS, v.nextTime, v.nextNet, v.nextStats = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	g.leaveSweep(v.id, now)
 	v.nextPing = guestNextSlot(now.Add(g.cfg.OSInfoInterval), g.pingInterval, v.phase)
 	v.nextOS = v.nextPing
@@ -340,6 +352,40 @@ func (g *GuestChecker) interfaces(ctx context.Context, id string) ([]guestNIC, s
 	return guestInterfaces(list, g.nicsOut), guestIPv6(list, g.nicsOut), nil
 }
 
+// readStats reads the statistics the guest offers, each command on its own: a command the guest
+// refuses or answers wrongly leaves that family of the VM empty (no stale counters, nothing
+// invented), its error counted, the others read as usual.
+func (g *GuestChecker) readStats(ctx context.Context, id string, offered map[string]bool, r *checkResult) {
+	r.statsDone = true
+	if offered[guestCmdDiskStats] {
+		var list []veil.GuestDiskStats
+		if g.call(ctx, id, guestCmdDiskStats, func() (err error) {
+			list, err = g.client.GuestDiskStats(ctx, id, g.cfg.CommandTimeout)
+			return err
+		}) == nil {
+			r.disks = guestDisks(list, g.disksOut)
+		}
+	}
+	if offered[guestCmdCPUStats] {
+		var list []veil.GuestCPUStats
+		if g.call(ctx, id, guestCmdCPUStats, func() (err error) {
+			list, err = g.client.GuestCPUStats(ctx, id, g.cfg.CommandTimeout)
+			return err
+		}) == nil {
+			r.cpu = guestCPUSeconds(list)
+		}
+	}
+	if offered[guestCmdLoad] {
+		var l veil.GuestLoad
+		if g.call(ctx, id, guestCmdLoad, func() (err error) {
+			l, err = g.client.GuestLoad(ctx, id, g.cfg.CommandTimeout)
+			return err
+		}) == nil {
+			r.load = guestLoadAverages(l)
+		}
+	}
+}
+
 // countError counts a failed call; api_error (the controller, not the guest, failed) makes the
 // sweep unsuccessful.
 func (g *GuestChecker) countError(id, cmd, reason string, err error) {
@@ -375,8 +421,9 @@ func guestControllerFailure(reason string, err error) bool {
 }
 
 // guestReason is the reason label of veil_guest_command_errors_total for a failed call:
-// timeout, agent_not_running, not_supported, or api_error for everything else (the controller
-// failed, or answered something unreadable).
+// timeout, agent_not_running, not_supported, bad_answer (a statistics command's result of the
+// wrong shape: the guest's agent, not the controller), or api_error for everything else (the
+// controller failed, or answered something unreadable).
 func guestReason(err error) string {
 	switch {
 	case err == nil:
@@ -387,6 +434,8 @@ func guestReason(err error) string {
 		return "agent_not_running"
 	case errors.Is(err, veil.ErrGuestUnsupported):
 		return "not_supported"
+	case errors.Is(err, veil.ErrGuestAnswer):
+		return "bad_answer"
 	}
 	return "api_error"
 }

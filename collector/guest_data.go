@@ -116,3 +116,120 @@ func ScrapableIP(s string) (netip.Addr, bool) {
 	ip = ip.Unmap()
 	return ip, ip.IsGlobalUnicast()
 }
+
+// The counters of guest-get-diskstats kept, in the order of guestDescs.disk.
+const (
+	diskReadBytes = iota
+	diskWrittenBytes
+	diskReadsCompleted
+	diskWritesCompleted
+	diskReadTime
+	diskWriteTime
+	diskIOTime
+	diskCounters
+)
+
+// guestDisk is one disk of a guest: its name and the counters it reported, in base units.
+type guestDisk struct {
+	name     string
+	counters [diskCounters]float64
+	has      uint8 // bit i: counters[i] was reported; the others have no series
+}
+
+// sectorBytes is the unit of the sector counts of /proc/diskstats, whatever the disk's own.
+const sectorBytes = 512
+
+// guestDisks keeps the disks whose name is not excluded, once per name, with the counters the
+// guest reported: a counter it left out, or sent negative, has no series (never a 0).
+func guestDisks(list []veil.GuestDiskStats, out *regexp.Regexp) []guestDisk {
+	disks := make([]guestDisk, 0, len(list))
+	for _, d := range list {
+		if d.Name == "" || out != nil && out.MatchString(d.Name) ||
+			slices.ContainsFunc(disks, func(x guestDisk) bool { return x.name == d.Name }) {
+			continue
+		}
+		s := &d.Stats
+		k := guestDisk{name: d.Name}
+		for i, c := range [diskCounters]struct {
+			v     *float64
+			scale float64
+		}{
+			diskReadBytes:       {s.ReadSectors, sectorBytes},
+			diskWrittenBytes:    {s.WriteSectors, sectorBytes},
+			diskReadsCompleted:  {s.ReadIOs, 1},
+			diskWritesCompleted: {s.WriteIOs, 1},
+			diskReadTime:        {s.ReadTicks, 0.001}, // ms
+			diskWriteTime:       {s.WriteTicks, 0.001},
+			diskIOTime:          {s.TotalTicks, 0.001},
+		} {
+			if c.v != nil && *c.v >= 0 {
+				k.counters[i], k.has = *c.v*c.scale, k.has|1<<i
+			}
+		}
+		if k.has != 0 {
+			disks = append(disks, k)
+		}
+	}
+	slices.SortFunc(disks, func(a, b guestDisk) int { return strings.Compare(a.name, b.name) })
+	return disks
+}
+
+// cpuModes are the modes of veil_guest_cpu_seconds_total, node_exporter's, in label order.
+// guest and guestnice are left out as node_exporter leaves them out of node_cpu_seconds_total:
+// the kernel counts them in user and nice already.
+var cpuModes = [...]string{"idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user"}
+
+// userHZ is the unit of guest-get-cpustats: the guest kernel's USER_HZ, 100 on Linux.
+const userHZ = 100
+
+// guestCPU is a guest's CPU time by mode summed over its CPUs.
+type guestCPU struct {
+	seconds [len(cpuModes)]float64
+	has     uint8 // bit i: every CPU reported cpuModes[i]
+}
+
+// guestCPUSeconds sums the CPUs of type linux (the only type whose unit is known). A mode has
+// a series only when every CPU reported it, not negative: a sum over some CPUs would be less
+// than the guest's time, and would go back when a CPU reports it again.
+func guestCPUSeconds(list []veil.GuestCPUStats) *guestCPU {
+	var c guestCPU
+	c.has = 1<<len(cpuModes) - 1
+	n := 0
+	for _, p := range list {
+		if p.Type != "linux" {
+			continue
+		}
+		n++
+		for i, v := range [len(cpuModes)]*float64{p.Idle, p.IOWait, p.IRQ, p.Nice, p.SoftIRQ, p.Steal, p.System, p.User} {
+			if v == nil || *v < 0 {
+				c.has &^= 1 << i
+				continue
+			}
+			c.seconds[i] += *v / userHZ
+		}
+	}
+	if n == 0 || c.has == 0 {
+		return nil
+	}
+	return &c
+}
+
+// guestLoad is guest-get-load: load1, load5, load15.
+type guestLoad struct {
+	avg [3]float64
+	has uint8 // bit i: avg[i] was reported
+}
+
+// guestLoadAverages keeps the load averages the guest reported, not negative.
+func guestLoadAverages(l veil.GuestLoad) *guestLoad {
+	var g guestLoad
+	for i, v := range [3]*float64{l.Load1, l.Load5, l.Load15} {
+		if v != nil && *v >= 0 {
+			g.avg[i], g.has = *v, g.has|1<<i
+		}
+	}
+	if g.has == 0 {
+		return nil
+	}
+	return &g
+}

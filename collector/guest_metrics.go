@@ -20,7 +20,10 @@ import (
 type guestDescs struct {
 	pingSuccess, pingDuration, osInfo, fsSize, fsUsed, clockOffset,
 	sweepDuration, eligible, checked, unsupported *exposition.Desc
-	net [nicCounters]*exposition.Desc // indexed by nicRxBytes...
+	net        [nicCounters]*exposition.Desc  // indexed by nicRxBytes...
+	disk       [diskCounters]*exposition.Desc // indexed by diskReadBytes...
+	cpuSeconds *exposition.Desc
+	load       [3]*exposition.Desc // load1, load5, load15
 
 	cmdErrors *prometheus.Desc // live
 }
@@ -51,7 +54,7 @@ func newGuestDescs(controller string, cfg config.Guest) guestDescs {
 			fmt.Sprintf("Guest clock minus exporter clock from guest-get-time, against the middle of the request's round trip; cached for %s.", cfg.TimeInterval),
 			"domain_id"),
 		cmdErrors: prometheus.NewDesc("veil_guest_command_errors_total",
-			"Failed guest-agent calls by command (available-guest-cmds for the command list) and reason (timeout, agent_not_running, not_supported, api_error).",
+			"Failed guest-agent calls by command (available-guest-cmds for the command list) and reason (timeout, agent_not_running, not_supported, bad_answer, api_error).",
 			[]string{"command", "reason"}, cl),
 		sweepDuration: d("veil_guest_sweep_duration_seconds", "Real time of the last full guest-ping sweep over all eligible VMs; above ping_interval when the budget is too small."),
 		eligible:      d("veil_guest_eligible_domains", "Running VMs with a connected guest agent (guest checks apply)."),
@@ -73,6 +76,27 @@ func newGuestDescs(controller string, cfg config.Guest) guestDescs {
 			fmt.Sprintf("%s by the guest's interface, as the guest counts them (guest-network-get-interfaces; they restart when the guest reboots); read every %s.", c.what, cfg.NetworkInterval),
 			prometheus.CounterValue, []string{"domain_id", "interface"}, cl)
 	}
+	for i, c := range [diskCounters]struct{ name, what string }{
+		diskReadBytes:       {"read_bytes", "Bytes read (sectors of 512 bytes)"},
+		diskWrittenBytes:    {"written_bytes", "Bytes written (sectors of 512 bytes)"},
+		diskReadsCompleted:  {"reads_completed", "Reads completed"},
+		diskWritesCompleted: {"writes_completed", "Writes completed"},
+		diskReadTime:        {"read_time_seconds", "Time spent reading"},
+		diskWriteTime:       {"write_time_seconds", "Time spent writing"},
+		diskIOTime:          {"io_time_seconds", "Time the disk was busy with I/O"},
+	} {
+		ds.disk[i] = exposition.NewDesc("veil_guest_disk_"+c.name+"_total",
+			fmt.Sprintf("%s by the guest's disk, as the guest counts them (guest-get-diskstats, where the guest's agent offers it; they restart when the guest reboots); read every %s.", c.what, cfg.StatsInterval),
+			prometheus.CounterValue, []string{"domain_id", "device"}, cl)
+	}
+	ds.cpuSeconds = exposition.NewDesc("veil_guest_cpu_seconds_total",
+		fmt.Sprintf("CPU time of the guest by mode, summed over its CPUs, as the guest counts it (guest-get-cpustats in USER_HZ ticks of 1/100 s, where the guest's agent offers it; it restarts when the guest reboots); read every %s.", cfg.StatsInterval),
+		prometheus.CounterValue, []string{"domain_id", "mode"}, cl)
+	for i, m := range []string{"1", "5", "15"} {
+		ds.load[i] = exposition.NewDesc("veil_guest_load"+m,
+			fmt.Sprintf("The guest's %s-minute load average (guest-get-load, where the guest's agent offers it); read every %s.", m, cfg.StatsInterval),
+			prometheus.GaugeValue, []string{"domain_id"}, cl)
+	}
 	return ds
 }
 
@@ -83,7 +107,7 @@ func (g *GuestChecker) Describe(ch chan<- *prometheus.Desc) {
 		d.clockOffset, d.sweepDuration, d.eligible, d.checked, d.unsupported} {
 		ch <- desc.Prom
 	}
-	for _, desc := range d.net {
+	for _, desc := range slices.Concat(d.net[:], d.disk[:], d.load[:], []*exposition.Desc{d.cpuSeconds}) {
 		ch <- desc.Prom
 	}
 	ch <- d.cmdErrors
@@ -179,6 +203,31 @@ func (d *guestDescs) emit(e emitter, w guestView) {
 		each(func(v *guestVMView) {
 			for i := range v.nics {
 				e.counter(d.net[c], v.nics[i].counters[c], v.id, v.nics[i].name)
+			}
+		})
+	}
+	for c := range diskCounters {
+		each(func(v *guestVMView) {
+			for i := range v.disks {
+				if k := &v.disks[i]; k.has&(1<<c) != 0 {
+					e.counter(d.disk[c], k.counters[c], v.id, k.name)
+				}
+			}
+		})
+	}
+	each(func(v *guestVMView) {
+		if c := v.cpu; c != nil {
+			for i, mode := range cpuModes {
+				if c.has&(1<<i) != 0 {
+					e.counter(d.cpuSeconds, c.seconds[i], v.id, mode)
+				}
+			}
+		}
+	})
+	for i := range d.load {
+		each(func(v *guestVMView) {
+			if l := v.load; l != nil && l.has&(1<<i) != 0 {
+				e.gauge(d.load[i], l.avg[i], v.id)
 			}
 		})
 	}

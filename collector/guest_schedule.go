@@ -130,6 +130,9 @@ func (g *GuestChecker) newVM(id string, now time.Time) *guestVM {
 		v.nextTime = guestNextSlot(now, g.cfg.TimeInterval, v.slow)
 	}
 	v.nextNet = guestNextSlot(now, g.cfg.NetworkInterval, v.slow)
+	if g.cfg.StatsInterval > 0 {
+		v.nextStats = guestNextSlot(now, g.cfg.StatsInterval, v.slow)
+	}
 	return v
 }
 
@@ -223,10 +226,13 @@ func (g *GuestChecker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	if p.net {
 		v.nextNet = next(v.nextNet, g.cfg.NetworkInterval)
 	}
+	if p.stats && g.cfg.StatsInterval > 0 {
+		v.nextStats = next(v.nextStats, g.cfg.StatsInterval)
+	}
 	if v.agentDown {
 		// Nothing but the ping is sent to an agent that missed it; a check due before the ping
 		// would bring the VM back to a worker at once, again and again, doing nothing.
-		for _, t := range []*time.Time{&v.nextFS, &v.nextTime, &v.nextNet} {
+		for _, t := range []*time.Time{&v.nextFS, &v.nextTime, &v.nextNet, &v.nextStats} {
 			if !t.IsZero() && t.Before(v.nextPing) {
 				*t = v.nextPing
 			}
@@ -241,7 +247,7 @@ func (g *GuestChecker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 
 func (v *guestVM) due() time.Time {
 	d := v.nextPing
-	for _, t := range [...]time.Time{v.nextOS, v.nextFS, v.nextTime, v.nextNet} {
+	for _, t := range [...]time.Time{v.nextOS, v.nextFS, v.nextTime, v.nextNet, v.nextStats} {
 		if !t.IsZero() && t.Before(d) {
 			d = t
 		}

@@ -104,7 +104,9 @@ func TestInventoryRenderedIsCollected(t *testing.T) {
 // TestGuestRenderedIsCollected: the guest series a render writes are what client_golang writes
 // for the same checker state collected live, and the render loop follows the checks.
 func TestGuestRenderedIsCollected(t *testing.T) {
-	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(40), cfg: guestTestConfig()})
+	cfg := guestTestConfig()
+	cfg.StatsInterval = 200 * time.Millisecond
+	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(40), cfg: cfg})
 	e.waitSweeps(3, 10*time.Second)
 	g := e.gc
 	var b exposition.Builder
@@ -113,7 +115,8 @@ func TestGuestRenderedIsCollected(t *testing.T) {
 	set := b.Finish(nil)
 	live := liveText(t, func(ch chan<- prometheus.Metric) { g.descs.emit(emitter{ch: ch}, w) })
 	sameText(t, "guest", renderedText(t, set), live,
-		"veil_guest_ping_success{", "veil_guest_os_info{", "veil_guest_filesystem_used_bytes{", "veil_guest_network_receive_bytes_total{", "veil_guest_clock_offset_seconds{")
+		"veil_guest_ping_success{", "veil_guest_os_info{", "veil_guest_filesystem_used_bytes{", "veil_guest_network_receive_bytes_total{", "veil_guest_clock_offset_seconds{",
+		"veil_guest_disk_io_time_seconds_total{", "veil_guest_cpu_seconds_total{", "veil_guest_load15{")
 
 	// The render loop: a stopped VM's series leave Rendered after the inventory says so.
 	id := e.eligibleIDs()[0]

@@ -89,6 +89,11 @@ type Guest struct {
 	NetworkInterval time.Duration `yaml:"network_interval"`
 	// NetworkInterfacesExclude is a regexp on guest interface names left out.
 	NetworkInterfacesExclude Regexp `yaml:"network_interfaces_exclude"`
+	// StatsInterval is how often guest-get-diskstats, guest-get-cpustats and guest-get-load
+	// are read, from the guests that offer them.
+	StatsInterval time.Duration `yaml:"stats_interval"`
+	// DiskDevicesExclude is a regexp on guest disk names (guest-get-diskstats) left out.
+	DiskDevicesExclude Regexp `yaml:"disk_devices_exclude"`
 }
 
 // Events configures the event forwarder.
@@ -241,6 +246,9 @@ func Default() Config {
 			FSMountpointsExclude:     MustRegexp(`^/(dev|proc|run|sys|snap|var/lib/(docker|kubelet|containers))($|/)`),
 			NetworkInterval:          time.Minute,
 			NetworkInterfacesExclude: MustRegexp(`^lo$`),
+			StatsInterval:            time.Minute,
+			// node_exporter's diskstats default: RAM disks, loop and floppy devices, partitions.
+			DiskDevicesExclude: MustRegexp(`^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$`),
 		},
 		Events: Events{
 			Enabled: true, PollInterval: 5 * time.Second, PageSize: 100, Order: "auto", Start: "latest",

@@ -100,6 +100,8 @@ func TestParseRejects(t *testing.T) {
 		{"two nats auths", base + "nats:\n  user: u\n  creds_file: " + tok + "\n", []string{"at most one"}},
 		{"cert without key", base + "nats:\n  tls: {cert_file: " + tok + "}\n", []string{"cert_file and key_file"}},
 		{"guest concurrency", base + "guest:\n  concurrency: 0\n", []string{"guest.concurrency"}},
+		{"guest stats interval", base + "guest:\n  stats_interval: 0s\n", []string{"guest.stats_interval", "must be > 0"}},
+		{"guest disk exclude", base + "guest:\n  disk_devices_exclude: '(vd'\n", []string{"guest.disk_devices_exclude", "invalid regexp"}},
 		{"unset env var", strings.Replace(base, "token_file: "+tok, "token: ${VEIL_TEST_UNSET_VAR}", 1), []string{"line 4", "VEIL_TEST_UNSET_VAR is not set"}},
 	}
 	for _, tt := range tests {
@@ -259,6 +261,33 @@ func TestBackupAndGuestNetworkSettings(t *testing.T) {
 	_, err = Parse([]byte("controllers: [{name: a, url: http://x, token: t}]\ncollect: {backup_task_pattern: '('}\nguest: {fs_mountpoints_exclude: '['}\n"))
 	if err == nil || !strings.Contains(err.Error(), "collect.backup_task_pattern") || !strings.Contains(err.Error(), "guest.fs_mountpoints_exclude") {
 		t.Errorf("bad regexps: err = %v", err)
+	}
+}
+
+// TestGuestStatsSettings: stats_interval defaults to 1m like network_interval; the disk
+// exclusion defaults to node_exporter's, which keeps whole disks (vda, sda, nvme0n1, dm-0) and
+// drops partitions, loop, RAM and floppy devices; both can be set.
+func TestGuestStatsSettings(t *testing.T) {
+	d := Default().Guest
+	if d.StatsInterval != time.Minute {
+		t.Errorf("default stats_interval = %v, want 1m", d.StatsInterval)
+	}
+	for _, dev := range []string{"vda1", "vda15", "sda2", "xvdb1", "nvme0n1p1", "loop0", "loop12", "ram0", "zram0", "fd0"} {
+		if !d.DiskDevicesExclude.Regexp().MatchString(dev) {
+			t.Errorf("default disk_devices_exclude keeps %s", dev)
+		}
+	}
+	for _, dev := range []string{"vda", "vdb", "sda", "xvda", "nvme0n1", "dm-0", "md0", "sr0"} {
+		if d.DiskDevicesExclude.Regexp().MatchString(dev) {
+			t.Errorf("default disk_devices_exclude drops %s", dev)
+		}
+	}
+	c, err := Parse([]byte("controllers: [{name: a, url: http://x, token: t}]\nguest: {stats_interval: 5m, disk_devices_exclude: '^dm-'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Guest.StatsInterval != 5*time.Minute || c.Guest.DiskDevicesExclude.String() != "^dm-" {
+		t.Errorf("parsed stats_interval %v, disk_devices_exclude %q", c.Guest.StatsInterval, c.Guest.DiskDevicesExclude)
 	}
 }
 

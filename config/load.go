@@ -373,6 +373,7 @@ func (v *validator) guest(g *Guest) {
 		{"guest.time_interval", g.TimeInterval},
 		{"guest.command_timeout", g.CommandTimeout},
 		{"guest.network_interval", g.NetworkInterval},
+		{"guest.stats_interval", g.StatsInterval},
 	} {
 		if d.val <= 0 {
 			v.add(d.key, "must be > 0")
@@ -386,6 +387,9 @@ func (v *validator) guest(g *Guest) {
 	}
 	if err := g.NetworkInterfacesExclude.err; err != nil {
 		v.add("guest.network_interfaces_exclude", "invalid regexp: %v", err)
+	}
+	if err := g.DiskDevicesExclude.err; err != nil {
+		v.add("guest.disk_devices_exclude", "invalid regexp: %v", err)
 	}
 }
 

@@ -81,6 +81,7 @@ func TestConfigExampleIsValidAndSetsEveryKeyToItsDefault(t *testing.T) {
 		"collect.tasks", "collect.domain_include", "collect.domain_exclude",
 		"guest.enabled", "guest.ping_interval", "guest.osinfo_interval", "guest.fsinfo_interval",
 		"guest.time_interval", "guest.command_timeout", "guest.concurrency", "guest.fs_types_exclude",
+		"guest.stats_interval", "guest.disk_devices_exclude",
 		"events.enabled", "events.poll_interval", "events.page_size", "events.order", "events.start",
 		"events.checkpoint.store", "events.checkpoint.dir",
 		"nats.url", "nats.creds_file", "nats.nkey_file", "nats.user", "nats.password",

@@ -287,7 +287,8 @@ func guestErrorKind(err error) error {
 	case has("agent") && has("not running", "not connected", "not active", "inactive", "unavailable", "not responding", "is off", "disconnected", "no guest agent", "not installed"):
 		return ErrAgentNotRunning
 	case ae.Field == "qemu_cmd" || has("not supported", "unsupported", "command not found", "unknown command",
-		"not allowed", "disabled", "not implemented", "is not available", "linux guests only") ||
+		"not allowed", "disabled", "not implemented", "is not available", "linux guests only",
+		"has not been found") || // QEMU's agent: "The command guest-x has not been found"
 		has("unknown") && has("command"):
 		return ErrGuestUnsupported
 	}

@@ -24,6 +24,7 @@ func TestGuestErrorKindOfPlatformMessages(t *testing.T) {
 		{&APIError{StatusCode: 400, Message: "Virtual machine timeout-test is not running."}, ErrAgentNotRunning},
 		{&APIError{StatusCode: 400, Message: "Command guest-exec not supported"}, ErrGuestUnsupported},
 		{&APIError{StatusCode: 400, Message: "Guest commands are available for Linux guests only"}, ErrGuestUnsupported},
+		{&APIError{StatusCode: 400, Message: "Guest agent error: The command guest-get-load has not been found"}, ErrGuestUnsupported},
 		{&APIError{StatusCode: 400, Field: "qemu_cmd", Message: "\"guest-x\" is not a valid choice."}, ErrGuestUnsupported},
 		{&APIError{StatusCode: 500, Message: "Guest agent command timed out"}, ErrGuestTimeout},
 		{&APIError{StatusCode: 500, Message: "Internal server error"}, nil},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +23,8 @@ func TestGuestCommands(t *testing.T) {
 	}
 
 	cmds, err := c.AvailableGuestCommands(ctx, vm.ID)
-	if err != nil || len(cmds) != 40 {
-		t.Fatalf("AvailableGuestCommands = %d names, %v; want the 40 of the spec", len(cmds), err)
+	if err != nil || len(cmds) < 40 || len(cmds) != len(vm.GuestCommands) {
+		t.Fatalf("AvailableGuestCommands = %d names, %v; want the 40 of the spec, or %d for a newer agent", len(cmds), err, len(vm.GuestCommands))
 	}
 	for _, want := range []string{"guest-ping", "guest-get-osinfo", "guest-get-fsinfo", "guest-get-time", "guest-info"} {
 		if !strings.Contains(strings.Join(cmds, " "), want) {
@@ -176,5 +177,73 @@ func TestGuestTimeoutTimesTheWireNotTheQueue(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("GuestPing behind the rate limit: %v", err)
 		}
+	}
+}
+
+// TestGuestStatsCommandsAgainstTheSimulator: the typed calls read what the guest answered (the
+// same answer read raw, at the same simulated instant), an agent without the command is
+// ErrGuestUnsupported, and a command the agent offers but fails is an error of the guest.
+func TestGuestStatsCommandsAgainstTheSimulator(t *testing.T) {
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	sim := newSim(t, veiltest.Options{Seed: 20, VMs: 40, Now: func() time.Time { return at }})
+	c := newClient(t, sim, nil)
+	ctx := context.Background()
+	offers := func(cmd string) func(veiltest.DomainInfo) bool {
+		return func(d veiltest.DomainInfo) bool { return guestReady(d) && slices.Contains(d.GuestCommands, cmd) }
+	}
+	vm := findDomain(t, sim, offers("guest-get-load"))
+	old := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return guestReady(d) && len(d.GuestCommands) == 40 })
+	rawOf := func(cmd string, v any) {
+		t.Helper()
+		raw, err := c.GuestCommand(ctx, vm.ID, cmd, nil, time.Second)
+		if err != nil || json.Unmarshal(raw, v) != nil {
+			t.Fatalf("%s: %s, %v", cmd, raw, err)
+		}
+	}
+
+	disks, err := c.GuestDiskStats(ctx, vm.ID, time.Second)
+	if err != nil || len(disks) == 0 {
+		t.Fatalf("GuestDiskStats = %+v, %v", disks, err)
+	}
+	var rawDisks []struct {
+		Name  string
+		Stats map[string]float64
+	}
+	rawOf("guest-get-diskstats", &rawDisks)
+	for i, d := range disks {
+		r := rawDisks[i]
+		if d.Name != r.Name || d.Stats.ReadSectors == nil || *d.Stats.ReadSectors != r.Stats["read-sectors"] ||
+			*d.Stats.WriteIOs != r.Stats["write-ios"] || *d.Stats.TotalTicks != r.Stats["total-ticks"] {
+			t.Errorf("disk %d = %+v, the guest answered %+v", i, d, r)
+		}
+	}
+	cpus, err := c.GuestCPUStats(ctx, vm.ID, time.Second)
+	var rawCPUs []map[string]any
+	rawOf("guest-get-cpustats", &rawCPUs)
+	if err != nil || len(cpus) != len(rawCPUs) || len(cpus) == 0 {
+		t.Fatalf("GuestCPUStats = %+v, %v; the guest answered %v", cpus, err, rawCPUs)
+	}
+	for i, p := range cpus {
+		if p.Type != "linux" || *p.User != rawCPUs[i]["user"] || *p.Idle != rawCPUs[i]["idle"] || *p.Steal != rawCPUs[i]["steal"] {
+			t.Errorf("cpu %d = %+v, the guest answered %v", i, p, rawCPUs[i])
+		}
+	}
+	load, err := c.GuestLoad(ctx, vm.ID, time.Second)
+	var rawLoad map[string]float64
+	rawOf("guest-get-load", &rawLoad)
+	if err != nil || load.Load1 == nil || *load.Load1 != rawLoad["load1"] || *load.Load15 != rawLoad["load15"] {
+		t.Errorf("GuestLoad = %+v, %v; the guest answered %v", load, err, rawLoad)
+	}
+
+	if _, err := c.GuestDiskStats(ctx, old.ID, time.Second); !errors.Is(err, veil.ErrGuestUnsupported) {
+		t.Errorf("diskstats of an older agent: %v, want ErrGuestUnsupported", err)
+	}
+	if err := sim.SetGuestCommandError(vm.ID, "guest-get-load", "Failed to open file '/proc/loadavg'"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.GuestLoad(ctx, vm.ID, time.Second)
+	var ae *veil.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != 400 || errors.Is(err, veil.ErrGuestUnsupported) || errors.Is(err, veil.ErrGuestTimeout) {
+		t.Errorf("a failing offered command: %v, want the platform's 400", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -114,6 +115,23 @@ func (s *Server) SetGuestHang(vmID string, hang bool) error {
 	})
 }
 
+// SetGuestCommandError makes the VM's agent answer cmd with an error carrying message, although
+// it still offers the command (an agent that lists a command and then fails it: a disabled
+// command, a /proc file it cannot read); an empty message makes it answer again.
+func (s *Server) SetGuestCommandError(vmID, cmd, message string) error {
+	return s.withDomain(vmID, func(d *domain, now time.Time) error {
+		if message == "" {
+			delete(d.cmdErrors, cmd)
+			return nil
+		}
+		if d.cmdErrors == nil {
+			d.cmdErrors = map[string]string{}
+		}
+		d.cmdErrors[cmd] = message
+		return nil
+	})
+}
+
 // SetClockOffset sets how far the guest clock is ahead (positive) of the simulator's clock.
 func (s *Server) SetClockOffset(vmID string, off time.Duration) error {
 	return s.withDomain(vmID, func(d *domain, now time.Time) error {
@@ -212,6 +230,10 @@ type DomainInfo struct {
 	AgentActive bool // qemu_state
 	AgentHang   bool
 	ClockOffset time.Duration
+	// GuestCommands are the commands available-guest-cmds lists for the VM: older agents offer
+	// the spec's 40, newer Linux agents also guest-get-diskstats and guest-get-cpustats (QEMU
+	// 7.1), the newest guest-get-load too (QEMU 10.0).
+	GuestCommands []string
 }
 
 // Domain describes one VM; ok is false when it does not exist.
@@ -224,7 +246,8 @@ func (s *Server) Domain(id string) (DomainInfo, bool) {
 		return DomainInfo{}, false
 	}
 	i := DomainInfo{ID: d.id, Name: d.name, PowerState: d.power, Template: d.template, Thin: d.thin,
-		Linux: d.linux, AgentActive: d.agentActive(), AgentHang: d.hang, ClockOffset: d.clockOffset}
+		Linux: d.linux, AgentActive: d.agentActive(), AgentHang: d.hang, ClockOffset: d.clockOffset,
+		GuestCommands: slices.Clone(d.guestCommands())}
 	if d.node != nil {
 		i.NodeID = d.node.id
 	}
@@ -441,7 +464,7 @@ var controlRoutes = []route{
 			writeJSON(w, http.StatusOK, okBody)
 		}
 	}},
-	{"POST /_sim/domains/{id}/{action}", "power_off, power_on, delete, migrate {node}, agent {running}, hang {hang}, clock_offset {seconds}", false,
+	{"POST /_sim/domains/{id}/{action}", "power_off, power_on, delete, migrate {node}, agent {running}, hang {hang}, clock_offset {seconds}, command_error {command, message}", false,
 		func(s *Server, w http.ResponseWriter, r *http.Request) {
 			s.controlDomain(w, r, r.PathValue("id"), r.PathValue("action"))
 		}},
@@ -453,6 +476,8 @@ func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, actio
 		Running bool    `json:"running"`
 		Hang    bool    `json:"hang"`
 		Seconds float64 `json:"seconds"`
+		Command string  `json:"command"`
+		Message string  `json:"message"`
 	}
 	if !decodeBody(w, r, &b) {
 		return
@@ -473,6 +498,8 @@ func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, actio
 		err = s.SetGuestHang(id, b.Hang)
 	case "clock_offset":
 		err = s.SetClockOffset(id, time.Duration(b.Seconds*float64(time.Second)))
+	case "command_error":
+		err = s.SetGuestCommandError(id, b.Command, b.Message)
 	default:
 		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown domain action "+action, "")))
 		return

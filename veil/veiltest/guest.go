@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,26 +25,78 @@ var guestCommands = []string{
 	"guest-sync-delimited",
 }
 
+// Newer agents offer more (QEMU qga/qapi-schema.json): guest-get-diskstats and
+// guest-get-cpustats since QEMU 7.1, guest-get-load since 10.0, all for Linux guests. The agent
+// lists its newest commands first.
+var (
+	guestCommandsStats = slices.Concat([]string{"guest-get-diskstats", "guest-get-cpustats"}, guestCommands)
+	guestCommandsLoad  = slices.Concat([]string{"guest-get-load"}, guestCommandsStats)
+)
+
 var guestCommandSet = func() map[string]bool {
-	m := make(map[string]bool, len(guestCommands))
-	for _, c := range guestCommands {
+	m := make(map[string]bool, len(guestCommandsLoad))
+	for _, c := range guestCommandsLoad {
 		m[c] = true
 	}
 	return m
 }()
+
+// agentSeed is a hash of the VM's id: what its guest is like follows from it, so the same seed
+// makes the same guests without drawing from the inventory's random stream.
+func (d *domain) agentSeed() uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(d.id))
+	return h.Sum64()
+}
+
+// Agent generations of the simulated guests (agentGen).
+const (
+	agentOld   = iota // the spec's 40 commands
+	agentStats        // QEMU 7.1 to 9.x: + guest-get-diskstats, guest-get-cpustats
+	agentLoad         // QEMU 10.0 and later: + guest-get-load
+)
+
+// agentGen is the generation of the VM's guest agent: about a third of Linux guests each;
+// Windows guests offer none of the newer commands (they are Linux only).
+func (d *domain) agentGen() int {
+	if !d.linux {
+		return agentOld
+	}
+	return int(d.agentSeed() >> 24 % 3)
+}
+
+// guestCommands is what available-guest-cmds lists for the VM (read only).
+func (d *domain) guestCommands() []string {
+	switch d.agentGen() {
+	case agentStats:
+		return guestCommandsStats
+	case agentLoad:
+		return guestCommandsLoad
+	}
+	return guestCommands
+}
+
+// agentVersion is what guest-info says of the agent's version.
+func (d *domain) agentVersion() string {
+	return [...]string{agentOld: "6.2.0", agentStats: "8.2.2", agentLoad: "10.0.0"}[d.agentGen()]
+}
 
 // defaultGuestTimeout is the vendor's default command timeout.
 const defaultGuestTimeout = 5 * time.Second
 
 func (s *Server) availableGuestCmds(w http.ResponseWriter, r *http.Request, id string) {
 	s.mu.Lock()
-	_, ok := s.st.domainByID[id]
+	d, ok := s.st.domainByID[id]
+	var cmds []string
+	if ok {
+		cmds = d.guestCommands()
+	}
 	s.mu.Unlock()
 	if !ok {
 		writeError(w, errNotFound(txt("Virtual machine is not found.", "Виртуальная машина не найдена.")))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"qemu_available_cmds": guestCommands})
+	writeJSON(w, http.StatusOK, map[string]any{"qemu_available_cmds": cmds})
 }
 
 func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string) {
@@ -88,6 +141,11 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 		e = errRule(txtf("Guest agent of virtual machine %s is not active.", "Гостевой агент виртуальной машины %s не активен.", d.name))
 	case d.hang:
 		// handled below, outside the lock
+	case !slices.Contains(d.guestCommands(), cmd):
+		// The platform knows the command, this guest's agent does not (QEMU's own words).
+		e = errRule(txtf("Guest agent error: The command %s has not been found", "Ошибка гостевого агента: The command %s has not been found", cmd))
+	case d.cmdErrors[cmd] != "":
+		e = errRule(txtf("Guest agent error: %s", "Ошибка гостевого агента: %s", d.cmdErrors[cmd]))
 	default:
 		result, e = s.st.guestResult(d, cmd, fargs, now)
 	}
@@ -114,9 +172,7 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 
 // guestResult answers a command as QEMU's guest agent would (qga/qapi-schema.json).
 func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now time.Time) (any, *apiError) {
-	h := fnv.New64a()
-	h.Write([]byte(d.id))
-	seed := h.Sum64()
+	seed := d.agentSeed()
 	switch cmd {
 	case "guest-ping", "guest-fstrim", "guest-set-time", "guest-ssh-add-authorized-keys",
 		"guest-ssh-remove-authorized-keys", "guest-set-user-password", "guest-file-flush",
@@ -143,14 +199,21 @@ func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now ti
 	case "guest-get-fsinfo":
 		return d.fsinfo(seed), nil
 	case "guest-info":
-		cmds := make([]map[string]any, 0, len(guestCommands))
-		for _, c := range guestCommands {
+		offered := d.guestCommands()
+		cmds := make([]map[string]any, 0, len(offered))
+		for _, c := range offered {
 			noReply := c == "guest-shutdown" || c == "guest-suspend-ram" || c == "guest-suspend-disk" || c == "guest-suspend-hybrid"
 			cmds = append(cmds, map[string]any{"name": c, "enabled": true, "success-response": !noReply})
 		}
-		return map[string]any{"version": "8.2.2", "supported_commands": cmds}, nil
+		return map[string]any{"version": d.agentVersion(), "supported_commands": cmds}, nil
 	case "guest-network-get-interfaces":
 		return d.interfaces(seed), nil
+	case "guest-get-diskstats":
+		return d.diskstats(now), nil
+	case "guest-get-cpustats":
+		return d.cpustats(now), nil
+	case "guest-get-load":
+		return d.load(), nil
 	case "guest-get-timezone":
 		return map[string]any{"zone": "MSK", "offset": 10800}, nil
 	case "guest-get-users":
@@ -253,6 +316,77 @@ func (d *domain) interfaces(seed uint64) []map[string]any {
 				{"ip-address-type": "ipv6", "ip-address": "::1", "prefix": 128}}},
 		{"name": d.iface(), "hardware-address": mac, "statistics": stats(seed % 1000000), "ip-addresses": addrs},
 	}
+}
+
+// uptimeMs is how long the guest has run since it was last powered on, in milliseconds: its
+// counters start at 0 when it boots, so a power cycle resets them as a reboot does.
+func (d *domain) uptimeMs(now time.Time) uint64 {
+	return uint64(max(now.Sub(d.poweredAt).Milliseconds(), 0))
+}
+
+// diskstats answers guest-get-diskstats as a Linux guest's /proc/diskstats reads: each virtual
+// disk (vda, vdb...), the partitions of the first (those fsinfo mounts) and a snap's loop
+// device, with counters that grow at rates fixed per disk from the time the guest booted.
+// Sectors are 512 bytes, ticks milliseconds.
+func (d *domain) diskstats(now time.Time) []map[string]any {
+	up := d.uptimeMs(now)
+	disk := func(name string, major, minor int, busy bool) map[string]any {
+		h := fnv.New64a()
+		h.Write([]byte(d.id + "/" + name))
+		k := h.Sum64()
+		reads, writes := up*(1+k%20)/1000, up*(1+k>>8%30)/1000 // per second
+		if !busy {
+			reads, writes = up/60000, 0
+		}
+		readTicks, writeTicks := reads*(1+k>>16%3), writes*(2+k>>20%5)
+		return map[string]any{"name": name, "major": major, "minor": minor, "stats": map[string]any{
+			"read-sectors": reads * 8, "write-sectors": writes * 16, "discard-sectors": 0,
+			"read-ios": reads, "write-ios": writes, "discard-ios": 0, "flush-ios": writes / 50,
+			"read-merges": reads / 10, "write-merges": writes / 5, "discard-merges": 0,
+			"read-ticks": readTicks, "write-ticks": writeTicks, "discard-ticks": 0, "flush-ticks": writes / 50,
+			"ios-pgr": 0, "total-ticks": min(readTicks+writeTicks, up), "weight-ticks": readTicks + writeTicks,
+		}}
+	}
+	out := []map[string]any{disk("loop0", 7, 0, false)}
+	for i := range max(d.vdisks, 1) {
+		name := "vd" + string(rune('a'+i))
+		out = append(out, disk(name, 252, 16*i, true))
+		if i == 0 {
+			out = append(out, disk("vda1", 252, 1, true), disk("vda15", 252, 15, false))
+		}
+	}
+	return out
+}
+
+// cpuShares are per mille of a busy CPU's time by mode (each a counter of its own: one computed
+// as the rest of the others would not always grow).
+var cpuShares = []struct {
+	mode     string
+	perMille uint64
+}{{"user", 600}, {"nice", 20}, {"system", 250}, {"iowait", 50}, {"irq", 10}, {"softirq", 30}, {"steal", 40}}
+
+// cpustats answers guest-get-cpustats: per CPU its time by mode since the guest booted, in
+// USER_HZ ticks (100 per second), busy as the VM's cpu usage says.
+func (d *domain) cpustats(now time.Time) []map[string]any {
+	ticks := d.uptimeMs(now) / 10
+	out := make([]map[string]any, max(d.cpus, 1))
+	for i := range out {
+		busy := uint64(d.cpuPct*10) + uint64(i)*7%50 // per mille, a little different per CPU
+		busy = min(busy, 1000)
+		c := map[string]any{"type": "linux", "cpu": i, "guest": 0, "guestnice": 0,
+			"idle": ticks * (1000 - busy) / 1000}
+		for _, s := range cpuShares {
+			c[s.mode] = ticks * busy * s.perMille / 1_000_000
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// load answers guest-get-load: load averages that follow the VM's cpu usage.
+func (d *domain) load() map[string]any {
+	l := float64(max(d.cpus, 1)) * d.cpuPct / 100
+	return map[string]any{"load1": round2(l), "load5": round2(l * 0.9), "load15": round2(l * 0.8)}
 }
 
 // execHistory bounds the guest-exec results a VM keeps for guest-exec-status.

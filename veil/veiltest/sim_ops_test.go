@@ -233,7 +233,8 @@ func TestRuleViolationsAnswer400(t *testing.T) {
 
 func TestGuestCommands(t *testing.T) {
 	s, c := newSim(t, Options{VMs: 30, Templates: -1, RunningFraction: 1, AgentFraction: 1, LinuxFraction: 0.5})
-	linux := pickVM(t, s, func(d DomainInfo) bool { return d.Linux })
+	// A Linux guest with an older agent: the spec's 40 commands (guest_stats_test.go has the newer).
+	linux := pickVM(t, s, func(d DomainInfo) bool { return d.Linux && len(d.GuestCommands) == 40 })
 	win := pickVM(t, s, func(d DomainInfo) bool { return !d.Linux })
 	cmd := func(vm, name string, extra map[string]any) (int, map[string]any, []byte) {
 		body := map[string]any{"qemu_cmd": name, "fargs": map[string]any{}}
