@@ -90,10 +90,14 @@ fuzz:
 
 ## faults: the durability suite (e2e/durability_test.go: kills, lost volumes and messages, lost
 ## acknowledgements, pauses, a full disk) with every row's rounds FAULTS_SCALE times as many as in
-## `make test`; prints the checker's table (journal ids ok / lost / duplicated / out of order).
+## `make test`, and the nemesis (e2e/nemesis_test.go: a seeded random schedule of composed faults
+## on a 3-node NATS cluster, three replicas and six controllers) for NEMESIS_DURATION; prints the
+## checkers' tables (journal ids ok / lost / duplicated / out of order). NEMESIS_SEED replays one.
 FAULTS_SCALE ?= 5
+NEMESIS_DURATION ?= 30m
 faults:
-	VEIL_FAULTS_SCALE=$(FAULTS_SCALE) $(GO) test -race -count=1 -v -timeout 60m -run '^(TestDurability|TestClassify)$$' ./e2e/
+	VEIL_FAULTS_SCALE=$(FAULTS_SCALE) VEIL_NEMESIS_DURATION=$(NEMESIS_DURATION) $(if $(NEMESIS_SEED),VEIL_NEMESIS_SEED=$(NEMESIS_SEED)) \
+	  $(GO) test -race -count=1 -v -timeout 120m -run '^(TestDurability|TestClassify|TestNemesis)$$' ./e2e/
 
 ## demo: the simulator + the exporter with an embedded NATS server (+ Prometheus with the alert
 ## rules when installed); Ctrl-C stops them all.

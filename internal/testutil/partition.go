@@ -16,7 +16,6 @@ package testutil
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -38,15 +37,45 @@ func Partitionable() ClusterOption { return func(c *clusterConfig) { c.partition
 
 // Link is a TCP forwarder on loopback that a test cuts and heals: a cut closes every connection
 // through it and closes at once every connection made to it until Heal, as a partition both
-// sides notice does (a silent one, whose packets vanish, is not emulated).
+// sides notice does. A silent partition, whose packets vanish, is Drop: the bytes of one
+// direction (Forward: dialler to target; Back: the answers) or both (half-open: the connections
+// stay up, nothing passes) are read and thrown away; Heal then closes the connections that lost
+// bytes, as their TCP timeouts would have. Delay holds every chunk that long (a slow or lossy
+// path: TCP turns lost packets into retransmission delays).
 type Link struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]struct{}
-	turned int // connections closed at once while cut
-	wg     sync.WaitGroup
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	cut     bool
+	drop    [2]bool // by Direction
+	delay   time.Duration
+	conns   map[net.Conn]struct{}
+	damaged map[net.Conn]struct{} // lost bytes to a Drop: closed at Heal
+	turned  int                   // connections closed at once while cut
+	wg      sync.WaitGroup
+}
+
+// Direction is one way through a Link.
+type Direction int
+
+// Directions through a Link.
+const (
+	Forward Direction = iota // from the connection's dialler to the link's target
+	Back                     // from the target back to the dialler
+)
+
+// Drop throws away the bytes passing dir until Heal, without closing anything.
+func (l *Link) Drop(dir Direction) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.drop[dir] = true
+}
+
+// Delay holds every chunk passing the link for d (0: none) until Heal.
+func (l *Link) Delay(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.delay = d
 }
 
 // newLink forwards a loopback port to target until the test ends.
@@ -56,7 +85,7 @@ func newLink(t testing.TB, target string) *Link {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Link{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	l := &Link{ln: ln, target: target, conns: map[net.Conn]struct{}{}, damaged: map[net.Conn]struct{}{}}
 	l.wg.Add(1)
 	go l.serve()
 	t.Cleanup(l.close)
@@ -78,11 +107,16 @@ func (l *Link) Cut() {
 	}
 }
 
-// Heal lets connections through again.
+// Heal lets connections through again, ends Drop and Delay, and closes the connections that
+// lost bytes to a Drop.
 func (l *Link) Heal() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.cut = false
+	l.cut, l.drop, l.delay = false, [2]bool{}, 0
+	for c := range l.damaged {
+		c.Close()
+	}
+	clear(l.damaged)
 }
 
 // Turned is how many connections the link closed at once because it was cut: a node or a
@@ -146,18 +180,47 @@ func (l *Link) serve() {
 		l.conns[in], l.conns[out] = struct{}{}, struct{}{}
 		l.mu.Unlock()
 		l.wg.Add(2)
-		pipe := func(dst, src net.Conn) {
+		pipe := func(dst, src net.Conn, dir Direction) {
 			defer l.wg.Done()
-			_, _ = io.Copy(dst, src)
+			l.copy(dst, src, dir)
 			dst.Close()
 			src.Close()
 			l.mu.Lock()
 			delete(l.conns, dst)
 			delete(l.conns, src)
+			delete(l.damaged, dst)
+			delete(l.damaged, src)
 			l.mu.Unlock()
 		}
-		go pipe(out, in)
-		go pipe(in, out)
+		go pipe(out, in, Forward)
+		go pipe(in, out, Back)
+	}
+}
+
+// copy forwards src to dst, dropping or delaying as the link says at each chunk.
+func (l *Link) copy(dst, src net.Conn, dir Direction) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			l.mu.Lock()
+			drop, delay := l.drop[dir], l.delay
+			if drop {
+				l.damaged[src], l.damaged[dst] = struct{}{}, struct{}{}
+			}
+			l.mu.Unlock()
+			if delay > 0 {
+				time.Sleep(delay)
+			}
+			if !drop {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -235,6 +298,9 @@ func (c *Cluster) Isolate(n *NATS) {
 		}
 	}
 }
+
+// RouteLink is the link node a dials node b through.
+func (c *Cluster) RouteLink(a, b *NATS) *Link { return c.links().routes[c.index(a)][c.index(b)] }
 
 // HealAll heals every link of the cluster, routes and clients'.
 func (c *Cluster) HealAll() {
