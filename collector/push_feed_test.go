@@ -364,3 +364,44 @@ func countRequests(sim *veiltest.Server, path string) int {
 	}
 	return n
 }
+
+// TestASilentSocketIsReplaced: a controller that accepts the socket and then neither sends nor
+// answers pings (a half-open connection) is found out by the ping and connected to again, each
+// connect followed by a full listing.
+func TestASilentSocketIsReplaced(t *testing.T) {
+	was := pushPing
+	t.Cleanup(func() { pushPing = was }) // after the feed has stopped (cleanups run last first)
+	pushPing = 200 * time.Millisecond
+	sim := veiltest.New(veiltest.Options{Seed: 12, VMs: 2, NoPush: true})
+	t.Cleanup(sim.Close)
+	var conns atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		conns.Add(1)
+		<-r.Context().Done() // never reads: pings stay unanswered
+	})
+	mux.Handle("/", sim.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	client, err := veil.New(veil.Config{URL: srv.URL, Token: sim.Token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &tu.SyncBuffer{}
+	inv, err := NewInventory("test", client, pushCollect(), log.NewLogfmtLogger(logs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := runFeed(t, &fixture{sim: sim, inv: inv, logs: logs})
+	tu.Eventually(t, 20*time.Second, func() bool {
+		return conns.Load() >= 2 && testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")) >= 2
+	}, "the silent socket replaced")
+	if !strings.Contains(logs.String(), "push channel lost") {
+		t.Errorf("the lost socket was not logged:\n%s", logs.String())
+	}
+}

@@ -385,6 +385,16 @@ func TestStatusPageWithEvents(t *testing.T) {
 			Guest struct {
 				Eligible int `json:"eligible"`
 			} `json:"guest"`
+			Inventory struct {
+				VMs  int `json:"vms"`
+				Push struct {
+					Mode string `json:"mode"`
+				} `json:"push"`
+				KV struct {
+					Bucket string `json:"bucket"`
+					Keys   int    `json:"keys"`
+				} `json:"kv"`
+			} `json:"inventory"`
 		} `json:"controllers"`
 	}
 	var js string
@@ -393,8 +403,12 @@ func TestStatusPageWithEvents(t *testing.T) {
 		if err := json.Unmarshal([]byte(js), &st); err != nil {
 			t.Fatalf("status JSON: %v\n%s", err, js)
 		}
-		return len(st.Controllers) == 1 && st.Controllers[0].Events.Published >= 30
-	}, "30 events published")
+		return len(st.Controllers) == 1 && st.Controllers[0].Events.Published >= 30 &&
+			st.Controllers[0].Inventory.Push.Mode == "push" && st.Controllers[0].Inventory.KV.Keys > st.Controllers[0].Inventory.VMs
+	}, "30 events published, the push channel open and the inventory on NATS")
+	if kv := st.Controllers[0].Inventory.KV; kv.Bucket != "VEIL_INVENTORY" {
+		t.Errorf("inventory bucket %q", kv.Bucket)
+	}
 	c := st.Controllers[0]
 	if c.State != "up" || !st.NATS.Connected || c.Events.Subject != "veil.events.alpha.>" || len(c.Events.Recent) == 0 {
 		t.Errorf("json status: %s", js)
@@ -410,7 +424,7 @@ func TestStatusPageWithEvents(t *testing.T) {
 	for _, want := range []string{"<h2>NATS</h2>", "<caption>Inventory</caption>", "<caption>Collectors</caption>",
 		"<caption>Guest checks</caption>", "<caption>Events</caption>", "<caption>Recent events</caption>",
 		`<h2>alpha <span class="badge ok">up</span>`, "<code>veil.events.alpha.&gt;</code>", `<span class="badge ok">connected</span>`,
-		"<td>domains</td>", "eligible VMs"} {
+		"<td>domains</td>", "eligible VMs", `<th>Kept fresh by</th><td><span class="badge ok">push</span>`, "<code>VEIL_INVENTORY</code>", "<td>push</td>", "<td>inventory_kv</td>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("status page lacks %s", want)
 		}
