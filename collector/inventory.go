@@ -82,12 +82,14 @@ type Inventory struct {
 	// resyncAt is when they are listed next while it does; listing says a refresh is listing
 	// them, and replay holds the frames applied meanwhile, applied again over its result.
 	pushed   bool
+	mustList bool // list them at the next refresh (Resync, or the last listing failed)
 	resyncAt time.Time
 	slowAt   time.Time // when the slow collections are listed next
 	listing  bool
 	replay   []veil.PushFrame
-	kick     chan struct{} // a refresh now (Resync)
-	observer Observer      // nil: none (inventory_observe.go)
+	kick     chan struct{}          // a refresh now (Resync)
+	observer Observer               // nil: none (inventory_observe.go)
+	listed   map[string][]RawObject // listings of the refresh being stored, for the observer
 
 	discovery discoveryCache // GuestTargets of the latest snapshot
 
@@ -235,7 +237,9 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		// Cut short because the exporter is stopping this controller (shutdown, reload): that
 		// says nothing about the controller, so keep the last state and the last good data.
 		inv.mu.Lock()
+		inv.mustList = inv.mustList || inv.listing
 		inv.listing, inv.replay = false, nil
+		clear(inv.listed)
 		inv.mu.Unlock()
 		return ctx.Err()
 	}
@@ -253,8 +257,7 @@ func (inv *Inventory) due() (names []string, reloadToken bool) {
 	defer inv.mu.Unlock()
 	names = make([]string, 0, len(inv.enabled))
 	now := time.Now()
-	resync := !inv.pushed || !now.Before(inv.resyncAt)
-	slow := false
+	resync := !inv.pushed || inv.mustList || !now.Before(inv.resyncAt)
 	for _, name := range inv.enabled {
 		r := inv.runs[name]
 		if name == collVersion && inv.refreshed && !inv.up {
@@ -268,22 +271,12 @@ func (inv *Inventory) due() (names []string, reloadToken bool) {
 			if !resync {
 				continue
 			}
-			inv.listing = true
+			inv.listing, inv.mustList = true, false
 		}
-		if slowCollections[name] {
-			if now.Before(inv.slowAt) {
-				continue
-			}
-			slow = true
+		if slowCollections[name] && now.Before(inv.slowAt) {
+			continue
 		}
 		names = append(names, name)
-	}
-	every := max(inv.cfg.ResyncInterval, inv.cfg.Interval)
-	if inv.listing {
-		inv.resyncAt = now.Add(every)
-	}
-	if slow {
-		inv.slowAt = now.Add(every)
 	}
 	return names, inv.authFailed
 }
@@ -363,18 +356,40 @@ func (r *refresh) store() {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	snap := inv.snap
+	pushedDone, slowDone := true, true // no listing of them failed (unavailable is done too)
+	listedPushed, listedSlow := false, false
 	for i, c := range r.done {
 		r.account(inv.runs[c.name], c, r.fails[i], &snap)
+		failed := r.fails[i] == failDown || r.fails[i] == failAuth
+		if pushedCollections[c.name] {
+			listedPushed, pushedDone = true, pushedDone && !failed
+		}
+		if slowCollections[c.name] {
+			listedSlow, slowDone = true, slowDone && !failed
+		}
+	}
+	// The next listing of each kind is due an interval after this one began, once it worked:
+	// a listing that failed (the one after a reconnect, say) is tried again at the next refresh.
+	every := max(inv.cfg.ResyncInterval, inv.cfg.Interval)
+	switch {
+	case listedPushed && pushedDone:
+		inv.resyncAt = r.start.Add(every)
+	case listedPushed:
+		inv.mustList = true
+	}
+	if listedSlow && slowDone {
+		inv.slowAt = r.start.Add(every)
 	}
 	if inv.listing {
-		// Frames pushed while the collections were listed are newer than some of the pages.
+		// Frames pushed while the collections were listed are newer than some of the pages:
+		// applied again over them, and folded into the listings the observer gets (which saw
+		// each frame when it came), so that nobody sees an object go back to an older state.
 		e := &edit{snap: snap, replaying: true}
 		for _, f := range inv.replay {
-			if inv.applyFrame(e, f, r.finished) == "" {
-				inv.observePushed(f)
-			}
+			inv.applyFrame(e, f, r.finished)
 		}
 		snap = e.snap
+		inv.observeListings(inv.replay)
 		inv.listing, inv.replay = false, nil
 	}
 	inv.snap = snap

@@ -7,6 +7,7 @@ package collector
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -67,11 +68,58 @@ func list[T any](ctx context.Context, inv *Inventory, path string, read func(con
 	return v, raw, nil
 }
 
-// observeListed hands a listing to the observer; inv.mu is held. raw is nil without one.
+// observeListed keeps a listing for the observer until the refresh has stored everything it
+// read (observeListings); inv.mu is held. raw is nil without an observer.
 func (inv *Inventory) observeListed(class string, raw []RawObject) {
 	if inv.observer != nil && raw != nil {
-		inv.observer.Listed(class, raw)
+		if inv.listed == nil {
+			inv.listed = map[string][]RawObject{}
+		}
+		inv.listed[class] = raw
 	}
+}
+
+// observeListings hands the refresh's listings to the observer, each with the frames applied
+// while it was read folded in (replay, in order); inv.mu is held.
+func (inv *Inventory) observeListings(replay []veil.PushFrame) {
+	for class, raw := range inv.listed {
+		inv.observer.Listed(class, fold(raw, class, replay))
+	}
+	clear(inv.listed)
+}
+
+// fold applies the frames of class to a listing: a deleted object leaves it, a created or
+// updated one replaces or joins it.
+func fold(raw []RawObject, class string, frames []veil.PushFrame) []RawObject {
+	var at map[string]int
+	for _, f := range frames {
+		if classOf[f.Resource] != class {
+			continue
+		}
+		if at == nil {
+			raw = slices.Clone(raw)
+			at = make(map[string]int, len(raw))
+			for i, o := range raw {
+				at[o.ID] = i
+			}
+		}
+		i, ok := at[f.ID]
+		switch {
+		case f.Event == veil.PushDeleted && ok:
+			raw[i] = RawObject{} // dropped below
+			delete(at, f.ID)
+		case f.Event == veil.PushDeleted:
+		case ok:
+			raw[i] = RawObject{ID: f.ID, JSON: f.Object}
+		default:
+			at[f.ID] = len(raw)
+			raw = append(raw, RawObject{ID: f.ID, JSON: f.Object})
+		}
+	}
+	if at == nil {
+		return raw
+	}
+	return slices.DeleteFunc(raw, func(o RawObject) bool { return o.ID == "" })
 }
 
 // observePushed hands an applied frame to the observer; inv.mu is held.

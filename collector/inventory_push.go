@@ -10,10 +10,23 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// PushResources are the collections whose changes the inventory takes from the push channel.
-// Tasks are not among them: their counts and backups come from the incremental task read,
-// which stays on collect.interval.
-var PushResources = []string{"/nodes/", "/clusters/", "/data-pools/", "/domains/"}
+// pushResources are the collections whose changes the inventory takes from the push channel,
+// by resource. Tasks are not among them: their counts and backups come from the incremental
+// task read, which stays on collect.interval.
+var pushResources = map[string]string{"/nodes/": collNodes, "/clusters/": collClusters, "/data-pools/": collDatapools, "/domains/": collDomains}
+
+// PushResources are the resources of the push channel the inventory follows: those of its
+// enabled collections (collect.nodes, ...), sorted.
+func (inv *Inventory) PushResources() []string {
+	var out []string
+	for r, coll := range pushResources {
+		if slices.Contains(inv.enabled, coll) {
+			out = append(out, r)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // pushedCollections are the collections PushResources keep fresh: while the push runs they
 // are listed only at a resync.
@@ -29,7 +42,7 @@ type PushDrop string
 // Reasons a frame is dropped (veil_push_frames_dropped_total's reason label).
 const (
 	DropBadObject       PushDrop = "bad_object"       // the object does not decode
-	DropUnknownResource PushDrop = "unknown_resource" // not one of PushResources
+	DropUnknownResource PushDrop = "unknown_resource" // not one of PushResources()
 	DropTooLarge        PushDrop = "too_large"        // over veil.MaxPushFrame: the socket ends
 )
 
@@ -79,6 +92,9 @@ func own[T any](s *[]T, owned *bool) {
 
 // applyFrame applies one frame to e; inv.mu is held.
 func (inv *Inventory) applyFrame(e *edit, f veil.PushFrame, now time.Time) PushDrop {
+	if !slices.Contains(inv.enabled, pushResources[f.Resource]) {
+		return DropUnknownResource // a collection switched off, or none the push keeps fresh
+	}
 	del := f.Event == veil.PushDeleted
 	switch f.Resource {
 	case "/nodes/":
@@ -197,7 +213,7 @@ func (inv *Inventory) SetPushed(on bool) {
 // of the push, since frames sent while the socket was down are lost.
 func (inv *Inventory) Resync() {
 	inv.mu.Lock()
-	inv.resyncAt = time.Time{}
+	inv.mustList = true
 	inv.mu.Unlock()
 	select {
 	case inv.kick <- struct{}{}:

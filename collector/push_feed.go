@@ -32,6 +32,7 @@ var (
 	pushPing         = 30 * time.Second       // a silent socket is pinged this often
 	pushBackoffFirst = time.Second            // the first wait after a failure, doubled up to pushBackoffMax
 	pushBackoffMax   = 15 * time.Second       // the vendor's own client waits 15 s
+	pushStable       = time.Minute            // a socket open this long resets the backoff
 )
 
 // pushBatchMax bounds the frames of one batch.
@@ -93,7 +94,7 @@ func NewPushFeed(controller string, client *veil.Client, inv *Inventory, resync 
 func (f *PushFeed) Run(ctx context.Context) {
 	backoff := pushBackoffFirst
 	for ctx.Err() == nil {
-		p, err := f.client.DialPush(ctx, PushResources)
+		p, err := f.client.DialPush(ctx, f.inv.PushResources())
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -104,13 +105,14 @@ func (f *PushFeed) Run(ctx context.Context) {
 			}
 			continue
 		case err != nil:
-			f.failed(err)
+			backoff = f.retry(err, backoff)
 			if !sleepCtx(ctx, jittered(backoff)) {
 				return
 			}
 			backoff = min(2*backoff, pushBackoffMax)
 			continue
 		}
+		opened := time.Now()
 		f.connected()
 		err = f.read(ctx, p)
 		p.Close()
@@ -121,19 +123,31 @@ func (f *PushFeed) Run(ctx context.Context) {
 		if errors.Is(err, veil.ErrPushFrameTooBig) {
 			f.drop(DropTooLarge, 1)
 		}
-		if errors.Is(err, veil.ErrUnauthorized) {
-			if rerr := f.client.ReloadToken(); rerr != nil {
-				level.Debug(f.logger).Log("msg", "couldn't reload token", "err", rerr)
-			}
-			backoff = pushBackoffMax
-		} else {
+		// A socket that lived a while starts the backoff again; one closed at once (a proxy
+		// that accepts and hangs up, a frame too big every time) keeps doubling it, so each
+		// reconnect's full listing comes at most every pushBackoffMax.
+		if time.Since(opened) >= pushStable {
 			backoff = pushBackoffFirst
 		}
-		f.failed(err)
+		backoff = f.retry(err, backoff)
 		if !sleepCtx(ctx, jittered(backoff)) {
 			return
 		}
+		backoff = min(2*backoff, pushBackoffMax)
 	}
+}
+
+// retry records a failure and returns the wait before the next attempt: pushBackoffMax after a
+// refused token (re-read from its file first), else backoff.
+func (f *PushFeed) retry(err error, backoff time.Duration) time.Duration {
+	if errors.Is(err, veil.ErrUnauthorized) {
+		if rerr := f.client.ReloadToken(); rerr != nil {
+			level.Debug(f.logger).Log("msg", "couldn't reload token", "err", rerr)
+		}
+		backoff = pushBackoffMax
+	}
+	f.failed(err)
+	return backoff
 }
 
 // connected: the inventory is listed again now, and its pushed collections then only every

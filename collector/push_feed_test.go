@@ -3,9 +3,12 @@ package collector
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -403,5 +406,80 @@ func TestASilentSocketIsReplaced(t *testing.T) {
 	}, "the silent socket replaced")
 	if !strings.Contains(logs.String(), "push channel lost") {
 		t.Errorf("the lost socket was not logged:\n%s", logs.String())
+	}
+}
+
+// recorder is an Observer that keeps what it was told, in order.
+type recorder struct {
+	mu  sync.Mutex
+	log []string // "listed <class> <id>=<name>,..." or "pushed <class> <id>=<name>"
+}
+
+func name(raw json.RawMessage) string {
+	var o struct {
+		Name string `json:"verbose_name"`
+	}
+	json.Unmarshal(raw, &o)
+	return o.Name
+}
+
+func (r *recorder) Listed(class string, objs []RawObject) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for _, o := range objs {
+		parts = append(parts, o.ID+"="+name(o.JSON))
+	}
+	sort.Strings(parts)
+	r.log = append(r.log, "listed "+class+" "+strings.Join(parts, ","))
+}
+
+func (r *recorder) Pushed(class string, o RawObject, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf("pushed %s %s=%s deleted=%v", class, o.ID, name(o.JSON), deleted))
+}
+
+// TestTheObserverNeverSeesAnOlderState: a frame applied while a listing runs reaches the
+// observer at once, and the listing it gets afterwards has the frame folded in (a VM renamed by
+// the push keeps its new name; one deleted by the push is not listed), so an observer never
+// sees an object go back to what an older page said.
+func TestTheObserverNeverSeesAnOlderState(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 13, VMs: 3}, pushCollect(), veil.Config{})
+	rec := &recorder{}
+	f.inv.SetObserver(rec)
+	f.mustRefresh(t)
+	ids := f.sim.DomainIDs()
+	f.inv.mu.Lock()
+	f.inv.listing = true // a refresh is listing
+	f.inv.mu.Unlock()
+	obj, _ := json.Marshal(map[string]any{"id": ids[0], "verbose_name": "pushed-name", "status": "ACTIVE"})
+	f.inv.Apply([]veil.PushFrame{
+		{Resource: "/domains/", Event: veil.PushUpdated, ID: ids[0], Object: obj},
+		{Resource: "/domains/", Event: veil.PushDeleted, ID: ids[1]},
+	})
+	// The refresh stores what it listed before the frames.
+	old := make([]RawObject, 0, len(ids))
+	for _, id := range ids {
+		o, _ := json.Marshal(map[string]any{"id": id, "verbose_name": "listed-" + id[:4]})
+		old = append(old, RawObject{ID: id, JSON: o})
+	}
+	r := &refresh{inv: f.inv, start: time.Now(), finished: time.Now(),
+		done: []collected{{name: collDomains, set: func(s *snapshot) {
+			f.inv.observeListed(ClassDomain, old)
+		}}},
+		fails: []failure{failNone}}
+	rec.mu.Lock()
+	rec.log = nil
+	rec.mu.Unlock()
+	r.store()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.log) != 1 {
+		t.Fatalf("the observer was told %d things after the listing, want the listing: %q", len(rec.log), rec.log)
+	}
+	got := rec.log[0]
+	if !strings.Contains(got, ids[0]+"=pushed-name") || strings.Contains(got, ids[1]+"=") || !strings.Contains(got, ids[2]+"=listed-") {
+		t.Errorf("the listing told: %s\nwant %s renamed by the push, %s gone, %s as listed", got, ids[0], ids[1], ids[2])
 	}
 }

@@ -44,13 +44,32 @@ var ErrPushFrameTooBig = errors.New("veil: push frame over 4 MiB")
 // Push is one open push channel; Next reads it from one goroutine.
 type Push struct {
 	conn *websocket.Conn
+	tok  string // the token it was opened with, kept out of its errors
+}
+
+// pushErr is err without the token it was dialled with: the websocket library's errors can
+// carry the URL (net/url.Error), whose query holds it, and a server's close reason is its text.
+// Only the cause of a url.Error is kept, and the token is replaced raw and query-escaped.
+func pushErr(err error, tok string) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	s := err.Error()
+	if len(tok) >= 4 {
+		s = strings.ReplaceAll(s, url.QueryEscape(tok), "[REDACTED]")
+		s = strings.ReplaceAll(s, tok, "[REDACTED]")
+	}
+	return s
 }
 
 // DialPush opens the push channel and subscribes to resources ("/domains/", "/nodes/", ...).
-// A controller that refuses the upgrade gives an error wrapping ErrNoPush; the token is sent
-// without its "jwt " prefix, in the query as the platform wants, and never appears in errors.
+// A controller that refuses the upgrade gives an error wrapping ErrNoPush (401 and 403:
+// ErrUnauthorized, a proxy in front that checks the token); the token is sent without its
+// "jwt " prefix, in the query as the platform wants, and never appears in errors.
 func (c *Client) DialPush(ctx context.Context, resources []string) (*Push, error) {
-	u := c.base + "/ws/?token=" + url.QueryEscape(c.currentToken())
+	tok := c.currentToken()
+	u := c.base + "/ws/?token=" + url.QueryEscape(tok)
 	switch {
 	case strings.HasPrefix(u, "https://"):
 		u = "wss://" + strings.TrimPrefix(u, "https://")
@@ -64,19 +83,22 @@ func (c *Client) DialPush(ctx context.Context, resources []string) (*Push, error
 		HTTPHeader: http.Header{"User-Agent": []string{c.userAgent}},
 	})
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode < 500 {
+		switch {
+		case resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden):
+			return nil, fmt.Errorf("veil: push channel: the upgrade was answered %d: %w", resp.StatusCode, ErrUnauthorized)
+		case resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode < 500:
 			return nil, fmt.Errorf("%w: the upgrade was answered %d", ErrNoPush, resp.StatusCode)
 		}
-		return nil, fmt.Errorf("veil: push channel: %s", c.redact(err.Error()))
+		return nil, fmt.Errorf("veil: push channel: %s", pushErr(err, tok))
 	}
 	conn.SetReadLimit(MaxPushFrame)
 	for _, r := range resources {
 		if err := conn.Write(dctx, websocket.MessageText, []byte("add "+r)); err != nil {
 			conn.CloseNow()
-			return nil, fmt.Errorf("veil: push channel: subscribing to %s: %s", r, c.redact(err.Error()))
+			return nil, fmt.Errorf("veil: push channel: subscribing to %s: %s", r, pushErr(err, tok))
 		}
 	}
-	return &Push{conn: conn}, nil
+	return &Push{conn: conn, tok: tok}, nil
 }
 
 // PushBadFrameError is a frame Next could not use: not JSON, or a data frame without a
@@ -97,7 +119,10 @@ func (p *Push) Next(ctx context.Context) (PushFrame, error) {
 			return PushFrame{}, ErrPushFrameTooBig
 		}
 		if err != nil {
-			return PushFrame{}, fmt.Errorf("veil: push channel: %w", err)
+			if ctx.Err() != nil {
+				return PushFrame{}, ctx.Err()
+			}
+			return PushFrame{}, fmt.Errorf("veil: push channel: %s", pushErr(err, p.tok))
 		}
 		var f struct {
 			MsgType string `json:"msg_type"`
@@ -125,7 +150,12 @@ func (p *Push) Next(ctx context.Context) (PushFrame, error) {
 }
 
 // Ping sends a ping and waits for its pong; a socket that stays silent fails it.
-func (p *Push) Ping(ctx context.Context) error { return p.conn.Ping(ctx) }
+func (p *Push) Ping(ctx context.Context) error {
+	if err := p.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("veil: push channel: ping: %s", pushErr(err, p.tok))
+	}
+	return nil
+}
 
 // Close closes the socket.
 func (p *Push) Close() error { return p.conn.Close(websocket.StatusNormalClosure, "") }

@@ -3,6 +3,8 @@ package veil_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +107,35 @@ func TestPushRefused(t *testing.T) {
 	_, err = p.Next(ctx)
 	if !errors.Is(err, veil.ErrUnauthorized) || strings.Contains(err.Error(), secret) {
 		t.Errorf("bad token: %v, want ErrUnauthorized without the token", err)
+	}
+}
+
+// TestPushErrorsNeverHoldTheToken: a dial that fails (nothing listens) names the cause, not the
+// URL whose query holds the token, raw or escaped.
+func TestPushErrorsNeverHoldTheToken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	const tok = "s3cret+token/with=chars"
+	c, err := veil.New(veil.Config{URL: "http://" + addr, Token: tok, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = c.DialPush(ctx, []string{"/domains/"})
+	if err == nil {
+		t.Fatal("a dial to a closed port succeeded")
+	}
+	for _, leak := range []string{tok, url.QueryEscape(tok), "s3cret"} {
+		if strings.Contains(err.Error(), leak) {
+			t.Errorf("the error holds the token (%q): %v", leak, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "refused") {
+		t.Errorf("the error does not say why: %v", err)
 	}
 }
