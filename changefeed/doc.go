@@ -10,7 +10,8 @@
 //     top-level keys whose values changed, sorted, comma-separated) and Veil-Source (push: the
 //     controller's push channel; refresh: a full listing).
 //   - An object deleted on the controller is deleted in the bucket (a KV delete, so watchers see
-//     a DEL), also when its deletion is only learnt from a listing that lacks it.
+//     a DEL): at once when the push says so, or when two listings in a row lack it (one listing
+//     can miss an object that deletions before it shifted onto a page already read).
 //   - The bucket is the position, as the stream is for events: at start and after every
 //     reconnect the writer reads the controller's keys back (the values' hashes, not kept
 //     values) and writes what differs from the next full listing (after a reconnect it asks

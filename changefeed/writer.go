@@ -91,7 +91,8 @@ type Writer struct {
 	kv       jetstream.KeyValue
 	js       jetstream.JetStream
 	state    map[string]entry
-	loadedIn uint64 // the connection's generation + 1 when state was read back (0: not)
+	missed   map[string]int // keys the last listings of their class lacked, how many in a row
+	loadedIn uint64         // the connection's generation + 1 when state was read back (0: not)
 }
 
 type stats struct {
@@ -193,6 +194,9 @@ func (w *Writer) Run(ctx context.Context) {
 // errIdle: nothing to write.
 var errIdle = errors.New("idle")
 
+// errStale: the bucket changed in a way the writer's view does not explain: read it back.
+var errStale = errors.New("the bucket changed under the writer")
+
 // step reads the bucket back if needed, then writes the first queued job.
 func (w *Writer) step(ctx context.Context) error {
 	if err := w.load(ctx); err != nil {
@@ -211,11 +215,11 @@ func (w *Writer) step(ctx context.Context) error {
 	j := w.jobs[0]
 	w.mu.Unlock()
 	if err := w.write(ctx, j); err != nil {
-		if isConflict(err) {
+		if isConflict(err) || errors.Is(err, errStale) {
 			w.mu.Lock()
 			w.stats.conflicts++
 			w.mu.Unlock()
-			level.Warn(w.logger).Log("msg", "the bucket changed under this writer (another replica wrote): reading it back", "err", err)
+			level.Warn(w.logger).Log("msg", "the bucket changed under this writer (another replica or an operator wrote): reading it back", "err", err)
 			w.loadedIn = 0
 		}
 		return err
@@ -262,18 +266,28 @@ func (w *Writer) load(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	kv, err := w.js.CreateOrUpdateKeyValue(cctx, jetstream.KeyValueConfig{
-		Bucket: w.opts.Config.Bucket, History: uint8(w.opts.Config.History), Replicas: max(w.opts.Replicas, 1),
-		Description: "veil-exporter: the inventory of the controllers, <controller>.<class>.<id>",
-	})
+	// An existing bucket is used as it is: an operator's replicas and limits are kept.
+	kv, err := w.js.KeyValue(cctx, w.opts.Config.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = w.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{
+			Bucket: w.opts.Config.Bucket, History: uint8(w.opts.Config.History), Replicas: max(w.opts.Replicas, 1),
+			Description: "veil-exporter: the inventory of the controllers, <controller>.<class>.<id>",
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) { // another writer made it meanwhile
+			kv, err = w.js.KeyValue(cctx, w.opts.Config.Bucket)
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("couldn't create or check bucket %s: %w", w.opts.Config.Bucket, err)
+		return fmt.Errorf("couldn't create or open bucket %s: %w", w.opts.Config.Bucket, err)
 	}
 	state, err := readBack(cctx, kv, w.prefix+">")
 	if err != nil {
 		return fmt.Errorf("couldn't read bucket %s back: %w", w.opts.Config.Bucket, err)
 	}
 	w.kv, w.state, w.loadedIn = kv, state, gen
+	if w.missed == nil {
+		w.missed = map[string]int{}
+	}
 	w.mu.Lock()
 	again := w.stats.loaded
 	w.stats.loaded, w.stats.keys = true, live(state)
@@ -348,10 +362,20 @@ func (w *Writer) write(ctx context.Context, j job) error {
 	for _, o := range j.objs {
 		listed[w.key(j.class, o.ID)] = true
 	}
+	// A listing can miss an object that was there all along (deletions before it shifted it
+	// onto a page already read): an object is deleted when two listings in a row lack it (or
+	// at once by a pushed deletion).
 	of := w.prefix + j.class + "."
 	var gone []string
 	for k, e := range w.state {
-		if strings.HasPrefix(k, of) && !e.deleted && !listed[k] {
+		if !strings.HasPrefix(k, of) || e.deleted {
+			continue
+		}
+		if listed[k] {
+			delete(w.missed, k)
+			continue
+		}
+		if w.missed[k]++; w.missed[k] >= 2 {
 			gone = append(gone, k)
 		}
 	}
@@ -360,6 +384,7 @@ func (w *Writer) write(ctx context.Context, j job) error {
 		if err := w.remove(ctx, k, source); err != nil {
 			return err
 		}
+		delete(w.missed, k)
 	}
 	return nil
 }
@@ -451,6 +476,11 @@ func (w *Writer) changedFields(ctx context.Context, key string, val []byte) (str
 	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	old, err := w.kv.Get(gctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		// Deleted or purged behind this writer's back (an operator's nats kv del): its view
+		// is stale; read the bucket back.
+		return "", fmt.Errorf("%s changed behind the writer: %w", key, errStale)
+	}
 	if err != nil {
 		return "", fmt.Errorf("couldn't read %s: %w", key, err)
 	}

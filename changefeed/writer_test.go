@@ -520,3 +520,43 @@ func toggle(t *testing.T, sim *veiltest.Server, id string) {
 		t.Fatal(err)
 	}
 }
+
+// TestAListingMustLackAnObjectTwice: one listing without an object (it may have been shifted
+// onto a page already read) deletes nothing; the second in a row deletes it. A key deleted
+// behind the writer's back (an operator's nats kv del) makes it read the bucket back and write
+// the object again.
+func TestAListingMustLackAnObjectTwice(t *testing.T) {
+	r := newRig(t, veiltest.Options{Seed: 10, VMs: 1})
+	ic := config.Default().NATS.Inventory
+	ic.Bucket, ic.History = bucket, 64
+	w, err := changefeed.New(changefeed.Options{Controller: "sim", Conn: r.conn, Config: ic, Logger: log.NewLogfmtLogger(r.logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	obj := func(id string) collector.RawObject {
+		return collector.RawObject{ID: id, JSON: json.RawMessage(`{"id":"` + id + `","verbose_name":"vm-` + id + `"}`)}
+	}
+	idle := func() bool { return w.Status().Loaded && w.Status().Pending == 0 }
+	w.Listed("domain", []collector.RawObject{obj("a"), obj("b")})
+	kv := r.openKVEventually(t)
+	tu.Eventually(t, 10*time.Second, func() bool { return idle() && len(stored(t, kv)) == 2 }, "a and b written")
+	w.Listed("domain", []collector.RawObject{obj("a")})
+	tu.Eventually(t, 10*time.Second, idle, "the second listing written")
+	if _, ok := stored(t, kv)["sim.domain.b"]; !ok {
+		t.Fatal("b deleted after one listing lacked it")
+	}
+	w.Listed("domain", []collector.RawObject{obj("a")})
+	tu.Eventually(t, 10*time.Second, func() bool { _, ok := stored(t, kv)["sim.domain.b"]; return idle() && !ok }, "b deleted after two listings lacked it")
+
+	if err := kv.Delete(context.Background(), "sim.domain.a"); err != nil {
+		t.Fatal(err)
+	}
+	changed := obj("a")
+	changed.JSON = json.RawMessage(`{"id":"a","verbose_name":"renamed"}`)
+	w.Pushed("domain", changed, false)
+	tu.Eventually(t, 20*time.Second, func() bool { return stored(t, kv)["sim.domain.a"] == `{"id":"a","verbose_name":"renamed"}` }, "a written again after the operator's delete")
+}
