@@ -81,8 +81,12 @@ func guestInterfaces(list []veil.GuestNetworkInterface, out *regexp.Regexp) []gu
 	}
 	// By name, the order of their series: a render need not sort them.
 	slices.SortFunc(nics, func(a, b guestNIC) int { return strings.Compare(a.name, b.name) })
-	return nics
+	return nics[:min(len(nics), maxGuestDevices)]
 }
+
+// maxGuestDevices bounds the interfaces and the disks exported per guest (the first by name):
+// their names come from the guest, and a host of containers or volumes can report hundreds.
+const maxGuestDevices = 64
 
 // guestIPv6 returns the first IPv6 address, in the guest's order, of an interface whose name is
 // not excluded that a scraper could reach: global unicast (ULA included), never link-local
@@ -171,7 +175,7 @@ func guestDisks(list []veil.GuestDiskStats, out *regexp.Regexp) []guestDisk {
 		}
 	}
 	slices.SortFunc(disks, func(a, b guestDisk) int { return strings.Compare(a.name, b.name) })
-	return disks
+	return disks[:min(len(disks), maxGuestDevices)]
 }
 
 // cpuModes are the modes of veil_guest_cpu_seconds_total, node_exporter's, in label order.
