@@ -65,6 +65,7 @@ type job struct {
 	objs    []collector.RawObject
 	push    bool
 	deleted bool
+	gone    map[string]bool // a listing's: ids the push said deleted, queued before it
 }
 
 // entry is what the writer knows of a key: the revision it last saw and its value's hash.
@@ -129,8 +130,22 @@ func New(opts Options) (*Writer, error) {
 // Listed implements collector.Observer: a listing supersedes the queued changes of its class.
 func (w *Writer) Listed(class string, objs []collector.RawObject) {
 	w.mu.Lock()
-	w.jobs = slices.DeleteFunc(w.jobs, func(j job) bool { return j.class == class })
-	w.jobs = append(w.jobs, job{class: class, objs: objs})
+	l := job{class: class, objs: objs}
+	w.jobs = slices.DeleteFunc(w.jobs, func(j job) bool {
+		if j.class != class {
+			return false
+		}
+		// A pushed deletion it supersedes still counts: the listing lacks the object, and
+		// one listing alone would not delete it.
+		for id := range j.gone {
+			l.gone = setOf(l.gone, id)
+		}
+		if j.push && j.deleted {
+			l.gone = setOf(l.gone, j.objs[0].ID)
+		}
+		return true
+	})
+	w.jobs = append(w.jobs, l)
 	w.mu.Unlock()
 	w.kick()
 }
@@ -147,6 +162,14 @@ func (w *Writer) Pushed(class string, obj collector.RawObject, deleted bool) {
 	w.jobs = append(w.jobs, job{class: class, objs: []collector.RawObject{obj}, push: true, deleted: deleted})
 	w.mu.Unlock()
 	w.kick()
+}
+
+func setOf(m map[string]bool, id string) map[string]bool {
+	if m == nil {
+		m = map[string]bool{}
+	}
+	m[id] = true
+	return m
 }
 
 func (w *Writer) kick() {
@@ -363,8 +386,8 @@ func (w *Writer) write(ctx context.Context, j job) error {
 		listed[w.key(j.class, o.ID)] = true
 	}
 	// A listing can miss an object that was there all along (deletions before it shifted it
-	// onto a page already read): an object is deleted when two listings in a row lack it (or
-	// at once by a pushed deletion).
+	// onto a page already read): an object is deleted when two listings in a row lack it, or
+	// one does and the push said it was deleted.
 	of := w.prefix + j.class + "."
 	var gone []string
 	for k, e := range w.state {
@@ -375,7 +398,7 @@ func (w *Writer) write(ctx context.Context, j job) error {
 			delete(w.missed, k)
 			continue
 		}
-		if w.missed[k]++; w.missed[k] >= 2 {
+		if w.missed[k]++; w.missed[k] >= 2 || j.gone[strings.TrimPrefix(k, of)] {
 			gone = append(gone, k)
 		}
 	}
