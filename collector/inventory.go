@@ -100,6 +100,9 @@ type Inventory struct {
 	renderedRefresh bool
 	renderedApplied uint64               // snapshot.applied of the render in progress
 	renderHook      func(applied uint64) // set by benchmarks before Run: after each render
+	// renderedDevicesGen is snapshot.devicesGen of the last render's device families.
+	renderedDevicesGen uint64
+	devicesRendered    bool
 }
 
 // snapshot holds immutable slices: a refresh replaces them, scrapes only read them.
@@ -117,6 +120,7 @@ type snapshot struct {
 	poolProvisioned map[string]float64 // datapool id → virtual sizes of every disk on it, bytes
 	interfaces      []ifaceRow         // of the VMs selected; nil: not read
 	applied         uint64             // pushed frames applied so far (what a render shows)
+	devicesGen      uint64             // grows when what the device families are made of may have changed
 }
 
 type collectionRun struct {
@@ -366,6 +370,9 @@ func (r *refresh) store() {
 		}
 		if slowCollections[c.name] {
 			listedSlow, slowDone = true, slowDone && !failed
+		}
+		if c.name != collTasks && c.name != collVersion {
+			snap.devicesGen++ // disks, interfaces, or the VMs and datapools they name
 		}
 	}
 	// The next listing of each kind is due an interval after this one began, once it worked:

@@ -8,6 +8,7 @@ package collector
 import (
 	"strings"
 
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -116,6 +117,17 @@ func (inv *Inventory) ifaceRows(all []veil.VMachineInf) []ifaceRow {
 // list (deleted since, by a refresh or a push) are left out, not exported with a stale VM.
 func (inv *Inventory) emitDevices(e emitter, snap snapshot) {
 	d := inv.descs
+	// Nothing they are made of changed since the last render (a push changed a VM's power,
+	// say): its families are kept as they are, which halves a render at 10,000 VMs.
+	if e.b != nil && e.prev != nil && inv.devicesRendered && snap.devicesGen == inv.renderedDevicesGen {
+		for _, f := range []*exposition.Desc{d.vdiskInfo, d.vdiskProvisioned, d.vdiskAllocated, d.vdiskSnapshots, d.datapoolProvisioned, d.ifaceInfo, d.ifaceUp} {
+			e.b.Keep(e.prev, f)
+		}
+		return
+	}
+	if e.b != nil {
+		inv.devicesRendered, inv.renderedDevicesGen = true, snap.devicesGen
+	}
 	gauge := e.gauge
 	gone := func(string) bool { return false }
 	if snap.domainsGen > 0 {

@@ -102,6 +102,7 @@ func (inv *Inventory) applyFrame(e *edit, f veil.PushFrame, now time.Time) PushD
 	case "/clusters/":
 		return pushInto(&e.snap.clusters, &e.clusters, f, del, func(c veil.Cluster) string { return c.ID }, inv.learnObject(now))
 	case "/data-pools/":
+		e.snap.devicesGen++ // veil_datapool_provisioned_bytes lists every datapool
 		return pushInto(&e.snap.datapools, &e.datapools, f, del, func(d veil.Datapool) string { return d.ID }, inv.learnObject(now))
 	case "/domains/":
 		return inv.pushDomain(e, f, del, now)
@@ -137,6 +138,9 @@ func (inv *Inventory) pushDomain(e *edit, f veil.PushFrame, del bool, now time.T
 	keep := !del && len(inv.filterDomains([]veil.Domain{d})) == 1
 	if !keep && i < 0 {
 		return ""
+	}
+	if !keep || i < 0 {
+		snap.devicesGen++ // a VM came or went: the disks and interfaces shown follow it
 	}
 	own(&snap.domains, &e.domains)
 	switch {

@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -235,19 +236,8 @@ func TestBadFramesAreCountedNotApplied(t *testing.T) {
 		}
 		<-r.Context().Done()
 	})
-	mux.Handle("/", sim.Handler())
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	client, err := veil.New(veil.Config{URL: srv.URL, Token: sim.Token, MaxRetries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &tu.SyncBuffer{}
-	inv, err := NewInventory("test", client, pushCollect(), log.NewLogfmtLogger(logs), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{sim: sim, inv: inv, logs: logs}
+	f := withPushChannel(t, sim, mux)
+	inv := f.inv
 	feed := runFeed(t, f)
 	want := map[string]float64{"not_json": 1, "unknown_event": 1, "no_id": 1, "unknown_resource": 1, "bad_object": 2, "too_large": 1}
 	tu.Eventually(t, 10*time.Second, func() bool {
@@ -388,6 +378,21 @@ func TestASilentSocketIsReplaced(t *testing.T) {
 		conns.Add(1)
 		<-r.Context().Done() // never reads: pings stay unanswered
 	})
+	f := withPushChannel(t, sim, mux)
+	logs := f.logs
+	feed := runFeed(t, f)
+	tu.Eventually(t, 20*time.Second, func() bool {
+		return conns.Load() >= 2 && testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")) >= 2
+	}, "the silent socket replaced")
+	if !strings.Contains(logs.String(), "push channel lost") {
+		t.Errorf("the lost socket was not logged:\n%s", logs.String())
+	}
+}
+
+// withPushChannel is an inventory of a controller whose /ws/ is mux's and whose REST API is
+// the simulator's.
+func withPushChannel(t *testing.T, sim *veiltest.Server, mux *http.ServeMux) *fixture {
+	t.Helper()
 	mux.Handle("/", sim.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -400,13 +405,7 @@ func TestASilentSocketIsReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed := runFeed(t, &fixture{sim: sim, inv: inv, logs: logs})
-	tu.Eventually(t, 20*time.Second, func() bool {
-		return conns.Load() >= 2 && testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")) >= 2
-	}, "the silent socket replaced")
-	if !strings.Contains(logs.String(), "push channel lost") {
-		t.Errorf("the lost socket was not logged:\n%s", logs.String())
-	}
+	return &fixture{sim: sim, inv: inv, logs: logs}
 }
 
 // recorder is an Observer that keeps what it was told, in order.
@@ -481,5 +480,45 @@ func TestTheObserverNeverSeesAnOlderState(t *testing.T) {
 	got := rec.log[0]
 	if !strings.Contains(got, ids[0]+"=pushed-name") || strings.Contains(got, ids[1]+"=") || !strings.Contains(got, ids[2]+"=listed-") {
 		t.Errorf("the listing told: %s\nwant %s renamed by the push, %s gone, %s as listed", got, ids[0], ids[1], ids[2])
+	}
+}
+
+// TestDeviceFamiliesAreKeptWhileNothingTheyShowChanged: a pushed power change re-renders the
+// inventory but keeps the disk and interface families as they were (the same Family); a VM
+// deleted by the push renders them again, without its disks.
+func TestDeviceFamiliesAreKeptWhileNothingTheyShowChanged(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 14, VMs: 4}, pushCollect(), veil.Config{})
+	f.mustRefresh(t)
+	family := func(name string) *exposition.Family {
+		for _, fam := range f.inv.Rendered().Families {
+			if fam.Name == name {
+				return fam
+			}
+		}
+		t.Fatalf("no %s rendered", name)
+		return nil
+	}
+	before := family("veil_vdisk_info")
+	var vm veil.Domain
+	for _, d := range f.inv.Domains() {
+		if len(series(t, f.inv, "veil_vdisk_info", d.ID)) > 0 {
+			vm = d
+			break
+		}
+	}
+	if vm.ID == "" {
+		t.Fatal("no VM with disks")
+	}
+	obj, _ := json.Marshal(map[string]any{"id": vm.ID, "verbose_name": vm.VerboseName, "status": "ACTIVE", "user_power_state": 1})
+	f.inv.Apply([]veil.PushFrame{{Resource: "/domains/", Event: veil.PushUpdated, ID: vm.ID, Object: obj}})
+	if after := family("veil_vdisk_info"); after != before {
+		t.Error("a power change rendered the disk families again")
+	}
+	f.inv.Apply([]veil.PushFrame{{Resource: "/domains/", Event: veil.PushDeleted, ID: vm.ID}})
+	if after := family("veil_vdisk_info"); after == before {
+		t.Error("a VM deleted kept the disk families that list its disks")
+	}
+	if s := series(t, f.inv, "veil_vdisk_info", vm.ID); len(s) != 0 {
+		t.Errorf("the deleted VM's disks are still exported: %q", s)
 	}
 }

@@ -170,6 +170,21 @@ func (b *Builder) Flush(prev *Set) {
 	}
 }
 
+// Keep adds prev's family of d as it is, for a collector that knows the family's series have
+// not changed since prev was built (nothing to format, hash or compress); a family prev lacks
+// had no series then and has none now. The family must not be added to in this build.
+func (b *Builder) Keep(prev *Set, d *Desc) {
+	if prev == nil {
+		return
+	}
+	for _, f := range prev.Families {
+		if f.Name == d.name {
+			b.done = append(b.done, f)
+			return
+		}
+	}
+}
+
 // countWriter counts what it passes on.
 type countWriter struct {
 	w io.Writer
