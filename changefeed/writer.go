@@ -311,11 +311,12 @@ func (w *Writer) load(ctx context.Context) error {
 	if w.missed == nil {
 		w.missed = map[string]int{}
 	}
+	keys := live(state)
 	w.mu.Lock()
 	again := w.stats.loaded
-	w.stats.loaded, w.stats.keys = true, live(state)
+	w.stats.loaded, w.stats.keys = true, keys
 	w.mu.Unlock()
-	level.Info(w.logger).Log("msg", "inventory bucket read back", "bucket", w.opts.Config.Bucket, "keys", live(state))
+	level.Info(w.logger).Log("msg", "inventory bucket read back", "bucket", w.opts.Config.Bucket, "keys", keys)
 	if again {
 		// What was written since the last read may be lost (a fresh server) or another
 		// replica's: list the inventory to write what differs. The first time, the inventory's
@@ -485,11 +486,18 @@ func (w *Writer) publish(ctx context.Context, m *nats.Msg, rev uint64) (uint64, 
 	return ack.Sequence, nil
 }
 
+// wrote counts a change; a creation adds a live key, a deletion takes one (the keys are
+// counted once, when the bucket is read back: not again at every write).
 func (w *Writer) wrote(change string) {
 	w.mu.Lock()
 	w.stats.writes[change]++
 	w.stats.lastWrite = time.Now()
-	w.stats.keys = live(w.state)
+	switch change {
+	case Created:
+		w.stats.keys++
+	case Deleted:
+		w.stats.keys--
+	}
 	w.mu.Unlock()
 }
 
