@@ -271,7 +271,7 @@ func (inv *Inventory) due() (names []string, reloadToken bool) {
 			r.skip--
 			continue
 		}
-		if pushedCollections[name] {
+		if pushedCollection(name) {
 			if !resync {
 				continue
 			}
@@ -365,7 +365,7 @@ func (r *refresh) store() {
 	for i, c := range r.done {
 		r.account(inv.runs[c.name], c, r.fails[i], &snap)
 		failed := r.fails[i] == failDown || r.fails[i] == failAuth
-		if pushedCollections[c.name] {
+		if pushedCollection(c.name) {
 			listedPushed, pushedDone = true, pushedDone && !failed
 		}
 		if slowCollections[c.name] {

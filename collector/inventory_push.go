@@ -28,9 +28,16 @@ func (inv *Inventory) PushResources() []string {
 	return out
 }
 
-// pushedCollections are the collections PushResources keep fresh: while the push runs they
-// are listed only at a resync.
-var pushedCollections = map[string]bool{collNodes: true, collClusters: true, collDatapools: true, collDomains: true}
+// pushedCollection says whether the push keeps collection fresh (one of pushResources'): while
+// the push runs it is listed only at a resync.
+func pushedCollection(collection string) bool {
+	for _, c := range pushResources {
+		if c == collection {
+			return true
+		}
+	}
+	return false
+}
 
 // slowCollections change seldom and are long (disks and interfaces: two or three per VM): they
 // are listed every collect.resync_interval, not every collect.interval.
