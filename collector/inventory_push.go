@@ -76,9 +76,12 @@ func (inv *Inventory) Apply(frames []veil.PushFrame) map[PushDrop]int {
 			inv.replay = append(inv.replay, f)
 		}
 	}
+	applied := e.snap.applied != inv.snap.applied
 	inv.snap = e.snap
 	inv.mu.Unlock()
-	inv.changed()
+	if applied { // frames all dropped change nothing to render
+		inv.changed()
+	}
 	return drops
 }
 
