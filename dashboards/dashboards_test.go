@@ -91,6 +91,7 @@ var knownFamilies = map[string]string{
 	"veil_events_gaps_total":                        "counter",
 	"veil_events_gap_episodes_total":                "counter",
 	"veil_events_publish_conflicts_total":           "counter",
+	"veil_events_position_adoptions_total":          "counter",
 	"veil_events_rewinds_total":                     "counter",
 	"veil_events_last_published_timestamp_seconds":  "gauge",
 	"veil_events_backlog":                           "gauge",

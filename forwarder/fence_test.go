@@ -73,3 +73,62 @@ func TestFencedForwarderPublishesAndSavesNothing(t *testing.T) {
 		t.Error("a fenced forwarder reports itself stopped by a conflict (that would mark the replica unhealthy)")
 	}
 }
+
+// TestLeaseHolderAdoptsAFormerOwnersLateWrite: a former owner paused past its lease resumes
+// with a save of the position in flight, which lands after the new owner read the position.
+// The new owner holds the lease: it must not stop (nobody would forward the controller while
+// its lease is held, the bug the nemesis found) but store its own position over the stale one,
+// read the stream again and go on, every event once. Without a lease the same conflict stops
+// the forwarder (TestSecondInstanceLosesTheKVPosition).
+func TestLeaseHolderAdoptsAFormerOwnersLateWrite(t *testing.T) {
+	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
+	recv := subscribe(t, r.nats.URL())
+	ctx := context.Background()
+	cp, err := newKVCheckpoint(r.stream, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := newForwarder(Options{Controller: "prod", ControllerURL: r.sim.URL, Client: r.cli, Events: r.ev, Stream: r.stream,
+		Logger: log.NewNopLogger(), Fence: func() bool { return true }}, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fw.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	first := r.sim.AddEvents(10, veiltest.EventSpec{})
+	recv.waitFor(t, len(first), 20*time.Second)
+	// The former owner's late write: an older position, from another instance.
+	former, _ := newKVCheckpoint(r.stream, "prod")
+	if _, _, err := former.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stale := position{Known: true, Created: time.Unix(1, 0).UTC(), IDs: []string{"stale"}}
+	if err := former.Save(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	second := r.sim.AddEvents(10, veiltest.EventSpec{})
+	all := append(append([]string(nil), first...), second...)
+	exactlyOnceInOrder(t, "prod", all, recv.waitFor(t, len(all), 20*time.Second))
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		p, ok, err := former.Load(ctx)
+		return err == nil && ok && slices.Contains(p.IDs, second[len(second)-1])
+	}, "the lease holder's position stored over the stale one")
+	st := fw.Status()
+	if st.Stopped {
+		t.Fatalf("the lease holder stopped forwarding: %s", st.LastError)
+	}
+	if st.PositionAdoptions == 0 {
+		t.Error("veil_events_position_adoptions_total did not count the late write")
+	}
+	if st.Conflicts != 0 {
+		t.Errorf("%d publishes refused, want none (the stream was not written by the former owner)", st.Conflicts)
+	}
+}

@@ -59,6 +59,9 @@ type Status struct {
 	Conflicts  uint64
 	Rewinds    uint64
 	LastRewind Rewind
+	// PositionAdoptions counts the stored position found written by another instance while
+	// this replica held the lease, and stored over (a former owner's late write).
+	PositionAdoptions uint64
 	// Republished counts the events published again after a rewind: those the position had
 	// already passed when the rewind was noticed.
 	Republished uint64
@@ -128,8 +131,11 @@ type Forwarder struct {
 	// (one log line per episode).
 	conflicts  uint64
 	inConflict bool
-	rewinds    uint64
-	lastRewind Rewind
+	// positionAdoptions counts conflicts on the stored position a lease holder answered by
+	// storing its own over it (adopt).
+	positionAdoptions uint64
+	rewinds           uint64
+	lastRewind        Rewind
 	// republishUntil is the position a rewind went back from (unknown: none pending): an event
 	// published at or before it is published again, counted in republished.
 	republishUntil position
@@ -166,7 +172,7 @@ type pubKey struct{ typ, class string }
 const maxEntityClasses = 50
 
 type descs struct {
-	published, pubErrors, dups, gaps, episodes, conflicts, rewinds, republished, newestCreated, backlog, natsUp *prometheus.Desc
+	published, pubErrors, dups, gaps, episodes, conflicts, adoptions, rewinds, republished, newestCreated, backlog, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.
@@ -236,6 +242,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		gaps:          prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read: the exact count, or a lower bound when it is not known."+polled, nil, c),
 		episodes:      prometheus.NewDesc("veil_events_gap_episodes_total", "Times the stored position's event was found deleted and continuity with it could not be proven: events may have been lost, how many is not known (veil_events_gaps_total has the lower bound)."+polled, nil, c),
 		conflicts:     prometheus.NewDesc("veil_events_publish_conflicts_total", "Publishes the stream refused because its newest message of this controller was not the expected one (another replica published, or the stream holds other than the forwarder thought); the position is then read from the stream again."+polled, nil, c),
+		adoptions:     prometheus.NewDesc("veil_events_position_adoptions_total", "Times the stored position was found written by another instance while this replica held the controller's lease (a former owner's late write, e.g. after it was paused past its lease); this replica stored its own over it and read the stream again."+polled, nil, c),
 		rewinds:       prometheus.NewDesc("veil_events_rewinds_total", "Times the stream held less of this controller than the stored position (NATS lost acknowledged messages): the events in between were published again from the journal."+polled, nil, c),
 		republished:   prometheus.NewDesc("veil_events_republished_total", "Events published again because the stream held less of this controller than the position (counted from the stored position at a start, so a lower bound after a crash)."+polled, nil, c),
 		newestCreated: prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event (the stored position)."+polled, nil, c),
@@ -269,7 +276,10 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 				break
 			}
 			if errors.Is(err, errCheckpointConflict) {
-				return fw.stop(err)
+				if !fw.adopt(ctx, err, 1) {
+					return fw.stop(err)
+				}
+				continue // the stored position read again: start from it, the stream decides
 			}
 			if errors.Is(err, errFenced) {
 				return nil
@@ -287,6 +297,7 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 	poll := fw.opts.Events.PollInterval
 	resyncs := 0    // in a row
 	setUpFails := 0 // in a row, with NATS connected
+	adoptions := 0  // in a row, without a cycle that ended well
 	for {
 		start := time.Now()
 		n, err := fw.cycle(ctx)
@@ -301,6 +312,7 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		fw.mu.Unlock()
 		if err == nil {
 			fw.outage.Recover(time.Now(), "event forwarding recovered")
+			adoptions = 0
 		}
 		wait := poll
 		if !errors.As(err, new(*setUpError)) {
@@ -313,7 +325,10 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		}
 		switch {
 		case errors.Is(err, errCheckpointConflict):
-			return fw.stop(err)
+			adoptions++
+			if !fw.adopt(ctx, err, adoptions) {
+				return fw.stop(err)
+			}
 		case errors.Is(err, errFenced):
 			// Another replica runs the controller now; the daemon stops this one.
 			level.Info(fw.logger).Log("msg", "stopped forwarding: the lease of this controller ended")
@@ -384,6 +399,42 @@ func (fw *Forwarder) notReadyLocked() string {
 		return fw.stream.conn.NotConnected().Error()
 	}
 	return fw.notReady
+}
+
+// maxAdoptions is how many conflicts on the position in a row a lease holder answers by
+// adopting it (adopt) before it stops as a forwarder without a lease does: a former owner leaves
+// one or two late writes, another instance writing on and on is not one.
+const maxAdoptions = 3
+
+// adopt answers a conflict on the stored position (another instance wrote it) when this replica
+// holds the controller's lease: the write was a former owner's, made before it learnt that its
+// lease had ended (a paused process resumes with a save in flight; the fence is a clock, not a
+// token the store checks). Stopping would leave the controller unforwarded while its lease is
+// held; instead the stored position is read again (for its revision), ours is stored over it,
+// and the stream is read before anything more is published: the stream, fenced by expected
+// sequences, says where events stand, whatever the late write said. Without a lease, or after
+// maxAdoptions conflicts in a row, it returns false and the forwarder stops.
+func (fw *Forwarder) adopt(ctx context.Context, conflict error, inARow int) bool {
+	if fw.opts.Fence == nil || !fw.opts.Fence() || inARow > maxAdoptions {
+		return false
+	}
+	level.Warn(fw.logger).Log("msg", "the position was written by another instance while this replica holds the lease (a former owner's late write): reading it again and storing ours over it", "err", conflict)
+	fw.mu.Lock()
+	fw.needSync = true
+	fw.positionAdoptions++
+	pos := fw.pos.clone()
+	fw.mu.Unlock()
+	if _, _, err := fw.cp.Load(ctx); err != nil {
+		fw.fail(err)
+		return true // the next save conflicts again, or finds the store back
+	}
+	if !pos.Known {
+		return true // nothing of ours to store yet: Run's first save does it
+	}
+	if err := fw.savePosition(ctx, pos); errors.Is(err, errCheckpointConflict) {
+		return fw.adopt(ctx, err, inARow+1)
+	}
+	return true
 }
 
 func (fw *Forwarder) stop(err error) error {
@@ -492,7 +543,7 @@ func (fw *Forwarder) Status() Status {
 	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
 		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
 		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
-		Conflicts: fw.conflicts, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
+		Conflicts: fw.conflicts, PositionAdoptions: fw.positionAdoptions, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
 		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
 		Subject: fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
 	n := min(fw.recentN, recentLen)
@@ -522,7 +573,7 @@ func (fw *Forwarder) RunStatus() []runstatus.Status {
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
+	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
 		ch <- x
 	}
 }
@@ -540,6 +591,7 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.gaps, prometheus.CounterValue, float64(fw.gaps))
 	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
 	ch <- prometheus.MustNewConstMetric(d.conflicts, prometheus.CounterValue, float64(fw.conflicts))
+	ch <- prometheus.MustNewConstMetric(d.adoptions, prometheus.CounterValue, float64(fw.positionAdoptions))
 	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
 	ch <- prometheus.MustNewConstMetric(d.republished, prometheus.CounterValue, float64(fw.republished))
 	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
