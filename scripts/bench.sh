@@ -26,6 +26,10 @@ mkdir -p "$OUT"
 RAW="$OUT/bench.txt"
 : >"$RAW"
 
+# stage names a stage and says when it started (seconds since make bench began), so that the
+# whole run's time, which has a goal, can be read by part.
+stage() { echo "== $* [at ${SECONDS}s]" | tee -a "$RAW"; }
+
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -33,7 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "== building"
+stage "building"
 go build -o "$OUT/veil-sim" ./cmd/veil-sim
 go build -o "$OUT/veil-exporter" ./cmd/veil-exporter
 go test -c -o "$OUT/collector.test" ./collector
@@ -58,7 +62,7 @@ start_sim() {
 stop_sim() { kill "$sim_pid" 2>/dev/null || true; wait "$sim_pid" 2>/dev/null || true; }
 
 for n in $SIZES; do
-  echo "== inventory refresh and /metrics at $n VMs (separate simulator process)"
+  stage "inventory refresh and /metrics at $n VMs (separate simulator process)"
   start_sim "$n"
   runs=$COUNT; bt=5x
   [ "$n" -ge 50000 ] && { runs=3; bt=3x; }
@@ -68,43 +72,43 @@ for n in $SIZES; do
   stop_sim
 done
 
-echo "== the push channel: 20 changes/s at 10000 VMs for a minute, freshness and requests"
+stage "the push channel: 20 changes/s at 10000 VMs for a minute, freshness and requests"
 start_sim 10000
 VEIL_BENCH_VMS=10000 VEIL_BENCH_URL="http://$SIM_ADDR" VEIL_BENCH_TOKEN=bench-token \
   "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkPushFreshness$' -test.benchtime 1x -test.count 1 \
   -test.timeout 10m | tee -a "$RAW"
 stop_sim
 
-echo "== guest series render, $GUEST_VMS VMs, text only and every format"
+stage "guest series render, $GUEST_VMS VMs, text only and every format"
 VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestRender$' \
   -test.benchtime 3x -test.count "$GUEST_COUNT" -test.benchmem | tee -a "$RAW"
 
-echo "== guest ping sweep, $GUEST_VMS VMs, 500 requests/s"
+stage "guest ping sweep, $GUEST_VMS VMs, 500 requests/s"
 VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestPingSweep$' \
-  -test.benchtime 1x -test.count "$GUEST_COUNT" -test.timeout 20m | tee -a "$RAW"
+  -test.benchtime 1x -test.count 1 -test.timeout 20m | tee -a "$RAW"
 
 if [ "$have_fw" = 1 ]; then
   # Five runs each: a catch-up run varies by about 1% from the next, as much as its margin.
-  echo "== event catch-up and delivery delay"
+  stage "event catch-up and delivery delay"
   (cd forwarder && ../"$OUT/forwarder.test" -test.run '^$' -test.bench '^(BenchmarkCatchUp|BenchmarkSteadyStateDelay)$' \
     -test.benchtime 1x -test.count "$EVENTS_COUNT" -test.timeout 15m) | tee -a "$RAW" || echo "forwarder benchmarks failed: not measured"
 else
-  echo "== forwarder benchmarks not found: event figures not measured"
+  stage "forwarder benchmarks not found: event figures not measured"
 fi
 
-echo "== replicas: takeover after kill -9 and after SIGSTOP; controller requests of three replicas and of one exporter"
+stage "replicas: takeover after kill -9 and after SIGSTOP; controller requests of three replicas and of one exporter"
 go test -c -o "$OUT/e2e.test" ./e2e
 (cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkReplicas$' -test.benchtime 1x -test.count 1 \
   -test.timeout 10m) | tee -a "$RAW" || echo "replicas benchmark failed: not measured"
 
-echo "== /metrics as Prometheus scrapes it and resident memory: bin/veil-exporter with guest checks on at $SCRAPE_SIZES VMs"
+stage "/metrics as Prometheus scrapes it and resident memory: bin/veil-exporter with guest checks on at $SCRAPE_SIZES VMs"
 (cd e2e && VEIL_BENCH_SCRAPE_SIZES="$SCRAPE_SIZES" ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkScrape$' -test.benchtime 1x \
   -test.count 1 -test.timeout 40m) | tee -a "$RAW" || echo "scrape benchmark failed: not measured"
 
-echo "== fleet: 60 controllers of 1,000 VMs (one veil-sim process) on three replicas; kill -9 of one"
+stage "fleet: 60 controllers of 1,000 VMs (one veil-sim process) on three replicas; kill -9 of one"
 (cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkFleet$' -test.benchtime 1x -test.count 1 \
   -test.timeout 10m) | tee -a "$RAW" || echo "fleet benchmark failed: not measured"
 
 echo
 go run ./bench/report -commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet -- veil collector 2>/dev/null || echo -dirty)" \
-  -sizes "${SIZES// /,}" -out "$OUT/results.json" "$RAW"
+  -sizes "${SIZES// /,}" -elapsed "$SECONDS" -out "$OUT/results.json" "$RAW"

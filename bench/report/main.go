@@ -244,6 +244,9 @@ func loopFigures(r results) (figs []Figure) {
 	f := figure("guest ping sweep at 500 requests/s", "s", sweep, median(sweepFloors(sweep, gratio)), "VMs/budget", gratio, "<=", 1.1)
 	if v := r.get(g, "vms"); len(v) > 0 {
 		f.Note = fmt.Sprintf("%.0f VMs", median(v))
+		if s, w := r.get(g, "sweeps"), r.get(g, "worst-ratio-to-floor"); len(s) > 0 && len(w) > 0 {
+			f.Note += fmt.Sprintf("; median of %.0f consecutive sweeps of one checker, the slowest %.3f of its floor", median(s), slices.Max(w))
+		}
 	}
 	figs = append(figs, f)
 
@@ -292,8 +295,8 @@ func pushFigures(r results, mainSize int) (figs []Figure) {
 func replicaFigures(r results) (figs []Figure) {
 	h := "BenchmarkReplicas"
 	figs = append(figs,
-		figure("replicas: takeover after kill -9", "s", r.get(h, "takeover-s"), median(r.get(h, "bound-s")), "lease_ttl + 2 s", r.get(h, "ratio-to-bound"), "<=", 1),
-		figure("replicas: takeover after SIGSTOP", "s", r.get(h, "stop-takeover-s"), median(r.get(h, "bound-s")), "lease_ttl + 2 s", r.get(h, "stop-ratio-to-bound"), "<=", 1),
+		trialsFigure(r, "replicas: takeover after kill -9", h, "takeover"),
+		trialsFigure(r, "replicas: takeover after SIGSTOP", h, "stop-takeover"),
 		figure("replicas: controller requests, 3 replicas / 1 exporter", "requests", r.get(h, "requests-three"), median(r.get(h, "requests-one")), "one exporter", r.get(h, "requests-ratio"), "<=", 1.05))
 
 	fl := "BenchmarkFleet"
@@ -302,8 +305,7 @@ func replicaFigures(r results) (figs []Figure) {
 		f.Note = fmt.Sprintf("distance from 20 per replica; counts %.0f..%.0f; settled %.0f s after the replicas started; 1,000 VMs each", median(lo), median(hi), median(r.get(fl, "settle-s")))
 	}
 	figs = append(figs, f)
-	f = figure("fleet: takeover of 20 after kill -9", "s", r.get(fl, "takeover-s"), median(r.get(fl, "bound-s")), "lease_ttl + 2 s", r.get(fl, "ratio-to-bound"), "<=", 1)
-	figs = append(figs, f)
+	figs = append(figs, trialsFigure(r, "fleet: takeover of 20 after kill -9", fl, "takeover"))
 	f = figure("fleet: healthy controllers moved by kill -9", "controllers", r.get(fl, "healthy-moved"), 0, "", nil, "<=", 0)
 	figs = append(figs, f)
 	lost, dup, dis := r.get(fl, "lost"), r.get(fl, "duplicated"), r.get(fl, "disorder")
@@ -325,6 +327,42 @@ func replicaFigures(r results) (figs []Figure) {
 	}
 	figs = append(figs, f)
 	return figs
+}
+
+// maxBenchSeconds is the goal for the whole of make bench on a 2-core machine: a benchmark
+// suite nobody waits for is one nobody runs.
+const maxBenchSeconds = 15 * 60
+
+// durationFigure judges the whole run's wall-clock time.
+func durationFigure(seconds float64) Figure {
+	f := figure("make bench: the whole run", "s", []float64{seconds}, 0, "", nil, "<=", maxBenchSeconds)
+	f.Note = "on this machine; the stages' start times are in bench/out/bench.txt"
+	return f
+}
+
+// minTrials is how many trials a timed figure of single events (a takeover) needs.
+const minTrials = 3
+
+// trialsFigure is a takeover timed in several trials (<name>-s their median, <name>-worst-s the
+// slowest, <name>-trials how many): the slowest is judged against the bound lease_ttl + 2 s
+// (bound-s), so that one lucky trial cannot pass it; fewer than minTrials is not measured.
+func trialsFigure(r results, title, bench, name string) Figure {
+	bound := median(r.get(bench, "bound-s"))
+	worst, trials := r.get(bench, name+"-worst-s"), r.get(bench, name+"-trials")
+	if len(worst) == 0 || len(trials) == 0 || median(trials) < minTrials {
+		f := figure(title, "s", nil, bound, "lease_ttl + 2 s", nil, "<=", 1)
+		if len(trials) > 0 {
+			f.Note = fmt.Sprintf("%.0f trials, fewer than %d", median(trials), minTrials)
+		}
+		return f
+	}
+	ratios := make([]float64, len(worst))
+	for i, w := range worst {
+		ratios[i] = w / bound
+	}
+	f := figure(title, "s", r.get(bench, name+"-s"), bound, "lease_ttl + 2 s", ratios, "<=", 1)
+	f.Note = fmt.Sprintf("median of %.0f trials; the slowest %.3f s is what the ratio judges", median(trials), slices.Max(worst))
+	return f
 }
 
 // refreshCPUFigure: the CPU one inventory refresh of mainSize VMs takes, and its rendering.
@@ -458,6 +496,7 @@ func main() {
 	commit := flag.String("commit", "", "commit measured")
 	sizesFlag := flag.String("sizes", "1000,10000,50000", "VM counts of the growth figures")
 	mainSize := flag.Int("size", 10000, "VM count of the goals")
+	elapsed := flag.Float64("elapsed", 0, "seconds the whole make bench took (0: not measured, as when the report is made again from saved output)")
 	flag.Parse()
 
 	var sizes []int
@@ -486,6 +525,9 @@ func main() {
 		os.Exit(2)
 	}
 	figs, growth := build(res, sizes, *mainSize)
+	if *elapsed > 0 {
+		figs = append(figs, durationFigure(*elapsed))
+	}
 	rep := Report{
 		Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), Commit: *commit,
 		CPU: cpu, CPUs: runtime.NumCPU(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,

@@ -21,3 +21,26 @@ func TestFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestTrialsFigure: a takeover is judged by its slowest trial, and fewer than three trials is
+// not a measurement (make bench fails).
+func TestTrialsFigure(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		units  map[string][]float64
+		status string
+	}{
+		{"all within", map[string][]float64{"takeover-s": {3}, "takeover-worst-s": {4}, "takeover-trials": {3}, "bound-s": {5}}, "PASS"},
+		{"median within, slowest not", map[string][]float64{"takeover-s": {3}, "takeover-worst-s": {5.5}, "takeover-trials": {3}, "bound-s": {5}}, "MISS"},
+		{"one trial", map[string][]float64{"takeover-s": {3}, "takeover-worst-s": {3}, "takeover-trials": {1}, "bound-s": {5}}, "NOT MEASURED"},
+		{"old single-trial output", map[string][]float64{"takeover-s": {3}, "ratio-to-bound": {0.6}, "bound-s": {5}}, "NOT MEASURED"},
+	} {
+		f := trialsFigure(results{"B": tt.units}, "t", "B", "takeover")
+		if f.Status != tt.status {
+			t.Errorf("%s: status %s, want %s (%+v)", tt.name, f.Status, tt.status, f)
+		}
+		if tt.status != "PASS" && failures([]Figure{f}) == "" {
+			t.Errorf("%s: %s does not fail make bench", tt.name, f.Status)
+		}
+	}
+}
