@@ -116,11 +116,12 @@ type snapshot struct {
 	taskCounts   map[string]float64
 	version      string // of the platform; "" until read or where the controller lacks it
 
-	vdisks          []vdiskRow         // of the VMs domain_include/exclude select, and free disks; nil: not read
-	poolProvisioned map[string]float64 // datapool id → virtual sizes of every disk on it, bytes
-	interfaces      []ifaceRow         // of the VMs selected; nil: not read
-	applied         uint64             // pushed frames applied so far (what a render shows)
-	devicesGen      uint64             // grows when what the device families are made of may have changed
+	vdisks          []vdiskRow              // of the VMs domain_include/exclude select, and free disks; nil: not read
+	poolProvisioned map[string]float64      // datapool id → virtual sizes of every disk on it, bytes
+	interfaces      []ifaceRow              // of the VMs selected; nil: not read
+	applied         uint64                  // pushed frames applied so far (what a render shows)
+	devicesGen      uint64                  // grows when what the device families are made of may have changed
+	details         map[string]deviceDetail // disk and interface id → what its detail added (inventory_details.go)
 }
 
 type collectionRun struct {
@@ -176,6 +177,9 @@ func NewInventory(controller string, client *veil.Client, cfg config.Collect, lo
 			inv.runs[c.name] = &collectionRun{}
 		}
 	}
+	if cfg.DeviceDetailsInterval > 0 && (cfg.Vdisks || cfg.Interfaces) {
+		inv.runs[collDetails] = &collectionRun{} // not listed by refreshes: runDetails runs it
+	}
 	inv.enabled = append(inv.enabled, collVersion)
 	inv.runs[collVersion] = &collectionRun{}
 	// veil_up 0 until the first refresh
@@ -193,6 +197,14 @@ func (inv *Inventory) Run(ctx context.Context) {
 		inv.cache.Run(ctx)
 	}()
 	defer func() { <-renderDone }()
+	if inv.runs[collDetails] != nil {
+		detailsDone := make(chan struct{})
+		go func() {
+			defer close(detailsDone)
+			inv.runDetails(ctx)
+		}()
+		defer func() { <-detailsDone }()
+	}
 	interval := inv.cfg.Interval
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -1,9 +1,10 @@
 package collector
 
 // The VMs' devices in the inventory: virtual disks (GET /api/vdisks/) and network interfaces
-// (GET /api/vmachine-infs/), each one paginated list per refresh and never a detail per
-// object, so what only the details carry (a disk's bus, type and snapshots, an interface's
-// link_state, as far as the vendor's clients show) is exported only where the list carries it.
+// (GET /api/vmachine-infs/), each one paginated list every collect.resync_interval. What only
+// the details carry (a disk's bus, type and snapshots, an interface's link_state, as far as the
+// vendor's clients show) is exported where the list carries it or where the detail sweep read
+// it (collect.device_details_interval, inventory_details.go).
 
 import (
 	"strings"
@@ -101,12 +102,7 @@ func (inv *Inventory) ifaceRows(all []veil.VMachineInf) []ifaceRow {
 		if v.Network != nil {
 			r.networkID, r.network = v.Network.ID, v.Network.VerboseName
 		}
-		switch strings.ToLower(v.LinkState) {
-		case "up":
-			r.up = 1
-		case "down":
-			r.up = 0
-		}
+		r.up = linkUp(v.LinkState)
 		rows = append(rows, r)
 	}
 	return rows
@@ -143,8 +139,8 @@ func (inv *Inventory) emitDevices(e emitter, snap snapshot) {
 	if snap.vdisks != nil {
 		each := func(f func(r *vdiskRow)) {
 			for i := range snap.vdisks {
-				if r := &snap.vdisks[i]; !gone(r.domainID) {
-					f(r)
+				if r := snap.vdisks[i].withDetail(snap.details); !gone(r.domainID) {
+					f(&r)
 				}
 			}
 			e.flush()
@@ -190,7 +186,7 @@ func (inv *Inventory) emitDevices(e emitter, snap snapshot) {
 		}
 		e.flush()
 		for i := range snap.interfaces {
-			if r := &snap.interfaces[i]; r.up >= 0 && !gone(r.domainID) {
+			if r := snap.interfaces[i].withDetail(snap.details); r.up >= 0 && !gone(r.domainID) {
 				gauge(d.ifaceUp, float64(r.up), r.domainID, r.id)
 			}
 		}

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,8 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -271,5 +274,99 @@ func TestDeviceBadInput(t *testing.T) {
 	}
 	if s := series(t, inv, `interface_id="n4"`); len(s) != 0 {
 		t.Errorf("an interface of no VM exported: %q", s)
+	}
+}
+
+// simDetail reads one object's detail from the simulator over plain HTTP.
+func simDetail(t *testing.T, sim *veiltest.Server, path string) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest("GET", sim.URL+path, nil)
+	req.Header.Set("Authorization", "jwt "+sim.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	}
+	return out
+}
+
+// TestDeviceDetailsFillWhatTheListsLack: with collect.device_details_interval, every disk's
+// bus, type and snapshot count and every interface's link state are read from the details (one
+// request each per sweep) and exported as the details say; a sweep whose reads fail keeps what
+// the last one read and says so in its run status. Without the setting, no detail is read.
+func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
+	cc := testCollect()
+	cc.DeviceDetailsInterval = 500 * time.Millisecond // the config's floor is 1m; the sweep's pace is what is tested
+	f := newFixture(t, veiltest.Options{Seed: 7, Nodes: 2, Datapools: 3, VMs: 12, Templates: -1}, cc, veil.Config{MaxRetries: 1})
+	f.mustRefresh(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.inv.runDetails(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.Eventually(t, 20*time.Second, func() bool { return !runOf(t, f.inv, collDetails).LastSuccess.IsZero() }, "a detail sweep")
+
+	disks, nics := simList(t, f.sim, "/api/vdisks/"), simList(t, f.sim, "/api/vmachine-infs/")
+	up, down, snapped := 0, 0, 0
+	for _, k := range disks {
+		id := k["id"].(string)
+		d := simDetail(t, f.sim, "/api/vdisks/"+id+"/")
+		want := fmt.Sprintf(`bus=%q`, d["target_bus"])
+		if s := series(t, f.inv, `vdisk_id="`+id+`"`, "veil_vdisk_info"); len(s) != 1 || !strings.Contains(s[0], want) || !strings.Contains(s[0], fmt.Sprintf(`type=%q`, d["disk_type"])) {
+			t.Errorf("disk %s info %q, want %s and type=%q", id, s, want, d["disk_type"])
+		}
+		n := len(d["snapshots"].([]any))
+		if n > 0 {
+			snapped++
+		}
+		if v := value(t, f.inv, "veil_vdisk_snapshots{", `vdisk_id="`+id+`"`); v != strconv.Itoa(n) {
+			t.Errorf("disk %s snapshots %s, the detail lists %d", id, v, n)
+		}
+	}
+	for _, n := range nics {
+		id := n["id"].(string)
+		want := map[string]string{"up": "1", "down": "0"}[simDetail(t, f.sim, "/api/vmachine-infs/"+id+"/")["link_state"].(string)]
+		if want == "1" {
+			up++
+		} else {
+			down++
+		}
+		if v := value(t, f.inv, "veil_domain_interface_up{", `interface_id="`+id+`"`); v != want {
+			t.Errorf("interface %s up %s, want %s", id, v, want)
+		}
+	}
+	t.Logf("%d disks (%d with snapshots), %d interfaces (%d up, %d down)", len(disks), snapped, len(nics), up, down)
+	if down == 0 || up == 0 {
+		t.Fatalf("the simulator's interfaces are all up or all down (%d up, %d down): the test would not tell them apart", up, down)
+	}
+
+	// Details failing: the sweep says so and the last values stay.
+	before := len(series(t, f.inv, "veil_domain_interface_up"))
+	f.sim.SetFaults(veiltest.Fault{Path: "/api/vmachine-infs/*/", Kind: "status", Status: 500})
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		r := runOf(t, f.inv, collDetails)
+		return !r.Success && strings.Contains(r.Error, "500")
+	}, "a sweep whose interface reads fail to say so")
+	if after := len(series(t, f.inv, "veil_domain_interface_up")); after != before {
+		t.Errorf("%d link states after failed reads, %d before: want them kept", after, before)
+	}
+	f.sim.ClearFaults()
+
+	// Off (the default): no detail read.
+	g := newFixture(t, veiltest.Options{Seed: 7, VMs: 4, Templates: -1}, testCollect(), veil.Config{})
+	g.mustRefresh(t)
+	g.inv.runDetails(context.Background()) // returns at once when off
+	for _, r := range g.sim.Requests() {
+		if strings.Count(strings.Trim(r.Path, "/"), "/") > 1 && (strings.HasPrefix(r.Path, "/api/vdisks/") || strings.HasPrefix(r.Path, "/api/vmachine-infs/")) {
+			t.Errorf("detail read while off: %s", r.Path)
+		}
+	}
+	for _, st := range g.inv.RunStatus() {
+		if st.Collector == collDetails {
+			t.Errorf("a %s run status while off", collDetails)
+		}
 	}
 }

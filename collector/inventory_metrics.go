@@ -91,15 +91,15 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 			"1 if the newest finished backup of the VM succeeded, 0 if it failed, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every "+interval.String()+".",
 			prometheus.GaugeValue, []string{"domain_id"}, cl),
 
-		vdiskInfo: d("vdisk_info", "Virtual disk description from GET /api/vdisks/; value 1; domain_id and domain (the VM's name) are empty for a free disk; bus and type only where the list carries target_bus and disk_type (the detail does; it is not read per disk).",
+		vdiskInfo: d("vdisk_info", "Virtual disk description from GET /api/vdisks/; value 1; domain_id and domain (the VM's name) are empty for a free disk; bus and type where the list carries target_bus and disk_type or the detail sweep read them (collect.device_details_interval; empty otherwise).",
 			"vdisk_id", "vdisk", "domain_id", "domain", "datapool_id", "status", "bus", "type"),
 		vdiskProvisioned: d("vdisk_provisioned_bytes", "Size of the virtual disk as the guest sees it (virtual_size), in bytes."+vdiskUnitHelp, "vdisk_id", "domain_id", "datapool_id"),
 		vdiskAllocated:   d("vdisk_allocated_bytes", "Space the virtual disk takes on its datapool (size), in bytes."+vdiskUnitHelp, "vdisk_id", "domain_id", "datapool_id"),
-		vdiskSnapshots:   d("vdisk_snapshots", "Snapshots of the virtual disk, only where the disk list carries them (the detail does; it is not read per disk).", "vdisk_id", "domain_id", "datapool_id"),
+		vdiskSnapshots:   d("vdisk_snapshots", "Snapshots of the virtual disk, where the disk list carries them or the detail sweep read them (collect.device_details_interval; absent otherwise).", "vdisk_id", "domain_id", "datapool_id"),
 		datapoolProvisioned: d("datapool_provisioned_bytes", "Sum of the virtual sizes of every disk on the datapool (all VMs, free disks too), in bytes: above veil_datapool_size_bytes the pool is thinly overcommitted."+vdiskUnitHelp,
 			"datapool_id"),
 		ifaceInfo: d("domain_interface_info", "Network interface of a VM from GET /api/vmachine-infs/; value 1.", "domain_id", "interface_id", "interface", "mac", "driver", "network_id", "network"),
-		ifaceUp:   d("domain_interface_up", "1 if the link of the VM's network interface is up, 0 if down (link_state); only where the interface list carries link_state (the detail does; it is not read per interface).", "domain_id", "interface_id"),
+		ifaceUp:   d("domain_interface_up", "1 if the link of the VM's network interface is up, 0 if down (link_state); where the interface list carries link_state or the detail sweep read it (collect.device_details_interval; absent otherwise).", "domain_id", "interface_id"),
 
 		tasks: d("tasks", "Tasks of the platform by status.", "status"),
 		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total",

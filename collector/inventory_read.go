@@ -4,6 +4,7 @@
 package collector
 
 import (
+	"slices"
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
@@ -78,13 +79,18 @@ func (inv *Inventory) Status() InventoryStatus {
 }
 
 // RunStatus reports the last run of each enabled collection (nodes, clusters, datapools,
-// domains, tasks, vdisks, interfaces, version; backups are part of tasks) for the daemon's
+// domains, tasks, vdisks, interfaces, version; backups are part of tasks) and of the device
+// detail sweep where it runs (device_details) for the daemon's
 // veil_collector_* families and the status page. It implements runstatus.Reporter.
 func (inv *Inventory) RunStatus() []runstatus.Status {
 	inv.mu.RLock()
 	defer inv.mu.RUnlock()
-	out := make([]runstatus.Status, 0, len(inv.enabled))
-	for _, name := range inv.enabled {
+	out := make([]runstatus.Status, 0, len(inv.enabled)+1)
+	names := inv.enabled
+	if inv.runs[collDetails] != nil {
+		names = append(slices.Clip(names), collDetails)
+	}
+	for _, name := range names {
 		r := inv.runs[name]
 		out = append(out, runstatus.Status{
 			Collector: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess,

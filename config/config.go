@@ -64,8 +64,12 @@ type Collect struct {
 	Tasks          bool          `yaml:"tasks"`
 	Vdisks         bool          `yaml:"vdisks"`     // GET /api/vdisks/
 	Interfaces     bool          `yaml:"interfaces"` // GET /api/vmachine-infs/
-	DomainInclude  Regexp        `yaml:"domain_include"`
-	DomainExclude  Regexp        `yaml:"domain_exclude"`
+	// DeviceDetailsInterval, when above 0, reads the detail of every disk and interface once
+	// per interval, paced evenly (one request per object): a disk's bus, type and snapshots,
+	// an interface's link state, which the lists lack. 0 (the default): never.
+	DeviceDetailsInterval time.Duration `yaml:"device_details_interval"`
+	DomainInclude         Regexp        `yaml:"domain_include"`
+	DomainExclude         Regexp        `yaml:"domain_exclude"`
 	// BackupTaskPattern is a regexp on task names: the tasks that are backups of their VM.
 	BackupTaskPattern Regexp `yaml:"backup_task_pattern"`
 	// BackupLookback is how far back the task journal is read at start for the last backups

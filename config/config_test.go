@@ -87,6 +87,7 @@ func TestParseRejects(t *testing.T) {
 		{"unreadable token file", strings.Replace(base, tok, filepath.Join(dir, "missing"), 1), []string{"line 4", "token_file", "no such file"}},
 		{"empty token file", strings.Replace(base, tok, empty, 1), []string{"token file", "is empty"}},
 		{"zero interval", base + "collect:\n  interval: 0s\n", []string{"collect.interval", "must be > 0"}},
+		{"device details too often", base + "collect:\n  device_details_interval: 30s\n", []string{"collect.device_details_interval", "at least 1m"}},
 		{"negative timeout", base + "    timeout: -1s\n", []string{"controllers[0].timeout"}},
 		{"bad regexp", base + "collect:\n  domain_include: \"([\"\n", []string{"line 6", "collect.domain_include", "invalid regexp"}},
 		{"page size over 100", base + "events:\n  page_size: 101\n", []string{"events.page_size", "4..100"}},

@@ -348,6 +348,9 @@ func (v *validator) collect(c *Collect) {
 	if c.ResyncInterval <= 0 {
 		v.add("collect.resync_interval", "must be > 0")
 	}
+	if c.DeviceDetailsInterval != 0 && c.DeviceDetailsInterval < time.Minute {
+		v.add("collect.device_details_interval", "must be 0 (off) or at least 1m: it reads every disk and interface once per interval")
+	}
 	if err := c.DomainInclude.err; err != nil {
 		v.add("collect.domain_include", "invalid regexp: %v", err)
 	}

@@ -1,0 +1,198 @@
+package collector
+
+// The details of the VMs' devices, read one object at a time where the operator asks for them
+// (collect.device_details_interval): what the lists lack — a disk's bus, type and snapshots, an
+// interface's link_state — at a pace that reads each disk and interface once per interval, so
+// that the cost is spread evenly over it and shares the controller's budget with the rest.
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/go-kit/log/level"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// collDetails is the run status of the detail sweep (veil_collector_*{collector="device_details"}).
+const collDetails = "device_details"
+
+// deviceDetail is what a detail adds to a disk or an interface row; -1 and "" are not carried.
+type deviceDetail struct {
+	bus, typ  string
+	snapshots int
+	up        int
+}
+
+// detailPublishEvery is how often the details read so far reach /metrics during a sweep: a
+// render of every device family per detail read would cost more than the reads.
+const detailPublishEvery = 30 * time.Second
+
+// detailTarget is one object to read: a disk or an interface.
+type detailTarget struct {
+	id   string
+	disk bool
+}
+
+// runDetails reads, until ctx is done, the detail of every disk and interface the last listing
+// named, each once per collect.device_details_interval, paced evenly. An object gone (404) is
+// forgotten; any other failure keeps what was read of it before and is counted in the sweep's
+// run status. It returns at once when the interval is 0 (the default: off).
+func (inv *Inventory) runDetails(ctx context.Context) {
+	every := inv.cfg.DeviceDetailsInterval
+	if every <= 0 {
+		return
+	}
+	for ctx.Err() == nil {
+		targets, known := inv.detailTargets()
+		if len(targets) == 0 {
+			// Nothing listed yet (or no devices): look again a little later.
+			if !sleepCtx(ctx, min(every, 10*time.Second)) {
+				return
+			}
+			continue
+		}
+		inv.detailSweep(ctx, every, targets, known)
+	}
+}
+
+// detailTargets lists the disks and interfaces of the snapshot, and the details read so far of
+// those still listed.
+func (inv *Inventory) detailTargets() ([]detailTarget, map[string]deviceDetail) {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	snap := inv.snap
+	targets := make([]detailTarget, 0, len(snap.vdisks)+len(snap.interfaces))
+	known := make(map[string]deviceDetail, len(snap.details))
+	keep := func(id string, disk bool) {
+		targets = append(targets, detailTarget{id: id, disk: disk})
+		if d, ok := snap.details[id]; ok {
+			known[id] = d
+		}
+	}
+	for i := range snap.vdisks {
+		keep(snap.vdisks[i].id, true)
+	}
+	for i := range snap.interfaces {
+		keep(snap.interfaces[i].id, false)
+	}
+	return targets, known
+}
+
+// detailSweep reads targets once, one every every/len(targets), publishing what it read every
+// detailPublishEvery and at its end.
+func (inv *Inventory) detailSweep(ctx context.Context, every time.Duration, targets []detailTarget, known map[string]deviceDetail) {
+	start := time.Now()
+	pace := every / time.Duration(len(targets))
+	published := start
+	fails, lastErr := 0, ""
+	t := time.NewTicker(max(pace, time.Millisecond))
+	defer t.Stop()
+	for _, tg := range targets {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d, err := inv.readDetail(ctx, tg)
+		switch {
+		case err == nil:
+			known[tg.id] = d
+		case errors.Is(err, veil.ErrNotFound):
+			delete(known, tg.id) // deleted since it was listed
+		case ctx.Err() != nil:
+			return
+		default:
+			fails++
+			lastErr = err.Error()
+		}
+		if time.Since(published) >= detailPublishEvery {
+			inv.publishDetails(known)
+			published = time.Now()
+		}
+	}
+	inv.publishDetails(known)
+	inv.mu.Lock()
+	r := inv.runs[collDetails]
+	r.duration, r.success, r.err = time.Since(start), fails == 0, ""
+	if fails == 0 {
+		r.lastSuccess = time.Now()
+	} else {
+		r.err = lastErr
+	}
+	inv.mu.Unlock()
+	if fails > 0 {
+		level.Warn(inv.logger).Log("msg", "device details: some could not be read; what was read of them before is kept", "failed", fails, "of", len(targets), "err", lastErr)
+	}
+}
+
+// readDetail reads the detail of one disk or interface.
+func (inv *Inventory) readDetail(ctx context.Context, tg detailTarget) (deviceDetail, error) {
+	d := deviceDetail{snapshots: -1, up: -1}
+	if tg.disk {
+		v, err := inv.client.Vdisk(ctx, tg.id)
+		if err != nil {
+			return d, err
+		}
+		d.bus, d.typ = v.TargetBus, v.DiskType
+		if v.Snapshots != nil {
+			d.snapshots = len(v.Snapshots)
+		}
+		return d, nil
+	}
+	v, err := inv.client.VMachineInf(ctx, tg.id)
+	if err != nil {
+		return d, err
+	}
+	d.up = linkUp(v.LinkState)
+	return d, nil
+}
+
+// linkUp is 1 for link_state up, 0 for down, -1 for anything else (not carried).
+func linkUp(s string) int {
+	switch strings.ToLower(s) {
+	case "up":
+		return 1
+	case "down":
+		return 0
+	}
+	return -1
+}
+
+// publishDetails makes a copy of known the snapshot's details and renders the device families.
+func (inv *Inventory) publishDetails(known map[string]deviceDetail) {
+	inv.mu.Lock()
+	inv.snap.details = maps.Clone(known)
+	inv.snap.devicesGen++
+	inv.mu.Unlock()
+	inv.changed()
+}
+
+// withDetail fills what a disk row's list item lacked from its detail.
+func (r vdiskRow) withDetail(details map[string]deviceDetail) vdiskRow {
+	d, ok := details[r.id]
+	if !ok {
+		return r
+	}
+	if r.bus == "" {
+		r.bus = d.bus
+	}
+	if r.typ == "" {
+		r.typ = d.typ
+	}
+	if r.snapshots < 0 {
+		r.snapshots = d.snapshots
+	}
+	return r
+}
+
+// withDetail fills an interface row's link state from its detail where the list lacked it.
+func (r ifaceRow) withDetail(details map[string]deviceDetail) ifaceRow {
+	if d, ok := details[r.id]; ok && r.up < 0 {
+		r.up = d.up
+	}
+	return r
+}
