@@ -389,3 +389,39 @@ func statsReadTogether(cmds []string) bool {
 	}
 	return len(seq)%2 == 0
 }
+
+// TestGuestStatsOff: guest.stats_interval 0 reads no statistics, even from guests offering
+// them, and exports none of their series; the other checks go on.
+func TestGuestStatsOff(t *testing.T) {
+	cfg := guestTestConfig()
+	cfg.StatsInterval = 0
+	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(12), cfg: cfg})
+	offering := 0
+	for _, id := range e.eligibleIDs() {
+		if d, _ := e.sim.Domain(id); slices.Contains(d.GuestCommands, guestCmdDiskStats) {
+			offering++
+		}
+	}
+	if offering == 0 {
+		t.Fatal("no guest offers the statistics: the test would prove nothing")
+	}
+	e.waitSweeps(3, 10*time.Second)
+	sent := guestCmdsSent(t, e.sim.Requests())
+	pings := 0
+	for id, cmds := range sent {
+		pings += countCmd(cmds, guestCmdPing)
+		for _, c := range []string{guestCmdDiskStats, guestCmdCPUStats, guestCmdLoad} {
+			if n := countCmd(cmds, c); n != 0 {
+				t.Errorf("%s: %s sent %d times with stats_interval 0", id, c, n)
+			}
+		}
+	}
+	if pings == 0 {
+		t.Error("no ping sent: the checker did not run")
+	}
+	for k := range e.series() {
+		if strings.HasPrefix(k, "veil_guest_disk_") || strings.HasPrefix(k, "veil_guest_cpu_seconds_total") || strings.HasPrefix(k, "veil_guest_load") {
+			t.Errorf("series with stats_interval 0: %s", k)
+		}
+	}
+}

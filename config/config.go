@@ -94,7 +94,8 @@ type Guest struct {
 	// NetworkInterfacesExclude is a regexp on guest interface names left out.
 	NetworkInterfacesExclude Regexp `yaml:"network_interfaces_exclude"`
 	// StatsInterval is how often guest-get-diskstats, guest-get-cpustats and guest-get-load
-	// are read, from the guests that offer them.
+	// are read, from the guests that offer them; 0: never (their series are about half of a
+	// Linux guest's).
 	StatsInterval time.Duration `yaml:"stats_interval"`
 	// DiskDevicesExclude is a regexp on guest disk names (guest-get-diskstats) left out.
 	DiskDevicesExclude Regexp `yaml:"disk_devices_exclude"`

@@ -101,7 +101,7 @@ func TestParseRejects(t *testing.T) {
 		{"two nats auths", base + "nats:\n  user: u\n  creds_file: " + tok + "\n", []string{"at most one"}},
 		{"cert without key", base + "nats:\n  tls: {cert_file: " + tok + "}\n", []string{"cert_file and key_file"}},
 		{"guest concurrency", base + "guest:\n  concurrency: 0\n", []string{"guest.concurrency"}},
-		{"guest stats interval", base + "guest:\n  stats_interval: 0s\n", []string{"guest.stats_interval", "must be > 0"}},
+		{"guest stats interval", base + "guest:\n  stats_interval: -1s\n", []string{"guest.stats_interval", "must be >= 0"}},
 		{"guest disk exclude", base + "guest:\n  disk_devices_exclude: '(vd'\n", []string{"guest.disk_devices_exclude", "invalid regexp"}},
 		{"unset env var", strings.Replace(base, "token_file: "+tok, "token: ${VEIL_TEST_UNSET_VAR}", 1), []string{"line 4", "VEIL_TEST_UNSET_VAR is not set"}},
 	}

@@ -376,11 +376,13 @@ func (v *validator) guest(g *Guest) {
 		{"guest.time_interval", g.TimeInterval},
 		{"guest.command_timeout", g.CommandTimeout},
 		{"guest.network_interval", g.NetworkInterval},
-		{"guest.stats_interval", g.StatsInterval},
 	} {
 		if d.val <= 0 {
 			v.add(d.key, "must be > 0")
 		}
+	}
+	if g.StatsInterval < 0 {
+		v.add("guest.stats_interval", "must be >= 0 (0: off)")
 	}
 	if g.Concurrency < 1 {
 		v.add("guest.concurrency", "must be >= 1")
