@@ -72,20 +72,32 @@ const level = 5
 // about 1.5 MB of state, which sixty controllers' Builders would each keep otherwise.
 var segmentWriters sync.Pool
 
+// segmentOuts are the output buffers of segment, up to maxPooled: growing a new one for each
+// family was most of what a render allocated (a 1 MB segment grows through 2 MB of buffers).
+var segmentOuts sync.Pool
+
 // segment compresses what write writes into a raw deflate segment ending in a sync flush.
 func segment(write func(io.Writer)) []byte {
-	var out bytes.Buffer
+	out, ok := segmentOuts.Get().(*bytes.Buffer)
+	if !ok {
+		out = new(bytes.Buffer)
+	}
+	out.Reset()
 	w, ok := segmentWriters.Get().(*flate.Writer)
 	if ok {
-		w.Reset(&out)
+		w.Reset(out)
 	} else {
-		w, _ = flate.NewWriter(&out, level)
+		w, _ = flate.NewWriter(out, level)
 	}
 	write(w)
 	_ = w.Flush()
 	w.Reset(nil)
 	segmentWriters.Put(w)
-	return bytes.Clone(out.Bytes()) // exactly its size: the Set keeps it
+	seg := bytes.Clone(out.Bytes()) // exactly its size: the Set keeps it
+	if out.Cap() <= maxPooled {
+		segmentOuts.Put(out) // a larger one would count as live for the GC, as textPool's
+	}
+	return seg
 }
 
 // plain writes the piece's text to w.
