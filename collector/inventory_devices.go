@@ -137,28 +137,30 @@ func (inv *Inventory) emitDevices(e emitter, snap snapshot) {
 		}
 	}
 	if snap.vdisks != nil {
-		each := func(f func(r *vdiskRow)) {
+		// Rows are passed by value: a pointer to the row with its detail would escape, one
+		// allocation per disk and family.
+		each := func(f func(r vdiskRow)) {
 			for i := range snap.vdisks {
 				if r := snap.vdisks[i].withDetail(snap.details); !gone(r.domainID) {
-					f(&r)
+					f(r)
 				}
 			}
 			e.flush()
 		}
-		each(func(r *vdiskRow) {
+		each(func(r vdiskRow) {
 			gauge(d.vdiskInfo, 1, r.id, r.name, r.domainID, r.domain, r.datapoolID, r.status, r.bus, r.typ)
 		})
-		each(func(r *vdiskRow) {
+		each(func(r vdiskRow) {
 			if r.provisioned >= 0 {
 				gauge(d.vdiskProvisioned, r.provisioned, r.id, r.domainID, r.datapoolID)
 			}
 		})
-		each(func(r *vdiskRow) {
+		each(func(r vdiskRow) {
 			if r.allocated >= 0 {
 				gauge(d.vdiskAllocated, r.allocated, r.id, r.domainID, r.datapoolID)
 			}
 		})
-		each(func(r *vdiskRow) {
+		each(func(r vdiskRow) {
 			if r.snapshots >= 0 {
 				gauge(d.vdiskSnapshots, float64(r.snapshots), r.id, r.domainID, r.datapoolID)
 			}
