@@ -231,9 +231,10 @@ func TestNemesis(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, func() bool { return live.count() >= len(whole.order) }, "the live subscriber to read the whole stream")
 	seen := live.snapshot()
 
-	conflicts := 0.0
+	conflicts, adoptions := 0.0, 0.0
 	for _, p := range procs {
 		conflicts += metricSum(p, "veil_events_publish_conflicts_total")
+		adoptions += metricSum(p, "veil_events_position_adoptions_total")
 	}
 	kinds := map[string]int{}
 	for _, f := range plan {
@@ -245,7 +246,7 @@ func TestNemesis(t *testing.T) {
 	}
 	sort.Strings(kl)
 	var table strings.Builder
-	fmt.Fprintf(&table, "NEMESIS seed %d, %s, %d faults: %s; publish conflicts (of the replicas' last runs) %.0f\n", seed, dur, len(plan), strings.Join(kl, ", "), conflicts)
+	fmt.Fprintf(&table, "NEMESIS seed %d, %s, %d faults: %s; of the replicas' last runs: publish conflicts %.0f, positions adopted %.0f\n", seed, dur, len(plan), strings.Join(kl, ", "), conflicts, adoptions)
 	fmt.Fprintf(&table, "%-10s | %7s | %-36s | %-36s\n", "controller", "journal", "stream: ok / lost / dup / disorder", "live subscriber: ok / lost / dup / disorder")
 	bad := false
 	for _, c := range names {
