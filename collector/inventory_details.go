@@ -111,21 +111,27 @@ func (inv *Inventory) detailSweep(ctx context.Context, every time.Duration, targ
 		}
 		if time.Since(published) >= detailPublishEvery {
 			inv.publishDetails(known)
+			inv.recordDetails(start, fails, lastErr)
 			published = time.Now()
 		}
 	}
 	inv.publishDetails(known)
-	inv.mu.Lock()
-	r := inv.runs[collDetails]
-	r.duration, r.success, r.err = time.Since(start), fails == 0, ""
-	if fails == 0 {
-		r.lastSuccess = time.Now()
-	} else {
-		r.err = lastErr
-	}
-	inv.mu.Unlock()
+	inv.recordDetails(start, fails, lastErr)
 	if fails > 0 {
 		level.Warn(inv.logger).Log("msg", "device details: some could not be read; what was read of them before is kept", "failed", fails, "of", len(targets), "err", lastErr)
+	}
+}
+
+// recordDetails sets the sweep's run status from what it read so far, each time what it read
+// is published: a sweep lasts the whole interval (an hour, say), and its status should not
+// wait for its end (nor say "failed" until then, as a run not yet ended does).
+func (inv *Inventory) recordDetails(start time.Time, fails int, lastErr string) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	r := inv.runs[collDetails]
+	r.duration, r.success, r.err = time.Since(start), fails == 0, lastErr
+	if fails == 0 {
+		r.lastSuccess = time.Now()
 	}
 }
 
