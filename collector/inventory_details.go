@@ -87,7 +87,9 @@ func (inv *Inventory) detailTargets() ([]detailTarget, map[string]deviceDetail) 
 func (inv *Inventory) detailSweep(ctx context.Context, every time.Duration, targets []detailTarget, known map[string]deviceDetail) {
 	start := time.Now()
 	pace := every / time.Duration(len(targets))
-	published := start
+	// The first read is published at once, with the sweep's status: before it, a sweep of an
+	// hour would show its collector as never run for the first 30 s.
+	var published time.Time
 	fails, lastErr := 0, ""
 	t := time.NewTicker(max(pace, time.Millisecond))
 	defer t.Stop()

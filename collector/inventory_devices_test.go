@@ -307,9 +307,11 @@ func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); f.inv.runDetails(ctx) }()
 	defer func() { cancel(); <-done }()
-	testutil.Eventually(t, 20*time.Second, func() bool { return !runOf(t, f.inv, collDetails).LastSuccess.IsZero() }, "a detail sweep")
-
 	disks, nics := simList(t, f.sim, "/api/vdisks/"), simList(t, f.sim, "/api/vmachine-infs/")
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		return !runOf(t, f.inv, collDetails).LastSuccess.IsZero() &&
+			len(series(t, f.inv, "veil_vdisk_snapshots")) == len(disks) && len(series(t, f.inv, "veil_domain_interface_up")) == len(nics)
+	}, "a whole detail sweep")
 	up, down, snapped := 0, 0, 0
 	for _, k := range disks {
 		id := k["id"].(string)
