@@ -17,9 +17,7 @@ import (
 // renderedSets are the rendered series of every controller, in configuration order: what a
 // scrape writes beside d.registry's live families.
 func (d *Daemon) renderedSets() []*exposition.Set {
-	d.mu.RLock()
-	ctrls := d.controllers
-	d.mu.RUnlock()
+	ctrls := d.exported()
 	sets := make([]*exposition.Set, 0, 2*len(ctrls))
 	for _, ct := range ctrls {
 		for _, p := range ct.parts {
@@ -31,16 +29,33 @@ func (d *Daemon) renderedSets() []*exposition.Set {
 	return sets
 }
 
+// exported lists the controllers whose series a scrape shows, in configuration order: all that
+// run, but with replicas only while their lease is valid. A released controller stays in
+// d.controllers until its loops have stopped (its forwarder saves its position under the lease
+// still held), and in that time veil_ha_leader already says 0 for it; its series go with it.
+func (d *Daemon) exported() []*controller {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return exported(d.controllers)
+}
+
+func exported(ctrls []*controller) []*controller {
+	out := ctrls[:0:0]
+	for _, ct := range ctrls {
+		if l := ct.lease.Load(); l == nil || l.Valid() {
+			out = append(out, ct)
+		}
+	}
+	return out
+}
+
 // renderedCollector encodes live what renderedSets hold, for name[] filters and the protobuf
 // text forms.
 type renderedCollector struct{ d *Daemon }
 
 func (renderedCollector) Describe(chan<- *prometheus.Desc) {}
 func (c renderedCollector) Collect(ch chan<- prometheus.Metric) {
-	c.d.mu.RLock()
-	ctrls := c.d.controllers
-	c.d.mu.RUnlock()
-	for _, ct := range ctrls {
+	for _, ct := range c.d.exported() {
 		for _, p := range ct.parts {
 			p.collectRendered(ch)
 		}
@@ -54,7 +69,7 @@ type controllersCollector struct{ d *Daemon }
 func (controllersCollector) Describe(chan<- *prometheus.Desc) {}
 func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
 	c.d.mu.RLock()
-	ctrls := c.d.controllers
+	ctrls := exported(c.d.controllers)
 	api := make([]*collector.APIMetrics, 0, len(ctrls))
 	for _, ct := range ctrls {
 		api = append(api, c.d.apiMetrics[ct.cfg.Name])
@@ -85,10 +100,9 @@ func reporters(ct *controller) []runstatus.Reporter {
 
 // runs snapshots what reports the runs of the controllers running now.
 func (d *Daemon) runs() []controllerRuns {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	out := make([]controllerRuns, 0, len(d.controllers))
-	for _, ct := range d.controllers {
+	ctrls := d.exported()
+	out := make([]controllerRuns, 0, len(ctrls))
+	for _, ct := range ctrls {
 		out = append(out, controllerRuns{controller: ct.cfg.Name, reporters: reporters(ct)})
 	}
 	return out

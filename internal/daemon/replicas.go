@@ -116,6 +116,9 @@ func (d *Daemon) released(name string) (stopped func()) {
 		return nil
 	}
 	return func() {
+		if d.beforeStop != nil {
+			d.beforeStop(name)
+		}
 		r.end()
 		d.inbox.post(func(d *Daemon) { d.stopLeased(name, r) })
 	}

@@ -155,13 +155,12 @@ func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
 
 	// Stop the replica that runs the most (SIGTERM): the others take its controllers over at
 	// once, well before its leases could expire, and forward what comes meanwhile exactly once.
-	victim := "pod-a"
-	for inst := range ds {
-		if m, _ := leads(t, ds[inst]); len(m) > len(o[victim]) {
-			victim = inst
+	victim, gone := "", []string(nil)
+	for _, inst := range []string{"pod-a", "pod-b", "pod-c"} {
+		if m, _ := leads(t, ds[inst]); victim == "" || len(m) > len(gone) {
+			victim, gone = inst, m
 		}
 	}
-	gone, _ := leads(t, ds[victim])
 	rest := []string{}
 	for inst := range ds {
 		if inst != victim {
@@ -189,4 +188,93 @@ func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
 	}
 	testutil.Eventually(t, 30*time.Second, func() bool { return streamMsgs(urls[0], stream) == total },
 		"%d events on the stream after the hand-over (has %d)", total, streamMsgs(urls[0], stream))
+}
+
+// TestReleasedControllerExportsNothing: pod-a runs both controllers; pod-b joins and one is
+// handed over to it. While pod-a's released controller is still stopping (held here), pod-a's
+// /metrics says veil_ha_leader 0 for it and exports none of its series.
+func TestReleasedControllerExportsNothing(t *testing.T) {
+	ns := testutil.StartNATS(t)
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	var ctrls strings.Builder
+	for i, n := range []string{"alpha", "bravo"} {
+		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: testutil.SecretToken, VMs: 1, InitialEvents: 5})
+		t.Cleanup(sim.Close)
+		ctrls.WriteString(testutil.ControllerYAML(n, sim.URL, tok))
+	}
+	config := func(instance string) string {
+		f := filepath.Join(dir, instance+".yaml")
+		cfg := "controllers:\n" + ctrls.String() + "collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
+			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+			fmt.Sprintf("nats:\n  url: %q\n", ns.URL()) +
+			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: 3s\n", instance)
+		if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	stopping := make(chan string, 1)
+	gate := make(chan struct{})
+	opened := false
+	defer func() {
+		if !opened {
+			close(gate)
+		}
+	}()
+	a := startDaemon(t, config("pod-a"), func(d *Daemon) {
+		d.beforeStop = func(name string) {
+			select {
+			case stopping <- name:
+			default:
+			}
+			<-gate
+		}
+	})
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		mine, foreign := leads(t, a)
+		return strings.Join(mine, ",") == "alpha,bravo" && len(foreign) == 0 && strings.Count(metricsOf(t, a), "veil_up{") == 2
+	}, "pod-a runs and exports both; logs:\n%s", a.logs)
+
+	startDaemon(t, config("pod-b"))
+	var moved string
+	select {
+	case moved = <-stopping:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("pod-a released nothing when pod-b joined; logs:\n%s", a.logs)
+	}
+	m := metricsOf(t, a)
+	if !strings.Contains(m, `veil_ha_leader{controller="`+moved+`"} 0`) {
+		t.Errorf("pod-a's veil_ha_leader for %s while it stops is not 0", moved)
+	}
+	if n := strings.Count(m, `controller="`+moved+`"`); n != 2 { // veil_ha_leader and its transitions
+		t.Errorf("pod-a exports %d series of %s, released and stopping; want only veil_ha_leader and veil_ha_lease_transitions_total:\n%s",
+			n, moved, grepLines(m, `controller="`+moved+`"`))
+	}
+	opened = true
+	close(gate)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		mine, foreign := leads(t, a)
+		return len(mine) == 1 && mine[0] != moved && len(foreign) == 0
+	}, "pod-a runs only the one it kept")
+}
+
+func metricsOf(t *testing.T, d *daemonUnderTest) string {
+	t.Helper()
+	code, m := d.get(t, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	return m
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
