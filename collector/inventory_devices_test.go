@@ -341,6 +341,20 @@ func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 		}
 	}
 	t.Logf("%d disks (%d with snapshots), %d interfaces (%d up, %d down)", len(disks), snapped, len(nics), up, down)
+	// The status page's "what is wrong" lists each interface whose link is down, by VM name, not as a failure.
+	listed := 0
+	for _, p := range f.inv.Problems() {
+		if p.Kind != "nic" {
+			continue
+		}
+		listed++
+		if v := value(t, f.inv, "veil_domain_interface_up{", `interface_id="`+p.ID+`"`); v != "0" || p.State != "link down" || p.Failure || p.Name == "" {
+			t.Errorf("problem %+v: interface up %s, want a link down (not a failure) by name", p, v)
+		}
+	}
+	if listed != down {
+		t.Errorf("%d interfaces listed as problems, %d are down", listed, down)
+	}
 	if down == 0 || up == 0 {
 		t.Fatalf("the simulator's interfaces are all up or all down (%d up, %d down): the test would not tell them apart", up, down)
 	}

@@ -18,7 +18,7 @@ import (
 
 // Problem is one object that is not as it should be.
 type Problem struct {
-	Kind  string // node, datapool, backup, guest, clock
+	Kind  string // node, datapool, nic, backup, guest, clock
 	ID    string
 	Name  string // verbose name; the id when it has none
 	State string // what is wrong: the status, "failed", "not answering", "off by 5.2s"
@@ -31,9 +31,9 @@ type Problem struct {
 // alert VeilGuestClockOffset's threshold.
 const ClockOffsetThreshold = 1.0 // seconds
 
-// Problems lists the nodes and datapools that are not ACTIVE, the VMs whose newest finished
-// backup failed and those without a successful backup within collect.backup_lookback, failures
-// first, then by kind and name.
+// Problems lists the nodes and datapools that are not ACTIVE, the VMs' network interfaces whose
+// link is down, the VMs whose newest finished backup failed and those without a successful
+// backup within collect.backup_lookback, failures first, then by kind and name.
 func (inv *Inventory) Problems() []Problem {
 	inv.mu.RLock()
 	snap := inv.snap
@@ -49,11 +49,19 @@ func (inv *Inventory) Problems() []Problem {
 			out = append(out, Problem{Kind: "datapool", ID: p.ID, Name: nameOr(p.VerboseName, p.ID), State: p.Status, Failure: objectFailed(p.Status)})
 		}
 	}
-	if snap.taskCounts != nil {
-		names := make(map[string]string, len(snap.domains))
-		for i := range snap.domains {
-			names[snap.domains[i].ID] = snap.domains[i].VerboseName
+	names := make(map[string]string, len(snap.domains))
+	for i := range snap.domains {
+		names[snap.domains[i].ID] = snap.domains[i].VerboseName
+	}
+	for i := range snap.interfaces {
+		// A link set down: listed, not a failure (an operator may have set it so). Interfaces of
+		// VMs not exported (domain_include/exclude, or gone since the lists were read) are not.
+		r := snap.interfaces[i].withDetail(snap.details)
+		if vm, ok := names[r.domainID]; ok && r.up == 0 {
+			out = append(out, Problem{Kind: "nic", ID: r.id, Name: nameOr(vm, r.domainID) + " " + nameOr(r.name, r.mac), State: "link down"})
 		}
+	}
+	if snap.taskCounts != nil {
 		backups := inv.backups.of(snap.domains)
 		for _, b := range backups {
 			if !b.succeeded {

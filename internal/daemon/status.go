@@ -90,7 +90,7 @@ type controllerStatus struct {
 
 // problem is one object that is not as it should be (collector.Problem).
 type problem struct {
-	Kind    string `json:"kind"` // node, datapool, backup, guest, clock
+	Kind    string `json:"kind"` // node, datapool, nic, backup, guest, clock
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	State   string `json:"state"`
