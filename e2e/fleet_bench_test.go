@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -185,10 +186,15 @@ func BenchmarkFleet(b *testing.B) {
 	for _, ids := range journal {
 		want += len(ids)
 	}
-	testutil.Eventually(b, 60*time.Second, func() bool {
-		info := streamInfo(js, fleetStream)
-		return info != nil && int(info.State.Msgs) >= want
-	}, "%d events on %s", want, fleetStream)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if info := streamInfo(js, fleetStream); info != nil && int(info.State.Msgs) >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			fleetShortfall(b, js, journal, leases.owners(), reps)
+			b.Fatalf("timed out after 60 s waiting for %d events on %s", want, fleetStream)
+		}
+	}
 	got := readWholeStream(b, js, fleetStream)
 	var lost, dup, disorder, foreign int
 	for _, n := range names {
@@ -228,6 +234,32 @@ func BenchmarkFleet(b *testing.B) {
 	b.ReportMetric(rssOne, "hwm-one-MiB")
 	b.ReportMetric(rssRep, "hwm-replica-MiB")
 	b.ReportMetric(float64(refusals), "inflight-refusals")
+}
+
+// fleetShortfall says, when the stream lacks events at the end, which controllers miss how
+// many, who holds each, and the last lines each replica logged about it.
+func fleetShortfall(b *testing.B, js jetstream.JetStream, journal map[string][]string, owners map[string]string, reps map[string]*replicaProc) {
+	got := readWholeStream(b, js, fleetStream)
+	for _, n := range slices.Sorted(maps.Keys(journal)) {
+		v := classify(journal[n], got[n])
+		if len(v.lost)+len(v.duplicated) == 0 {
+			continue
+		}
+		b.Logf("%s (held by %q): %d journal events, %d on the stream, %d missing (first %v), %d twice", n, owners[n],
+			len(journal[n]), len(got[n]), len(v.lost), v.lost[:min(3, len(v.lost))], len(v.duplicated))
+		for _, inst := range slices.Sorted(maps.Keys(reps)) {
+			log, _ := os.ReadFile(reps[inst].logPath)
+			var mine []string
+			for _, l := range strings.Split(string(log), "\n") {
+				if strings.Contains(l+" ", "controller="+n+" ") && !strings.Contains(l, "level=debug") {
+					mine = append(mine, l)
+				}
+			}
+			for _, l := range mine[max(0, len(mine)-12):] {
+				b.Logf("  %s: %s", inst, l)
+			}
+		}
+	}
 }
 
 // fleetSim is one bin/veil-sim process serving fleetControllers controllers.
