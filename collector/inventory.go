@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,7 +112,7 @@ type snapshot struct {
 	nodes        []veil.Node
 	clusters     []veil.Cluster
 	datapools    []veil.Datapool
-	domains      []veil.Domain // filtered
+	domains      []veil.Domain // filtered, sorted by id
 	domainsTotal int           // before filtering
 	domainsGen   uint64        // grows each time domains is replaced: the guest checker's cue
 	taskCounts   map[string]float64
@@ -590,6 +592,9 @@ func (inv *Inventory) collect(ctx context.Context, name string, start time.Time)
 			return nil, err
 		}
 		filtered := inv.filterDomains(v)
+		// By id: every VM family is then written in client_golang's order as it is emitted, and
+		// a render sorts none of them (sorting 10,000 lines per family was a third of its CPU).
+		slices.SortFunc(filtered, func(a, b veil.Domain) int { return strings.Compare(a.ID, b.ID) })
 		return func(s *snapshot) {
 			inv.observeListed(ClassDomain, raw)
 			s.domains, s.domainsTotal = filtered, len(v)

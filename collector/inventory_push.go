@@ -5,6 +5,7 @@ package collector
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -144,20 +145,20 @@ func (inv *Inventory) pushDomain(e *edit, f veil.PushFrame, del bool, now time.T
 	case f.Event == veil.PushDeleted:
 		snap.domainsTotal = max(0, snap.domainsTotal-1)
 	}
-	i := indexOf(snap.domains, f.ID, func(d veil.Domain) string { return d.ID })
+	i, found := slices.BinarySearchFunc(snap.domains, f.ID, func(d veil.Domain, id string) int { return strings.Compare(d.ID, id) })
 	keep := !del && len(inv.filterDomains([]veil.Domain{d})) == 1
-	if !keep && i < 0 {
+	if !keep && !found {
 		return ""
 	}
-	if !keep || i < 0 {
+	if !keep || !found {
 		snap.devicesGen++ // a VM came or went: the disks and interfaces shown follow it
 	}
 	own(&snap.domains, &e.domains)
 	switch {
-	case keep && i >= 0:
+	case keep && found:
 		snap.domains[i] = d
 	case keep:
-		snap.domains = append(snap.domains, d)
+		snap.domains = slices.Insert(snap.domains, i, d) // kept sorted by id
 	default:
 		snap.domains = slices.Delete(snap.domains, i, i+1)
 	}

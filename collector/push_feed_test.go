@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -110,6 +111,10 @@ func TestPushKeepsTheInventoryFresh(t *testing.T) {
 	tu.Eventually(t, 10*time.Second, func() bool { return inSync(t, f) }, "the pushed changes applied")
 	if _, ok := domainOf(f.inv, added[0]); !ok {
 		t.Fatal("the new VM is not in the inventory")
+	}
+	// Kept sorted by id through pushes (renders rely on it to sort nothing).
+	if !slices.IsSortedFunc(f.inv.Domains(), func(a, b veil.Domain) int { return strings.Compare(a.ID, b.ID) }) {
+		t.Error("the inventory's VMs are not sorted by id after the pushes")
 	}
 	tu.Eventually(t, 10*time.Second, func() bool {
 		return len(series(t, f.inv, "veil_domain_info", added[0])) == 1 && len(series(t, f.inv, "veil_domain_info", ids[2])) == 0
