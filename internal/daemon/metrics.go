@@ -33,6 +33,8 @@ func (d *Daemon) renderedSets() []*exposition.Set {
 // run, but with replicas only while their lease is valid. A released controller stays in
 // d.controllers until its loops have stopped (its forwarder saves its position under the lease
 // still held), and in that time veil_ha_leader already says 0 for it; its series go with it.
+// One scrape reads the rendered sets before the coordinator's gauge, so a lease that ends
+// between the two (microseconds) shows once with both.
 func (d *Daemon) exported() []*controller {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
