@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/veil-exporter/veil-exporter/veil"
 
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
@@ -53,6 +56,16 @@ func (p *position) published(created time.Time, id string) bool {
 		}
 	}
 	return false
+}
+
+// publishedEvent is published for e, and for an event that could not be read as one (its created
+// borrowed from a neighbour, which may differ between two reads of the journal) also any id
+// published at the position's instant.
+func (p *position) publishedEvent(e *veil.Event) bool {
+	if p.published(e.Created.Time, e.ID) {
+		return true
+	}
+	return e.Invalid != "" && p.Known && slices.Contains(p.IDs, e.ID)
 }
 
 // advance moves the position past one event published after it.

@@ -127,7 +127,7 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, co
 	fw.learnOrder(pg.Results)
 	d := fw.dir()
 	count = pg.Count
-	isNew := func(e veil.Event) bool { return !pos.published(e.Created.Time, e.ID) }
+	isNew := func(e veil.Event) bool { return !pos.publishedEvent(&e) }
 	pred := isNew // oldest first: the first new event
 	if d == newestFirst {
 		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event
@@ -391,6 +391,7 @@ func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, 
 	r := &reading{
 		fw: fw, pl: pl, pos: pos, d: fw.dir(), anchored: anchored, sl: newSlack(fw.slack, fw.page),
 		prefix: fw.stream.cfg.SubjectPrefix, source: fw.source, first: true, lastOff: b,
+		limit: fw.stream.messageLimit(),
 	}
 	defer func() { fw.slack = r.sl.load() }()
 	r.batch = r.newBatch()
@@ -425,6 +426,7 @@ type reading struct {
 	anchored       bool
 	sl             *slack
 	prefix, source string
+	limit          int // the largest message NATS takes (0: not known)
 	batch          sentBatch
 	first          bool   // no page taken yet
 	prevID         string // the newest event of the page before
@@ -432,7 +434,7 @@ type reading struct {
 }
 
 func (r *reading) newBatch() sentBatch {
-	return sentBatch{events: make([]veil.Event, 0, r.pl.size), msgs: make([]*nats.Msg, 0, r.pl.size)}
+	return sentBatch{events: make([]veil.Event, 0, r.pl.size), msgs: make([]*nats.Msg, 0, r.pl.size), rejected: make([]string, 0, r.pl.size)}
 }
 
 // take handles one page: its order, its overlap with what came before, its new events.
@@ -493,11 +495,11 @@ func (r *reading) overlap(chron []veil.Event, sp pageSpan, count int) (int, erro
 	m := -1
 	switch {
 	case r.first && r.anchored:
-		if len(chron) == 0 || !r.pos.published(chron[0].Created.Time, chron[0].ID) {
+		if len(chron) == 0 || !r.pos.publishedEvent(&chron[0]) {
 			return m, r.resync()
 		}
 		for i := range chron {
-			if r.pos.published(chron[i].Created.Time, chron[i].ID) {
+			if r.pos.publishedEvent(&chron[i]) {
 				m = i // the anchor: the newest published event
 			}
 		}
@@ -522,7 +524,11 @@ func (r *reading) overlap(chron []veil.Event, sp pageSpan, count int) (int, erro
 // publish takes the new events of chron (m: where it overlaps what came before) into batches.
 func (r *reading) publish(chron []veil.Event, m int) error {
 	for i, e := range chron {
-		if r.pos.published(e.Created.Time, e.ID) {
+		if e.Invalid != "" && e.Created.IsZero() && r.pos.Known {
+			// No created on the whole page: the journal lists it right after the event before.
+			e.Created = veil.Time{Time: r.pos.Created}
+		}
+		if r.pos.publishedEvent(&e) {
 			continue // the overlap, or a tie already published
 		}
 		if i < m && !(r.pos.Known && e.Created.Equal(r.pos.Created)) {
@@ -534,7 +540,9 @@ func (r *reading) publish(chron []veil.Event, m int) error {
 		r.pos.advance(e.Created.Time, e.ID)
 		b := &r.batch
 		b.events = append(b.events, e)
-		b.msgs = append(b.msgs, message(r.prefix, r.fw.opts.Controller, r.source, &b.events[len(b.events)-1], &r.pos, r.d))
+		m, reason := message(r.prefix, r.fw.opts.Controller, r.source, &b.events[len(b.events)-1], &r.pos, r.d, r.limit)
+		b.msgs = append(b.msgs, m)
+		b.rejected = append(b.rejected, reason)
 		if len(b.events) >= r.pl.size {
 			if err := r.flush(); err != nil {
 				return err

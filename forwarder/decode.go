@@ -8,7 +8,10 @@ package forwarder
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -45,19 +48,95 @@ func (fw *Forwarder) eventsPage(ctx context.Context, offset, limit int) (veil.Pa
 }
 
 // decodeEvents decodes the answer for a page read at offset: the envelope validated by the
-// client's rules, then each event.
+// client's rules, then each event. An event that cannot be read as one (not an object, no id, no
+// readable created) costs only itself (DESIGN §8): it is kept with Invalid set, the id given to it
+// (invalidID) and, for want of its own, the created of its older neighbour on the page
+// (neighbourCreated), so that the journal's order still places it; the forwarder publishes it to
+// the invalid subject.
 func decodeEvents(body []byte, offset int) (veil.Page[veil.Event], error) {
 	raw, err := veil.DecodePage[json.RawMessage](eventsPath, body, offset)
 	if err != nil {
 		return veil.Page[veil.Event]{}, err
 	}
 	pg := veil.Page[veil.Event]{Count: raw.Count, Results: make([]veil.Event, len(raw.Results))}
+	odd := false
 	for i, r := range raw.Results {
-		if err := decodeEvent(r, &pg.Results[i]); err != nil {
-			return veil.Page[veil.Event]{}, fmt.Errorf("veil: decoding %s (offset %d): result %d: %w", eventsPath, offset, offset+i, err)
+		e := &pg.Results[i]
+		err := decodeEvent(r, e)
+		switch {
+		case err != nil && errors.Is(err, errNotObject):
+			e.Invalid = rejectNotObject
+		case err != nil && errors.Is(err, errBadCreated):
+			e.Invalid = rejectBadCreated
+		case err != nil || e.ID == "":
+			e.Invalid = rejectNoID
+		case e.Created.IsZero():
+			e.Invalid = rejectBadCreated
+		}
+		if e.Invalid != "" {
+			odd = true
+			if e.ID == "" || e.Invalid == rejectNoID {
+				e.ID = invalidID(e.Raw)
+			}
+			e.Created = veil.Time{}
 		}
 	}
+	if odd {
+		neighbourCreated(pg.Results)
+	}
 	return pg, nil
+}
+
+// Reasons of veil_events_rejected_total for events that cannot be read as events.
+const (
+	rejectNoID       = "no_id"
+	rejectBadCreated = "bad_created"
+	rejectNotObject  = "not_an_object"
+)
+
+var (
+	errNotObject  = errors.New("not a JSON object")
+	errBadCreated = errors.New("created is not a time")
+)
+
+// invalidID is the id of an event that has none (or one that is not a string): "invalid-" and
+// the first 16 bytes of its body's SHA-256 in hex, the same at every read.
+func invalidID(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return "invalid-" + hex.EncodeToString(sum[:16])
+}
+
+// neighbourCreated gives each event without a created the created of its chronologically older
+// neighbour on the page (the newer one when it is the oldest of the page): the journal lists it
+// there, and a tie with its neighbour keeps every comparison of the forwarder in the list's order.
+// A page with no readable created at all leaves them zero (the reader then takes the position's).
+func neighbourCreated(items []veil.Event) {
+	older := -1 // the index step towards older events: -1 oldest first, +1 newest first
+	valid := items[:0:0]
+	for _, e := range items {
+		if e.Invalid == "" {
+			valid = append(valid, e)
+		}
+	}
+	if detect(valid) == newestFirst {
+		older = 1
+	}
+	for i := range items {
+		if items[i].Invalid == "" || !items[i].Created.IsZero() {
+			continue
+		}
+		for _, step := range [2]int{older, -older} {
+			for j := i + step; j >= 0 && j < len(items); j += step {
+				if items[j].Invalid == "" {
+					items[i].Created = items[j].Created
+					break
+				}
+			}
+			if !items[i].Created.IsZero() {
+				break
+			}
+		}
+	}
 }
 
 // decodeEvent fills e from one result the client has already validated as JSON: ID, Type,
@@ -68,13 +147,10 @@ func decodeEvents(body []byte, offset int) (veil.Page[veil.Event], error) {
 func decodeEvent(b []byte, e *veil.Event) error {
 	b = bytes.TrimSpace(b)
 	*e = veil.Event{Raw: b}
-	if string(b) == "null" {
-		return nil
-	}
 	if len(b) == 0 || b[0] != '{' {
-		return fmt.Errorf("got JSON %s, want an object", jsonKind(b))
+		return fmt.Errorf("%w: got JSON %s", errNotObject, jsonKind(b))
 	}
-	var err error
+	var err, createdErr error
 	forEachField(b, func(key, v []byte) {
 		switch {
 		case err != nil:
@@ -92,8 +168,9 @@ func decodeEvent(b []byte, e *veil.Event) error {
 			}
 		case keyIs(key, "created"):
 			var t veil.Time
+			createdErr = nil
 			if terr := t.UnmarshalJSON(v); terr != nil {
-				err = fmt.Errorf("field %q: %w", "created", terr)
+				createdErr = fmt.Errorf("field %q: %w: %w", "created", errBadCreated, terr)
 			}
 			e.Created = t
 		case keyIs(key, "entities"):
@@ -103,7 +180,7 @@ func decodeEvent(b []byte, e *veil.Event) error {
 	if err != nil {
 		return err
 	}
-	return nil
+	return createdErr
 }
 
 // eventMessage is the event's message (the status page shows it; nothing forwarded needs it, so

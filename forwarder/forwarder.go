@@ -77,6 +77,10 @@ type Status struct {
 	Subject string
 	// Recent holds the last events published and acknowledged, newest first (at most 20).
 	Recent []RecentEvent
+	// Rejected counts, by reason, the events published in another form than the controller
+	// sent them; RecentRejected lists the last of them, newest first (at most 20).
+	Rejected       map[string]uint64
+	RecentRejected []RejectedEvent
 }
 
 // GapEpisode is one time the position's event was found gone with the events after it not
@@ -160,6 +164,11 @@ type Forwarder struct {
 	// recent is a ring of the last acknowledged events; recentN counts all ever added.
 	recent  [recentLen]RecentEvent
 	recentN int
+	// rejected counts events published in another form by reason; rejectedRing holds the last
+	// (rejected.go).
+	rejected     map[string]uint64
+	rejectedRing [rejectedLen]RejectedEvent
+	rejectedN    int
 
 	descs descs
 }
@@ -172,7 +181,7 @@ type pubKey struct{ typ, class string }
 const maxEntityClasses = 50
 
 type descs struct {
-	published, pubErrors, dups, gaps, episodes, conflicts, adoptions, rewinds, republished, newestCreated, backlog, natsUp *prometheus.Desc
+	published, rejected, pubErrors, dups, gaps, episodes, conflicts, adoptions, rewinds, republished, newestCreated, backlog, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.
@@ -188,7 +197,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[pubKey]uint64{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true}
+		published: map[pubKey]uint64{}, rejected: map[string]uint64{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true}
 	fw.outage.Logger, fw.outage.Remind = fw.logger, failureLogEvery
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
@@ -237,6 +246,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 	const polled = " Updated by the event forwarder every events.poll_interval (more often while catching up)."
 	fw.descs = descs{
 		published:     prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged, by type (info, warning, error; any other type counts as other) and entity_class (of the first entity, none without one; at most 50 classes, further ones count as other)."+polled, []string{"type", "entity_class"}, c),
+		rejected:      prometheus.NewDesc("veil_events_rejected_total", "Events published in another form than the controller sent them, by reason: too_large (body cut to fit NATS max_payload), long_token (type or entity class cut in the subject), no_id, bad_created, not_an_object (published to <subject_prefix>.<controller>.invalid). Each is logged once at warn with its id."+polled, []string{"reason"}, c),
 		pubErrors:     prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts and position writes (retried)."+polled, nil, c),
 		dups:          prometheus.NewDesc("veil_events_duplicates_total", "Events read again and dropped because they were already published."+polled, nil, c),
 		gaps:          prometheus.NewDesc("veil_events_gaps_total", "Events lost at the source (deleted by retention) before they could be read: the exact count, or a lower bound when it is not known."+polled, nil, c),
@@ -554,6 +564,11 @@ func (fw *Forwarder) Status() Status {
 	for _, n := range fw.published {
 		s.Published += n
 	}
+	s.Rejected = make(map[string]uint64, len(fw.rejected))
+	for k, n := range fw.rejected {
+		s.Rejected[k] = n
+	}
+	s.RecentRejected = fw.recentRejected()
 	s.NATS = fw.stream.conn.Status()
 	return s
 }
@@ -573,7 +588,7 @@ func (fw *Forwarder) RunStatus() []runstatus.Status {
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
+	for _, x := range []*prometheus.Desc{d.published, d.rejected, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
 		ch <- x
 	}
 }
@@ -585,6 +600,9 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	d := fw.descs
 	for k, n := range fw.published {
 		ch <- prometheus.MustNewConstMetric(d.published, prometheus.CounterValue, float64(n), k.typ, k.class)
+	}
+	for reason, n := range fw.rejected {
+		ch <- prometheus.MustNewConstMetric(d.rejected, prometheus.CounterValue, float64(n), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(d.pubErrors, prometheus.CounterValue, float64(fw.pubErrors))
 	ch <- prometheus.MustNewConstMetric(d.dups, prometheus.CounterValue, float64(fw.dups))

@@ -53,6 +53,9 @@ const serialEvents = 100
 type sentBatch struct {
 	events []veil.Event
 	msgs   []*nats.Msg
+	// rejected says, for each event, why it could not go out as the controller sent it ("": it
+	// could): counted and logged once acknowledged.
+	rejected []string
 }
 
 // startPipeline sizes batches from max_pending (what may be unacknowledged at once: one batch),
@@ -125,7 +128,7 @@ func (p *pipeline) publish(ctx context.Context) {
 		fw.mu.Unlock()
 		n, last, err := fw.pub.publish(ctx, b.msgs, expect)
 		if n > 0 {
-			pos = fw.acknowledged(b.events[:n], b.msgs[:n], last)
+			pos = fw.acknowledged(b.events[:n], b.msgs[:n], b.rejected[:n], last)
 			p.acked += n
 			unsaved += n
 		}
@@ -175,7 +178,12 @@ func (fw *Forwarder) publishFailed(err error) {
 
 // acknowledged advances the position past events that the stream acknowledged together with all
 // events before them, the last with stream sequence seq (0: core NATS), and returns it.
-func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, seq uint64) position {
+func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, rejected []string, seq uint64) position {
+	for i, reason := range rejected {
+		if reason != "" {
+			fw.rejectedEvent(&events[i], msgs[i], reason)
+		}
+	}
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	if seq > 0 {
@@ -223,7 +231,7 @@ func (fw *Forwarder) classLabel(e *veil.Event) string {
 	if len(e.Entities) == 0 {
 		return "none"
 	}
-	c := sanitizeToken(e.Entities[0].Class)
+	c, _ := subjectToken(e.Entities[0].Class)
 	if fw.classes[c] {
 		return c
 	}

@@ -1,7 +1,10 @@
 package forwarder
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +12,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -16,24 +20,79 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// sanitizeToken makes s one NATS subject token (README: Events): no dot, space, * or >.
+// sanitizeToken makes s one NATS subject token (README: Events): no dot, space, * or >, and no
+// control character (the server ends a connection over a subject it cannot parse).
 func sanitizeToken(s string) string {
 	if s == "" {
 		return "unknown"
 	}
 	return strings.Map(func(r rune) rune {
-		if r == '.' || r == '*' || r == '>' || unicode.IsSpace(r) {
+		if r == '.' || r == '*' || r == '>' || unicode.IsSpace(r) || unicode.IsControl(r) {
 			return '_'
 		}
 		return r
 	}, s)
 }
 
+// maxTokenBytes bounds a subject token taken from the controller's data (an event's type or its
+// entity's class). NATS ends the connection of a client whose protocol line passes its
+// max_control_line (4 KiB by default): one event with a long type must not do that.
+const maxTokenBytes = 64
+
+// subjectToken is sanitizeToken bounded to maxTokenBytes: a longer token is cut and ends in '-'
+// and 8 hex digits of the whole value's SHA-256, so distinct long values stay distinct. It
+// reports whether it cut.
+func subjectToken(s string) (string, bool) {
+	t := sanitizeToken(s)
+	if len(t) <= maxTokenBytes {
+		return t, false
+	}
+	sum := sha256.Sum256([]byte(s))
+	cut := maxTokenBytes - 9
+	for cut > 0 && !utf8.RuneStart(t[cut]) {
+		cut--
+	}
+	return t[:cut] + "-" + hex.EncodeToString(sum[:4]), true
+}
+
+// maxAttrBytes bounds a CloudEvents attribute taken from the controller's data (ce-type,
+// ce-subject): the whole value stays in the body.
+const maxAttrBytes = 256
+
+// boundAttr cuts s to maxAttrBytes as subjectToken does (a hash suffix keeps values distinct).
+func boundAttr(s string) string {
+	if len(s) <= maxAttrBytes {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	cut := maxAttrBytes - 9
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "-" + hex.EncodeToString(sum[:4])
+}
+
+// Headers of an event that could not be published as the controller sent it (README: "Events
+// that cannot be published as they are").
+const (
+	// hdrRejected names why: too_large, long_token, no_id, bad_created, not_an_object.
+	hdrRejected = "Veil-Rejected"
+	// hdrOriginalSize is the size in bytes of the body as read, when it was cut.
+	hdrOriginalSize = "Veil-Original-Size"
+	// hdrCutFields lists the body's fields that were cut or left out, largest first.
+	hdrCutFields = "Veil-Cut-Fields"
+)
+
+// invalidToken is the subject token (in place of <type>.<entity_class>) of events that could not
+// be read as events: <prefix>.<controller>.invalid, under the controller's filter.
+const invalidToken = "invalid"
+
 // message builds the NATS message of one event: subject, CloudEvents binary headers, the headers
-// that resume from it (pos: the position with this event added), raw body. The header map is
-// sized once for every header the publish adds (position, expectation, batch): this runs for
-// every event of a catch-up.
-func message(prefix, controller, controllerURL string, e *veil.Event, pos *position, order direction) *nats.Msg {
+// that resume from it (pos: the position with this event added), the body (raw, or cut to fit
+// limit bytes with headers; limit 0: no limit). The header map is sized once for every header
+// the publish adds (position, expectation, batch): this runs for every event of a catch-up. It
+// returns why the event could not go out as it is ("" when it could).
+func message(prefix, controller, controllerURL string, e *veil.Event, pos *position, order direction, limit int) (*nats.Msg, string) {
 	class := "none"
 	subject := ""
 	if len(e.Entities) > 0 {
@@ -44,20 +103,131 @@ func message(prefix, controller, controllerURL string, e *veil.Event, pos *posit
 	if !e.Created.IsZero() {
 		ceTime = e.Created.UTC().Format(time.RFC3339Nano)
 	}
-	v := [...]string{id, "application/json", "1.0", ceHeader(id), ceHeader(controllerURL), ceHeader(prefix + "." + e.Type), ceTime, ceHeader(subject), "application/json"}
+	v := [...]string{id, "application/json", "1.0", ceHeader(id), ceHeader(controllerURL), ceHeader(boundAttr(prefix + "." + e.Type)), ceTime, ceHeader(boundAttr(subject)), "application/json"}
 	vals := v[:]
-	h := make(nats.Header, len(v)+8)
+	h := make(nats.Header, len(v)+11)
 	for i, k := range [...]string{nats.MsgIdHdr, "Content-Type", "ce-specversion", "ce-id", "ce-source", "ce-type", "ce-time", "ce-subject", "ce-datacontenttype"} {
 		if vals[i] != "" || (k != "ce-subject" && k != "ce-time") {
 			h[k] = vals[i : i+1 : i+1]
 		}
 	}
 	positionHeaders(h, pos, order)
-	return &nats.Msg{
-		Subject: prefix + "." + sanitizeToken(controller) + "." + sanitizeToken(e.Type) + "." + sanitizeToken(class),
-		Header:  h,
-		Data:    e.Raw,
+	reason := e.Invalid
+	var tail string
+	if reason != "" {
+		tail = invalidToken
+	} else {
+		typ, cutType := subjectToken(e.Type)
+		cls, cutClass := subjectToken(class)
+		tail = typ + "." + cls
+		if cutType || cutClass {
+			reason = rejectLongToken
+		}
 	}
+	data := []byte(e.Raw)
+	if limit > 0 {
+		if budget := limit - headerBytes(h) - publishHeaderReserve; len(data) > budget {
+			var cut []string
+			data, cut = boundBody(data, max(budget, minBodyBudget))
+			h[hdrOriginalSize] = []string{strconv.Itoa(len(e.Raw))}
+			h[hdrCutFields] = []string{strings.Join(cut, ",")}
+			if reason == "" {
+				reason = rejectTooLarge
+			}
+		}
+	}
+	if reason != "" {
+		h[hdrRejected] = []string{reason}
+	}
+	return &nats.Msg{
+		Subject: prefix + "." + sanitizeToken(controller) + "." + tail,
+		Header:  h,
+		Data:    data,
+	}, reason
+}
+
+// Reasons of veil_events_rejected_total.
+const (
+	rejectTooLarge  = "too_large"
+	rejectLongToken = "long_token"
+)
+
+// publishHeaderReserve is what the publish adds to a message's headers after message built it
+// (the expectation, the atomic batch's headers, the instant's first sequence), with room to spare.
+const publishHeaderReserve = 512
+
+// minBodyBudget is the least a cut body is given, whatever the headers take.
+const minBodyBudget = 1024
+
+// headerBytes is the size of h on the wire: "NATS/1.0\r\n", a "key: value\r\n" line per value
+// and the closing "\r\n".
+func headerBytes(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n
+}
+
+// boundBody makes an event's body fit budget bytes while staying the same JSON object: the
+// largest field is cut (a string to what fits, with "…" at its end) or left out (any other value),
+// then the next largest, until it fits; id, type and created are never left out. It returns the
+// body and the names of the fields cut. A body that is not an object becomes {}.
+func boundBody(raw []byte, budget int) ([]byte, []string) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return []byte("{}"), []string{"(not an object)"}
+	}
+	size := func() int {
+		n := 2
+		for k, v := range obj {
+			n += len(k) + len(v) + 4
+		}
+		return n
+	}
+	var cut []string
+	for over := size() - budget; over > 0; over = size() - budget {
+		key, largest := "", -1
+		for k, v := range obj {
+			if len(v) > largest && !(len(v) <= 64 && keepField(k)) {
+				key, largest = k, len(v)
+			}
+		}
+		if key == "" {
+			break
+		}
+		v := obj[key]
+		var s string
+		if v[0] == '"' && json.Unmarshal(v, &s) == nil && len(v)-over > 16 {
+			keep := min(len(s), max(0, len(v)-over-16))
+			for keep > 0 && keep < len(s) && !utf8.RuneStart(s[keep]) {
+				keep--
+			}
+			obj[key] = marshalPlain(s[:keep] + "…")
+		} else if keepField(key) {
+			obj[key] = json.RawMessage(`""`)
+		} else {
+			delete(obj, key)
+		}
+		cut = append(cut, key)
+	}
+	return marshalPlain(obj), cut
+}
+
+// marshalPlain is json.Marshal without HTML escaping (which would grow what was just cut).
+func marshalPlain(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // strings and raw values: cannot fail
+	return bytes.TrimRight(b.Bytes(), "\n")
+}
+
+// keepField says whether boundBody keeps a field, cut, rather than leave it out.
+func keepField(k string) bool {
+	return strings.EqualFold(k, "id") || strings.EqualFold(k, "type") || strings.EqualFold(k, "created")
 }
 
 // ceHeader percent-encodes a CloudEvents attribute value as the NATS protocol binding asks (as

@@ -46,7 +46,7 @@ func BenchmarkPublishOptions(b *testing.B) {
 		msgs := make([]*nats.Msg, len(evs))
 		for i := range evs {
 			pos.advance(evs[i].Created.Time, evs[i].ID)
-			msgs[i] = message("veil.events", "prod", "http://127.0.0.1", &evs[i], &pos, oldestFirst)
+			msgs[i], _ = message("veil.events", "prod", "http://127.0.0.1", &evs[i], &pos, oldestFirst, 0)
 		}
 		return msgs
 	}

@@ -295,7 +295,7 @@ func messagesOf(fw *Forwarder, events []veil.Event) []*nats.Msg {
 	msgs := make([]*nats.Msg, len(events))
 	for i := range events {
 		pos.advance(events[i].Created.Time, events[i].ID)
-		msgs[i] = message(fw.stream.cfg.SubjectPrefix, fw.opts.Controller, fw.source, &events[i], &pos, oldestFirst)
+		msgs[i], _ = message(fw.stream.cfg.SubjectPrefix, fw.opts.Controller, fw.source, &events[i], &pos, oldestFirst, 0)
 	}
 	return msgs
 }

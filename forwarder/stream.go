@@ -41,6 +41,22 @@ type Stream struct {
 	// learnt when the stream is set up.
 	atomic, expect atomic.Bool
 	featuresShown  bool // learnFeatures logged once; guarded by setupMu
+	// maxMsgSize is the stream's max_msg_size (0: none), learnt when it is set up.
+	maxMsgSize atomic.Int64
+}
+
+// messageLimit is the largest message (headers and body) the server and the stream take now: the
+// server's max_payload, or the stream's max_msg_size when smaller. 0 when not known (not
+// connected): message then leaves bodies as they are, and the publish fails and is retried.
+func (s *Stream) messageLimit() int {
+	limit := int64(0)
+	if nc := s.conn.NATS(); nc != nil && nc.IsConnected() {
+		limit = nc.MaxPayload()
+	}
+	if m := s.maxMsgSize.Load(); m > 0 && (limit <= 0 || m < limit) {
+		limit = m
+	}
+	return int(limit)
 }
 
 // NewStream returns the events stream of cfg on conn (the connection made with cfg). replicas
@@ -101,6 +117,7 @@ func (s *Stream) setUp(ctx context.Context) error {
 // change what is missing for the full guarantee.
 func (s *Stream) learnFeatures(sc jetstream.StreamConfig) {
 	v := s.conn.NATS().ConnectedServerVersion()
+	s.maxMsgSize.Store(max(int64(sc.MaxMsgSize), 0))
 	expect := serverAtLeast(v, 2, 11)
 	atomicOK := expect && sc.AllowAtomicPublish && serverAtLeast(v, 2, 12)
 	wasExpect, wasAtomic := s.expect.Swap(expect), s.atomic.Swap(atomicOK)

@@ -40,7 +40,7 @@ func TestMessageSubjectHeadersAndBody(t *testing.T) {
 			tt.ev.Created = veil.Time{Time: created}
 			pos := position{}
 			pos.advance(tt.ev.Created.Time, tt.ev.ID)
-			m := message("veil.events", tt.controller, "https://veil.example.com", &tt.ev, &pos, oldestFirst)
+			m, _ := message("veil.events", tt.controller, "https://veil.example.com", &tt.ev, &pos, oldestFirst, 0)
 			if m.Subject != tt.wantSubject {
 				t.Errorf("subject %q, want %q", m.Subject, tt.wantSubject)
 			}

@@ -205,6 +205,10 @@ type Event struct {
 	Task     string          `json:"task"`
 	Entities []EventEntity   `json:"entities"`
 	Raw      json.RawMessage `json:"-"`
+	// Invalid, set by the forwarder's decoder, says why the event could not be read as one
+	// (no_id, bad_created, not_an_object): it is forwarded as the controller sent it, to a
+	// subject of its own. "" for every readable event.
+	Invalid string `json:"-"`
 }
 
 // EventEntity names an object an event is about.

@@ -1,0 +1,277 @@
+package forwarder
+
+// Events the controller sends on a bad day (DESIGN §8): each costs only itself, is counted and
+// said, and every event after it still goes out once and in order. The journal is served from
+// memory (journal) so that any bytes at all can be put in it; NATS is a real server.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/veil-exporter/veil-exporter/config"
+	itest "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// journal is an event journal in memory, oldest first, served as the platform's pages.
+type journal struct {
+	mu     sync.Mutex
+	events []string // raw JSON of each result
+	n      int      // events added by good()
+	base   time.Time
+}
+
+func (j *journal) pageBody(_ context.Context, offset, limit int, _ string) ([]byte, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	end := min(len(j.events), offset+limit)
+	start := min(offset, end)
+	return fmt.Appendf(nil, `{"count":%d,"next":null,"previous":null,"results":[%s]}`, len(j.events), strings.Join(j.events[start:end], ",")), nil
+}
+
+// good adds n ordinary events a microsecond apart and returns their ids.
+func (j *journal) good(n int) []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ids := make([]string, n)
+	for i := range n {
+		j.n++
+		ids[i] = fmt.Sprintf("good-%05d", j.n)
+		j.events = append(j.events, fmt.Sprintf(`{"id":%q,"type":"info","message":"m","created":%q,"entities":[{"entity_uuid":"u","entity_class":"domain"}]}`,
+			ids[i], j.next().Format(time.RFC3339Nano)))
+	}
+	return ids
+}
+
+// next is the created of the next event: a microsecond after the one before.
+func (j *journal) next() time.Time {
+	return j.base.Add(time.Duration(len(j.events)) * time.Microsecond).UTC()
+}
+
+// add appends one raw result (its created, where it has one, is next()).
+func (j *journal) add(raw string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.events = append(j.events, strings.ReplaceAll(raw, "CREATED", j.next().Format(time.RFC3339Nano)))
+}
+
+// poisonRig is a forwarder over a journal, publishing to a real NATS server.
+type poisonRig struct {
+	j    *journal
+	ns   *itest.NATS
+	conn *natsconn.Conn
+	fw   *Forwarder
+	logs *syncBuf
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newPoisonRig(t *testing.T) *poisonRig {
+	t.Helper()
+	ns := itest.StartNATS(t)
+	nc := natsConfig(ns.URL())
+	conn, err := natsconn.Connect(nc, log.NewNopLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	cli, err := veil.New(veil.Config{URL: "http://127.0.0.1:1", Token: "jwt x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := config.Default().Events
+	ev.PollInterval = 50 * time.Millisecond
+	ev.Order, ev.Start = "oldest_first", "earliest"
+	ev.Checkpoint.Dir = t.TempDir()
+	logs := &syncBuf{}
+	fw, err := New(Options{Controller: "prod", ControllerURL: "https://veil", Client: cli, Events: ev,
+		Stream: NewStream(conn, nc, 1, nil), Logger: log.NewLogfmtLogger(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &journal{base: time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)}
+	fw.pager = j
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return &poisonRig{j: j, ns: ns, conn: conn, fw: fw, logs: logs}
+}
+
+// stored reads every message of the stream, in order.
+func (r *poisonRig) stored(t *testing.T) []jetstream.RawStreamMsg {
+	t.Helper()
+	nc, err := nats.Connect(r.ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "VEIL_EVENTS")
+	if err != nil {
+		return nil
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
+		}
+		out = append(out, *m)
+	}
+	return out
+}
+
+// waitStored waits until the stream holds n messages and returns them.
+func (r *poisonRig) waitStored(t *testing.T, n int) []jetstream.RawStreamMsg {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	got := r.stored(t)
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream holds %d messages, want %d; last error: %s; log:\n%.3000s", len(got), n, r.fw.Status().LastError, r.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the stream: nothing to wait on
+		got = r.stored(t)
+	}
+	return got
+}
+
+func TestEventsThatCannotBePublishedAsTheyAreCostOnlyThemselves(t *testing.T) {
+	r := newPoisonRig(t)
+	var want []string // Nats-Msg-Id of every message, in order
+	add := func(ids ...string) {
+		for _, id := range ids {
+			want = append(want, id)
+		}
+	}
+	add(r.j.good(20)...)
+	huge := strings.Repeat("x", 1536*1024) // over the server's max_payload of 1 MiB
+	r.j.add(`{"id":"huge","type":"error","created":"CREATED","message":"disk full","detail_message":"` + huge + `","entities":[]}`)
+	add("huge")
+	longType := strings.Repeat("t", 5000) // a subject longer than the server's max_control_line
+	r.j.add(`{"id":"long-type","type":"` + longType + `","created":"CREATED","entities":[{"entity_uuid":"u","entity_class":"` + strings.Repeat("c", 300) + `"}]}`)
+	add("long-type")
+	add(r.j.good(5)...)
+	r.j.add(`{"type":"info","created":"CREATED","message":"no id"}`)
+	add("?")
+	r.j.add(`{"id":"bad-created","type":"info","created":"yesterday"}`)
+	add("bad-created")
+	r.j.add(`{"id":"null-created","type":"info","created":null}`)
+	add("null-created")
+	r.j.add(`{"id":7,"type":"info","created":"CREATED"}`)
+	r.j.add(`"not an event"`)
+	add("?", "?") // ids given by the forwarder (invalid-<hash>): read back from the stream below
+	add(r.j.good(20)...)
+	got := r.waitStored(t, len(want))
+
+	var ids []string
+	bySubject := map[string]int{}
+	for _, m := range got {
+		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+		bySubject[m.Subject]++
+		if headerBytes(m.Header)+len(m.Data) > 1<<20 {
+			t.Errorf("message %s is %d bytes, over max_payload", m.Header.Get(nats.MsgIdHdr), headerBytes(m.Header)+len(m.Data))
+		}
+		for _, tok := range strings.Split(m.Subject, ".") {
+			if len(tok) > maxTokenBytes {
+				t.Errorf("subject token of %d bytes in %.80s…", len(tok), m.Subject)
+			}
+		}
+	}
+	for i := range want {
+		if want[i] == "?" && i < len(ids) && strings.HasPrefix(ids[i], "prod.invalid-") {
+			want[i] = strings.TrimPrefix(ids[i], "prod.")
+		}
+	}
+	exactlyOnceInOrder(t, "prod", want, ids)
+	for _, m := range got {
+		switch id := m.Header.Get(nats.MsgIdHdr); id {
+		case "prod.huge":
+			if m.Header.Get(hdrRejected) != rejectTooLarge || m.Header.Get(hdrOriginalSize) == "" || !strings.Contains(m.Header.Get(hdrCutFields), "detail_message") {
+				t.Errorf("huge: headers %v", m.Header)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(m.Data, &body); err != nil || body["id"] != "huge" || body["message"] != "disk full" {
+				t.Errorf("huge: body is not the event cut (%v): %.200s", err, m.Data)
+			}
+			if m.Subject != "veil.events.prod.error.none" {
+				t.Errorf("huge: subject %s", m.Subject)
+			}
+		case "prod.long-type":
+			if m.Header.Get(hdrRejected) != rejectLongToken || !strings.HasPrefix(m.Subject, "veil.events.prod.ttt") {
+				t.Errorf("long type: subject %.100s, headers %v", m.Subject, m.Header.Get(hdrRejected))
+			}
+			if string(m.Data) == "" || !strings.Contains(string(m.Data), longType) {
+				t.Errorf("long type: the body must keep the whole type")
+			}
+		}
+	}
+	if n := bySubject["veil.events.prod.invalid"]; n != 5 {
+		t.Errorf("%d messages on veil.events.prod.invalid, want 5 (no id, bad created, null created, id not a string, not an object)", n)
+	}
+	// Counted, said once each, NATS still connected, and forwarding goes on.
+	wantCounts := map[string]float64{rejectTooLarge: 1, rejectLongToken: 1, rejectNoID: 2, rejectBadCreated: 2, rejectNotObject: 1}
+	for reason, n := range wantCounts {
+		if got := r.fw.Status().Rejected[reason]; float64(got) != n {
+			t.Errorf("rejected %s = %d, want %v", reason, got, n)
+		}
+	}
+	if n := testutil.CollectAndCount(r.fw, "veil_events_rejected_total"); n < len(wantCounts) {
+		t.Errorf("veil_events_rejected_total has %d series, want %d", n, len(wantCounts))
+	}
+	if n := strings.Count(r.logs.String(), "event published in another form"); n != 7 {
+		t.Errorf("%d warn lines for rejected events, want 7:\n%s", n, r.logs.String())
+	}
+	if len(r.fw.Status().RecentRejected) != 7 {
+		t.Errorf("status lists %d rejected events, want 7", len(r.fw.Status().RecentRejected))
+	}
+	if !r.conn.Connected() {
+		t.Error("NATS disconnected")
+	}
+	more := r.j.good(10)
+	got = r.waitStored(t, len(want)+10)
+	want = append(want, more...)
+	ids = ids[:0]
+	for _, m := range got {
+		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+	}
+	exactlyOnceInOrder(t, "prod", want, ids)
+}

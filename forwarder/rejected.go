@@ -1,0 +1,57 @@
+package forwarder
+
+// Events that could not be published as the controller sent them (DESIGN §8): each is published
+// in a bounded form or to the controller's invalid subject (publish.go, decode.go), and once the
+// stream acknowledged it, it is counted by reason, logged once at warn with its id and listed on
+// the status page. Nothing here ever stops forwarding.
+
+import (
+	"time"
+
+	"github.com/go-kit/log/level"
+	"github.com/nats-io/nats.go"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// RejectedEvent is one event that went out in another form than the controller sent it.
+type RejectedEvent struct {
+	ID      string // the event's id (for an event without one: the id given to it, invalid-…)
+	Reason  string // too_large, long_token, no_id, bad_created, not_an_object
+	Subject string // where it was published
+	Size    int    // the body's size as read, in bytes
+	At      time.Time
+}
+
+// rejectedLen bounds Status.Rejected.
+const rejectedLen = 20
+
+// maxLoggedIDBytes bounds an id in a log line or on the status page (an id is the controller's
+// text too).
+const maxLoggedIDBytes = 128
+
+// rejectedEvent counts, logs and lists one event acknowledged in a form other than the one read.
+func (fw *Forwarder) rejectedEvent(e *veil.Event, m *nats.Msg, reason string) {
+	id := boundAttr(e.ID)
+	if len(id) > maxLoggedIDBytes {
+		id = id[:maxLoggedIDBytes]
+	}
+	r := RejectedEvent{ID: id, Reason: reason, Subject: boundAttr(m.Subject), Size: len(e.Raw), At: time.Now()}
+	fw.mu.Lock()
+	fw.rejected[reason]++
+	fw.rejectedRing[fw.rejectedN%rejectedLen] = r
+	fw.rejectedN++
+	fw.mu.Unlock()
+	level.Warn(fw.logger).Log("msg", "event published in another form than the controller sent it", "id", r.ID, "reason", reason,
+		"subject", r.Subject, "size", r.Size, "cut_fields", m.Header.Get(hdrCutFields))
+}
+
+// recentRejected is the ring of rejected events, newest first. fw.mu is held.
+func (fw *Forwarder) recentRejected() []RejectedEvent {
+	n := min(fw.rejectedN, rejectedLen)
+	out := make([]RejectedEvent, n)
+	for i := range n {
+		out[i] = fw.rejectedRing[(fw.rejectedN-1-i)%rejectedLen]
+	}
+	return out
+}
