@@ -434,7 +434,7 @@ type reading struct {
 }
 
 func (r *reading) newBatch() sentBatch {
-	return sentBatch{events: make([]veil.Event, 0, r.pl.size), msgs: make([]*nats.Msg, 0, r.pl.size), rejected: make([]string, 0, r.pl.size)}
+	return sentBatch{events: make([]veil.Event, 0, r.pl.size), msgs: make([]*nats.Msg, 0, r.pl.size)}
 }
 
 // take handles one page: its order, its overlap with what came before, its new events.
@@ -542,7 +542,9 @@ func (r *reading) publish(chron []veil.Event, m int) error {
 		b.events = append(b.events, e)
 		m, reason := message(r.prefix, r.fw.opts.Controller, r.source, &b.events[len(b.events)-1], &r.pos, r.d, r.limit)
 		b.msgs = append(b.msgs, m)
-		b.rejected = append(b.rejected, reason)
+		if reason != "" {
+			r.fw.rejectedEvent(&b.events[len(b.events)-1], m, reason)
+		}
 		if len(b.events) >= r.pl.size {
 			if err := r.flush(); err != nil {
 				return err

@@ -4,9 +4,11 @@ package forwarder
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -41,6 +43,14 @@ func TestDecodeEventMatchesVeil(t *testing.T) {
 		werr := json.Unmarshal([]byte(raw), &want)
 		var got veil.Event
 		gerr := decodeEvent([]byte(raw), &got)
+		if raw == "null" {
+			// veil.Event takes null for a zero event; the forwarder refuses it as not an event,
+			// and its page decoding publishes it to the invalid subject (TestDecodeEventsKeepsWhatIsNotAnEvent).
+			if !errors.Is(gerr, errNotObject) {
+				t.Errorf("null: error %v, want %v", gerr, errNotObject)
+			}
+			continue
+		}
 		if (werr == nil) != (gerr == nil) {
 			t.Errorf("%s: error %v, veil says %v", raw, gerr, werr)
 			continue
@@ -51,6 +61,46 @@ func TestDecodeEventMatchesVeil(t *testing.T) {
 		if got.ID != want.ID || got.Type != want.Type || !got.Created.Equal(want.Created.Time) ||
 			!reflect.DeepEqual(got.Entities, want.Entities) || string(got.Raw) != strings.TrimSpace(raw) {
 			t.Errorf("%s:\n got %+v\nwant %+v", raw, got, want)
+		}
+	}
+}
+
+// TestDecodeEventsKeepsWhatIsNotAnEvent: a page with results that are not events (no id, no
+// readable created, not an object) among good ones decodes whole; each odd result is marked with
+// its reason, given an id of its body's hash when it has none, and its older neighbour's created.
+func TestDecodeEventsKeepsWhatIsNotAnEvent(t *testing.T) {
+	body := `{"count":7,"results":[` +
+		`{"id":"a","created":"2021-08-20T10:00:00Z"},` +
+		`{"id":"b","created":"yesterday"},` +
+		`{"created":"2021-08-20T10:00:01Z"},` +
+		`null,` +
+		`{"id":"c","created":"2021-08-20T10:00:02Z"},` +
+		`{"id":5,"created":"2021-08-20T10:00:03Z"},` +
+		`{"id":"d","created":null}]}`
+	pg, err := decodeEvents([]byte(body), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) time.Time { v, _ := time.Parse(time.RFC3339, s); return v }
+	want := []struct {
+		id, invalid string
+		created     time.Time
+	}{
+		{"a", "", at("2021-08-20T10:00:00Z")},
+		{"b", rejectBadCreated, at("2021-08-20T10:00:00Z")},
+		{invalidID([]byte(`{"created":"2021-08-20T10:00:01Z"}`)), rejectNoID, at("2021-08-20T10:00:00Z")},
+		{invalidID([]byte(`null`)), rejectNotObject, at("2021-08-20T10:00:00Z")},
+		{"c", "", at("2021-08-20T10:00:02Z")},
+		{invalidID([]byte(`{"id":5,"created":"2021-08-20T10:00:03Z"}`)), rejectNoID, at("2021-08-20T10:00:02Z")},
+		{"d", rejectBadCreated, at("2021-08-20T10:00:02Z")},
+	}
+	if len(pg.Results) != len(want) {
+		t.Fatalf("%d results, want %d", len(pg.Results), len(want))
+	}
+	for i, w := range want {
+		g := pg.Results[i]
+		if g.ID != w.id || g.Invalid != w.invalid || !g.Created.Equal(w.created) {
+			t.Errorf("result %d: id %q invalid %q created %v; want %q %q %v", i, g.ID, g.Invalid, g.Created, w.id, w.invalid, w.created)
 		}
 	}
 }

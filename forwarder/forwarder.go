@@ -131,6 +131,9 @@ type Forwarder struct {
 	seq      uint64
 	epoch    uint64
 	needSync bool
+	// inst is the instant of the newest message published (streampos.go): the sequence its
+	// messages carry in hdrInstantFrom.
+	inst instant
 	// conflicts counts publishes the stream refused; inConflict that the last publish was one
 	// (one log line per episode).
 	conflicts  uint64
@@ -169,6 +172,8 @@ type Forwarder struct {
 	rejected     map[string]uint64
 	rejectedRing [rejectedLen]RejectedEvent
 	rejectedN    int
+	rejectedSeen map[string]struct{} // the last rejectedMemory events counted (rejectedKeys, oldest first)
+	rejectedKeys []string
 
 	descs descs
 }
@@ -197,7 +202,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[pubKey]uint64{}, rejected: map[string]uint64{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true}
+		published: map[pubKey]uint64{}, rejected: map[string]uint64{rejectTooLarge: 0, rejectLongToken: 0, rejectNoID: 0, rejectBadCreated: 0, rejectNotObject: 0}, rejectedSeen: map[string]struct{}{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true}
 	fw.outage.Logger, fw.outage.Remind = fw.logger, failureLogEvery
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")

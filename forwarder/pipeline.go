@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-kit/log/level"
@@ -53,9 +55,6 @@ const serialEvents = 100
 type sentBatch struct {
 	events []veil.Event
 	msgs   []*nats.Msg
-	// rejected says, for each event, why it could not go out as the controller sent it ("": it
-	// could): counted and logged once acknowledged.
-	rejected []string
 }
 
 // startPipeline sizes batches from max_pending (what may be unacknowledged at once: one batch),
@@ -125,10 +124,11 @@ func (p *pipeline) publish(ctx context.Context) {
 		}
 		fw.mu.Lock()
 		expect := fw.seq
+		fw.markInstants(b, expect)
 		fw.mu.Unlock()
 		n, last, err := fw.pub.publish(ctx, b.msgs, expect)
 		if n > 0 {
-			pos = fw.acknowledged(b.events[:n], b.msgs[:n], b.rejected[:n], last)
+			pos = fw.acknowledged(b.events[:n], b.msgs[:n], last)
 			p.acked += n
 			unsaved += n
 		}
@@ -156,6 +156,21 @@ func (p *pipeline) publish(ctx context.Context) {
 	}
 }
 
+// markInstants gives each message of b that shares its instant with an earlier one a stream
+// sequence before the first message of that instant (hdrInstantFrom): expect, the controller's
+// newest sequence before b, for an instant that begins in b. fw.mu is held.
+func (fw *Forwarder) markInstants(b sentBatch, expect uint64) {
+	for i, m := range b.msgs {
+		c := b.events[i].Created.Time
+		if !fw.inst.known || !c.Equal(fw.inst.created) {
+			fw.inst = instant{known: true, created: c, from: expect}
+		}
+		if _, many := m.Header[hdrCreatedCount]; many || strings.Contains(m.Header.Get(hdrCreatedIDs), `","`) {
+			m.Header[hdrInstantFrom] = []string{strconv.FormatUint(fw.inst.from, 10)}
+		}
+	}
+}
+
 // publishFailed counts a failed publish. A refused expectation is a conflict, logged once per
 // episode; any failure leaves the stream's state uncertain (a timeout may have stored the batch),
 // so the next cycle reads the position from the stream first.
@@ -178,12 +193,7 @@ func (fw *Forwarder) publishFailed(err error) {
 
 // acknowledged advances the position past events that the stream acknowledged together with all
 // events before them, the last with stream sequence seq (0: core NATS), and returns it.
-func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, rejected []string, seq uint64) position {
-	for i, reason := range rejected {
-		if reason != "" {
-			fw.rejectedEvent(&events[i], msgs[i], reason)
-		}
-	}
+func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, seq uint64) position {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	if seq > 0 {

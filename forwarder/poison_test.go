@@ -59,6 +59,20 @@ func (j *journal) next() time.Time {
 	return j.base.Add(time.Duration(len(j.events)) * time.Microsecond).UTC()
 }
 
+// ties adds n ordinary events sharing one created instant and returns their ids.
+func (j *journal) ties(n int) []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	at := j.next().Format(time.RFC3339Nano)
+	ids := make([]string, n)
+	for i := range n {
+		j.n++
+		ids[i] = fmt.Sprintf("tie-%05d", j.n)
+		j.events = append(j.events, fmt.Sprintf(`{"id":%q,"type":"info","created":%q}`, ids[i], at))
+	}
+	return ids
+}
+
 // add appends one raw result (its created, where it has one, is next()).
 func (j *journal) add(raw string) {
 	j.mu.Lock()
@@ -71,8 +85,9 @@ type poisonRig struct {
 	j    *journal
 	ns   *itest.NATS
 	conn *natsconn.Conn
-	fw   *Forwarder
-	logs *syncBuf
+	fw    *Forwarder
+	logs  *syncBuf
+	stops []func()
 }
 
 type syncBuf struct {
@@ -109,24 +124,36 @@ func newPoisonRig(t *testing.T) *poisonRig {
 	ev.PollInterval = 50 * time.Millisecond
 	ev.Order, ev.Start = "oldest_first", "earliest"
 	ev.Checkpoint.Dir = t.TempDir()
-	logs := &syncBuf{}
+	r := &poisonRig{j: &journal{base: time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)}, ns: ns, conn: conn, logs: &syncBuf{}}
+	r.fw = r.start(t, NewStream(conn, nc, 1, nil), cli, ev)
+	return r
+}
+
+// start runs a forwarder of controller prod over the rig's journal, with ev (a checkpoint
+// directory of its own), until the test ends or the function it returns is called.
+func (r *poisonRig) start(t *testing.T, stream *Stream, cli *veil.Client, ev config.Events) *Forwarder {
+	t.Helper()
 	fw, err := New(Options{Controller: "prod", ControllerURL: "https://veil", Client: cli, Events: ev,
-		Stream: NewStream(conn, nc, 1, nil), Logger: log.NewLogfmtLogger(logs)})
+		Stream: stream, Logger: log.NewLogfmtLogger(r.logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &journal{base: time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)}
-	fw.pager = j
+	fw.pager = r.j
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- fw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return &poisonRig{j: j, ns: ns, conn: conn, fw: fw, logs: logs}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	r.stops = append(r.stops, stop)
+	return fw
 }
 
 // stored reads every message of the stream, in order.
@@ -254,10 +281,10 @@ func TestEventsThatCannotBePublishedAsTheyAreCostOnlyThemselves(t *testing.T) {
 			t.Errorf("rejected %s = %d, want %v", reason, got, n)
 		}
 	}
-	if n := testutil.CollectAndCount(r.fw, "veil_events_rejected_total"); n < len(wantCounts) {
+	if n := testutil.CollectAndCount(r.fw, "veil_events_rejected_total"); n != len(wantCounts) {
 		t.Errorf("veil_events_rejected_total has %d series, want %d", n, len(wantCounts))
 	}
-	if n := strings.Count(r.logs.String(), "event published in another form"); n != 7 {
+	if n := strings.Count(r.logs.String(), "event cannot be published as the controller sent it"); n != 7 {
 		t.Errorf("%d warn lines for rejected events, want 7:\n%s", n, r.logs.String())
 	}
 	if len(r.fw.Status().RecentRejected) != 7 {
@@ -274,4 +301,58 @@ func TestEventsThatCannotBePublishedAsTheyAreCostOnlyThemselves(t *testing.T) {
 		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
 	}
 	exactlyOnceInOrder(t, "prod", want, ids)
+}
+
+// TestHeadersStayBoundedWhateverTheEventsAtOneInstant publishes thousands of events sharing one
+// instant: no message carries more than a few KiB of headers, and a forwarder that starts from the
+// stream alone (no stored position) reads the instant's ids back from the stream and publishes
+// only what is new, also new events of that same instant.
+func TestHeadersStayBoundedWhateverTheEventsAtOneInstant(t *testing.T) {
+	r := newPoisonRig(t)
+	want := r.j.good(3)
+	want = append(want, r.j.ties(3000)...)
+	got := r.waitStored(t, len(want))
+	maxHdr := 0
+	var ids []string
+	for _, m := range got {
+		maxHdr = max(maxHdr, headerBytes(m.Header))
+		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+	}
+	if maxHdr > 4096 {
+		t.Errorf("a message carries %d bytes of headers, want at most 4 KiB", maxHdr)
+	}
+	exactlyOnceInOrder(t, "prod", want, ids)
+	last := got[len(got)-1]
+	// Published in one batch after nothing: the instant's first message follows sequence 0 at most.
+	if last.Header.Get(hdrCreatedCount) != "3000" || last.Header.Get(hdrInstantFrom) != "0" {
+		t.Errorf("the last message says count %q, from sequence %q; want 3000 and 0", last.Header.Get(hdrCreatedCount), last.Header.Get(hdrInstantFrom))
+	}
+	r.stops[0]()
+
+	// The same instant grows while no forwarder runs; a new one starts with no stored position.
+	j := r.j
+	j.mu.Lock()
+	at := j.events[len(j.events)-1]
+	j.mu.Unlock()
+	var created struct{ Created string }
+	_ = json.Unmarshal([]byte(at), &created)
+	more := []string{"late-tie-1", "late-tie-2"}
+	for _, id := range more {
+		j.add(fmt.Sprintf(`{"id":%q,"type":"info","created":%q}`, id, created.Created))
+	}
+	more = append(more, j.good(5)...)
+	want = append(want, more...)
+	ev := r.fw.opts.Events
+	ev.Checkpoint.Dir = t.TempDir()
+	fw := r.start(t, r.fw.stream, r.fw.opts.Client, ev)
+	got = r.waitStored(t, len(want))
+	ids = ids[:0]
+	for _, m := range got {
+		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+	}
+	exactlyOnceInOrder(t, "prod", want, ids)
+	itest.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published >= uint64(len(more)) }, "the new forwarder's count")
+	if n := fw.Status().Published; n != uint64(len(more)) {
+		t.Errorf("the new forwarder published %d events, want only the %d new ones (it must not send the instant's again)", n, len(more))
+	}
 }

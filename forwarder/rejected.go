@@ -1,9 +1,11 @@
 package forwarder
 
 // Events that could not be published as the controller sent them (DESIGN §8): each is published
-// in a bounded form or to the controller's invalid subject (publish.go, decode.go), and once the
-// stream acknowledged it, it is counted by reason, logged once at warn with its id and listed on
-// the status page. Nothing here ever stops forwarding.
+// in a bounded form or to the controller's invalid subject (publish.go, decode.go), and when its
+// message is built it is counted by reason, logged once at warn with its id and listed on the
+// status page. A message built again (its publish failed or was not acknowledged, and the journal
+// is read again) is not counted again: the last rejectedMemory events are remembered. Nothing here
+// ever stops forwarding.
 
 import (
 	"time"
@@ -30,19 +32,33 @@ const rejectedLen = 20
 // text too).
 const maxLoggedIDBytes = 128
 
-// rejectedEvent counts, logs and lists one event acknowledged in a form other than the one read.
+// rejectedMemory is how many rejected events are remembered so as to count each once.
+const rejectedMemory = 256
+
+// rejectedEvent counts, logs and lists one event going out in another form than the one read.
 func (fw *Forwarder) rejectedEvent(e *veil.Event, m *nats.Msg, reason string) {
 	id := boundAttr(e.ID)
 	if len(id) > maxLoggedIDBytes {
 		id = id[:maxLoggedIDBytes]
 	}
 	r := RejectedEvent{ID: id, Reason: reason, Subject: boundAttr(m.Subject), Size: len(e.Raw), At: time.Now()}
+	key := e.ID + "\x00" + e.Created.UTC().Format(time.RFC3339Nano)
 	fw.mu.Lock()
+	if _, seen := fw.rejectedSeen[key]; seen {
+		fw.mu.Unlock()
+		return
+	}
+	if len(fw.rejectedKeys) >= rejectedMemory {
+		delete(fw.rejectedSeen, fw.rejectedKeys[0])
+		fw.rejectedKeys = fw.rejectedKeys[1:]
+	}
+	fw.rejectedSeen[key] = struct{}{}
+	fw.rejectedKeys = append(fw.rejectedKeys, key)
 	fw.rejected[reason]++
 	fw.rejectedRing[fw.rejectedN%rejectedLen] = r
 	fw.rejectedN++
 	fw.mu.Unlock()
-	level.Warn(fw.logger).Log("msg", "event published in another form than the controller sent it", "id", r.ID, "reason", reason,
+	level.Warn(fw.logger).Log("msg", "event cannot be published as the controller sent it: publishing it in a bounded form", "id", r.ID, "reason", reason,
 		"subject", r.Subject, "size", r.Size, "cut_fields", m.Header.Get(hdrCutFields))
 }
 

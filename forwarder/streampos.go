@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-kit/log/level"
@@ -28,7 +30,18 @@ const (
 	hdrCreatedIDs = "Veil-Created-Ids"
 	// hdrOrder is the order the journal was read in (oldest_first, newest_first).
 	hdrOrder = "Veil-Journal-Order"
+	// hdrCreatedCount, on a message whose instant holds more ids than hdrCreatedIDs lists (the
+	// last maxHeaderIDs of them), is how many there are.
+	hdrCreatedCount = "Veil-Created-Count"
+	// hdrInstantFrom, on a message that shares its instant with an earlier one, is a stream
+	// sequence before the first message of that instant: the ids not listed are read back from
+	// the messages after it (instantIDs).
+	hdrInstantFrom = "Veil-Created-After-Seq"
 )
+
+// maxHeaderIDs bounds the ids a message lists: the headers stay a few KiB, whatever the number of
+// events at one instant (thousands at once on a boot storm).
+const maxHeaderIDs = 32
 
 // Expectation headers the stream leader enforces (nats-server 2.11+).
 const (
@@ -39,7 +52,12 @@ const (
 // positionHeaders adds what resumes from this message: its created and the ids published at that
 // instant (pos after the event was added to it).
 func positionHeaders(h nats.Header, pos *position, order direction) {
-	ids, _ := json.Marshal(pos.IDs)
+	list := pos.IDs
+	if len(list) > maxHeaderIDs {
+		list = list[len(list)-maxHeaderIDs:]
+		h[hdrCreatedCount] = []string{strconv.Itoa(len(pos.IDs))}
+	}
+	ids, _ := json.Marshal(list)
 	h[hdrCreated] = []string{pos.Created.UTC().Format(time.RFC3339Nano)}
 	h[hdrCreatedIDs] = []string{string(ids)}
 	h[hdrOrder] = []string{order.String()}
@@ -81,6 +99,60 @@ func decodeEventKey(body []byte, k *eventKey) error {
 	}
 	k.id, k.created = e.ID, e.Created.Time
 	return nil
+}
+
+// instant is the created instant of the newest message published or being published, and a
+// stream sequence before the first message of it (hdrInstantFrom).
+type instant struct {
+	known   bool
+	created time.Time
+	from    uint64
+}
+
+// completeInstant reads back the ids m's headers do not list (its instant holds more than
+// maxHeaderIDs) from the controller's messages after the sequence hdrInstantFrom gives, and
+// returns that sequence (m.seq-1 when m is the first of its instant). Should the stream hold
+// fewer than the count says (a message deleted since), what it holds is used and that is said:
+// the duplicate window then guards the few that may go out again.
+func (fw *Forwarder) completeInstant(ctx context.Context, m *storedMsg, sp *position) (uint64, error) {
+	from := m.seq - 1
+	if f := m.header.Get(hdrInstantFrom); f != "" {
+		if v, err := strconv.ParseUint(f, 10, 64); err == nil && v < m.seq {
+			from = v
+		}
+	}
+	count, _ := strconv.Atoi(m.header.Get(hdrCreatedCount))
+	if count <= len(sp.IDs) {
+		return from, nil
+	}
+	created := m.header.Get(hdrCreated)
+	prefix := fw.opts.Controller + "."
+	var ids []string
+	c, timeout := fw.stream.conn, fw.stream.cfg.JetStream.PublishTimeout
+	for seq := from + 1; seq <= m.seq; {
+		x, err := getMessage(ctx, c, timeout, fw.stream.cfg.JetStream.Stream, msgGet{Seq: seq, NextBySubject: fw.subjectFilter()})
+		if err != nil {
+			return 0, err
+		}
+		if x == nil || x.seq > m.seq {
+			break
+		}
+		if x.header.Get(hdrCreated) == created {
+			ids = append(ids, strings.TrimPrefix(x.header.Get(nats.MsgIdHdr), prefix))
+		}
+		seq = x.seq + 1
+	}
+	if len(ids) != count {
+		level.Warn(fw.logger).Log("msg", "the stream holds fewer messages of the position's instant than its newest message counts: the events not found may be published again (the duplicate window drops them)",
+			"created", created, "count", count, "found", len(ids), "stream_seq", m.seq)
+		for _, id := range sp.IDs {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	sp.IDs = ids
+	return from, nil
 }
 
 // compare orders two positions: -1 when p is before q, 1 after, 0 the same. At one instant the
@@ -148,12 +220,17 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 		return fmt.Errorf("couldn't read the position from the stream: %w", err)
 	}
 	var sp position
+	var from uint64
 	if m != nil {
 		if sp, err = streamPosition(m.header, m.data); err != nil {
 			return fmt.Errorf("couldn't read the position from stream message %d: %w", m.seq, err)
 		}
+		if from, err = fw.completeInstant(ctx, m, &sp); err != nil {
+			return fmt.Errorf("couldn't read the position from the stream: %w", err)
+		}
 	}
 	fw.mu.Lock()
+	fw.inst = instant{known: m != nil, created: sp.Created, from: from}
 	cur := fw.pos
 	var rewound *Rewind
 	changed := false
@@ -215,9 +292,20 @@ type storedMsg struct {
 // lastMessage reads the newest message matching filter through the stream leader's message get
 // API (not a direct get, which a lagging follower may answer); nil when there is none.
 func lastMessage(ctx context.Context, c *natsconn.Conn, timeout time.Duration, stream, filter string) (*storedMsg, error) {
-	req, _ := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{filter})
+	return getMessage(ctx, c, timeout, stream, msgGet{LastBySubject: filter})
+}
+
+// msgGet is a request of the stream's message get API.
+type msgGet struct {
+	Seq           uint64 `json:"seq,omitempty"`
+	LastBySubject string `json:"last_by_subj,omitempty"`
+	NextBySubject string `json:"next_by_subj,omitempty"`
+}
+
+// getMessage reads one message through the stream leader's message get API; nil when there is
+// none.
+func getMessage(ctx context.Context, c *natsconn.Conn, timeout time.Duration, stream string, get msgGet) (*storedMsg, error) {
+	req, _ := json.Marshal(get)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := c.NATS().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
