@@ -81,9 +81,10 @@ type Coordinator struct {
 	releases    sync.WaitGroup  // of releasing
 	transitions map[string]uint64
 	lastErr     string
-	outage      runstatus.Outage // logs a run of failures to reach the bucket
-	beforeTick  func()           // set by tests before Run: runs at the start of every renew period
-	announce    bool             // controllers changed since the last announcement
+	outage      runstatus.Outage                            // logs a run of failures to reach the bucket
+	beforeTick  func()                                      // set by tests before Run: runs at the start of every renew period
+	wrapKV      func(jetstream.KeyValue) jetstream.KeyValue // set by tests before Run: a slow bucket
+	announce    bool                                        // controllers changed since the last announcement
 	dupWarned   bool
 
 	// Used by Run's goroutine only.
@@ -215,6 +216,9 @@ func (c *Coordinator) Run(ctx context.Context) {
 	kv := c.open(ctx)
 	if kv == nil {
 		return
+	}
+	if c.wrapKV != nil {
+		kv = c.wrapKV(kv)
 	}
 	c.startWatch(ctx, kv)
 	defer func() { c.watchStop() }()
