@@ -12,7 +12,10 @@
 //	instances.<instance>  {instance, nonce, started, renewed, controllers}
 //
 // A replica announces itself every lease_ttl/3 (Put on its instances key) and renews each lease
-// it holds as often with Update at the revision it last wrote. It acquires a controller with
+// it holds as often with Update at the revision it last wrote, on a goroutine of its own (the
+// renewer): nothing the coordinator's loop waits for (acquisitions, hand-overs, a bucket that
+// answers slowly on a busy machine) delays a renewal, and a failed renewal is tried again
+// within lease_ttl/12. It acquires a controller with
 // Create when the key is absent or deleted, or Update at the revision it saw when that
 // revision has not changed for lease_ttl. Expiry is judged on the observer's monotonic clock
 // from when it first saw a revision, never on timestamps written by another host, so clock

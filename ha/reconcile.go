@@ -18,12 +18,16 @@ import (
 // reconcile lets go of ended leases, acquires what this replica should own and hands over one
 // controller that another replica should own.
 func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
-	var expired []*Lease
+	var expired, lost []*Lease
 	for _, l := range c.heldLeases() {
-		if !l.Valid() {
+		switch {
+		case l.lost.Load():
+			lost = append(lost, l)
+		case !l.Valid():
 			expired = append(expired, l)
 		}
 	}
+	c.drop(ctx, kv, lost, "lost: another replica took it", false)
 	c.drop(ctx, kv, expired, "expired: not renewed in time", true)
 	c.mu.Lock()
 	announce := c.announce
