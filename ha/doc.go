@@ -25,7 +25,8 @@
 //
 // The desired owner of a controller is chosen by rendezvous hashing over the live instances
 // that announce it (live: record changed within lease_ttl), bounded so that the counts differ
-// by at most one, and sticky: a live holder keeps what it holds up to its share (see assign),
+// by at most one, and sticky: a live holder keeps what it holds up to its share, what it has
+// held longest first (see assignSince),
 // so when a replica dies only its controllers move. A replica acquires free leases it is the
 // desired owner of, or any free lease nobody took for a lease_ttl. It hands a controller over (stops it, then
 // deletes the key at its revision) when another live instance is its desired owner: one
