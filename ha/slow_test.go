@@ -81,8 +81,10 @@ func (s *slowKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDel
 // a call, 1.85 s of the 2.4 s a lease stays valid after a renewal is sent). But the take-over
 // adds the survivor's acquisitions to its round, and a round that renews only after its
 // announcement and its previous round's acquisitions renewed 2.55 s after the previous
-// renewal: every lease it held lapsed, was released and taken again. The survivor must keep
-// every controller it held, without a release.
+// renewal: every lease it held lapsed, was released and taken again (on the code before the
+// renewer had a goroutine of its own this showed already at the end of the join, where the
+// receiver of each hand-over deletes the hand-over record: "pod-b holds []" before the kill).
+// The survivor must keep every controller it held, without a release.
 func TestSlowBucketTakeOverMovesOnlyTheDeadReplicasControllers(t *testing.T) {
 	const ttl = 3 * time.Second // renew period 1 s, as in the fleet benchmark
 	const late = 850 * time.Millisecond
@@ -102,8 +104,8 @@ func TestSlowBucketTakeOverMovesOnlyTheDeadReplicasControllers(t *testing.T) {
 	w.mu.Lock()
 	released := maps.Clone(b.released)
 	w.mu.Unlock()
-	if len(kept) == 0 || !w.heldBy(w.held(a), a) {
-		t.Fatalf("before the kill: pod-b holds %v, pod-a %v", kept, w.held(a))
+	if len(kept) == 0 {
+		t.Fatalf("before the kill: pod-b holds %v (its leases lapsed), pod-a %v", kept, w.held(a))
 	}
 	mine := w.held(a)
 
