@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -169,7 +170,13 @@ func BenchmarkFleet(b *testing.B) {
 		takeovers = append(takeovers, time.Since(killed))
 		// Two lease times more: a survivor's controller handed over after the take-over shows by then.
 		leases.waitStable(b, 2*fleetLeaseTTL, survivors)
-		moved = append(moved, leases.movedSince(killed, func(ct string) bool { return before[ct] != victim })...)
+		healthy := leases.movedSince(killed, func(ct string) bool { return before[ct] != victim })
+		moved = append(moved, healthy...)
+		// Say how each moved: X -> "" -> X is a lease that lapsed and was taken again by its
+		// holder (its renewals came too late), X -> "" -> Y a hand-over or a take-over.
+		for _, h := range leases.history(killed, healthy) {
+			b.Logf("trial %d, kill -9 of %s: healthy %s", trial+1, victim, h)
+		}
 		after = leases.counts()
 		if trial < takeoverTrials-1 {
 			reps[victim].start()
@@ -620,5 +627,19 @@ func (w *leaseWatch) movedSince(t time.Time, which func(controller string) bool)
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// history lists, for the controllers cts, every change of holder after t: who to whom and when
+// after t ("-" for no record: deleted).
+func (w *leaseWatch) history(t time.Time, cts []string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, c := range w.changes {
+		if c.at.After(t) && slices.Contains(cts, c.controller) {
+			out = append(out, fmt.Sprintf("%s %s -> %s at +%v", c.controller, cmp.Or(c.from, "-"), cmp.Or(c.to, "-"), c.at.Sub(t).Round(10*time.Millisecond)))
+		}
+	}
 	return out
 }

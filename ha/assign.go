@@ -32,7 +32,8 @@ func score(controller, instance string) uint64 {
 // the live instance holding it now (nil: none held). Each instance has room for n/m
 // controllers, or n/m+1 for n%m of them, so the counts differ by at most one.
 //
-// First every holder keeps what it holds, its best scoring first, up to n/m; the n%m places of
+// First every holder keeps what it holds, its best scoring first (assignSince: its longest held
+// first), up to n/m; the n%m places of
 // n/m+1 go to the holders holding the most (then by name), which keep one more. Only then are
 // the other controllers placed, by falling score (plain rendezvous hashing) while an instance
 // has room. So when an instance leaves, only its controllers move, and when one joins, only
@@ -40,6 +41,17 @@ func score(controller, instance string) uint64 {
 // is bounded rendezvous hashing. A controller whose eligible instances are all full (configs
 // that differ between replicas) goes to its best scoring one.
 func assign(eligible map[string][]string, held map[string]string) map[string]string {
+	return assignSince(eligible, held, nil)
+}
+
+// assignSince is assign where a holder above its share keeps what it has held longest (since:
+// a controller's acquisition by its holder, Unix nanoseconds on the holder's own clock, which
+// orders only that holder's leases; the same in every replica's view of the bucket), its best
+// scoring first among equals. So a holder that took more than its share (a dead replica's
+// controllers, taken while another survivor's announcement was late in its view) gives back
+// what it took last, never a controller it ran before: only the dead replica's controllers
+// move. With since nil it is assign.
+func assignSince(eligible map[string][]string, held map[string]string, since map[string]int64) map[string]string {
 	type pair struct {
 		c, i string
 		s    uint64
@@ -76,7 +88,12 @@ func assign(eligible map[string][]string, held map[string]string) map[string]str
 	count := map[string]int{}
 	holders := make([]string, 0, len(kept))
 	for inst, ps := range kept {
-		slices.SortFunc(ps, byScore)
+		slices.SortFunc(ps, func(a, b pair) int {
+			if c := cmp.Compare(since[a.c], since[b.c]); c != 0 {
+				return c
+			}
+			return byScore(a, b)
+		})
 		holders = append(holders, inst)
 	}
 	// Those holding the most keep the places of n/m+1.

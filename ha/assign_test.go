@@ -157,3 +157,35 @@ func TestKeyToken(t *testing.T) {
 		t.Errorf("changed names must not collide: %q, %q", a, b)
 	}
 }
+
+// TestAssignShedsWhatAHolderTookLast: one of three replicas dies, and one survivor takes all of
+// its controllers (in its view the other survivor's announcement was late for a moment, so it
+// was the only live replica). Once both survivors are seen again, it gives back to the other
+// the controllers it took last — the dead replica's — and keeps every one it held before: the
+// fleet benchmark must see no healthy controller move. By score alone it sheds its worst
+// scoring, its own among them.
+func TestAssignShedsWhatAHolderTookLast(t *testing.T) {
+	for _, n := range []int{7, 30, 60} {
+		insts, ctrls := names("pod-", 3), names("ctl", n)
+		before := assign(everyone(insts, ctrls), nil)
+		held, since := map[string]string{}, map[string]int64{}
+		for _, c := range ctrls {
+			switch before[c] {
+			case "pod-0": // dead; pod-1 took its controllers at 2
+				held[c], since[c] = "pod-1", 2
+			default:
+				held[c], since[c] = before[c], 1
+			}
+		}
+		after := assignSince(everyone(insts[1:], ctrls), held, since)
+		for c, i := range before {
+			if i != "pod-0" && after[c] != i {
+				t.Errorf("n=%d: %s moved from %s, which is alive, to %s", n, c, i, after[c])
+			}
+		}
+		cnt := counts(after)
+		if d := cnt["pod-1"] - cnt["pod-2"]; d < -1 || d > 1 {
+			t.Errorf("n=%d: counts %v differ by more than one", n, cnt)
+		}
+	}
+}

@@ -12,7 +12,10 @@
 //	instances.<instance>  {instance, nonce, started, renewed, controllers}
 //
 // A replica announces itself every lease_ttl/3 (Put on its instances key) and renews each lease
-// it holds as often with Update at the revision it last wrote. It acquires a controller with
+// it holds as often with Update at the revision it last wrote, on a goroutine of its own (the
+// renewer): nothing the coordinator's loop waits for (acquisitions, hand-overs, a bucket that
+// answers slowly on a busy machine) delays a renewal, and a failed renewal is tried again
+// within lease_ttl/12. It acquires a controller with
 // Create when the key is absent or deleted, or Update at the revision it saw when that
 // revision has not changed for lease_ttl. Expiry is judged on the observer's monotonic clock
 // from when it first saw a revision, never on timestamps written by another host, so clock
@@ -22,7 +25,8 @@
 //
 // The desired owner of a controller is chosen by rendezvous hashing over the live instances
 // that announce it (live: record changed within lease_ttl), bounded so that the counts differ
-// by at most one, and sticky: a live holder keeps what it holds up to its share (see assign),
+// by at most one, and sticky: a live holder keeps what it holds up to its share, what it has
+// held longest first (see assignSince),
 // so when a replica dies only its controllers move. A replica acquires free leases it is the
 // desired owner of, or any free lease nobody took for a lease_ttl. It hands a controller over (stops it, then
 // deletes the key at its revision) when another live instance is its desired owner: one

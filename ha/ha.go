@@ -81,14 +81,19 @@ type Coordinator struct {
 	releases    sync.WaitGroup  // of releasing
 	transitions map[string]uint64
 	lastErr     string
-	outage      runstatus.Outage // logs a run of failures to reach the bucket
-	beforeTick  func()           // set by tests before Run: runs at the start of every renew period
-	announce    bool             // controllers changed since the last announcement
+	outage      runstatus.Outage                            // logs a run of failures to reach the bucket
+	beforeTick  func()                                      // set by tests before Run: runs at the start of every renew period
+	wrapKV      func(jetstream.KeyValue) jetstream.KeyValue // set by tests before Run: a slow bucket
+	announce    bool                                        // controllers changed since the last announcement
 	dupWarned   bool
 
+	heartbeatRev uint64    // c.mu: our last announcement
+	heartbeatAt  time.Time // c.mu: when it was answered
+	// gate is held by the loop while it acts and by the renewer around beforeTick, so that a
+	// test's paused replica pauses whole.
+	gate sync.Mutex
+
 	// Used by Run's goroutine only.
-	heartbeatRev uint64
-	heartbeatAt  time.Time
 	lastHandOver time.Time
 	attempts     map[string]attempt // by key: acquisitions whose reply was lost
 	watchStop    func()
@@ -216,6 +221,9 @@ func (c *Coordinator) Run(ctx context.Context) {
 	if kv == nil {
 		return
 	}
+	if c.wrapKV != nil {
+		kv = c.wrapKV(kv)
+	}
 	c.startWatch(ctx, kv)
 	defer func() { c.watchStop() }()
 	defer c.wakeAt(time.Time{})
@@ -228,21 +236,31 @@ func (c *Coordinator) Run(ctx context.Context) {
 			return
 		}
 	}
+	// Announce before the first round, then renew and announce on a goroutine of its own.
+	c.heartbeat(ctx, kv)
+	stopKeep := make(chan struct{})
+	keeping := make(chan struct{})
+	go func() { defer close(keeping); c.keepAlive(ctx, kv, stopKeep) }()
+	endKeep := func() { close(stopKeep); <-keeping }
 	ticker := time.NewTicker(c.tick)
 	defer ticker.Stop()
 	c.onTick(ctx, kv)
 	for {
 		select {
 		case <-ctx.Done():
+			endKeep()
 			c.stop(kv, false)
 			return
 		case <-c.closing:
+			endKeep()
 			c.stop(kv, true)
 			return
 		case <-ticker.C:
 			c.onTick(ctx, kv)
 		case <-c.kickCh:
+			c.gate.Lock()
 			c.reconcile(ctx, kv)
+			c.gate.Unlock()
 		}
 	}
 }
@@ -361,14 +379,12 @@ func (c *Coordinator) follow(ctx context.Context, w jetstream.KeyWatcher) {
 	}
 }
 
-// onTick is the renew period: announce, renew, then act.
+// onTick is the loop's period: check the watch, then act. Announcing and renewing are the
+// renewer's (keepAlive), never behind the loop's own calls to the bucket.
 func (c *Coordinator) onTick(ctx context.Context, kv jetstream.KeyValue) {
-	if c.beforeTick != nil {
-		c.beforeTick()
-	}
+	c.gate.Lock()
+	defer c.gate.Unlock()
 	c.checkWatch(ctx, kv)
-	c.heartbeat(ctx, kv)
-	c.renew(ctx, kv)
 	c.reconcile(ctx, kv)
 }
 
@@ -407,8 +423,10 @@ func (c *Coordinator) heartbeat(ctx context.Context, kv jetstream.KeyValue) {
 		c.setErr("couldn't announce this replica", err)
 		return
 	}
-	c.heartbeatRev, c.heartbeatAt = rev, time.Now()
 	c.mu.Lock()
+	if rev > c.heartbeatRev {
+		c.heartbeatRev, c.heartbeatAt = rev, time.Now()
+	}
 	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
 	c.lastErr = ""
 	c.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
@@ -76,7 +77,8 @@ func newWorld(t *testing.T, urls string, ctrls []string) *world {
 // testOptions are a replica's Options and the hooks only tests set.
 type testOptions struct {
 	Options
-	beforeTick func() // runs at the start of every renew period and may block: a paused replica
+	beforeTick func()                                      // runs at the start of every renew period and may block: a paused replica
+	wrapKV     func(jetstream.KeyValue) jetstream.KeyValue // the bucket as this replica reaches it
 }
 
 func (w *world) start(name string, opt func(*testOptions)) *replica {
@@ -100,6 +102,7 @@ func (w *world) start(name string, opt func(*testOptions)) *replica {
 		w.t.Fatal(err)
 	}
 	r.c.beforeTick = opts.beforeTick
+	r.c.wrapKV = opts.wrapKV
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { defer close(r.done); r.c.Run(ctx) }()

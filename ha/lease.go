@@ -6,6 +6,7 @@ package ha
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,7 +30,11 @@ type Lease struct {
 	deadline time.Time // monotonic
 	timer    *time.Timer
 
-	rev uint64 // revision of the last write; only the coordinator's loop uses it
+	// renewing is held across a renewal (the renewer's goroutine) and by whoever reads rev
+	// to delete the key, so that the delete is at the revision last written.
+	renewing sync.Mutex
+	rev      uint64      // revision of the last write
+	lost     atomic.Bool // another replica took the key: let go without deleting it
 }
 
 func newLease(controller, key, id string, since time.Time, rev uint64, deadline time.Time, kick func()) *Lease {
@@ -104,10 +109,18 @@ func (l *Lease) expire() {
 
 // revoke ends the lease and its deadline: another replica holds the controller.
 func (l *Lease) revoke() {
+	l.lost.Store(true)
 	l.mu.Lock()
 	l.deadline = time.Now()
 	l.mu.Unlock()
 	l.end()
+}
+
+// lastRev is the revision of the last write of the lease, once no renewal is in flight.
+func (l *Lease) lastRev() uint64 {
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
+	return l.rev
 }
 
 // end makes the lease invalid at once.

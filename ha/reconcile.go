@@ -18,12 +18,16 @@ import (
 // reconcile lets go of ended leases, acquires what this replica should own and hands over one
 // controller that another replica should own.
 func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
-	var expired []*Lease
+	var expired, lost []*Lease
 	for _, l := range c.heldLeases() {
-		if !l.Valid() {
+		switch {
+		case l.lost.Load():
+			lost = append(lost, l)
+		case !l.Valid():
 			expired = append(expired, l)
 		}
 	}
+	c.drop(ctx, kv, lost, "lost: another replica took it", false)
 	c.drop(ctx, kv, expired, "expired: not renewed in time", true)
 	c.mu.Lock()
 	announce := c.announce
@@ -69,7 +73,8 @@ func (c *Coordinator) plan(now time.Time) round {
 		eligible[id] = r.Controllers
 	}
 	var r round
-	r.desired = assign(eligible, c.holders(live, now))
+	held, since := c.holders(live, now)
+	r.desired = assignSince(eligible, held, since)
 	mine := map[string]bool{}
 	anyFree := false
 	for _, ct := range c.controllers {
@@ -150,20 +155,21 @@ func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round, n
 }
 
 // holders maps each controller some live instance announces to the live instance holding its
-// lease, as far as this replica knows; c.mu held. assign lets them keep it, so that when a
-// replica leaves only its controllers move.
-func (c *Coordinator) holders(live map[string]*instanceRecord, now time.Time) map[string]string {
-	out := map[string]string{}
+// lease, as far as this replica knows, and to when that holder acquired it (its record's
+// since, Unix nanoseconds); c.mu held. assign lets them keep it, longest held first, so that
+// when a replica leaves only its controllers move.
+func (c *Coordinator) holders(live map[string]*instanceRecord, now time.Time) (map[string]string, map[string]int64) {
+	out, since := map[string]string{}, map[string]int64{}
 	for _, r := range live {
 		for _, ct := range r.Controllers {
-			if c.held[ct] != nil {
-				out[ct] = c.opts.Instance
+			if l := c.held[ct]; l != nil {
+				out[ct], since[ct] = c.opts.Instance, l.since.UnixNano()
 			} else if st := c.view.lease(leaseKey(ct), now, c.ttl); !st.free && live[st.holder] != nil {
-				out[ct] = st.holder
+				out[ct], since[ct] = st.holder, st.e.lease.Since.UnixNano()
 			}
 		}
 	}
-	return out
+	return out, since
 }
 
 // wakeAt arms the kick of the loop for instant t (none when t is zero); Run's goroutine only.

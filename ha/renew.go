@@ -14,34 +14,86 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// renew extends every held lease; a lease whose key moved on is let go.
-func (c *Coordinator) renew(ctx context.Context, kv jetstream.KeyValue) {
+// keepAlive is the renewer: every renew period it announces this replica and renews every
+// held lease, on a goroutine of its own, so that nothing the coordinator's loop waits for
+// (acquisitions, hand-overs, releases: calls to a bucket that may answer slowly on a busy
+// machine) ever delays a renewal. A lease stays valid for lease_ttl - lease_ttl/5 after its
+// renewal was sent; renewals go every lease_ttl/3, so one renewal may fail or answer as late
+// as the call timeout and the lease still holds. After a renewal failed it tries again soon,
+// not a whole period later. It returns when stop is closed or ctx is done.
+func (c *Coordinator) keepAlive(ctx context.Context, kv jetstream.KeyValue, stop <-chan struct{}) {
+	t := time.NewTimer(c.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		if c.beforeTick != nil {
+			// A test's paused replica: its loop waits too (see Run).
+			c.gate.Lock()
+			c.beforeTick()
+			c.gate.Unlock()
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); c.heartbeat(ctx, kv) }()
+		failed := c.renew(ctx, kv)
+		wg.Wait()
+		next := c.tick - time.Since(start)
+		if failed {
+			next = min(next, c.tick/4)
+		}
+		t.Reset(max(next, 0))
+	}
+}
+
+// renew extends every held lease at once; a lease whose key moved on is revoked and the loop
+// kicked to let it go. It reports whether a renewal failed with the lease still valid.
+func (c *Coordinator) renew(ctx context.Context, kv jetstream.KeyValue) (failed bool) {
 	leases := c.heldLeases()
 	lost := make([]bool, len(leases))
+	ok := make([]bool, len(leases))
 	var wg sync.WaitGroup
 	for i, l := range leases {
 		if !l.Valid() {
+			ok[i] = true
 			continue // reconcile lets it go; a renewal now could only come too late
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lost[i] = c.renewOne(ctx, kv, l)
+			lost[i], ok[i] = c.renewOne(ctx, kv, l)
 		}()
 	}
 	wg.Wait()
-	var gone []*Lease
+	kick := false
 	for i, l := range leases {
 		if lost[i] {
 			l.revoke()
-			gone = append(gone, l)
+			kick = true
+		} else if !ok[i] && l.Valid() {
+			failed = true
 		}
 	}
-	c.drop(ctx, kv, gone, "lost: another replica took it", false)
+	if kick {
+		c.kick() // reconcile drops it without deleting the key: another replica holds it
+	}
+	return failed
 }
 
-// renewOne writes the lease at the revision this replica last wrote; true means it is lost.
-func (c *Coordinator) renewOne(ctx context.Context, kv jetstream.KeyValue, l *Lease) bool {
+// renewOne writes the lease at the revision this replica last wrote: lost means another
+// replica took it, ok that it was renewed (or has ended here, so there is nothing to renew).
+func (c *Coordinator) renewOne(ctx context.Context, kv jetstream.KeyValue, l *Lease) (lost, ok bool) {
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
+	if l.ctx.Err() != nil {
+		return false, true // let go meanwhile: its key is deleted at l.rev
+	}
 	b := c.leaseValue(l.controller, l.id, l.since)
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
@@ -53,31 +105,31 @@ func (c *Coordinator) renewOne(ctx context.Context, kv jetstream.KeyValue, l *Le
 		e, gerr := kv.Get(cctx, l.key)
 		switch {
 		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
-			return true
+			return true, false
 		case gerr != nil:
 			c.setErr("couldn't renew lease", gerr)
-			return false
+			return false, false
 		}
 		var r leaseRecord
 		if json.Unmarshal(e.Value(), &r) != nil || r.ID != l.id || r.Instance != c.opts.Instance {
-			return true
+			return true, false
 		}
 		sent = time.Now()
 		rev, err = kv.Update(cctx, l.key, b, e.Revision())
 		if isCASFailure(err) {
-			return true
+			return true, false
 		}
 	}
 	if err != nil {
 		c.setErr("couldn't renew lease of "+l.controller, err)
-		return false
+		return false, false
 	}
 	l.rev = rev
 	l.extend(sent.Add(c.ttl - c.margin))
 	c.mu.Lock()
 	c.view.apply(l.key, rev, jetstream.KeyValuePut, b, time.Now())
 	c.mu.Unlock()
-	return false
+	return false, true
 }
 
 func (c *Coordinator) leaseValue(controller, id string, since time.Time) []byte {
@@ -127,7 +179,7 @@ func (c *Coordinator) drop(ctx context.Context, kv jetstream.KeyValue, leases []
 			level.Info(c.logger).Log("msg", "controller released", "controller", l.controller, "why", why)
 			if del {
 				cctx, cancel := c.callCtx(ctx)
-				if err := kv.Delete(cctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isCASFailure(err) {
+				if err := kv.Delete(cctx, l.key, jetstream.LastRevision(l.lastRev())); err != nil && !isCASFailure(err) {
 					level.Debug(c.logger).Log("msg", "couldn't delete lease; it expires instead", "controller", l.controller, "err", err)
 				}
 				cancel()
@@ -160,7 +212,7 @@ func (c *Coordinator) stop(kv jetstream.KeyValue, release bool) {
 	for _, l := range leases {
 		go func() {
 			defer wg.Done()
-			_ = kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
+			_ = kv.Delete(ctx, l.key, jetstream.LastRevision(l.lastRev()))
 		}()
 	}
 	wg.Wait()

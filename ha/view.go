@@ -26,7 +26,7 @@ type leaseRecord struct {
 	Instance   string    `json:"instance"`
 	Controller string    `json:"controller"`
 	ID         string    `json:"id"`      // one acquisition: tells a write of ours whose reply was lost
-	Since      time.Time `json:"since"`   // acquisition, holder's wall clock (shown, never compared)
+	Since      time.Time `json:"since"`   // acquisition, holder's wall clock (shown; compared only with the same holder's: assignSince)
 	Renewed    time.Time `json:"renewed"` // last renewal, holder's wall clock (shown, never compared)
 	TTL        string    `json:"ttl"`
 }
