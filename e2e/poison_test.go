@@ -233,17 +233,6 @@ func (w *poisonWorld) rawJournal() []journalEvent {
 	}
 }
 
-// goodJournal is the journal's ids without the row's bad events, oldest first.
-func (w *poisonWorld) goodJournal() []string {
-	var ids []string
-	for _, e := range w.rawJournal() {
-		if e.ID != "" && !w.bad[e.ID] {
-			ids = append(ids, e.ID)
-		}
-	}
-	return ids
-}
-
 // streamMsg is one message of the stream as the checker needs it.
 type streamMsg struct {
 	subject  string
