@@ -92,11 +92,15 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r = r.WithContext(withUser(r.Context(), user))
+	serve := s.table.ServeHTTP
+	if r.Method == http.MethodGet {
+		serve = func(w http.ResponseWriter, r *http.Request) { s.withOddFields(w, r, s.table.ServeHTTP) }
+	}
 	if fields := r.URL.Query().Get("fields"); fields != "" && r.Method == http.MethodGet {
-		withFields(w, r, fields, s.table.ServeHTTP)
+		withFields(w, r, fields, serve)
 		return
 	}
-	s.table.ServeHTTP(w, r)
+	serve(w, r)
 }
 
 func (s *Server) authenticate(r *http.Request) (string, *apiError) {

@@ -9,6 +9,7 @@ package veiltest
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -136,9 +137,13 @@ func (s *Server) flushChanges() {
 		return
 	}
 	now := s.now()
+	odd := s.oddFields()
 	for i, p := range f.pending {
 		f.seq++
 		c := Change{Seq: f.seq, Resource: p.res, Event: p.event, ID: p.id, Time: p.at, Object: s.st.listForm(p.obj, now)}
+		if odd != nil {
+			c.Object = odd.patchObject(strings.Trim(p.res, "/"), c.Object)
+		}
 		if f.logSize > 0 {
 			if len(f.ring) < f.logSize {
 				f.ring = append(f.ring, c)

@@ -376,6 +376,32 @@ var controlRoutes = []route{
 				SameCreated: b.SameCreated, Message: b.Message, EntityClass: b.EntityClass})})
 		}
 	}},
+	{"POST /_sim/events/poison", "add one bad event (poison.go): {kind: huge_detail {size} | long_type {size, type} | bad_created {created} | null_created | no_created | no_id | future {offset}}; answers {id, key, type, created, size}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
+		var b struct {
+			PoisonEvent
+			Offset jsonDuration `json:"offset"`
+		}
+		if decodeBody(w, r, &b) {
+			p := b.PoisonEvent
+			p.Offset = time.Duration(b.Offset)
+			info, err := s.AddPoisonEvent(p)
+			if err != nil {
+				badRequest(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, info)
+		}
+	}},
+	{"POST /_sim/odd_fields", "odd fields of objects in every answer that holds them (list, detail, /ws/), replacing the previous ones: [{collection, id, field, value, remove}]; [] for none", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
+		var fs []OddField
+		if decodeBody(w, r, &fs) {
+			if err := s.SetOddFields(fs...); err != nil {
+				badRequest(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"odd_fields": len(fs)})
+		}
+	}},
 	{"POST /_sim/events/delete_oldest", "delete the oldest events: {n}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct{ N int }
 		if decodeBody(w, r, &b) {
@@ -464,7 +490,7 @@ var controlRoutes = []route{
 			writeJSON(w, http.StatusOK, okBody)
 		}
 	}},
-	{"POST /_sim/domains/{id}/{action}", "power_off, power_on, delete, migrate {node}, agent {running}, hang {hang}, clock_offset {seconds}, command_error {command, message}", false,
+	{"POST /_sim/domains/{id}/{action}", "power_off, power_on, delete, migrate {node}, agent {running}, hang {hang}, clock_offset {seconds}, command_error {command, message}, guest_hostile {command, kind: many {n} | long_strings {size} | wrong_types | raw {raw} | \"\" (normal again)}", false,
 		func(s *Server, w http.ResponseWriter, r *http.Request) {
 			s.controlDomain(w, r, r.PathValue("id"), r.PathValue("action"))
 		}},
@@ -472,12 +498,16 @@ var controlRoutes = []route{
 
 func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, action string) {
 	var b struct {
-		Node    string  `json:"node"`
-		Running bool    `json:"running"`
-		Hang    bool    `json:"hang"`
-		Seconds float64 `json:"seconds"`
-		Command string  `json:"command"`
-		Message string  `json:"message"`
+		Node    string          `json:"node"`
+		Running bool            `json:"running"`
+		Hang    bool            `json:"hang"`
+		Seconds float64         `json:"seconds"`
+		Command string          `json:"command"`
+		Message string          `json:"message"`
+		Kind    string          `json:"kind"`
+		N       int             `json:"n"`
+		Size    int             `json:"size"`
+		Raw     json.RawMessage `json:"raw"`
 	}
 	if !decodeBody(w, r, &b) {
 		return
@@ -500,6 +530,8 @@ func (s *Server) controlDomain(w http.ResponseWriter, r *http.Request, id, actio
 		err = s.SetClockOffset(id, time.Duration(b.Seconds*float64(time.Second)))
 	case "command_error":
 		err = s.SetGuestCommandError(id, b.Command, b.Message)
+	case "guest_hostile":
+		err = s.SetGuestHostile(id, GuestHostile{Command: b.Command, Kind: b.Kind, N: b.N, Size: b.Size, Raw: b.Raw})
 	default:
 		writeError(w, errDetail(http.StatusNotFound, "50004", txt("Unknown domain action "+action, "")))
 		return

@@ -3,6 +3,7 @@ package veiltest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -18,6 +19,12 @@ type event struct {
 	detail  text
 	ents    []eventEntity
 	enc     [langCount][]byte
+	// future marks an event dated ahead of the clock (a poison event, poison.go): events
+	// written after it with an earlier created go before it, as ordering by created puts them.
+	future bool
+	// bad changes the event's wire form (a poison event that does not decode: no id, a bad or
+	// missing created); nil for every normal event.
+	bad *badWire
 }
 
 // bytes is the event's JSON in language l, encoded on first use.
@@ -32,6 +39,9 @@ func (e *event) bytes(l lang) []byte {
 			w.Task = &e.task
 		}
 		e.enc[l], _ = json.Marshal(w)
+		if e.bad != nil {
+			e.enc[l] = e.bad.apply(e.enc[l])
+		}
 	}
 	return e.enc[l]
 }
@@ -55,15 +65,15 @@ func (j *journal) len() int { return len(j.evs) - j.head }
 // at returns the i-th event, oldest first.
 func (j *journal) at(i int) *event { return j.evs[j.head+i] }
 
-func (j *journal) last() *event {
-	if j.len() == 0 {
-		return nil
-	}
-	return j.evs[len(j.evs)-1]
-}
+func (j *journal) add(e *event) { j.insert(j.len(), e) }
 
-func (j *journal) add(e *event) {
-	j.evs = append(j.evs, e)
+// insert puts e at index i (oldest first; i == len appends).
+func (j *journal) insert(i int, e *event) {
+	if i >= j.len() {
+		j.evs = append(j.evs, e)
+	} else {
+		j.evs = slices.Insert(j.evs, j.head+i, e)
+	}
 	j.byID[e.id] = e
 	if j.retention > 0 && j.len() > j.retention {
 		j.deleteOldest(j.len() - j.retention)
@@ -102,14 +112,21 @@ type eventEntity struct {
 	EntityClass string `json:"entity_class"`
 }
 
-// newEvent appends an event; created never goes backwards so the journal stays ordered.
+// newEvent appends an event; created never goes backwards so the journal stays ordered. Only
+// an event dated in the future (poison.go) may be later than a new one: the new one then goes
+// before it (and every other future one later than it), where ordering by created puts it.
 func (st *state) newEvent(created time.Time, typ, user string, msg, detail text, taskID string, ents ...eventEntity) *event {
-	if l := st.events.last(); l != nil && created.Before(l.created) {
-		created = l.created
+	j := &st.events
+	at := j.len()
+	for at > 0 && j.at(at-1).future && j.at(at-1).created.After(created) {
+		at--
+	}
+	if at > 0 && created.Before(j.at(at-1).created) {
+		created = j.at(at - 1).created
 	}
 	created = created.Truncate(time.Microsecond)
 	e := &event{id: st.uuid(), typ: typ, user: user, created: created, task: taskID, msg: msg, detail: detail, ents: ents}
-	st.events.add(e)
+	j.insert(at, e)
 	return e
 }
 

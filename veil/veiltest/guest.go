@@ -148,6 +148,9 @@ func (s *Server) guestCommand(w http.ResponseWriter, r *http.Request, id string)
 		e = errRule(txtf("Guest agent error: %s", "Ошибка гостевого агента: %s", d.cmdErrors[cmd]))
 	default:
 		result, e = s.st.guestResult(d, cmd, fargs, now)
+		if h, ok := d.hostile[cmd]; ok && e == nil {
+			result = hostileResult(h, result)
+		}
 	}
 	hang := ok && e == nil && d.hang
 	s.mu.Unlock()

@@ -108,7 +108,8 @@ type domain struct {
 	alt         bool                   // shapes of the alternative profile (Options.Profile)
 	execs       map[int]map[string]any // guest-exec results by pid, for guest-exec-status
 	execSeq     int
-	cmdErrors   map[string]string // guest commands the agent offers but fails, with the error (SetGuestCommandError)
+	cmdErrors   map[string]string       // guest commands the agent offers but fails, with the error (SetGuestCommandError)
+	hostile     map[string]GuestHostile // guest commands answered with something hostile (SetGuestHostile, poison.go)
 
 	listJSON []byte // cached list encoding; nil when stale (state.changed drops it)
 }

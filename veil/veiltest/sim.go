@@ -73,6 +73,14 @@
 //   - Options.ChangeLog keeps the last N changes (Changes, GET /_sim/changes?since=N), each
 //     with a number, its time and its object: a test can compare what a client stored with what
 //     the simulator did. Off by default: a change costs one comparison while nothing records it.
+//   - Bad input on request (poison.go, DESIGN §8): AddPoisonEvent (POST /_sim/events/poison)
+//     writes one event a forwarder cannot publish as it is (a huge detail_message, a long type,
+//     no id, a bad, null or missing created, dated in the future), in the journal at its place
+//     in its bad wire form; an event written after a future-dated one goes before it, as
+//     ordering by created puts it. SetOddFields (POST /_sim/odd_fields) gives one object of any
+//     collection a field of an unexpected value in its listing, detail and push frames.
+//     SetGuestHostile (POST /_sim/domains/<id>/guest_hostile) makes a VM's agent answer a
+//     command with thousands of elements, overlong strings, wrong types or any JSON.
 //
 // Owns the simulator; imports nothing of this module, so its answers never follow the client.
 package veiltest
@@ -247,6 +255,9 @@ type Server struct {
 	faults    []*activeFault
 	latency   time.Duration
 	jitter    time.Duration
+
+	oddMu sync.Mutex
+	odd   oddTable // odd fields of objects (poison.go); nil: none
 
 	pushQueueLen int            // frames a socket of /ws/ may have waiting (pushQueueLen)
 	pushWG       sync.WaitGroup // the sockets' handlers, which Close waits for
