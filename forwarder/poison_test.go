@@ -82,9 +82,9 @@ func (j *journal) add(raw string) {
 
 // poisonRig is a forwarder over a journal, publishing to a real NATS server.
 type poisonRig struct {
-	j    *journal
-	ns   *itest.NATS
-	conn *natsconn.Conn
+	j     *journal
+	ns    *itest.NATS
+	conn  *natsconn.Conn
 	fw    *Forwarder
 	logs  *syncBuf
 	stops []func()
