@@ -46,7 +46,7 @@ const (
 	poisonMaxLabel = 1024
 	// poisonTokenLen is what a subject token from controller data is cut to, before '-' and 8
 	// hex characters of a hash.
-	poisonTokenLen = 64
+	poisonTokenLen = 55
 	// maxGuestDevices is the collector's bound of NICs and disks per guest, which filesystems
 	// share (issue 36: "filesystems per VM capped as NICs and disks are").
 	maxGuestFilesystems = 64
@@ -520,9 +520,9 @@ func onceOnStream(msgs []streamMsg, id string) (streamMsg, error) {
 // ---- the rows ----
 
 // poisonOversized: a detail_message of 1.5 MiB (max_payload is 1 MiB). The event goes out on
-// its normal subject, its body replaced by {"id","created","type","truncated":true,
-// "original_size"} and headers Veil-Truncated: body, Veil-Original-Size: <bytes of the event>;
-// the events after it go out too.
+// its normal subject, the same JSON object with its largest fields cut to fit (a string ends in
+// "…"), and headers Veil-Rejected: too_large, Veil-Original-Size: <bytes of the event>,
+// Veil-Cut-Fields; the events after it go out too.
 func poisonOversized(w *poisonWorld) {
 	w.startExporter()
 	w.settle()
@@ -539,27 +539,29 @@ func poisonOversized(w *poisonWorld) {
 		if want := poisonPrefix + "." + poisonController + ".info.domain"; m.subject != want {
 			errs = append(errs, fmt.Sprintf("subject %q, want %q", m.subject, want))
 		}
-		if h := m.header.Get("Veil-Truncated"); h != "body" {
-			errs = append(errs, fmt.Sprintf("Veil-Truncated %q, want body", h))
+		if h := m.header.Get("Veil-Rejected"); h != "too_large" {
+			errs = append(errs, fmt.Sprintf("Veil-Rejected %q, want too_large", h))
+		}
+		if h := m.header.Get("Veil-Cut-Fields"); !strings.Contains(h, "detail_message") {
+			errs = append(errs, fmt.Sprintf("Veil-Cut-Fields %q, want detail_message among them", h))
 		}
 		if h := m.header.Get("Veil-Original-Size"); h != strconv.Itoa(bad.Size) {
 			errs = append(errs, fmt.Sprintf("Veil-Original-Size %q, want %d (the event's JSON as the API sent it)", h, bad.Size))
 		}
 		var body struct {
-			ID           string `json:"id"`
-			Created      string `json:"created"`
-			Type         string `json:"type"`
-			Truncated    bool   `json:"truncated"`
-			OriginalSize int    `json:"original_size"`
+			ID            string `json:"id"`
+			Created       string `json:"created"`
+			Type          string `json:"type"`
+			DetailMessage string `json:"detail_message"`
 		}
 		if err := json.Unmarshal(m.data, &body); err != nil {
 			errs = append(errs, fmt.Sprintf("body of %d bytes is not a JSON object: %v", len(m.data), err))
-		} else if body.ID != bad.ID || body.Created != bad.Created || body.Type != bad.Type || !body.Truncated || body.OriginalSize != bad.Size {
-			errs = append(errs, fmt.Sprintf("body %s, want id %s, created %s, type %s, truncated true, original_size %d",
-				cut(string(m.data), 300), bad.ID, bad.Created, bad.Type, bad.Size))
+		} else if body.ID != bad.ID || body.Created != bad.Created || body.Type != bad.Type || !strings.HasSuffix(body.DetailMessage, "…") {
+			errs = append(errs, fmt.Sprintf("body %s, want id %s, created %s, type %s, detail_message cut with …",
+				cut(string(m.data), 300), bad.ID, bad.Created, bad.Type))
 		}
-		if len(m.data) > 4096 {
-			errs = append(errs, fmt.Sprintf("body of %d bytes, want a small object", len(m.data)))
+		if len(m.data)+m.hdrBytes > 1<<20 {
+			errs = append(errs, fmt.Sprintf("message of %d bytes, over max_payload", len(m.data)+m.hdrBytes))
 		}
 		if len(errs) > 0 {
 			return fmt.Errorf("%s", strings.Join(errs, "; "))
@@ -617,7 +619,7 @@ func poisonLongType(w *poisonWorld) {
 }
 
 // poisonUndecodable: an event with a bad created, none, or no id goes to the dead-letter
-// subject <prefix>.<controller>.invalid with a Veil-Invalid-Reason header, its body naming it
+// subject <prefix>.<controller>.invalid with a Veil-Rejected header (the reason), its body naming it
 // (its id, or its created when it has no id); the events after it go out.
 func poisonUndecodable(w *poisonWorld, kind string) {
 	w.startExporter()
@@ -642,8 +644,8 @@ func poisonUndecodable(w *poisonWorld, kind string) {
 			return fmt.Errorf("%d messages on %s, want 1", len(found), want)
 		}
 		m := found[0]
-		if m.header.Get("Veil-Invalid-Reason") == "" {
-			return fmt.Errorf("the message on %s has no Veil-Invalid-Reason header: %v", want, m.header)
+		if m.header.Get("Veil-Rejected") == "" {
+			return fmt.Errorf("the message on %s has no Veil-Rejected header: %v", want, m.header)
 		}
 		if !bytes.Contains(m.data, []byte(names)) {
 			return fmt.Errorf("the message on %s does not name the event (%s): %s", want, names, cut(string(m.data), 300))

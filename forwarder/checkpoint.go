@@ -37,6 +37,40 @@ type position struct {
 	Ahead       int       `json:"ahead"`
 	TailID      string    `json:"tail_id,omitempty"`
 	TailCreated time.Time `json:"tail_created,omitzero"`
+	// Future are events published ahead of their time: dated more than futureSkew past the clock
+	// when they were read. The journal lists events that come later before them, so they do not
+	// move Created (which would make those count as published); they are known by id until
+	// Created passes them. At most maxFuture: further ones move Created as any event.
+	Future []futureEvent `json:"future,omitempty"`
+}
+
+// futureEvent is one event of position.Future.
+type futureEvent struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+}
+
+// futureSkew is how far past the exporter's clock an event's created must be for it to be
+// published ahead of its time; maxFuture bounds how many such events the position holds (and its
+// headers carry).
+const (
+	futureSkew = 5 * time.Minute
+	maxFuture   = 16
+)
+
+// addFuture records an event published ahead of its time.
+func (p *position) addFuture(created time.Time, id string) {
+	p.Future = append(p.Future, futureEvent{ID: id, Created: created})
+}
+
+// isFuture says whether id was published ahead of its time.
+func (p *position) isFuture(id string) bool {
+	for _, a := range p.Future {
+		if a.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // published says whether an event with this created and id is at or before the position.
@@ -58,20 +92,27 @@ func (p *position) published(created time.Time, id string) bool {
 	return false
 }
 
-// publishedEvent is published for e, and for an event that could not be read as one (its created
-// borrowed from a neighbour, which may differ between two reads of the journal) also any id
-// published at the position's instant.
-func (p *position) publishedEvent(e *veil.Event) bool {
+// passed says whether the position is past e: published for e, and for an event that could not
+// be read as one (its created borrowed from a neighbour, which may differ between two reads of
+// the journal) also any id published at the position's instant. Events published ahead of their
+// time are not passed (publishedEvent).
+func (p *position) passed(e *veil.Event) bool {
 	if p.published(e.Created.Time, e.ID) {
 		return true
 	}
 	return e.Invalid != "" && p.Known && slices.Contains(p.IDs, e.ID)
 }
 
+// publishedEvent says whether e was published: passed, or published ahead of its time.
+func (p *position) publishedEvent(e *veil.Event) bool {
+	return p.passed(e) || p.isFuture(e.ID)
+}
+
 // advance moves the position past one event published after it.
 func (p *position) advance(created time.Time, id string) {
 	if !p.Known || created.After(p.Created) {
 		p.Created, p.IDs, p.Known = created, []string{id}, true
+		p.Future = slices.DeleteFunc(p.Future, func(a futureEvent) bool { return a.Created.Before(created) })
 		return
 	}
 	p.IDs = append(p.IDs, id)
@@ -79,6 +120,7 @@ func (p *position) advance(created time.Time, id string) {
 
 func (p position) clone() position {
 	p.IDs = append([]string(nil), p.IDs...)
+	p.Future = slices.Clone(p.Future)
 	return p
 }
 

@@ -40,7 +40,7 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 		newCount = count - b
 	}
 	fw.mu.Lock()
-	fw.backlog = newCount
+	fw.backlog = max(0, newCount-len(pos.Future)) // those are published: the journal lists them last
 	fw.mu.Unlock()
 	// Locating while NATS is away keeps the view of the journal fresh, so that events deleted
 	// before NATS returns can be counted, and the backlog grows while nothing can be published
@@ -127,7 +127,9 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, co
 	fw.learnOrder(pg.Results)
 	d := fw.dir()
 	count = pg.Count
-	isNew := func(e veil.Event) bool { return !pos.publishedEvent(&e) }
+	// Events published ahead of their time (dated in the future) do not count here: the journal
+	// lists them after events that come later, and the boundary is where the position's time is.
+	isNew := func(e veil.Event) bool { return !pos.passed(&e) }
 	pred := isNew // oldest first: the first new event
 	if d == newestFirst {
 		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event
@@ -434,7 +436,7 @@ type reading struct {
 }
 
 func (r *reading) newBatch() sentBatch {
-	return sentBatch{events: make([]veil.Event, 0, r.pl.size), msgs: make([]*nats.Msg, 0, r.pl.size)}
+	return sentBatch{events: make([]veil.Event, 0, r.pl.size), msgs: make([]*nats.Msg, 0, r.pl.size), future: make([]bool, 0, r.pl.size)}
 }
 
 // take handles one page: its order, its overlap with what came before, its new events.
@@ -495,11 +497,11 @@ func (r *reading) overlap(chron []veil.Event, sp pageSpan, count int) (int, erro
 	m := -1
 	switch {
 	case r.first && r.anchored:
-		if len(chron) == 0 || !r.pos.publishedEvent(&chron[0]) {
+		if len(chron) == 0 || !r.pos.passed(&chron[0]) {
 			return m, r.resync()
 		}
 		for i := range chron {
-			if r.pos.publishedEvent(&chron[i]) {
+			if r.pos.passed(&chron[i]) {
 				m = i // the anchor: the newest published event
 			}
 		}
@@ -529,7 +531,7 @@ func (r *reading) publish(chron []veil.Event, m int) error {
 			e.Created = veil.Time{Time: r.pos.Created}
 		}
 		if r.pos.publishedEvent(&e) {
-			continue // the overlap, or a tie already published
+			continue // the overlap, a tie already published, or an event published ahead
 		}
 		if i < m && !(r.pos.Known && e.Created.Equal(r.pos.Created)) {
 			// Before the overlap only an event sharing the position's instant can be new (the
@@ -537,9 +539,15 @@ func (r *reading) publish(chron []veil.Event, m int) error {
 			// there is older than the position.
 			continue
 		}
-		r.pos.advance(e.Created.Time, e.ID)
+		future := e.Invalid == "" && e.Created.After(time.Now().Add(futureSkew)) && len(r.pos.Future) < maxFuture
+		if future {
+			r.pos.addFuture(e.Created.Time, e.ID)
+		} else {
+			r.pos.advance(e.Created.Time, e.ID)
+		}
 		b := &r.batch
 		b.events = append(b.events, e)
+		b.future = append(b.future, future)
 		m, reason := message(r.prefix, r.fw.opts.Controller, r.source, &b.events[len(b.events)-1], &r.pos, r.d, r.limit)
 		b.msgs = append(b.msgs, m)
 		if reason != "" {

@@ -78,7 +78,9 @@ func decodeEvents(body []byte, offset int) (veil.Page[veil.Event], error) {
 			if e.ID == "" || e.Invalid == rejectNoID {
 				e.ID = invalidID(e.Raw)
 			}
-			e.Created = veil.Time{}
+			if e.Invalid != rejectNoID {
+				e.Created = veil.Time{}
+			}
 		}
 	}
 	if odd {
@@ -112,27 +114,28 @@ func invalidID(raw []byte) string {
 // A page with no readable created at all leaves them zero (the reader then takes the position's).
 func neighbourCreated(items []veil.Event) {
 	older := -1 // the index step towards older events: -1 oldest first, +1 newest first
-	valid := items[:0:0]
+	dated := make([]veil.Event, 0, len(items))
 	for _, e := range items {
-		if e.Invalid == "" {
-			valid = append(valid, e)
+		if !e.Created.IsZero() {
+			dated = append(dated, e)
 		}
 	}
-	if detect(valid) == newestFirst {
+	if detect(dated) == newestFirst {
 		older = 1
 	}
+	borrowed := make([]bool, len(items))
 	for i := range items {
 		if items[i].Invalid == "" || !items[i].Created.IsZero() {
 			continue
 		}
 		for _, step := range [2]int{older, -older} {
 			for j := i + step; j >= 0 && j < len(items); j += step {
-				if items[j].Invalid == "" {
-					items[i].Created = items[j].Created
+				if !items[j].Created.IsZero() && !borrowed[j] {
+					items[i].Created, borrowed[i] = items[j].Created, true
 					break
 				}
 			}
-			if !items[i].Created.IsZero() {
+			if borrowed[i] {
 				break
 			}
 		}
@@ -150,17 +153,20 @@ func decodeEvent(b []byte, e *veil.Event) error {
 	if len(b) == 0 || b[0] != '{' {
 		return fmt.Errorf("%w: got JSON %s", errNotObject, jsonKind(b))
 	}
-	var err, createdErr error
+	var err, idErr, createdErr error
 	forEachField(b, func(key, v []byte) {
 		switch {
 		case err != nil:
 		case keyIs(key, "id"):
+			idErr = nil
 			switch v[0] {
 			case '"':
 				e.ID = jsonString(v)
 			case 'n':
+				e.ID = ""
 			default:
-				err = fmt.Errorf("field %q: got JSON %s, want string", "id", jsonKind(v))
+				e.ID = ""
+				idErr = fmt.Errorf("field %q: got JSON %s, want string", "id", jsonKind(v))
 			}
 		case keyIs(key, "type"):
 			if v[0] == '"' {
@@ -179,6 +185,9 @@ func decodeEvent(b []byte, e *veil.Event) error {
 	})
 	if err != nil {
 		return err
+	}
+	if idErr != nil {
+		return idErr
 	}
 	return createdErr
 }

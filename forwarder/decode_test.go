@@ -67,7 +67,8 @@ func TestDecodeEventMatchesVeil(t *testing.T) {
 
 // TestDecodeEventsKeepsWhatIsNotAnEvent: a page with results that are not events (no id, no
 // readable created, not an object) among good ones decodes whole; each odd result is marked with
-// its reason, given an id of its body's hash when it has none, and its older neighbour's created.
+// its reason, given an id of its body's hash when it has none, and, without a created of its own,
+// its older neighbour's (an event without an id has one).
 func TestDecodeEventsKeepsWhatIsNotAnEvent(t *testing.T) {
 	body := `{"count":7,"results":[` +
 		`{"id":"a","created":"2021-08-20T10:00:00Z"},` +
@@ -88,11 +89,11 @@ func TestDecodeEventsKeepsWhatIsNotAnEvent(t *testing.T) {
 	}{
 		{"a", "", at("2021-08-20T10:00:00Z")},
 		{"b", rejectBadCreated, at("2021-08-20T10:00:00Z")},
-		{invalidID([]byte(`{"created":"2021-08-20T10:00:01Z"}`)), rejectNoID, at("2021-08-20T10:00:00Z")},
-		{invalidID([]byte(`null`)), rejectNotObject, at("2021-08-20T10:00:00Z")},
+		{invalidID([]byte(`{"created":"2021-08-20T10:00:01Z"}`)), rejectNoID, at("2021-08-20T10:00:01Z")},
+		{invalidID([]byte(`null`)), rejectNotObject, at("2021-08-20T10:00:01Z")},
 		{"c", "", at("2021-08-20T10:00:02Z")},
-		{invalidID([]byte(`{"id":5,"created":"2021-08-20T10:00:03Z"}`)), rejectNoID, at("2021-08-20T10:00:02Z")},
-		{"d", rejectBadCreated, at("2021-08-20T10:00:02Z")},
+		{invalidID([]byte(`{"id":5,"created":"2021-08-20T10:00:03Z"}`)), rejectNoID, at("2021-08-20T10:00:03Z")},
+		{"d", rejectBadCreated, at("2021-08-20T10:00:03Z")},
 	}
 	if len(pg.Results) != len(want) {
 		t.Fatalf("%d results, want %d", len(pg.Results), len(want))

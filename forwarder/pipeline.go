@@ -55,6 +55,8 @@ const serialEvents = 100
 type sentBatch struct {
 	events []veil.Event
 	msgs   []*nats.Msg
+	// future says, for each event, that it was published ahead of its time (position.Future).
+	future []bool
 }
 
 // startPipeline sizes batches from max_pending (what may be unacknowledged at once: one batch),
@@ -128,7 +130,7 @@ func (p *pipeline) publish(ctx context.Context) {
 		fw.mu.Unlock()
 		n, last, err := fw.pub.publish(ctx, b.msgs, expect)
 		if n > 0 {
-			pos = fw.acknowledged(b.events[:n], b.msgs[:n], last)
+			pos = fw.acknowledged(b.events[:n], b.msgs[:n], b.future[:n], last)
 			p.acked += n
 			unsaved += n
 		}
@@ -161,6 +163,9 @@ func (p *pipeline) publish(ctx context.Context) {
 // newest sequence before b, for an instant that begins in b. fw.mu is held.
 func (fw *Forwarder) markInstants(b sentBatch, expect uint64) {
 	for i, m := range b.msgs {
+		if b.future[i] {
+			continue // its headers give the position's instant, not its own
+		}
 		c := b.events[i].Created.Time
 		if !fw.inst.known || !c.Equal(fw.inst.created) {
 			fw.inst = instant{known: true, created: c, from: expect}
@@ -193,7 +198,7 @@ func (fw *Forwarder) publishFailed(err error) {
 
 // acknowledged advances the position past events that the stream acknowledged together with all
 // events before them, the last with stream sequence seq (0: core NATS), and returns it.
-func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, seq uint64) position {
+func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, future []bool, seq uint64) position {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	if seq > 0 {
@@ -203,7 +208,11 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, seq uin
 	p := fw.pos.clone()
 	p.FromStart = false
 	for i, e := range events {
-		p.advance(e.Created.Time, e.ID)
+		if future[i] {
+			p.addFuture(e.Created.Time, e.ID)
+		} else {
+			p.advance(e.Created.Time, e.ID)
+		}
 		fw.published[pubKey{typeLabel(e.Type), fw.classLabel(&e)}]++
 		if fw.republishUntil.published(e.Created.Time, e.ID) {
 			fw.republished++

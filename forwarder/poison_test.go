@@ -73,6 +73,20 @@ func (j *journal) ties(n int) []string {
 	return ids
 }
 
+// goodBeforeLast adds n ordinary events before the last event of the journal (one dated later
+// than them: ordering by created lists them before it) and returns their ids.
+func (j *journal) goodBeforeLast(n int) []string {
+	last := j.events[len(j.events)-1]
+	j.mu.Lock()
+	j.events = j.events[:len(j.events)-1]
+	j.mu.Unlock()
+	ids := j.good(n)
+	j.mu.Lock()
+	j.events = append(j.events, last)
+	j.mu.Unlock()
+	return ids
+}
+
 // add appends one raw result (its created, where it has one, is next()).
 func (j *journal) add(raw string) {
 	j.mu.Lock()
@@ -354,5 +368,72 @@ func TestHeadersStayBoundedWhateverTheEventsAtOneInstant(t *testing.T) {
 	itest.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published >= uint64(len(more)) }, "the new forwarder's count")
 	if n := fw.Status().Published; n != uint64(len(more)) {
 		t.Errorf("the new forwarder published %d events, want only the %d new ones (it must not send the instant's again)", n, len(more))
+	}
+}
+
+// TestBoundBodyFitsWhateverTheText cuts bodies whose strings are escaped (encoded longer than
+// their text), multi-byte or plain: each fits, stays JSON and keeps id, type and created.
+func TestBoundBodyFitsWhateverTheText(t *testing.T) {
+	for name, text := range map[string]string{
+		"plain":     strings.Repeat("x", 200000),
+		"escapes":   strings.Repeat(`\n\"\\`, 50000),
+		"unicode":   strings.Repeat(`\u0444\u0430\u0439\u043b`, 20000),
+		"cyrillic":  strings.Repeat("файл ", 40000),
+		"html":      strings.Repeat("<&>", 60000),
+		"control":   strings.Repeat(`\u0001`, 40000),
+		"surrogate": strings.Repeat(`\ud83d\ude00`, 20000),
+	} {
+		t.Run(name, func(t *testing.T) {
+			raw := []byte(`{"id":"e1","type":"info","created":"2026-11-27T08:00:00Z","message":"` + text + `","detail_message":"` + text + `","entities":[{"entity_uuid":"u"}]}`)
+			if !json.Valid(raw) {
+				t.Fatalf("test body is not JSON")
+			}
+			for _, budget := range []int{1024, 5000, 65536, len(raw) / 2} {
+				b, cut := boundBody(raw, budget)
+				var obj map[string]any
+				if err := json.Unmarshal(b, &obj); err != nil {
+					t.Fatalf("budget %d: not JSON: %v", budget, err)
+				}
+				if len(b) > budget || len(cut) == 0 || obj["id"] != "e1" || obj["type"] != "info" || obj["created"] != "2026-11-27T08:00:00Z" {
+					t.Errorf("budget %d: %d bytes, cut %v, id %v type %v created %v", budget, len(b), cut, obj["id"], obj["type"], obj["created"])
+				}
+			}
+		})
+	}
+}
+
+// TestAnEventDatedInTheFutureHidesNothing: an event dated an hour ahead is published at once, and
+// the events that come after it (which ordering by created lists before it) are published too,
+// each once, across polls and a restart from the stream alone; it is never published again.
+func TestAnEventDatedInTheFutureHidesNothing(t *testing.T) {
+	r := newPoisonRig(t)
+	want := r.j.good(5)
+	r.j.add(fmt.Sprintf(`{"id":"future","type":"info","created":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)))
+	want = append(want, "future")
+	ids := func(got []jetstream.RawStreamMsg) []string {
+		var out []string
+		for _, m := range got {
+			out = append(out, m.Header.Get(nats.MsgIdHdr))
+		}
+		return out
+	}
+	exactlyOnceInOrder(t, "prod", want, ids(r.waitStored(t, len(want))))
+	for range 3 { // each round in a poll of its own
+		want = append(want, r.j.goodBeforeLast(3)...)
+		exactlyOnceInOrder(t, "prod", want, ids(r.waitStored(t, len(want))))
+	}
+	if n := r.fw.Status().Backlog; n != 0 {
+		t.Errorf("backlog %d, want 0: the future event is published", n)
+	}
+	r.stops[0]()
+	ev := r.fw.opts.Events
+	ev.Checkpoint.Dir = t.TempDir()
+	fw := r.start(t, r.fw.stream, r.fw.opts.Client, ev)
+	more := r.j.goodBeforeLast(3)
+	want = append(want, more...)
+	exactlyOnceInOrder(t, "prod", want, ids(r.waitStored(t, len(want))))
+	itest.Eventually(t, 10*time.Second, func() bool { return fw.Status().Published >= 3 }, "the new forwarder's count")
+	if n := fw.Status().Published; n != 3 {
+		t.Errorf("the forwarder started from the stream published %d events, want the 3 new ones", n)
 	}
 }

@@ -201,11 +201,17 @@ func boundBody(raw []byte, budget int) ([]byte, []string) {
 		v := obj[key]
 		var s string
 		if v[0] == '"' && json.Unmarshal(v, &s) == nil && len(v)-over > 16 {
-			keep := min(len(s), max(0, len(v)-over-16))
-			for keep > 0 && keep < len(s) && !utf8.RuneStart(s[keep]) {
+			// Encoded and decoded lengths differ (escapes): keep the share of the text that the
+			// encoded value may keep, and always less than all of it.
+			keep := min(len(s)*(len(v)-over-16)/len(v), len(s)-1)
+			for keep > 0 && !utf8.RuneStart(s[keep]) {
 				keep--
 			}
-			obj[key] = marshalPlain(s[:keep] + "…")
+			if cutV := marshalPlain(s[:max(keep, 0)] + "…"); len(cutV) < len(v) {
+				obj[key] = cutV
+			} else {
+				delete(obj, key)
+			}
 		} else if keepField(key) {
 			obj[key] = json.RawMessage(`""`)
 		} else {

@@ -59,7 +59,7 @@ func (fw *Forwarder) rejectedEvent(e *veil.Event, m *nats.Msg, reason string) {
 	fw.rejectedN++
 	fw.mu.Unlock()
 	level.Warn(fw.logger).Log("msg", "event cannot be published as the controller sent it: publishing it in a bounded form", "id", r.ID, "reason", reason,
-		"subject", r.Subject, "size", r.Size, "cut_fields", m.Header.Get(hdrCutFields))
+		"created", m.Header.Get("ce-time"), "subject", r.Subject, "size", r.Size, "cut_fields", m.Header.Get(hdrCutFields))
 }
 
 // recentRejected is the ring of rejected events, newest first. fw.mu is held.

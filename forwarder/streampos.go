@@ -30,6 +30,9 @@ const (
 	hdrCreatedIDs = "Veil-Created-Ids"
 	// hdrOrder is the order the journal was read in (oldest_first, newest_first).
 	hdrOrder = "Veil-Journal-Order"
+	// hdrFuture lists the events published ahead of their time that the position holds
+	// (position.Future: a JSON array of {id, created}), when there are any.
+	hdrFuture = "Veil-Future"
 	// hdrCreatedCount, on a message whose instant holds more ids than hdrCreatedIDs lists (the
 	// last maxHeaderIDs of them), is how many there are.
 	hdrCreatedCount = "Veil-Created-Count"
@@ -57,6 +60,10 @@ func positionHeaders(h nats.Header, pos *position, order direction) {
 		list = list[len(list)-maxHeaderIDs:]
 		h[hdrCreatedCount] = []string{strconv.Itoa(len(pos.IDs))}
 	}
+	if len(pos.Future) > 0 {
+		ahead, _ := json.Marshal(pos.Future)
+		h[hdrFuture] = []string{string(ahead)}
+	}
 	ids, _ := json.Marshal(list)
 	h[hdrCreated] = []string{pos.Created.UTC().Format(time.RFC3339Nano)}
 	h[hdrCreatedIDs] = []string{string(ids)}
@@ -75,7 +82,13 @@ func streamPosition(h nats.Header, body []byte) (position, error) {
 		if err := json.Unmarshal([]byte(h.Get(hdrCreatedIDs)), &ids); err != nil || len(ids) == 0 {
 			return position{}, fmt.Errorf("header %s: not a list of ids", hdrCreatedIDs)
 		}
-		return position{Created: t, IDs: ids, Known: true}, nil
+		p := position{Created: t, IDs: ids, Known: true}
+		if a := h.Get(hdrFuture); a != "" {
+			if err := json.Unmarshal([]byte(a), &p.Future); err != nil {
+				return position{}, fmt.Errorf("header %s: %w", hdrFuture, err)
+			}
+		}
+		return p, nil
 	}
 	var e eventKey
 	if err := decodeEventKey(body, &e); err != nil {
