@@ -55,7 +55,7 @@ type futureEvent struct {
 // headers carry).
 const (
 	futureSkew = 5 * time.Minute
-	maxFuture   = 16
+	maxFuture  = 16
 )
 
 // addFuture records an event published ahead of its time.
