@@ -179,7 +179,7 @@ func (r *poisonRig) stored(t *testing.T) []jetstream.RawStreamMsg {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // thousands of reads, under -race
 	defer cancel()
 	s, err := js.Stream(ctx, "VEIL_EVENTS")
 	if err != nil {

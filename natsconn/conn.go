@@ -17,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
@@ -49,6 +50,12 @@ type Conn struct {
 	outage    runstatus.Outage // logs a run of connection failures and its end
 	shown     bool             // a connection was logged
 	closeOne  sync.Once
+	// closing is set by Close; lost holds why the server closed the connection for good (a
+	// protocol error the client does not reconnect from), lostCh is closed then.
+	closing  atomic.Bool
+	lost     atomic.Pointer[string]
+	lostCh   chan struct{}
+	lostOnce sync.Once
 }
 
 // Status is what the status page shows of the NATS connection; it never holds secrets.
@@ -69,7 +76,7 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}
-	c := &Conn{cfg: cfg, logger: logger, url: config.RedactURL(cfg.URL), files: fileDigests(cfg)}
+	c := &Conn{cfg: cfg, logger: logger, url: config.RedactURL(cfg.URL), files: fileDigests(cfg), lostCh: make(chan struct{})}
 	c.outage.Logger = logger
 	connURL := cfg.URL
 	if cfg.Embedded.Enabled {
@@ -102,6 +109,9 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 		nats.ConnectHandler(func(*nats.Conn) { c.connected() }),
 		nats.ReconnectHandler(func(*nats.Conn) { c.connected() }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.setErr(err) }),
+		// The client reconnects from everything but a server error it does not know (such as
+		// "maximum control line exceeded"): then the connection is closed for good.
+		nats.ClosedHandler(func(nc *nats.Conn) { c.closed(nc.LastError()) }),
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
@@ -179,6 +189,38 @@ func (c *Conn) dialCause(err error) error {
 	}
 	conn.Close()
 	return err
+}
+
+// closed records a connection the server closed for good; the daemon then dials a new one
+// (Lost). A Close of ours is not that.
+func (c *Conn) closed(err error) {
+	if c.closing.Load() {
+		return
+	}
+	why := "closed by the client"
+	if err != nil {
+		why = redactErr(err, c.cfg)
+	}
+	c.lostOnce.Do(func() {
+		c.lost.Store(&why)
+		c.mu.Lock()
+		c.lastErr, c.lastErrAt = "connection closed for good: "+why, time.Now()
+		c.mu.Unlock()
+		level.Error(c.logger).Log("msg", "the NATS connection was closed for good after a server error; dialling a new one", "err", why, "url", c.url)
+		close(c.lostCh)
+	})
+}
+
+// Lost is closed when the connection was closed for good by an error the client does not
+// reconnect from; LostReason says which ("" while it was not).
+func (c *Conn) Lost() <-chan struct{} { return c.lostCh }
+
+// LostReason says why the connection was closed for good, "" while it was not.
+func (c *Conn) LostReason() string {
+	if p := c.lost.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // connected logs the connection coming (once per run of failures, and at start).
@@ -281,6 +323,7 @@ func (c *Conn) Status() Status {
 // acknowledgements, so closing loses nothing.
 func (c *Conn) Close() {
 	c.closeOne.Do(func() {
+		c.closing.Store(true)
 		if c.nc != nil {
 			c.nc.Close()
 		}

@@ -73,6 +73,8 @@ type Daemon struct {
 	conn        *natsLink
 	apiMetrics  map[string]*collector.APIMetrics // kept across reloads: counters never reset
 	lastReload  time.Time
+	// redialAt is when a failed redial of a NATS connection lost for good is tried again.
+	redialAt time.Time
 	reloadError string
 
 	stopOnce sync.Once
@@ -151,6 +153,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go d.coord.Run(context.Background())
 	}
 	for {
+		lost, retry := d.lostConn()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -158,6 +161,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return nil
 		case answer := <-d.reloads:
 			answer <- d.reload()
+		case <-lost:
+			d.redial()
+		case <-retry:
 		case <-d.inbox.ready:
 			for _, m := range d.inbox.take() {
 				m(d)

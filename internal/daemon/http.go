@@ -220,6 +220,11 @@ func (d *Daemon) unhealthy(now time.Time) string {
 	if cfg.Events.Enabled && conn == nil {
 		return "events are not forwarded: the NATS connection was lost in a failed reload"
 	}
+	if conn != nil && conn.Conn != nil {
+		if why := conn.LostReason(); why != "" {
+			return "the NATS connection was closed for good by a server error (" + why + ")"
+		}
+	}
 	for _, ct := range ctrls {
 		h := healthLimits{now: now, started: d.started, stuck: 4*cfg.Collect.Interval + ct.cfg.Timeout}
 		for _, p := range ct.parts {

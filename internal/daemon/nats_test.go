@@ -171,3 +171,54 @@ func selfSignedPEM(t *testing.T) []byte {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
+
+// TestAConnectionTheServerClosesIsDialledAgain: a server error the NATS client does not reconnect
+// from (here a protocol line over max_control_line) closes the connection for good; the daemon
+// says so (log, /-/healthy until mended), dials a new one on its own, and forwarding goes on:
+// the events created meanwhile reach the stream.
+func TestAConnectionTheServerClosesIsDialledAgain(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	startNATSAt(t, addr)
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: testutil.SecretToken, VMs: 2, InitialEvents: 5, EventsOrder: "oldest_first"})
+	defer sim.Close()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	cfg := "controllers:\n" + testutil.ControllerYAML("alpha", sim.URL, tok) +
+		"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
+		fmt.Sprintf("events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: file, dir: %q}\n", dir) +
+		fmt.Sprintf("nats:\n  url: nats://%s\n", addr)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfgFile)
+	d.waitReady(t)
+	testutil.Eventually(t, 15*time.Second, func() bool { return streamMsgs(addr, "VEIL_EVENTS") == sim.EventCount() }, "the first events on the stream")
+
+	d.d.mu.RLock()
+	conn := d.d.conn.Conn
+	d.d.mu.RUnlock()
+	_ = conn.NATS().Publish("x."+strings.Repeat("y", 8192), nil) // the server ends the connection
+	select {
+	case <-conn.Lost():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the connection the server closed is not seen as lost")
+	}
+	if conn.LostReason() == "" {
+		t.Error("no reason given for the lost connection")
+	}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		d.d.mu.RLock()
+		defer d.d.mu.RUnlock()
+		return d.d.conn != nil && d.d.conn.Conn != conn && d.d.conn.Connected()
+	}, "a new connection dialled")
+	sim.AddEvents(5, veiltest.EventSpec{})
+	testutil.Eventually(t, 15*time.Second, func() bool { return streamMsgs(addr, "VEIL_EVENTS") == sim.EventCount() }, "the events created after on the stream")
+	if code, body := d.get(t, "/-/healthy"); code != http.StatusOK {
+		t.Errorf("/-/healthy after the redial = %d %s", code, body)
+	}
+	if n := strings.Count(d.logs.String(), "closed for good"); n != 1 {
+		t.Errorf("%d lines saying the connection was closed for good, want 1:\n%s", n, d.logs.String())
+	}
+}

@@ -44,7 +44,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 		conn = oldConn
 		// NATS connection lifecycle (natsconn): a replaced credential, key or CA file also
 		// needs a new connection, though the configuration text is the same.
-		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || oldConn.FilesChanged()
+		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || oldConn.FilesChanged() || oldConn.LostReason() != ""
 	}
 	tornDown := false
 	if fresh {
@@ -276,6 +276,42 @@ func (d *Daemon) restore(cfg *config.Config) {
 	d.mu.Lock()
 	d.controllers, d.conn = ctrls, conn
 	d.mu.Unlock()
+}
+
+// redial replaces a NATS connection the server closed for good (natsconn.Conn.Lost) by applying
+// the running configuration again on a new one. With replicas it cannot (the leases live on that
+// connection): /-/healthy then fails, so that the replica is restarted.
+func (d *Daemon) redial() {
+	d.mu.RLock()
+	cfg := d.cfg
+	d.mu.RUnlock()
+	if cfg == nil || cfg.HA.Enabled {
+		return
+	}
+	if _, err := d.apply(cfg); err != nil {
+		level.Error(d.logger).Log("msg", "couldn't replace the NATS connection the server closed; retrying", "err", err, "in", redialRetry)
+		d.mu.Lock()
+		d.redialAt = time.Now().Add(redialRetry)
+		d.mu.Unlock()
+	}
+}
+
+// redialRetry is how long a failed redial waits before the next.
+const redialRetry = 5 * time.Second
+
+// lostConn is the channel closed when the current NATS connection is closed for good and a new
+// one is to be dialled now (nil: none, replicas, or a failed redial waiting for its retry, which
+// the second channel then times).
+func (d *Daemon) lostConn() (<-chan struct{}, <-chan time.Time) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.conn == nil || d.conn.Conn == nil || d.cfg == nil || d.cfg.HA.Enabled {
+		return nil, nil
+	}
+	if wait := time.Until(d.redialAt); wait > 0 {
+		return nil, time.After(wait)
+	}
+	return d.conn.Lost(), nil
 }
 
 // reload reads the config file again; a bad file is refused and the old config keeps running.
