@@ -28,12 +28,19 @@ type HandlerOptions struct {
 	DisableExporterMetrics bool // no go_*, process_*, promhttp_*
 	DisableOpenMetrics     bool // answer OpenMetrics scrapers with their next choice
 	CreatedSamples         bool // _created lines in OpenMetrics answers
+	// WriteTimeout bounds the sending of each response, from the moment its handler starts
+	// (0: no deadline).
+	WriteTimeout time.Duration
 }
+
+// DefaultWriteTimeout is --web.write-timeout's default: a little above Prometheus's default
+// scrape timeout (10 s), whose scrapes have given up by then anyway.
+const DefaultWriteTimeout = 15 * time.Second
 
 // Handler serves every endpoint of the daemon.
 func (d *Daemon) Handler(o HandlerOptions) http.Handler {
 	return d.handler(handlerOptions{telemetryPath: o.TelemetryPath, maxRequests: o.MaxRequests, disableExporterMetrics: o.DisableExporterMetrics,
-		disableOpenMetrics: o.DisableOpenMetrics, createdSamples: o.CreatedSamples})
+		disableOpenMetrics: o.DisableOpenMetrics, createdSamples: o.CreatedSamples, writeTimeout: o.WriteTimeout})
 }
 
 // handlerOptions are HandlerOptions as the handler reads them.
@@ -43,6 +50,7 @@ type handlerOptions struct {
 	disableExporterMetrics bool // no go_*, process_*, promhttp_*
 	disableOpenMetrics     bool
 	createdSamples         bool
+	writeTimeout           time.Duration // 0: none
 }
 
 func (d *Daemon) handler(o handlerOptions) http.Handler {
@@ -99,7 +107,22 @@ func (d *Daemon) handler(o handlerOptions) http.Handler {
 	mux.HandleFunc("/-/reload", d.serveReload)
 	mux.HandleFunc("GET /sd/domains", d.serveSD)
 	mux.HandleFunc("GET /{$}", d.serveStatus) // GET also answers HEAD; other methods get 405
-	return mux
+	return withWriteDeadline(mux, o.writeTimeout)
+}
+
+// withWriteDeadline gives every response a write deadline of timeout from now: a client that
+// stops reading is dropped then, with whatever it held, rather than waited for. It is set per
+// response (net/http keeps a connection's deadline across its requests otherwise).
+func withWriteDeadline(next http.Handler, timeout time.Duration) http.Handler {
+	if timeout <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// ErrNotSupported only for a writer that is not a connection's (tests' recorders);
+		// the server's WriteTimeout (cmd/veil-exporter) stands behind it.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout))
+		next.ServeHTTP(w, r)
+	})
 }
 
 // handlerErrors registers promhttp_metric_handler_errors_total in reg (nil: no exporter
