@@ -205,7 +205,8 @@ func simConfig(t *testing.T) string {
 }
 
 // TestWebFlags: --web.write-timeout is 15 s unless given (the deadline itself: the daemon's
-// TestWriteDeadlineDropsStalledClient).
+// TestWriteDeadlineDropsStalledClient); /-/reload is off unless --web.enable-lifecycle (the
+// endpoint itself: the daemon's TestLifecycleAndBrowserHeaders).
 func TestWebFlags(t *testing.T) {
 	f, err := parseFlags(nil, io.Discard)
 	if err != nil || f.handler.WriteTimeout != 15*time.Second {
@@ -213,5 +214,11 @@ func TestWebFlags(t *testing.T) {
 	}
 	if f, err := parseFlags([]string{"--web.write-timeout", "1m"}, io.Discard); err != nil || f.handler.WriteTimeout != time.Minute {
 		t.Fatalf("--web.write-timeout 1m parsed as %+v, %v", f, err)
+	}
+	if f.handler.EnableLifecycle {
+		t.Error("--web.enable-lifecycle is on by default")
+	}
+	if f, err := parseFlags([]string{"--web.enable-lifecycle"}, io.Discard); err != nil || !f.handler.EnableLifecycle {
+		t.Fatalf("--web.enable-lifecycle parsed as %+v, %v", f, err)
 	}
 }

@@ -32,7 +32,7 @@ type daemonUnderTest struct {
 // sees the daemon before anything of it runs.
 func startDaemon(t *testing.T, configFile string, setup ...func(*Daemon)) *daemonUnderTest {
 	t.Helper()
-	return startDaemonServer(t, configFile, HandlerOptions{TelemetryPath: "/metrics", MaxRequests: 40, WriteTimeout: DefaultWriteTimeout}, nil, setup...)
+	return startDaemonServer(t, configFile, HandlerOptions{TelemetryPath: "/metrics", MaxRequests: 40, WriteTimeout: DefaultWriteTimeout, EnableLifecycle: true}, nil, setup...)
 }
 
 // startDaemonServer is startDaemon with the handler's options; onConn (may be nil) sees each
