@@ -64,6 +64,9 @@ func FuzzHandlerQuery(f *testing.F) {
 			if err := json.Unmarshal(body, &got); err != nil {
 				t.Fatalf("/sd/domains?%s: not http_sd JSON: %v\n%s", query, err, body)
 			}
+			if q.Has("tag") || q.Has("os_id") || q.Has("node") || q.Has("family") {
+				return // filters this target does not model (TestSDDomainsFilters*)
+			}
 			want := []sdGroup{}
 			for _, g := range all {
 				if !q.Has("controller") || g.Labels["__meta_veil_controller"] == q.Get("controller") {
