@@ -7,6 +7,8 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -29,6 +31,44 @@ type SD struct {
 	// Port is the port of the targets handed to Prometheus when the request gives none: the
 	// port of what runs in the guests (node_exporter's 9100).
 	Port int `yaml:"port"`
+	// AllowedNetworks are the CIDRs (or single addresses) a target's address must be in to be
+	// handed to Prometheus: guests choose the addresses they report. Empty: any address but
+	// loopback, link-local, multicast and unspecified ones (never a guest's to be scraped at,
+	// and what a hostile guest would point scrapes at: the Prometheus host, cloud metadata).
+	AllowedNetworks []string `yaml:"allowed_networks"`
+}
+
+// Networks are AllowedNetworks parsed (a validated config's parse without error).
+func (s SD) Networks() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(s.AllowedNetworks))
+	for _, n := range s.AllowedNetworks {
+		if p, err := parseNetwork(n); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseNetwork reads a CIDR, or an address as the network of that address alone.
+func parseNetwork(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if a := p.Addr(); a.Is4In6() {
+		if p.Bits() < 96 {
+			return netip.Prefix{}, fmt.Errorf("%s is wider than the IPv4-mapped range", s)
+		}
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
 }
 
 // Controller is one platform controller to collect from.

@@ -58,7 +58,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 		t.Fatalf("example config rejected: %v", err)
 	}
 	def := Default()
-	if !reflect.DeepEqual(cfg.Collect, def.Collect) || cfg.Events != def.Events || cfg.NATS.JetStream != def.NATS.JetStream || cfg.SD != def.SD {
+	if !reflect.DeepEqual(cfg.Collect, def.Collect) || cfg.Events != def.Events || cfg.NATS.JetStream != def.NATS.JetStream || !reflect.DeepEqual(cfg.SD, def.SD) {
 		t.Error("the example's values differ from Default(); one of them is out of date")
 	}
 }

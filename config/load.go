@@ -269,6 +269,11 @@ func (v *validator) config(c *Config) {
 	if c.SD.Port < 1 || c.SD.Port > 65535 {
 		v.add("sd.port", "%d is not a port (1-65535)", c.SD.Port)
 	}
+	for i, n := range c.SD.AllowedNetworks {
+		if _, err := parseNetwork(n); err != nil {
+			v.add(fmt.Sprintf("sd.allowed_networks[%d]", i), "%q is not a CIDR (10.0.0.0/8, fd00::/8) or an address", n)
+		}
+	}
 }
 
 func (v *validator) controller(p string, c *Controller, seen map[string]bool) {

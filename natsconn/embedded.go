@@ -7,6 +7,7 @@ package natsconn
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -14,6 +15,33 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 )
+
+// EmbeddedExposure says why the embedded server cfg describes can be reached by others without
+// credentials, or "": it has no authentication, so any address but a loopback one lets every
+// host that reaches it read the events and the inventory, publish into the stream and move the
+// positions and leases.
+func EmbeddedExposure(cfg config.Embedded) string {
+	if !cfg.Enabled {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return "" // refused at start with its own error
+	}
+	if host == "localhost" {
+		return ""
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() {
+		return ""
+	}
+	where := "on " + cfg.Listen
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		where = "on every interface (" + cfg.Listen + ")"
+	}
+	return fmt.Sprintf("the embedded NATS server listens %s without authentication: any host that reaches it can read the events "+
+		"and the inventory, publish into the stream and change the event positions and leases; "+
+		"set nats.embedded.listen to a loopback address (127.0.0.1:4222), or use an external NATS server with credentials", where)
+}
 
 // startEmbedded starts the server cfg describes and waits until it takes connections.
 func startEmbedded(cfg config.Embedded) (*server.Server, error) {

@@ -67,7 +67,7 @@ done
 
 declare -A web=([a]=127.0.0.1:9871 [b]=127.0.0.1:9872 [c]=127.0.0.1:9873)
 for r in a b c; do
-  ./bin/veil-exporter --config.file "$STATE/replica-$r.yaml" --web.listen-address "${web[$r]}" \
+  ./bin/veil-exporter --config.file "$STATE/replica-$r.yaml" --web.listen-address "${web[$r]}" --web.enable-lifecycle \
     >"$STATE/replica-$r.log" 2>&1 &
   echo $! > "$STATE/replica-$r.pid"
   pids+=($!)
@@ -102,6 +102,7 @@ Watch a hand-over:
   kill -TERM \$(cat $STATE/replica-b.pid)  # stopped: its controllers move at once
   then open a remaining status page, or:  bash -c 'for p in 9871 9872 9873; do
     curl -s 127.0.0.1:\$p/metrics | grep "^veil_ha_leader.* 1\$"; done'
+Reload:   edit $STATE/replica-a.yaml, then  curl -X POST http://${web[a]}/-/reload   (--web.enable-lifecycle)
 Events:   go run ./scripts/subscribe -url nats://127.0.0.1:${NATS_PORTS%%,*} -subject 'veil.events.>'
 
 Press Ctrl-C to stop everything.

@@ -63,7 +63,8 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 
-./bin/veil-exporter --config.file "$STATE/config.yaml" --web.listen-address "$WEB_ADDR" \
+# --web.enable-lifecycle: POST /-/reload reloads the config (off by default, as in Prometheus).
+./bin/veil-exporter --config.file "$STATE/config.yaml" --web.listen-address "$WEB_ADDR" --web.enable-lifecycle \
   >"$STATE/veil-exporter.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
@@ -126,6 +127,7 @@ veil-exporter demo is running (state and logs in $STATE)
 
   status page     http://$WEB_ADDR/
   metrics         http://$WEB_ADDR/metrics
+  reload          edit $STATE/config.yaml, then  curl -X POST http://$WEB_ADDR/-/reload
   simulator       http://$SIM_ADDR/api/docs/   (token in $STATE/demo.token)
   NATS            nats://$NATS_ADDR   stream VEIL_EVENTS, subjects veil.events.demo.>
                   e.g.  nats sub 'veil.events.demo.>'    (with the nats CLI)

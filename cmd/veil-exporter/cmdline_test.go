@@ -203,3 +203,22 @@ func simConfig(t *testing.T) string {
 	testutil.WriteConfig(t, cfgFile, testutil.ControllerYAML("alpha", sim.URL, tok))
 	return cfgFile
 }
+
+// TestWebFlags: --web.write-timeout is 15 s unless given (the deadline itself: the daemon's
+// TestWriteDeadlineDropsStalledClient); /-/reload is off unless --web.enable-lifecycle (the
+// endpoint itself: the daemon's TestLifecycleAndBrowserHeaders).
+func TestWebFlags(t *testing.T) {
+	f, err := parseFlags(nil, io.Discard)
+	if err != nil || f.handler.WriteTimeout != 15*time.Second {
+		t.Fatalf("default --web.write-timeout = %+v, %v; want 15s", f, err)
+	}
+	if f, err := parseFlags([]string{"--web.write-timeout", "1m"}, io.Discard); err != nil || f.handler.WriteTimeout != time.Minute {
+		t.Fatalf("--web.write-timeout 1m parsed as %+v, %v", f, err)
+	}
+	if f.handler.EnableLifecycle {
+		t.Error("--web.enable-lifecycle is on by default")
+	}
+	if f, err := parseFlags([]string{"--web.enable-lifecycle"}, io.Discard); err != nil || !f.handler.EnableLifecycle {
+		t.Fatalf("--web.enable-lifecycle parsed as %+v, %v", f, err)
+	}
+}

@@ -73,6 +73,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	f.web = kingpinflag.AddFlags(app, ":9867")
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.handler.TelemetryPath)
 	app.Flag("web.max-requests", "Maximum number of parallel scrape requests. Use 0 to disable.").Default("40").IntVar(&f.handler.MaxRequests)
+	app.Flag("web.write-timeout", "Maximum time to send a response (every endpoint); a client that stops reading is dropped then. 0 disables it.").Default(daemon.DefaultWriteTimeout.String()).DurationVar(&f.handler.WriteTimeout)
+	app.Flag("web.enable-lifecycle", "Enable reload via HTTP request (POST or PUT /-/reload).").BoolVar(&f.handler.EnableLifecycle)
 	app.Flag("web.disable-exporter-metrics", "Exclude metrics about the exporter itself (promhttp_*, process_*, go_*).").BoolVar(&f.handler.DisableExporterMetrics)
 	app.Flag("web.disable-openmetrics", "Never answer in OpenMetrics: scrapers that ask for it first get their next choice (protobuf or text).").BoolVar(&f.handler.DisableOpenMetrics)
 	app.Flag("web.openmetrics-created-samples", "Add a _created series for every counter, histogram and summary that has a start time to OpenMetrics answers (protobuf answers always carry it).").BoolVar(&f.handler.CreatedSamples)
@@ -228,6 +230,11 @@ func serve(ctx context.Context, d *daemon.Daemon, f *flags, logger log.Logger, w
 	}, func(error) { cancel() })
 
 	srv := &http.Server{Handler: d.Handler(f.handler), ReadHeaderTimeout: 10 * time.Second}
+	if f.handler.WriteTimeout > 0 {
+		// Behind the handler's own deadline per response, which it sets when it starts: the
+		// server's counts from the request's headers, a second more for the handler's start.
+		srv.WriteTimeout = f.handler.WriteTimeout + time.Second
+	}
 	if onListen != nil {
 		// Called by Serve with each listener, once it listens (":0" in tests).
 		srv.BaseContext = func(l net.Listener) context.Context {

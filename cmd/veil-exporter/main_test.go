@@ -182,7 +182,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	cfgFile := filepath.Join(dir, "veil.yaml")
 	testutil.WriteConfig(t, cfgFile, testutil.ControllerYAML("alpha", simA.URL, tok))
 
-	d := startDaemon(t, cfgFile)
+	d := startDaemon(t, cfgFile, "--web.enable-lifecycle")
 	d.waitReady(t)
 
 	code, metrics := d.get(t, "/metrics")

@@ -32,6 +32,13 @@ type daemonUnderTest struct {
 // sees the daemon before anything of it runs.
 func startDaemon(t *testing.T, configFile string, setup ...func(*Daemon)) *daemonUnderTest {
 	t.Helper()
+	return startDaemonServer(t, configFile, HandlerOptions{TelemetryPath: "/metrics", MaxRequests: 40, WriteTimeout: DefaultWriteTimeout, EnableLifecycle: true}, nil, setup...)
+}
+
+// startDaemonServer is startDaemon with the handler's options; onConn (may be nil) sees each
+// connection the server accepts.
+func startDaemonServer(t *testing.T, configFile string, ho HandlerOptions, onConn func(net.Conn), setup ...func(*Daemon)) *daemonUnderTest {
+	t.Helper()
 	logs := &testutil.SyncBuffer{}
 	logger := level.NewFilter(log.NewLogfmtLogger(log.NewSyncWriter(logs)), level.AllowDebug())
 	cfg, err := config.Load(configFile)
@@ -46,8 +53,11 @@ func startDaemon(t *testing.T, configFile string, setup ...func(*Daemon)) *daemo
 		s(d)
 	}
 	addrc := make(chan string, 1)
-	srv := &http.Server{Handler: d.Handler(HandlerOptions{TelemetryPath: "/metrics", MaxRequests: 40}), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: d.Handler(ho), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(l net.Listener) context.Context { addrc <- l.Addr().String(); return context.Background() }}
+	if onConn != nil {
+		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context { onConn(c); return ctx }
+	}
 	webLogger := slog.New(sloggokit.NewGoKitHandler(logger, slog.LevelDebug)).With("component", "web")
 	addrs, systemd, webConfig := []string{"127.0.0.1:0"}, false, ""
 	errc := make(chan error, 1)

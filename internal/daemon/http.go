@@ -28,12 +28,23 @@ type HandlerOptions struct {
 	DisableExporterMetrics bool // no go_*, process_*, promhttp_*
 	DisableOpenMetrics     bool // answer OpenMetrics scrapers with their next choice
 	CreatedSamples         bool // _created lines in OpenMetrics answers
+	// WriteTimeout bounds the sending of each response, from the moment its handler starts
+	// (0: no deadline).
+	WriteTimeout time.Duration
+	// EnableLifecycle serves POST /-/reload (--web.enable-lifecycle); without it the endpoint
+	// answers 403, as Prometheus's.
+	EnableLifecycle bool
 }
+
+// DefaultWriteTimeout is --web.write-timeout's default: a little above Prometheus's default
+// scrape timeout (10 s), whose scrapes have given up by then anyway.
+const DefaultWriteTimeout = 15 * time.Second
 
 // Handler serves every endpoint of the daemon.
 func (d *Daemon) Handler(o HandlerOptions) http.Handler {
 	return d.handler(handlerOptions{telemetryPath: o.TelemetryPath, maxRequests: o.MaxRequests, disableExporterMetrics: o.DisableExporterMetrics,
-		disableOpenMetrics: o.DisableOpenMetrics, createdSamples: o.CreatedSamples})
+		disableOpenMetrics: o.DisableOpenMetrics, createdSamples: o.CreatedSamples, writeTimeout: o.WriteTimeout,
+		enableLifecycle: o.EnableLifecycle})
 }
 
 // handlerOptions are HandlerOptions as the handler reads them.
@@ -43,6 +54,8 @@ type handlerOptions struct {
 	disableExporterMetrics bool // no go_*, process_*, promhttp_*
 	disableOpenMetrics     bool
 	createdSamples         bool
+	writeTimeout           time.Duration // 0: none
+	enableLifecycle        bool
 }
 
 func (d *Daemon) handler(o handlerOptions) http.Handler {
@@ -96,10 +109,61 @@ func (d *Daemon) handler(o handlerOptions) http.Handler {
 	mux.Handle(o.telemetryPath, metrics)
 	mux.HandleFunc("/-/healthy", d.serveHealthy)
 	mux.HandleFunc("/-/ready", d.serveReady)
-	mux.HandleFunc("/-/reload", d.serveReload)
+	mux.Handle("/-/reload", lifecycle(o.enableLifecycle, http.HandlerFunc(d.serveReload)))
 	mux.HandleFunc("GET /sd/domains", d.serveSD)
 	mux.HandleFunc("GET /{$}", d.serveStatus) // GET also answers HEAD; other methods get 405
-	return mux
+	return withWriteDeadline(browserHeaders(mux), o.writeTimeout)
+}
+
+// lifecycle guards an endpoint that changes the daemon as Prometheus guards its /-/reload:
+// POST or PUT, and only with --web.enable-lifecycle (403 otherwise). A browser's request from
+// another site (a form posted by any page the operator visits) is refused too: 403.
+func lifecycle(enabled bool, next http.Handler) http.Handler {
+	csrf := http.NewCrossOriginProtection()
+	guarded := csrf.Handler(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost && r.Method != http.MethodPut {
+			w.Header().Set("Allow", "POST, PUT")
+			http.Error(w, "Only POST or PUT requests allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if !enabled {
+			http.Error(w, "Lifecycle API is not enabled (--web.enable-lifecycle).", http.StatusForbidden)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
+}
+
+// pageCSP is the Content-Security-Policy of every answer but the status page's (statusCSP):
+// nothing to load, no frame to be shown in.
+const pageCSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// browserHeaders sets on every answer what keeps a browser from misreading it (nosniff) or
+// showing it inside another site's page (frame-ancestors, X-Frame-Options for older ones).
+func browserHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", pageCSP)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withWriteDeadline gives every response a write deadline of timeout from now: a client that
+// stops reading is dropped then, with whatever it held, rather than waited for. It is set per
+// response (net/http keeps a connection's deadline across its requests otherwise).
+func withWriteDeadline(next http.Handler, timeout time.Duration) http.Handler {
+	if timeout <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// ErrNotSupported only for a writer that is not a connection's (tests' recorders);
+		// the server's WriteTimeout (cmd/veil-exporter) stands behind it.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout))
+		next.ServeHTTP(w, r)
+	})
 }
 
 // handlerErrors registers promhttp_metric_handler_errors_total in reg (nil: no exporter
@@ -274,11 +338,6 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) serveReload(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "use POST to reload the configuration", http.StatusMethodNotAllowed)
-		return
-	}
 	if err := d.Reload(); err != nil {
 		http.Error(w, "reload refused, the previous configuration keeps running: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -304,5 +363,6 @@ func (d *Daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", statusCSP)
 	_, _ = buf.WriteTo(w)
 }

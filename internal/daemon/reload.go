@@ -184,6 +184,10 @@ func (d *Daemon) connect(cfg *config.Config) (*natsLink, error) {
 		if err := probeListen(n.Embedded.Listen); err != nil {
 			return nil, fmt.Errorf("nats.embedded.listen: %w", err)
 		}
+		// Said each time the server starts: at start, and after a reload that changed nats:.
+		if why := natsconn.EmbeddedExposure(n.Embedded); why != "" {
+			level.Warn(d.logger).Log("msg", why)
+		}
 	}
 	conn, err := natsconn.Connect(n, log.With(d.base, "component", "nats"))
 	if err != nil {

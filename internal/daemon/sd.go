@@ -14,13 +14,144 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/collector"
 )
+
+// What one /sd/domains request may ask: its parameters are matched against every VM, so their
+// number and length bound its cost (VMs × values). Beyond: 400.
+const (
+	sdMaxValues   = 64  // values of all parameters together
+	sdMaxValueLen = 256 // bytes of one value (or key)
+)
+
+// sdMaxInFlight /sd/domains answers are computed at once (each walks every VM); one more waits
+// up to sdQueueWait for a place, then gets 503 (Prometheus keeps its targets and asks again at
+// its next refresh).
+const (
+	sdMaxInFlight = 4
+	sdQueueWait   = 2 * time.Second
+)
+
+// sdGuard holds what /sd/domains needs across requests: its places, its counters, and which
+// refused addresses were already logged.
+type sdGuard struct {
+	places          chan struct{}
+	requestsRefused *prometheus.CounterVec // by reason
+	targetsRefused  *prometheus.CounterVec // by reason
+
+	mu     sync.Mutex
+	logged map[string]string // VM id (with controller) → the refused address last logged
+}
+
+// sdLoggedMax bounds sdGuard.logged: beyond, it starts again (a VM may then be logged again).
+const sdLoggedMax = 100_000
+
+// Reasons of veil_sd_requests_refused_total and veil_sd_targets_refused_total.
+const (
+	sdTooManyValues = "too_many_parameters"
+	sdValueTooLong  = "parameter_too_long"
+	sdBusy          = "busy"
+	sdNotAllowed    = "address_not_allowed"
+	sdNotAnAddress  = "not_an_address"
+)
+
+func newSDGuard() *sdGuard {
+	g := &sdGuard{
+		places: make(chan struct{}, sdMaxInFlight),
+		requestsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "veil_sd_requests_refused_total",
+			Help: "Requests to /sd/domains refused: too_many_parameters or parameter_too_long (400), busy (503: too many at once).",
+		}, []string{"reason"}),
+		targetsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "veil_sd_targets_refused_total",
+			Help: "Targets left out of /sd/domains answers (counted per answer): address_not_allowed (outside sd.allowed_networks; without it loopback, link-local, multicast or unspecified), not_an_address.",
+		}, []string{"reason"}),
+		logged: map[string]string{},
+	}
+	for _, r := range []string{sdTooManyValues, sdValueTooLong, sdBusy} {
+		g.requestsRefused.WithLabelValues(r)
+	}
+	for _, r := range []string{sdNotAllowed, sdNotAnAddress} {
+		g.targetsRefused.WithLabelValues(r)
+	}
+	return g
+}
+
+// refused counts a target left out and logs it once per VM and address.
+func (g *sdGuard) refused(logger log.Logger, controller string, t *collector.GuestTarget, host, reason string) {
+	g.targetsRefused.WithLabelValues(reason).Inc()
+	key := controller + "/" + t.Domain.ID
+	g.mu.Lock()
+	seen := g.logged[key] == host
+	if !seen {
+		if len(g.logged) >= sdLoggedMax {
+			clear(g.logged)
+		}
+		g.logged[key] = host
+	}
+	g.mu.Unlock()
+	if !seen {
+		level.Warn(logger).Log("msg", "guest left out of /sd/domains: its address is not allowed (sd.allowed_networks)", "controller", controller,
+			"domain_id", t.Domain.ID, "domain", capText(t.Domain.VerboseName, 128), "address", capText(host, 128), "reason", reason)
+	}
+}
+
+// checkSDQuery says why a query is refused (400), or "".
+func checkSDQuery(q map[string][]string) (reason, why string) {
+	n := 0
+	for k, vs := range q {
+		n += len(vs)
+		if len(k) > sdMaxValueLen {
+			return sdValueTooLong, fmt.Sprintf("a parameter name is longer than %d bytes", sdMaxValueLen)
+		}
+		for _, v := range vs {
+			if len(v) > sdMaxValueLen {
+				return sdValueTooLong, fmt.Sprintf("parameter %s: a value is longer than %d bytes", capText(k, 64), sdMaxValueLen)
+			}
+		}
+	}
+	if n > sdMaxValues {
+		return sdTooManyValues, fmt.Sprintf("%d parameter values, at most %d", n, sdMaxValues)
+	}
+	return "", ""
+}
+
+// allowedAddress says whether host may be handed to Prometheus as a target's address, or why
+// not: it must be an IP address (a name would be resolved by Prometheus), in one of nets, or
+// with no nets not one that is never a guest's (loopback: the Prometheus host itself;
+// link-local: cloud metadata services; multicast; unspecified).
+func allowedAddress(host string, nets []netip.Prefix) (ok bool, reason string) {
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false, sdNotAnAddress
+	}
+	a = a.Unmap()
+	if len(nets) == 0 {
+		if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
+			return false, sdNotAllowed
+		}
+		return true, ""
+	}
+	a = a.WithZone("")
+	for _, n := range nets {
+		if n.Contains(a) {
+			return true, ""
+		}
+	}
+	return false, sdNotAllowed
+}
 
 // sdSource is what one controller contributes to /sd/domains.
 type sdSource struct {
@@ -32,6 +163,10 @@ type sdSource struct {
 
 // sdQuery is what a request asks of /sd/domains.
 type sdQuery struct {
+	nets []netip.Prefix // sd.allowed_networks
+	// refused is told of each target left out for its address (nil: nobody).
+	refused func(controller string, t *collector.GuestTarget, host, reason string)
+
 	port   string
 	family string   // ipv4 (default), ipv6 or any
 	tags   []string // ",name,": the VM has every one of these tags
@@ -54,43 +189,81 @@ const (
 // than dropping every target of a restarted exporter).
 func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if reason, why := checkSDQuery(q); reason != "" {
+		d.sd.requestsRefused.WithLabelValues(reason).Inc()
+		http.Error(w, why, http.StatusBadRequest)
+		return
+	}
+	body, code, msg := d.sdAnswer(r, q)
+	if code != http.StatusOK {
+		http.Error(w, msg, code)
+		return
+	}
+	// Written without the place: a client that stops reading holds only its connection.
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+}
+
+// sdAnswer computes the answer to a valid query under one of the sdMaxInFlight places: the
+// body, or a status and message.
+func (d *Daemon) sdAnswer(r *http.Request, q map[string][]string) ([]byte, int, string) {
+	t := time.NewTimer(sdQueueWait)
+	defer t.Stop()
+	select {
+	case d.sd.places <- struct{}{}:
+		defer func() { <-d.sd.places }()
+	case <-t.C:
+		d.sd.requestsRefused.WithLabelValues(sdBusy).Inc()
+		return nil, http.StatusServiceUnavailable, fmt.Sprintf("too many service discovery requests at once (%d), try again later", sdMaxInFlight)
+	case <-r.Context().Done():
+		return nil, http.StatusServiceUnavailable, "request cancelled"
+	}
+	get := func(k string) string {
+		if vs := q[k]; len(vs) > 0 {
+			return vs[0]
+		}
+		return ""
+	}
+	has := func(k string) bool { _, ok := q[k]; return ok }
 	d.mu.RLock()
 	ctrls, cfg := d.controllers, d.cfg
 	d.mu.RUnlock()
 	port := 9100
+	var nets []netip.Prefix
 	if cfg != nil {
-		port = cfg.SD.Port
+		port, nets = cfg.SD.Port, cfg.SD.Networks()
 	}
-	if p := q.Get("port"); p != "" || q.Has("port") {
+	if p := get("port"); p != "" || has("port") {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
-			http.Error(w, fmt.Sprintf("port %q is not a port number (1-65535)", p), http.StatusBadRequest)
-			return
+			return nil, http.StatusBadRequest, fmt.Sprintf("port %q is not a port number (1-65535)", p)
 		}
 		port = n
 	}
-	sq := sdQuery{port: strconv.Itoa(port), family: familyIPv4, osIDs: q["os_id"], nodes: q["node"]}
-	if q.Has("family") {
-		switch f := q.Get("family"); f {
+	sq := sdQuery{port: strconv.Itoa(port), family: familyIPv4, osIDs: q["os_id"], nodes: q["node"], nets: nets,
+		refused: func(controller string, t *collector.GuestTarget, host, reason string) {
+			d.sd.refused(d.logger, controller, t, host, reason)
+		}}
+	if has("family") {
+		switch f := get("family"); f {
 		case familyIPv4, familyIPv6, familyAny:
 			sq.family = f
 		default:
-			http.Error(w, fmt.Sprintf("family %q is not ipv4, ipv6 or any", f), http.StatusBadRequest)
-			return
+			return nil, http.StatusBadRequest, fmt.Sprintf("family %q is not ipv4, ipv6 or any", f)
 		}
 	}
 	for _, t := range q["tag"] {
 		sq.tags = append(sq.tags, ","+t+",")
 	}
-	only, filter := q.Get("controller"), q.Has("controller")
+	only, filter := get("controller"), has("controller")
 	var srcs []sdSource
 	for _, ct := range ctrls {
 		if filter && ct.cfg.Name != only {
 			continue
 		}
 		if !ct.inventory.Ready() {
-			http.Error(w, fmt.Sprintf("controller %s: first inventory refresh not done", ct.cfg.Name), http.StatusServiceUnavailable)
-			return
+			return nil, http.StatusServiceUnavailable, fmt.Sprintf("controller %s: first inventory refresh not done", ct.cfg.Name)
 		}
 		s := sdSource{controller: ct.cfg.Name, targets: ct.inventory.GuestTargets()}
 		for _, p := range ct.parts {
@@ -111,10 +284,7 @@ func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 	if len(sq.tags) > 0 || sq.osIDs != nil || sq.nodes != nil {
 		n /= 8 // a guess: filters select a part
 	}
-	body := appendSD(make([]byte, 0, 2+n*sdGroupSize), srcs, &sq)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	_, _ = w.Write(body)
+	return appendSD(make([]byte, 0, 2+n*sdGroupSize), srcs, &sq), http.StatusOK, ""
 }
 
 // sdGroupSize is room enough for most target groups: one buffer, no regrowth.
@@ -141,6 +311,12 @@ func appendSD(b []byte, srcs []sdSource, q *sdQuery) []byte {
 				}
 			}
 			if host == "" {
+				continue
+			}
+			if ok, why := allowedAddress(host, q.nets); !ok {
+				if q.refused != nil {
+					q.refused(s.controller, t, host, why)
+				}
 				continue
 			}
 			if !first {

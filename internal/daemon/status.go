@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"reflect"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/veil-exporter/veil-exporter/changefeed"
 	"github.com/veil-exporter/veil-exporter/collector"
@@ -298,7 +303,80 @@ func (d *Daemon) status() statusData {
 		cs.Problems, cs.ProblemsTotal = problemsView(ps)
 		s.Controllers = append(s.Controllers, cs)
 	}
+	capStrings(reflect.ValueOf(&s).Elem())
 	return s
+}
+
+// capStrings cuts every string reachable from v (fields, pointers, slices, map values) to
+// statusTextMax: whatever a part adds to the status, a long text costs one line of the page.
+// A slice, pointer or map that holds a long text is copied before it is cut: the views may
+// share them with the parts' own status.
+func capStrings(v reflect.Value) {
+	if !v.CanSet() || !tooLong(v) {
+		return
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(capText(v.String(), statusTextMax))
+	case reflect.Pointer:
+		c := reflect.New(v.Type().Elem())
+		c.Elem().Set(v.Elem())
+		v.Set(c)
+		capStrings(c.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			capStrings(v.Field(i))
+		}
+	case reflect.Array:
+		for i := range v.Len() {
+			capStrings(v.Index(i))
+		}
+	case reflect.Slice:
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		reflect.Copy(c, v)
+		v.Set(c)
+		for i := range c.Len() {
+			capStrings(c.Index(i))
+		}
+	case reflect.Map:
+		c := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(it.Value())
+			capStrings(e)
+			c.SetMapIndex(it.Key(), e)
+		}
+		v.Set(c)
+	}
+}
+
+// tooLong says whether a string reachable from v is longer than statusTextMax.
+func tooLong(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.String:
+		return v.Len() > statusTextMax
+	case reflect.Pointer:
+		return !v.IsNil() && tooLong(v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && tooLong(v.Field(i)) {
+				return true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			if tooLong(v.Index(i)) {
+				return true
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			if tooLong(it.Value()) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func natsView(c natsconn.Status) *natsStatus {
@@ -386,6 +464,40 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"abs":  absTime,
 	"sub":  func(a, b int) int { return a - b },
 }).Parse(statusHTML))
+
+// statusCSP is the status page's Content-Security-Policy: its one inline <style> (by its
+// hash, so that markup slipped into a page could add no other), nothing else to load, no frame
+// to be shown in. The page has no script.
+var statusCSP = "default-src 'none'; style-src '" + styleHash(statusHTML) + "'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// styleHash is the CSP source of the text of page's <style> element.
+func styleHash(page string) string {
+	_, rest, ok := strings.Cut(page, "<style>")
+	css, _, ok2 := strings.Cut(rest, "</style>")
+	if !ok || !ok2 || strings.Contains(css, "{{") {
+		panic("status.html needs one <style> element without template actions")
+	}
+	sum := sha256.Sum256([]byte(css))
+	return "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// statusTextMax bounds a text the status page (and its JSON) shows: errors and problems come
+// from the controller and the guests, whose texts may be of any length.
+const statusTextMax = 512
+
+// capText is s cut to at most max bytes (on a rune boundary) with an ellipsis when it was
+// longer.
+func capText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const ellipsis = "…"
+	cut := max - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}
 
 func absTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000 UTC") }
 

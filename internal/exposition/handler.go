@@ -8,6 +8,7 @@ package exposition
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -64,7 +65,6 @@ func Handler(o HandlerOpts) http.Handler {
 		if sem != nil {
 			select {
 			case sem <- struct{}{}:
-				defer func() { <-sem }()
 			default:
 				http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", o.MaxRequestsInFlight), http.StatusServiceUnavailable)
 				return
@@ -72,8 +72,10 @@ func Handler(o HandlerOpts) http.Handler {
 		}
 		if gate != nil {
 			gate.enter()
-			defer gate.leave()
 		}
+		t := &turn{sem: sem, gate: gate, ctx: r.Context(), held: true}
+		defer t.release()
+		w = &socketWriter{ResponseWriter: w, turn: t}
 		format := expfmt.NegotiateAccept(r.Header, accepted...)
 		var kind form
 		switch format.FormatType() {
@@ -97,6 +99,73 @@ func Handler(o HandlerOpts) http.Handler {
 		o.serve(w, r, format, kind)
 	})
 }
+
+// turn is what a scrape holds while it works: a place under MaxRequestsInFlight and a count
+// in the gate that pauses renders. It gives both up while it waits on the client's socket, so
+// that a client that stops reading holds neither a place nor the renders (only its
+// connection, until the write deadline the server sets drops it).
+type turn struct {
+	mu   sync.Mutex // a compressor of the fallback may write from its own goroutine
+	sem  chan struct{}
+	gate *gate
+	ctx  context.Context
+	held bool
+}
+
+func (t *turn) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.held {
+		return
+	}
+	t.held = false
+	if t.gate != nil {
+		t.gate.leave()
+	}
+	if t.sem != nil {
+		<-t.sem
+	}
+}
+
+// take waits for a place again (the scrape was admitted: it queues rather than fail).
+func (t *turn) take() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held {
+		return nil
+	}
+	if t.sem != nil {
+		select {
+		case t.sem <- struct{}{}:
+		case <-t.ctx.Done():
+			return t.ctx.Err()
+		}
+	}
+	if t.gate != nil {
+		t.gate.enter()
+	}
+	t.held = true
+	return nil
+}
+
+// socketWriter is the response as a scrape writes it: each write to the client's socket is
+// made without the scrape's turn.
+type socketWriter struct {
+	http.ResponseWriter
+	turn *turn
+}
+
+func (s *socketWriter) Write(p []byte) (int, error) {
+	s.turn.release()
+	n, err := s.ResponseWriter.Write(p)
+	if terr := s.turn.take(); err == nil && terr != nil {
+		err = terr
+	}
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (write deadlines).
+func (s *socketWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (o *HandlerOpts) count(cause string) {
 	if o.Errors != nil {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,4 +63,57 @@ func pauses(rd *Renderer) int64 {
 	rd.scrapes.mu.Lock()
 	defer rd.scrapes.mu.Unlock()
 	return rd.scrapes.paused
+}
+
+// blockedWriter is a client that stops reading: its first Write blocks until released.
+type blockedWriter struct {
+	*httptest.ResponseRecorder
+	once             sync.Once
+	writing, release chan struct{}
+}
+
+func (b *blockedWriter) Write(p []byte) (int, error) {
+	b.once.Do(func() {
+		close(b.writing)
+		<-b.release
+	})
+	return b.ResponseRecorder.Write(p)
+}
+
+// TestScrapeWaitingOnClientHoldsNothing: while a scrape is blocked writing to its client, it
+// neither pauses renders (the gate counts no scrape) nor holds its place under
+// MaxRequestsInFlight (another scrape is served, not refused).
+func TestScrapeWaitingOnClientHoldsNothing(t *testing.T) {
+	rd := NewRenderer()
+	live := prometheus.NewRegistry()
+	live.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "stalled_test", Help: "Something to write."}))
+	h := Handler(HandlerOpts{Live: live, Sets: func() []*Set { return nil }, Fallback: http.NotFoundHandler(),
+		Renderer: rd, MaxRequestsInFlight: 1})
+	stalled := &blockedWriter{ResponseRecorder: httptest.NewRecorder(), writing: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(stalled, httptest.NewRequest("GET", "/metrics", nil))
+	}()
+	select {
+	case <-stalled.writing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the scrape never wrote")
+	}
+	rd.scrapes.mu.Lock()
+	inFlight := rd.scrapes.n
+	rd.scrapes.mu.Unlock()
+	if inFlight != 0 {
+		t.Errorf("renders wait for %d scrapes while the only one waits on its client", inFlight)
+	}
+	other := httptest.NewRecorder()
+	h.ServeHTTP(other, httptest.NewRequest("GET", "/metrics", nil))
+	if other.Code != http.StatusOK {
+		t.Errorf("a scrape beside one waiting on its client = %d, want 200: %s", other.Code, other.Body)
+	}
+	close(stalled.release)
+	<-done
+	if stalled.Code != http.StatusOK {
+		t.Errorf("the stalled scrape = %d once its client read again", stalled.Code)
+	}
 }
