@@ -75,7 +75,7 @@ type Daemon struct {
 	apiMetrics  map[string]*collector.APIMetrics // kept across reloads: counters never reset
 	lastReload  time.Time
 	// redialAt is when a failed redial of a NATS connection lost for good is tried again.
-	redialAt time.Time
+	redialAt    time.Time
 	reloadError string
 
 	stopOnce sync.Once
