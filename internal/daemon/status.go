@@ -221,6 +221,19 @@ type eventsStatus struct {
 	LastError  string        `json:"last_error,omitempty"`
 	Stopped    bool          `json:"stopped"` // another instance owns the position
 	Recent     []recentEvent `json:"recent"`  // newest first
+	// Rejected: events published in another form than the controller sent them, by reason
+	// (veil_events_rejected_total), and the last of them, newest first.
+	Rejected       map[string]uint64 `json:"rejected"`
+	RecentRejected []rejectedEvent   `json:"recent_rejected"`
+}
+
+// rejectedEvent is one event published cut or to the invalid subject.
+type rejectedEvent struct {
+	At      time.Time `json:"at"`
+	ID      string    `json:"id"`
+	Reason  string    `json:"reason"`
+	Subject string    `json:"subject"`
+	Size    int       `json:"size"`
 }
 
 // gapEpisode: events created between After and Before may have been deleted unread.
@@ -429,6 +442,15 @@ func eventsView(f forwarder.Status) *eventsStatus {
 	}
 	for _, r := range f.Recent {
 		e.Recent = append(e.Recent, recentEvent{Created: r.Created, Type: r.Type, Subject: r.Subject, ID: r.ID, Message: r.Message})
+	}
+	e.Rejected, e.RecentRejected = map[string]uint64{}, make([]rejectedEvent, 0, len(f.RecentRejected))
+	for k, n := range f.Rejected {
+		if n > 0 {
+			e.Rejected[k] = n
+		}
+	}
+	for _, r := range f.RecentRejected {
+		e.RecentRejected = append(e.RecentRejected, rejectedEvent{At: r.At, ID: r.ID, Reason: r.Reason, Subject: r.Subject, Size: r.Size})
 	}
 	return e
 }
