@@ -129,6 +129,10 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 		d.sd.requestsRefused, d.sd.targetsRefused,
 		controllersCollector{d},
 		newRunStatusCollector(d.runs),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "veil_exporter_label_values_truncated_total",
+			Help: "Label values cut to 1024 bytes (ending in …) since start: a name, or a guest's answer, longer than that. A value cut at every render counts at every render.",
+		}, func() float64 { return float64(exposition.LabelValuesCut()) }),
 	)
 	d.renderedRegistry.MustRegister(renderedCollector{d})
 	return d

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -69,15 +70,49 @@ type famBuf struct {
 
 type line struct{ start, end uint32 }
 
+// MaxLabelValueBytes bounds a label value: the controller and the guests choose most of them
+// (names, a guest's kernel release), and one value of megabytes would be carried by every scrape
+// and every Prometheus. A longer value is cut to end in "…" within the bound, and counted in
+// LabelValuesCut.
+const MaxLabelValueBytes = 1024
+
+// labelValuesCut counts the label values cut to MaxLabelValueBytes since start.
+var labelValuesCut atomic.Uint64
+
+// LabelValuesCut is how many label values were cut to MaxLabelValueBytes since start (a value
+// cut at every render counts at every render).
+func LabelValuesCut() uint64 { return labelValuesCut.Load() }
+
+// BoundLabel cuts s to MaxLabelValueBytes, at a character boundary, ending in "…".
+func BoundLabel(s string) string {
+	if len(s) <= MaxLabelValueBytes {
+		return s
+	}
+	labelValuesCut.Add(1)
+	cut := MaxLabelValueBytes - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 // Add appends one series. A series whose label count does not match or whose label value is
-// not valid UTF-8 is dropped, as prometheus.NewConstMetric refuses it.
+// not valid UTF-8 is dropped, as prometheus.NewConstMetric refuses it; a label value longer than
+// MaxLabelValueBytes is cut (BoundLabel).
 func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 	if len(labels) != d.nvar {
 		return
 	}
-	for _, l := range labels {
+	cloned := false
+	for i, l := range labels {
 		if !utf8.ValidString(l) {
 			return
+		}
+		if len(l) > MaxLabelValueBytes {
+			if !cloned { // the caller's slice is the caller's
+				labels, cloned = slices.Clone(labels), true
+			}
+			labels[i] = BoundLabel(l)
 		}
 	}
 	if b.adds++; b.adds%yieldEvery == 0 {

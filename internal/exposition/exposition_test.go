@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
@@ -369,5 +370,32 @@ func TestLargeFamily(t *testing.T) {
 		if string(got) != want.String() {
 			t.Fatalf("sorted=%v: %s", sorted, firstDiff(got, []byte(want.String())))
 		}
+	}
+}
+
+// TestLabelValuesAreBounded: a label value over MaxLabelValueBytes is cut at a character
+// boundary to end in "…" within the bound, counted, and the caller's slice is left as it was.
+func TestLabelValuesAreBounded(t *testing.T) {
+	d := NewDesc("veil_test_info", "Test.", prometheus.GaugeValue, []string{"a", "b"}, nil)
+	long := strings.Repeat("я", 1000) // 2,000 bytes
+	labels := []string{"short", long}
+	before := LabelValuesCut()
+	var b Builder
+	b.Add(d, 1, labels...)
+	out, err := Families([]*Set{b.Finish(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(out)
+	_, after, ok := strings.Cut(text, `b="`)
+	value, _, _ := strings.Cut(after, `"`)
+	if !ok || len(value) > MaxLabelValueBytes || !strings.HasSuffix(value, "…") || !utf8.ValidString(value) || !strings.HasPrefix(long, strings.TrimSuffix(value, "…")) {
+		t.Errorf("label value of %d bytes, want at most %d ending in …: %.80q", len(value), MaxLabelValueBytes, value)
+	}
+	if LabelValuesCut() != before+1 {
+		t.Errorf("cut counted %d times, want 1", LabelValuesCut()-before)
+	}
+	if labels[1] != long {
+		t.Error("the caller's label slice was changed")
 	}
 }
