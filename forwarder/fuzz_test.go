@@ -109,3 +109,41 @@ func simulatorPages(f *testing.F) [][]byte {
 	}
 	return pages
 }
+
+// FuzzBoundBody: whatever the event body (JSON or not) and the budget, boundBody ends, and what
+// it gives is JSON: the same object within the budget (but for what it must keep: id, type and
+// created of at most 64 bytes each), and the fields it cut are named.
+func FuzzBoundBody(f *testing.F) {
+	for _, ev := range eventCases {
+		f.Add([]byte(ev), 16)
+	}
+	f.Add([]byte(`{"id":"e","message":"`+strings.Repeat(`\u0444`, 500)+`","detail_message":"`+strings.Repeat("x<>&", 300)+`"}`), 200)
+	f.Add([]byte(`{"id":"e","a":[1,2,3,{"b":"`+strings.Repeat("y", 1000)+`"}],"type":"`+strings.Repeat("t", 300)+`"}`), 100)
+	f.Fuzz(func(t *testing.T, raw []byte, budget int) {
+		budget = 64 + budget%4096
+		if budget < 64 {
+			budget += 4096
+		}
+		out, cut := boundBody(raw, budget)
+		if !json.Valid(out) {
+			t.Fatalf("not JSON: %q", out)
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(out, &obj) != nil {
+			t.Fatalf("not an object: %q", out)
+		}
+		kept := 0
+		for k, v := range obj {
+			if keepField(k) {
+				kept += len(k) + len(v) + 4
+			}
+		}
+		if len(out) > budget && len(out) > kept+2 {
+			t.Fatalf("%d bytes for a budget of %d (%d kept): %q", len(out), budget, kept, out)
+		}
+		var in, got any
+		if len(cut) == 0 && json.Unmarshal(raw, &in) == nil && json.Unmarshal(out, &got) == nil && !reflect.DeepEqual(in, got) {
+			t.Fatalf("changed %q into %q but names no field cut", raw, out)
+		}
+	})
+}

@@ -180,22 +180,16 @@ func boundBody(raw []byte, budget int) ([]byte, []string) {
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
 		return []byte("{}"), []string{"(not an object)"}
 	}
-	size := func() int {
-		n := 2
-		for k, v := range obj {
-			n += len(k) + len(v) + 4
-		}
-		return n
-	}
 	var cut []string
-	for over := size() - budget; over > 0; over = size() - budget {
+	out := marshalPlain(obj) // sizes are those of the output: escapes and invalid UTF-8 change them
+	for over := len(out) - budget; over > 0; over = len(out) - budget {
 		key, largest := "", -1
 		for k, v := range obj {
 			if len(v) > largest && !(len(v) <= 64 && keepField(k)) {
 				key, largest = k, len(v)
 			}
 		}
-		if key == "" {
+		if largest < 0 { // only what is kept whole is left ("" is a key like any other)
 			break
 		}
 		v := obj[key]
@@ -218,8 +212,9 @@ func boundBody(raw []byte, budget int) ([]byte, []string) {
 			delete(obj, key)
 		}
 		cut = append(cut, key)
+		out = marshalPlain(obj)
 	}
-	return marshalPlain(obj), cut
+	return out, cut
 }
 
 // marshalPlain is json.Marshal without HTML escaping (which would grow what was just cut).
