@@ -42,6 +42,7 @@ type Client struct {
 	backoff   time.Duration
 	maxBytes  int64
 	observer  Observer
+	rejected  RejectFunc
 	userAgent string
 	pacer     *pacer        // nil: no rate limit
 	slots     chan struct{} // requests in flight
@@ -72,6 +73,7 @@ func New(cfg Config) (*Client, error) {
 		backoff:   cfg.RetryBaseDelay,
 		maxBytes:  cfg.MaxResponseBytes,
 		observer:  cfg.Observer,
+		rejected:  cfg.Rejected,
 		userAgent: cfg.UserAgent,
 	}
 	if c.timeout <= 0 {

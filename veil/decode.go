@@ -236,7 +236,7 @@ func tolerate(err error) error {
 }
 
 // decodeValue decodes one object of the API leniently into v (a pointer to a struct). On
-// failure the error names the offending field when it can be found.
+// failure the error is a *DecodeError naming the offending field when it can be found.
 func decodeValue(b []byte, v any) error {
 	err := tolerate(json.Unmarshal(b, v))
 	if err == nil {
@@ -245,21 +245,25 @@ func decodeValue(b []byte, v any) error {
 		}
 		return nil
 	}
+	var de *DecodeError
+	if errors.As(err, &de) { // from a nested decodeValue (Raw[T])
+		return de
+	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		if te.Field != "" {
-			return fmt.Errorf("field %q: got JSON %s, want %s", te.Field, te.Value, te.Type)
+			return &DecodeError{Field: te.Field, Reason: RejectType, Err: fmt.Errorf("got JSON %s, want %s", te.Value, te.Type)}
 		}
-		return fmt.Errorf("got JSON %s, want an object", te.Value)
+		return &DecodeError{Reason: RejectDecode, Err: fmt.Errorf("got JSON %s, want an object", te.Value)}
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) { // also "unexpected end of JSON input": a truncated body
-		return fmt.Errorf("malformed JSON at byte %d: %w", se.Offset, err)
+		return &DecodeError{Reason: RejectDecode, Err: fmt.Errorf("malformed JSON at byte %d: %w", se.Offset, err)}
 	}
 	if field := badField(b, v); field != "" {
-		return fmt.Errorf("field %q: %w", field, err)
+		return &DecodeError{Field: field, Reason: RejectType, Err: err}
 	}
-	return err
+	return &DecodeError{Reason: RejectDecode, Err: err}
 }
 
 // badField finds which top-level field of the struct behind v fails to decode; it runs only on
