@@ -340,15 +340,37 @@ func DecodePage[T any](path string, body []byte, offset int) (Page[T], error) {
 // reports only its first error, so a forgiven mismatch in one result could hide a fatal one in
 // another, and the error must name the result that failed.
 func decodePage[T any](body []byte, offset int) (Page[T], error) {
-	var fast struct {
-		Count   *Number `json:"count"`
-		Results []T     `json:"results"`
-	}
-	if json.Unmarshal(body, &fast) == nil && fast.Count != nil && fast.Results != nil {
-		normalizeAll(fast.Results)
-		return Page[T]{Count: int(*fast.Count), Results: fast.Results}, nil
+	if p, ok := decodePageFast[T](body); ok {
+		return p, nil
 	}
 	return decodePageByResult[T](body, offset)
+}
+
+// decodePageFast decodes a page in one pass straight into []T; ok is false on any error.
+//
+// A key repeated in the envelope follows the rule of the results decoded one by one: the last
+// "results" (matched case-insensitively, as encoding/json does) wins whole. encoding/json alone
+// would decode a repeated array into the elements of the first, merging their fields.
+func decodePageFast[T any](body []byte) (Page[T], bool) {
+	var fast struct {
+		Count   *Number     `json:"count"`
+		Results lastList[T] `json:"results"`
+	}
+	if json.Unmarshal(body, &fast) != nil || fast.Count == nil || fast.Results == nil {
+		return Page[T]{}, false
+	}
+	normalizeAll(fast.Results)
+	return Page[T]{Count: int(*fast.Count), Results: fast.Results}, true
+}
+
+// lastList is a JSON array decoded afresh each time its key appears (the last one wins whole).
+type lastList[T any] []T
+
+func (l *lastList[T]) UnmarshalJSON(b []byte) error {
+	var v []T
+	err := json.Unmarshal(b, &v)
+	*l = v
+	return err
 }
 
 // decodeListPage decodes a page of a listing (List, listAll): the envelope strictly (an answer
@@ -384,13 +406,8 @@ func decodeListPage[T any](c *Client, path string, body []byte, offset int) (Pag
 // decodePageSkipping is decodePage, except that a result that does not decode is handed to
 // skip (its index in the page, its bytes, the error) and left out, instead of failing the page.
 func decodePageSkipping[T any](body []byte, offset int, skip func(i int, raw []byte, err error)) (Page[T], error) {
-	var fast struct {
-		Count   *Number `json:"count"`
-		Results []T     `json:"results"`
-	}
-	if json.Unmarshal(body, &fast) == nil && fast.Count != nil && fast.Results != nil {
-		normalizeAll(fast.Results)
-		return Page[T]{Count: int(*fast.Count), Results: fast.Results}, nil
+	if p, ok := decodePageFast[T](body); ok {
+		return p, nil
 	}
 	env, err := decodeEnvelope(body)
 	if err != nil {
