@@ -325,7 +325,12 @@ func (g *GuestChecker) fsInfo(ctx context.Context, id string) ([]guestFS, error)
 	if err != nil {
 		return nil, err
 	}
-	return guestFilesystems(list, g.cfg.FSTypesExclude, g.mountsOut), nil
+	fs, cut := guestFilesystems(list, g.cfg.FSTypesExclude, g.mountsOut)
+	if cut > 0 {
+		g.client.Reject(veil.Rejection{Collection: guestCmdFSInfo, ID: id, Reason: veil.RejectOverLimit, Count: cut,
+			Err: fmt.Errorf("the guest reports %d filesystems more than the %d exported per VM", cut, maxGuestDevices)})
+	}
+	return fs, nil
 }
 
 // clockOffset is guest time minus exporter time at the middle of the round trip.

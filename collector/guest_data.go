@@ -19,11 +19,13 @@ type guestFS struct {
 }
 
 // guestFilesystems keeps the entries with sizes whose type and mount point are not excluded,
-// once per (mountpoint, type, device) so that repeated mounts cannot make duplicate series.
-// Mount points matter on guests that are Kubernetes nodes: every pod's volumes are bind mounts.
-func guestFilesystems(list []veil.GuestFilesystem, typesOut []string, mountsOut *regexp.Regexp) []guestFS {
-	out := make([]guestFS, 0, len(list))
-	seen := make(map[[3]string]bool, len(list))
+// once per (mountpoint, type, device) so that repeated mounts cannot make duplicate series, at
+// most maxGuestDevices of them (the first by mount point, type and device, the order of their
+// series); cut is how many more there were. Mount points matter on guests that are Kubernetes
+// nodes: every pod's volumes are bind mounts.
+func guestFilesystems(list []veil.GuestFilesystem, typesOut []string, mountsOut *regexp.Regexp) (fs []guestFS, cut int) {
+	out := make([]guestFS, 0, min(len(list), 4*maxGuestDevices))
+	seen := make(map[[3]string]bool, min(len(list), 4*maxGuestDevices))
 	for _, f := range list {
 		if f.TotalBytes == nil || f.UsedBytes == nil || slices.Contains(typesOut, f.Type) ||
 			mountsOut != nil && mountsOut.MatchString(f.Mountpoint) {
@@ -37,7 +39,16 @@ func guestFilesystems(list []veil.GuestFilesystem, typesOut []string, mountsOut 
 		out = append(out, guestFS{mountpoint: f.Mountpoint, fstype: f.Type, device: f.Name,
 			size: float64(*f.TotalBytes), used: float64(*f.UsedBytes)})
 	}
-	return out
+	slices.SortFunc(out, func(a, b guestFS) int {
+		if c := strings.Compare(a.mountpoint, b.mountpoint); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.fstype, b.fstype); c != 0 {
+			return c
+		}
+		return strings.Compare(a.device, b.device)
+	})
+	return out[:min(len(out), maxGuestDevices)], max(len(out)-maxGuestDevices, 0)
 }
 
 // The counters of guest-network-get-interfaces, in the order of guestDescs.net.
@@ -60,16 +71,15 @@ type guestNIC struct {
 }
 
 // guestInterfaces keeps the interfaces that report statistics and whose name is not excluded,
-// once per name.
+// once per name (the first the guest lists), at most maxGuestDevices (the first by name).
 func guestInterfaces(list []veil.GuestNetworkInterface, out *regexp.Regexp) []guestNIC {
-	nics := make([]guestNIC, 0, len(list))
+	nics := make([]guestNIC, 0, min(len(list), 4*maxGuestDevices))
+	seen := make(map[string]bool, min(len(list), 4*maxGuestDevices))
 	for _, n := range list {
-		if n.Statistics == nil || n.Name == "" || out != nil && out.MatchString(n.Name) {
+		if n.Statistics == nil || n.Name == "" || seen[n.Name] || out != nil && out.MatchString(n.Name) {
 			continue
 		}
-		if slices.ContainsFunc(nics, func(x guestNIC) bool { return x.name == n.Name }) {
-			continue
-		}
+		seen[n.Name] = true
 		s := n.Statistics
 		nics = append(nics, guestNIC{
 			name: n.Name,
@@ -146,12 +156,13 @@ const sectorBytes = 512
 // guestDisks keeps the disks whose name is not excluded, once per name, with the counters the
 // guest reported: a counter it left out, or sent negative, has no series (never a 0).
 func guestDisks(list []veil.GuestDiskStats, out *regexp.Regexp) []guestDisk {
-	disks := make([]guestDisk, 0, len(list))
+	disks := make([]guestDisk, 0, min(len(list), 4*maxGuestDevices))
+	seen := make(map[string]bool, min(len(list), 4*maxGuestDevices))
 	for _, d := range list {
-		if d.Name == "" || out != nil && out.MatchString(d.Name) ||
-			slices.ContainsFunc(disks, func(x guestDisk) bool { return x.name == d.Name }) {
+		if d.Name == "" || seen[d.Name] || out != nil && out.MatchString(d.Name) {
 			continue
 		}
+		seen[d.Name] = true
 		s := &d.Stats
 		k := guestDisk{name: d.Name}
 		for i, c := range [diskCounters]struct {

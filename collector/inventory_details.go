@@ -105,6 +105,10 @@ func (inv *Inventory) detailSweep(ctx context.Context, every time.Duration, targ
 			known[tg.id] = d
 		case errors.Is(err, veil.ErrNotFound):
 			delete(known, tg.id) // deleted since it was listed
+		case errors.As(err, new(*veil.DecodeError)):
+			// Its answer does not decode: the client counted and said it (an object rejected);
+			// that costs this object its detail, not the sweep its success.
+			delete(known, tg.id)
 		case ctx.Err() != nil:
 			return
 		default:

@@ -4,6 +4,7 @@
 package collector
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -109,12 +110,12 @@ func (inv *Inventory) applyFrame(e *edit, f veil.PushFrame, now time.Time) PushD
 	del := f.Event == veil.PushDeleted
 	switch f.Resource {
 	case "/nodes/":
-		return pushInto(&e.snap.nodes, &e.nodes, f, del, func(n veil.Node) string { return n.ID }, inv.learnObject(now))
+		return pushInto(&e.snap.nodes, &e.nodes, f, del, func(n veil.Node) string { return n.ID }, inv.learnObject(now), inv.rejectFrame)
 	case "/clusters/":
-		return pushInto(&e.snap.clusters, &e.clusters, f, del, func(c veil.Cluster) string { return c.ID }, inv.learnObject(now))
+		return pushInto(&e.snap.clusters, &e.clusters, f, del, func(c veil.Cluster) string { return c.ID }, inv.learnObject(now), inv.rejectFrame)
 	case "/data-pools/":
 		e.snap.devicesGen++ // veil_datapool_provisioned_bytes lists every datapool
-		return pushInto(&e.snap.datapools, &e.datapools, f, del, func(d veil.Datapool) string { return d.ID }, inv.learnObject(now))
+		return pushInto(&e.snap.datapools, &e.datapools, f, del, func(d veil.Datapool) string { return d.ID }, inv.learnObject(now), inv.rejectFrame)
 	case "/domains/":
 		return inv.pushDomain(e, f, del, now)
 	}
@@ -134,6 +135,7 @@ func (inv *Inventory) pushDomain(e *edit, f veil.PushFrame, del bool, now time.T
 	if !del {
 		var err error
 		if d, err = veil.DecodeObject[veil.Domain](f.Object); err != nil || d.ID != f.ID {
+			inv.rejectFrame(f, d.ID, err)
 			return DropBadObject
 		}
 		inv.learnName(now, d.ID, d.VerboseName)
@@ -166,8 +168,28 @@ func (inv *Inventory) pushDomain(e *edit, f veil.PushFrame, del bool, now time.T
 	return ""
 }
 
-// pushInto applies a frame of a class without filters to its slice.
-func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T) string, learn func(id, name string)) PushDrop {
+// rejectFrame tells the client's Rejected about a pushed object that does not decode (err), or
+// decodes with another id (got) than its frame's.
+func (inv *Inventory) rejectFrame(f veil.PushFrame, got string, err error) {
+	r := veil.Rejection{Collection: veil.CollectionOf(f.Resource), ID: f.ID, Field: "id", Reason: veil.RejectMissingID, Count: 1}
+	switch {
+	case err != nil:
+		var de *veil.DecodeError
+		r.Field, r.Reason, r.Err = "", veil.RejectDecode, err
+		if errors.As(err, &de) {
+			r.Field, r.Reason = de.Field, de.Reason
+		}
+	case got != "":
+		r.Reason, r.Err = veil.RejectDecode, errors.New("the object's id is not the frame's")
+	default:
+		r.Err = errors.New("the object has no id")
+	}
+	inv.client.Reject(r)
+}
+
+// pushInto applies a frame of a class without filters to its slice; reject is told about an
+// object that does not decode.
+func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T) string, learn func(id, name string), reject func(f veil.PushFrame, got string, err error)) PushDrop {
 	i := indexOf(*s, f.ID, id)
 	if del {
 		if i >= 0 {
@@ -178,6 +200,7 @@ func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T)
 	}
 	v, err := veil.DecodeObject[T](f.Object)
 	if err != nil || id(v) != f.ID {
+		reject(f, id(v), err)
 		return DropBadObject
 	}
 	_, name := identity(v)

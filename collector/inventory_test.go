@@ -44,13 +44,14 @@ func newFixture(t *testing.T, opts veiltest.Options, cc config.Collect, vc veil.
 	t.Helper()
 	sim := veiltest.New(opts)
 	t.Cleanup(sim.Close)
-	f := &fixture{sim: sim, api: NewAPIMetrics("test"), logs: &tu.SyncBuffer{}}
+	f := &fixture{sim: sim, logs: &tu.SyncBuffer{}}
+	f.api = NewAPIMetrics("test", log.NewLogfmtLogger(f.logs))
 	vc.URL = sim.URL
 	if vc.TokenFile == "" && vc.Token == "" {
 		vc.Token = sim.Token
 	}
 	vc.MaxRetries = -1
-	vc.Observer = f.api.Observe
+	vc.Observer, vc.Rejected = f.api.Observe, f.api.Rejected
 	client, err := veil.New(vc)
 	if err != nil {
 		t.Fatal(err)

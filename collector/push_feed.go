@@ -122,6 +122,7 @@ func (f *PushFeed) Run(ctx context.Context) {
 		}
 		if errors.Is(err, veil.ErrPushFrameTooBig) {
 			f.drop(DropTooLarge, 1)
+			f.client.Reject(veil.Rejection{Collection: "push", Reason: veil.RejectOverLimit, Err: err})
 		}
 		// A socket that lived a while starts the backoff again; one closed at once (a proxy
 		// that accepts and hangs up, a frame too big every time) keeps doubling it, so each

@@ -269,6 +269,24 @@ func TestBadFramesAreCountedNotApplied(t *testing.T) {
 			t.Errorf("the inventory holds %s from a bad frame", id)
 		}
 	}
+	// Each frame that does not decode is an object rejected, said once with what was wrong.
+	for labels, n := range map[string]float64{
+		`collection="push",reason="decode"`:        1, // not JSON
+		`collection="domains",reason="decode"`:     2, // an unknown event; an object with another id
+		`collection="domains",reason="missing_id"`: 1,
+		`collection="domains",reason="type"`:       1, // user_power_state an object
+		`collection="push",reason="over_limit"`:    1, // over 4 MiB
+	} {
+		if got := testutil.ToFloat64(metricOf(t, f.api, "veil_objects_rejected_total", labels)); got != n {
+			t.Errorf("veil_objects_rejected_total{%s} = %v, want %v", labels, got, n)
+		}
+	}
+	logs := f.logs.String()
+	for _, want := range []string{`collection=domains reason=type id=d field=user_power_state`, `collection=push reason=decode`} {
+		if strings.Count(logs, want) != 1 {
+			t.Errorf("log says %q %d times, want once:\n%s", want, strings.Count(logs, want), logs)
+		}
+	}
 }
 
 // TestApplyWhileListingIsReplayed: a frame applied while a refresh lists the domains is
@@ -349,12 +367,12 @@ func hasLabel(t *testing.T, m prometheus.Metric, label string) bool {
 	if err := m.Write(&d); err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range d.Label {
-		if l.GetName()+`="`+l.GetValue()+`"` == label {
-			return true
+	for _, want := range strings.Split(label, ",") { // each of name="value",...
+		if !slices.ContainsFunc(d.Label, func(l *dto.LabelPair) bool { return l.GetName()+`="`+l.GetValue()+`"` == want }) {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // countRequests counts the GET requests the simulator served on a path.
@@ -406,16 +424,17 @@ func withPushChannel(t *testing.T, sim *veiltest.Server, mux *http.ServeMux) *fi
 	mux.Handle("/", sim.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	client, err := veil.New(veil.Config{URL: srv.URL, Token: sim.Token, MaxRetries: -1})
+	logs := &tu.SyncBuffer{}
+	api := NewAPIMetrics("test", log.NewLogfmtLogger(logs))
+	client, err := veil.New(veil.Config{URL: srv.URL, Token: sim.Token, MaxRetries: -1, Observer: api.Observe, Rejected: api.Rejected})
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &tu.SyncBuffer{}
 	inv, err := NewInventory("test", client, pushCollect(), log.NewLogfmtLogger(logs), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{sim: sim, inv: inv, logs: logs}
+	return &fixture{sim: sim, inv: inv, logs: logs, api: api}
 }
 
 // recorder is an Observer that keeps what it was told, in order.

@@ -143,10 +143,16 @@ func neighbourCreated(items []veil.Event) {
 }
 
 // decodeEvent fills e from one result the client has already validated as JSON: ID, Type,
-// Created, Entities and Raw (the object byte for byte). Like veil.Event's own decoding, keys match
-// case-insensitively with the last one winning, null leaves a field zero, a value of the wrong
-// type is ignored except for id (an error), and so is a malformed created. Message, User and Task
-// are left empty: nothing forwarded is built from them (the body is Raw).
+// Created, Entities and Raw (the object byte for byte). Message, User and Task are left empty:
+// nothing forwarded is built from them (the body is Raw).
+//
+// Repeated keys and case follow veil.Event's own decoding (the rule is written down at
+// veil.Event.UnmarshalJSON, and FuzzDecodeEvents holds the two to it): a key matches a field
+// case-insensitively, with encoding/json's folding ("entitY_uuid" is entity_uuid, "entitieſ"
+// is entities); of a repeated key the last wins; null leaves a field as it was; a value of the
+// wrong type is ignored (the field keeps what it had) except for id (an error), and a malformed
+// created is an error; "entities" is read whole from its last member (an array replaces the
+// entities, any other value leaves none).
 func decodeEvent(b []byte, e *veil.Event) error {
 	b = bytes.TrimSpace(b)
 	*e = veil.Event{Raw: b}
@@ -258,12 +264,24 @@ func forEachField(obj []byte, f func(key, val []byte)) {
 	}
 }
 
-// keyIs matches a quoted key against name as encoding/json does (case-insensitively).
+// keyIs matches a quoted key against name as encoding/json does (case-insensitively, with
+// Unicode's simple folding: "ſ" is "s" and the Kelvin sign "k", so a key may fold to name with
+// another length).
 func keyIs(quoted []byte, name string) bool {
-	if bytes.IndexByte(quoted, '\\') >= 0 {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 || !isASCII(inner) {
 		return strings.EqualFold(jsonString(quoted), name)
 	}
-	return len(quoted) == len(name)+2 && bytes.EqualFold(quoted[1:len(quoted)-1], []byte(name))
+	return len(inner) == len(name) && bytes.EqualFold(inner, []byte(name))
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonString decodes a JSON string token; plain ASCII without escapes is copied as is.

@@ -32,6 +32,14 @@ func FuzzDecodeEvents(f *testing.F) {
 		`{"count":0,"results":[]}`, `{"results":[]}`, `{"count":3}`, `{"count":1,"results":null}`,
 		`{"count":1,"results":{}}`, `{"count":-1,"results":[null]}`, `{"count":1e3,"results":[[]]}`,
 		`[]`, `null`, ``, `<html>502</html>`,
+		// Repeated keys and case (the rule at veil.Event.UnmarshalJSON): the last "entities"
+		// wins whole, keys fold as encoding/json folds them.
+		`{"count":1,"results":[{"id":"a","entities":[{"entity_uuid":"u1","entity_class":"domain"}],"entities":[{"entitY_uuid":"u2"}]}]}`,
+		`{"count":1,"results":[{"id":"a","entities":[{"entity_uuid":"u1"},{"entity_uuid":"u3"}],"Entities":[{"entity_class":"node"}]}]}`,
+		`{"count":1,"results":[{"id":"a","entities":[{"entity_uuid":"u1"}],"entities":5}]}`,
+		`{"count":1,"results":[{"id":"a","entities":[{"entity_uuid":"u1"}],"entities":[5,null,{"entity_uuid":7,"entity_uuid":"u4"}]}]}`,
+		`{"count":1,"results":[{"id":"a","entities":[{"entity_uuid":"u1"}],"entities":null}]}`,
+		`{"count":1,"results":[{"id":"a","entitieſ":[{"entity_claſſ":"domain"}],"type":"info","TYPE":5}]}`,
 	} {
 		f.Add([]byte(s), 0)
 	}

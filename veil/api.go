@@ -44,7 +44,10 @@ type Config struct {
 	RetryBaseDelay       time.Duration // first backoff (default 200ms), doubled with jitter
 	MaxResponseBytes     int64         // default 64 MiB
 	Observer             Observer
-	UserAgent            string
+	// Rejected is told about every object skipped because it did not decode or lay beyond a
+	// bound (Rejection); nil: they are skipped untold.
+	Rejected  RejectFunc
+	UserAgent string
 }
 
 // APIError is an error answer of the platform ({"errors":[{code, msg_key, ...}]}) or a non-JSON error body.

@@ -174,14 +174,48 @@ func (g *GuestUtils) UnmarshalJSON(b []byte) error {
 
 // UnmarshalJSON keeps the exact bytes in Raw and tolerates odd fields (see the file comment),
 // so one strange event cannot stop a forwarder.
+//
+// Repeated keys and case, the rule the forwarder's own event walk (forwarder/decode.go) follows
+// too: a key matches a field case-insensitively (encoding/json's folding: "entitY_uuid" is
+// entity_uuid); of a repeated key the last wins; null leaves a field as it was; a value of the
+// wrong type is ignored (the field keeps what it had), except for id (an error). "entities" is
+// read whole from its last member: an array replaces the entities (each element an object whose
+// entity_uuid and entity_class are read by the same rules, anything else a zero entity), null
+// or any other value leaves none. encoding/json alone would merge a repeated array into the
+// elements of the first.
 func (e *Event) UnmarshalJSON(b []byte) error {
 	type plain Event
-	var v plain
+	var v struct {
+		plain
+		Entities eventEntities `json:"entities"` // shadows plain's
+	}
 	if err := tolerate(json.Unmarshal(b, &v)); err != nil {
 		return err
 	}
+	v.plain.Entities = v.Entities
 	v.Raw = append(json.RawMessage(nil), bytes.TrimSpace(b)...)
-	*e = Event(v)
+	*e = Event(v.plain)
+	return nil
+}
+
+// eventEntities is an event's "entities", read afresh from each member of that name.
+type eventEntities []EventEntity
+
+func (es *eventEntities) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '[' {
+		*es = nil
+		return nil
+	}
+	var v []EventEntity
+	if err := json.Unmarshal(b, &v); err != nil {
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return err
+		}
+		// An element or a field of the wrong type stays zero; encoding/json decoded the rest.
+	}
+	*es = v
 	return nil
 }
 
@@ -236,7 +270,7 @@ func tolerate(err error) error {
 }
 
 // decodeValue decodes one object of the API leniently into v (a pointer to a struct). On
-// failure the error names the offending field when it can be found.
+// failure the error is a *DecodeError naming the offending field when it can be found.
 func decodeValue(b []byte, v any) error {
 	err := tolerate(json.Unmarshal(b, v))
 	if err == nil {
@@ -245,21 +279,25 @@ func decodeValue(b []byte, v any) error {
 		}
 		return nil
 	}
+	var de *DecodeError
+	if errors.As(err, &de) { // from a nested decodeValue (Raw[T])
+		return de
+	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		if te.Field != "" {
-			return fmt.Errorf("field %q: got JSON %s, want %s", te.Field, te.Value, te.Type)
+			return &DecodeError{Field: te.Field, Reason: RejectType, Err: fmt.Errorf("got JSON %s, want %s", te.Value, te.Type)}
 		}
-		return fmt.Errorf("got JSON %s, want an object", te.Value)
+		return &DecodeError{Reason: RejectDecode, Err: fmt.Errorf("got JSON %s, want an object", te.Value)}
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) { // also "unexpected end of JSON input": a truncated body
-		return fmt.Errorf("malformed JSON at byte %d: %w", se.Offset, err)
+		return &DecodeError{Reason: RejectDecode, Err: fmt.Errorf("malformed JSON at byte %d: %w", se.Offset, err)}
 	}
 	if field := badField(b, v); field != "" {
-		return fmt.Errorf("field %q: %w", field, err)
+		return &DecodeError{Field: field, Reason: RejectType, Err: err}
 	}
-	return err
+	return &DecodeError{Reason: RejectDecode, Err: err}
 }
 
 // badField finds which top-level field of the struct behind v fails to decode; it runs only on

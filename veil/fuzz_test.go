@@ -7,6 +7,8 @@ package veil
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -136,6 +138,75 @@ func FuzzDecodeTask(f *testing.F) {
 		var env TaskEnvelope
 		if err := decodeValue(data, &env); err == nil {
 			roundTrip(t, &env)
+		}
+	})
+}
+
+// FuzzDecodeListPage holds the listing's decoder (decodeListPage, what List and the inventory's
+// reads use) to "one bad object among good ones costs only itself": the page decoded as it is,
+// and again with an object that cannot decode inserted among its results, gives the same
+// objects, and one rejection more. Each object kept is what decoding its result alone gives.
+func FuzzDecodeListPage(f *testing.F) {
+	for _, s := range []string{
+		`{"count":2,"next":null,"previous":null,"results":[{"id":"d1","verbose_name":"a","memory_count":"4096","node":{"id":"n1","verbose_name":"x"},"guest_utils":{}},{"id":"d2","cpu_count":2,"parent":{"id":"t"}}]}`,
+		`{"count":"3","results":[{"id":"d1"},{"id":"d2","memory_count":"n/a"},{"verbose_name":"no id"}]}`,
+		`{"count":1,"results":[{"id":"a","verbose_name":"x"}],"results":[{"id":"b"}]}`,
+		`{"count":1,"results":[{"id":"a","ID":"b","template":"yes"}]}`,
+		`{"count":2,"results":[["x"],{"id":5},{"id":"c","tags":[{"verbose_name":"t","colour":"red"},"u"]}]}`,
+		`{"count":0,"results":[]}`, `{"results":[]}`, `{"count":1}`, `[]`, `null`, ``,
+	} {
+		f.Add([]byte(s), uint8(1), uint8(0))
+	}
+	bads := []string{`{"id":"bad","memory_count":"n/a"}`, `["not","an","object"]`, `{"verbose_name":"nameless"}`, `{"id":{"x":1}}`, `7`}
+	f.Fuzz(func(t *testing.T, body []byte, at, which uint8) {
+		var told []Rejection
+		c := &Client{rejected: func(r Rejection) { told = append(told, r) }}
+		p, err := decodeListPage[Domain](c, "/api/domains/", body, 0)
+		env, eerr := decodeEnvelope(body)
+		if (err == nil) != (eerr == nil) {
+			t.Fatalf("page error %v, envelope error %v", err, eerr)
+		}
+		if err != nil {
+			return
+		}
+		if len(p.Results)+len(told) != len(env.Results) {
+			t.Fatalf("%d results: %d kept, %d told", len(env.Results), len(p.Results), len(told))
+		}
+		// Each object kept is its result decoded alone.
+		k := 0
+		for _, raw := range env.Results {
+			var d Domain
+			if decodeValue(raw, &d) != nil || d.ID == "" {
+				continue
+			}
+			if !reflect.DeepEqual(d, p.Results[k]) {
+				t.Fatalf("result %s decoded alone %+v, in the page %+v", raw, d, p.Results[k])
+			}
+			k++
+		}
+		// The same page with one bad object among its results.
+		results := slices.Clone(env.Results)
+		i := int(at) % (len(results) + 1)
+		results = slices.Insert(results, i, json.RawMessage(bads[int(which)%len(bads)]))
+		again, err := json.Marshal(map[string]any{"count": env.Count, "results": results})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(told)
+		p2, err := decodeListPage[Domain](c, "/api/domains/", again, 0)
+		if err != nil {
+			t.Fatalf("with one bad object the page fails: %v", err)
+		}
+		if len(told) != 2*before+1 { // the page's own again, and the bad one
+			t.Fatalf("told %+v after %d, want one rejection more", told[before:], before)
+		}
+		for _, r := range told {
+			if r.Collection != "domains" || r.Reason == "" || r.Err == nil || r.Count != 1 {
+				t.Fatalf("told %+v", r)
+			}
+		}
+		if !reflect.DeepEqual(p.Results, p2.Results) {
+			t.Fatalf("one bad object changed the others:\n%+v\n%+v", p.Results, p2.Results)
 		}
 	})
 }

@@ -125,16 +125,50 @@ func (c *Client) guestCommand(ctx context.Context, id, cmd string, fargs any, ti
 	return v, got, nil
 }
 
-// guestResult runs cmd with empty fargs and decodes its result into v.
+// guestResult runs cmd with empty fargs and decodes its result into v. A result that does not
+// decode is told to c.Reject (collection cmd, id the domain's).
 func guestResult(ctx context.Context, c *Client, id, cmd string, timeout time.Duration, v any) error {
 	raw, _, err := c.guestCommand(ctx, id, cmd, nil, timeout)
 	if err != nil {
 		return err
 	}
 	if err := decodeValue(raw, v); err != nil {
+		c.Reject(rejectionOf(cmd, capID(id), err))
 		return fmt.Errorf("veil: decoding %s result: %w", cmd, err)
 	}
 	return nil
+}
+
+// guestList runs cmd with empty fargs and decodes its result, a list, entry by entry: an entry
+// that does not decode is left out and told to c.Reject (collection cmd, id the domain's), the
+// others are kept. A result that is not a list fails.
+func guestList[T any](ctx context.Context, c *Client, id, cmd string, timeout time.Duration) ([]T, error) {
+	raw, _, err := c.guestCommand(ctx, id, cmd, nil, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return decodeGuestList[T](c, id, cmd, raw)
+}
+
+func decodeGuestList[T any](c *Client, id, cmd string, raw []byte) ([]T, error) {
+	var entries []json.RawMessage
+	if err := decodeValue(raw, &entries); err != nil {
+		c.Reject(rejectionOf(cmd, capID(id), err))
+		return nil, fmt.Errorf("veil: decoding %s result: %w", cmd, err)
+	}
+	if entries == nil {
+		return nil, nil
+	}
+	out := make([]T, 0, len(entries))
+	for i, e := range entries {
+		var v T
+		if err := decodeValue(e, &v); err != nil {
+			c.Reject(rejectionOf(cmd, capID(id), fmt.Errorf("entry %d: %w", i, err)))
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // GuestPing sends guest-ping and returns the round trip of the request on the wire (0 when the
@@ -158,21 +192,13 @@ func (c *Client) GuestOSInfo(ctx context.Context, id string, timeout time.Durati
 
 // GuestFSInfo reads guest-get-fsinfo.
 func (c *Client) GuestFSInfo(ctx context.Context, id string, timeout time.Duration) ([]GuestFilesystem, error) {
-	var v []GuestFilesystem
-	if err := guestResult(ctx, c, id, "guest-get-fsinfo", timeout, &v); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return guestList[GuestFilesystem](ctx, c, id, "guest-get-fsinfo", timeout)
 }
 
 // GuestNetworkInterfaces reads guest-network-get-interfaces: the guest's interfaces with their
 // addresses and, when the agent reports them, their counters.
 func (c *Client) GuestNetworkInterfaces(ctx context.Context, id string, timeout time.Duration) ([]GuestNetworkInterface, error) {
-	var v []GuestNetworkInterface
-	if err := guestResult(ctx, c, id, "guest-network-get-interfaces", timeout, &v); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return guestList[GuestNetworkInterface](ctx, c, id, "guest-network-get-interfaces", timeout)
 }
 
 // GuestInfo reads guest-info.

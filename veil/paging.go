@@ -73,6 +73,9 @@ type listing[T any] struct {
 	key   string   // of the collection's hint (o.remember)
 	guess pageHint // what the previous read found
 	seen  map[string]struct{}
+	// yielded counts the objects yielded; limit bounds them once the first page told its
+	// count (listLimit). The reader's goroutine only.
+	yielded, limit int
 
 	mu      sync.Mutex // the plan: followed by the readers, moved on by the pages taken
 	started bool       // the first page is planned
@@ -126,7 +129,7 @@ func (l *listing[T]) read(ctx context.Context, q Query, yield func(T, error) boo
 			yield(zero, f.Err)
 			return
 		}
-		pg, err := DecodePage[T](l.path, f.Body, f.Span.offset)
+		pg, err := decodeListPage[T](l.c, l.path, f.Body, f.Span.offset)
 		if err != nil {
 			yield(zero, err)
 			return
@@ -171,13 +174,16 @@ func (l *listing[T]) took(pg Page[T], callOff context.CancelFunc) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sized {
-		l.total = max(l.total, pg.Count)
+		l.total = min(max(l.total, pg.Count), l.limit+l.stride)
 		if len(pg.Results) < l.stride {
 			l.ended = true
 		}
 		return true
 	}
-	l.sized, l.stride, l.total = true, len(pg.Results), pg.Count
+	l.sized, l.stride = true, len(pg.Results)
+	l.limit = listLimit(pg.Count, l.stride)
+	// One page past the limit is read, so that a collection really past it is seen and counted.
+	l.total = min(pg.Count, l.limit+l.stride)
 	l.next = l.stride * (l.guessed + 1)
 	if l.guessed > 0 && l.stride != l.guess.stride {
 		l.dropped, l.next = true, l.stride
@@ -207,8 +213,17 @@ func (l *listing[T]) isDropped() bool {
 }
 
 // emit yields the items not yielded before (by id); it reports whether the caller wants more.
+// Past the listing's limit it stops, and tells the objects of the page it did not yield as
+// RejectOverLimit.
 func (l *listing[T]) emit(items []T, yield func(T, error) bool) bool {
-	for _, v := range items {
+	for i, v := range items {
+		if l.limit > 0 && l.yielded >= l.limit {
+			l.c.Reject(Rejection{
+				Collection: CollectionOf(l.path), Reason: RejectOverLimit, Count: len(items) - i,
+				Err: fmt.Errorf("the listing holds more than %d objects (%d times the count it first announced, and a page): it stops there", l.limit, listLimitFactor),
+			})
+			return false
+		}
 		if l.seen != nil {
 			if id := any(v).(identified).objectID(); id != "" {
 				if _, dup := l.seen[id]; dup {
@@ -217,11 +232,23 @@ func (l *listing[T]) emit(items []T, yield func(T, error) bool) bool {
 				l.seen[id] = struct{}{}
 			}
 		}
+		l.yielded++
 		if !yield(v, nil) {
 			return false
 		}
 	}
 	return true
+}
+
+// listLimitFactor: a listing yields at most this many times the count its first page announced,
+// plus a page. A collection may grow while it is read (and is read on), but a count that grows
+// without end (a controller in a loop, a hostile proxy) must not make a listing endless.
+const listLimitFactor = 4
+
+// listLimit is the most objects a listing yields whose first page announced count with stride
+// results.
+func listLimit(count, stride int) int {
+	return listLimitFactor*max(count, stride, 0) + max(stride, MaxPageSize)
 }
 
 // pageHint is what the last read of a collection found: its count, and the page stride the
@@ -313,33 +340,143 @@ func DecodePage[T any](path string, body []byte, offset int) (Page[T], error) {
 // reports only its first error, so a forgiven mismatch in one result could hide a fatal one in
 // another, and the error must name the result that failed.
 func decodePage[T any](body []byte, offset int) (Page[T], error) {
-	var fast struct {
-		Count   *Number `json:"count"`
-		Results []T     `json:"results"`
-	}
-	if json.Unmarshal(body, &fast) == nil && fast.Count != nil && fast.Results != nil {
-		normalizeAll(fast.Results)
-		return Page[T]{Count: int(*fast.Count), Results: fast.Results}, nil
+	if p, ok := decodePageFast[T](body); ok {
+		return p, nil
 	}
 	return decodePageByResult[T](body, offset)
+}
+
+// decodePageFast decodes a page in one pass straight into []T; ok is false on any error.
+//
+// A key repeated in the envelope follows the rule of the results decoded one by one: the last
+// "results" (matched case-insensitively, as encoding/json does) wins whole. encoding/json alone
+// would decode a repeated array into the elements of the first, merging their fields.
+func decodePageFast[T any](body []byte) (Page[T], bool) {
+	var fast struct {
+		Count   *Number     `json:"count"`
+		Results lastList[T] `json:"results"`
+	}
+	if json.Unmarshal(body, &fast) != nil || fast.Count == nil || fast.Results == nil {
+		return Page[T]{}, false
+	}
+	normalizeAll(fast.Results)
+	return Page[T]{Count: int(*fast.Count), Results: fast.Results}, true
+}
+
+// lastList is a JSON array decoded afresh each time its key appears (the last one wins whole).
+type lastList[T any] []T
+
+func (l *lastList[T]) UnmarshalJSON(b []byte) error {
+	var v []T
+	err := json.Unmarshal(b, &v)
+	*l = v
+	return err
+}
+
+// decodeListPage decodes a page of a listing (List, listAll): the envelope strictly (an answer
+// that is not a page fails the listing), then each result on its own terms: a result that does
+// not decode, or an object with an id type (Node, Domain, ...) whose id is empty, is skipped and
+// told to c.Reject; the rest of the page is kept. Page.Count is the count as announced.
+func decodeListPage[T any](c *Client, path string, body []byte, offset int) (Page[T], error) {
+	coll := CollectionOf(path)
+	skip := func(i int, raw []byte, err error) {
+		c.Reject(rejectionOf(coll, rawID(raw), fmt.Errorf("result %d: %w", offset+i, err)))
+	}
+	p, err := decodePageSkipping[T](body, offset, skip)
+	if err != nil {
+		return Page[T]{}, fmt.Errorf("veil: decoding GET %s (offset %d): %w", path, offset, err)
+	}
+	var zero T
+	if _, ok := any(zero).(identified); !ok {
+		return p, nil
+	}
+	kept := p.Results[:0]
+	for i, v := range p.Results {
+		if any(v).(identified).objectID() == "" {
+			c.Reject(Rejection{Collection: coll, Field: "id", Reason: RejectMissingID, Count: 1,
+				Err: fmt.Errorf("result %d has no id", offset+i)})
+			continue
+		}
+		kept = append(kept, v)
+	}
+	p.Results = kept
+	return p, nil
+}
+
+// decodePageSkipping is decodePage, except that a result that does not decode is handed to
+// skip (its index in the page, its bytes, the error) and left out, instead of failing the page.
+func decodePageSkipping[T any](body []byte, offset int, skip func(i int, raw []byte, err error)) (Page[T], error) {
+	if p, ok := decodePageFast[T](body); ok {
+		return p, nil
+	}
+	env, err := decodeEnvelope(body)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	p := Page[T]{Count: int(*env.Count), Results: make([]T, 0, len(env.Results))}
+	for i, raw := range env.Results {
+		var v T
+		if err := decodeValue(raw, &v); err != nil {
+			skip(i, raw, err)
+			continue
+		}
+		p.Results = append(p.Results, v)
+	}
+	return p, nil
+}
+
+// rawID reads the id of an object that did not decode, when it is a string: at most 128
+// bytes of it (it goes to a log line).
+func rawID(raw []byte) string {
+	var v struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	var id string
+	if json.Unmarshal(v.ID, &id) != nil {
+		return ""
+	}
+	return capID(id)
+}
+
+// capID cuts an id from the controller to 128 bytes for a Rejection (it goes to a log line).
+func capID(id string) string {
+	if len(id) > 128 {
+		id = strings.ToValidUTF8(id[:128], "") + "…"
+	}
+	return id
+}
+
+// pageEnvelope is a page with its results undecoded.
+type pageEnvelope struct {
+	Count   *Number           `json:"count"`
+	Results []json.RawMessage `json:"results"`
+}
+
+// decodeEnvelope reads the DRF envelope strictly: count and results must be there.
+func decodeEnvelope(body []byte) (pageEnvelope, error) {
+	var env pageEnvelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return env, fmt.Errorf("malformed JSON at byte %d of %d: %w", se.Offset, len(body), err)
+		}
+		return env, fmt.Errorf("not a page: %w", err)
+	}
+	if env.Count == nil || env.Results == nil {
+		return env, errors.New(`not a page: "count" or "results" missing`)
+	}
+	return env, nil
 }
 
 // decodePageByResult decodes each result on its own, with the lenient rules and an error that
 // names the failing result.
 func decodePageByResult[T any](body []byte, offset int) (Page[T], error) {
-	var env struct {
-		Count   *Number           `json:"count"`
-		Results []json.RawMessage `json:"results"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return Page[T]{}, fmt.Errorf("malformed JSON at byte %d of %d: %w", se.Offset, len(body), err)
-		}
-		return Page[T]{}, fmt.Errorf("not a page: %w", err)
-	}
-	if env.Count == nil || env.Results == nil {
-		return Page[T]{}, errors.New(`not a page: "count" or "results" missing`)
+	env, err := decodeEnvelope(body)
+	if err != nil {
+		return Page[T]{}, err
 	}
 	p := Page[T]{Count: int(*env.Count), Results: make([]T, len(env.Results))}
 	for i, raw := range env.Results {
@@ -383,6 +520,7 @@ func get[T any](ctx context.Context, c *Client, tmpl, id string) (*T, error) {
 	}
 	v := new(T)
 	if err := decodeValue(body, v); err != nil {
+		c.Reject(rejectionOf(CollectionOf(tmpl), capID(id), err))
 		return nil, fmt.Errorf("veil: decoding %s: %w", r, err)
 	}
 	return v, nil

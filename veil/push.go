@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/coder/websocket"
@@ -44,7 +45,9 @@ var ErrPushFrameTooBig = errors.New("veil: push frame over 4 MiB")
 // Push is one open push channel; Next reads it from one goroutine.
 type Push struct {
 	conn *websocket.Conn
-	tok  string // the token it was opened with, kept out of its errors
+	tok  string   // the token it was opened with, kept out of its errors
+	c    *Client  // told about the frames dropped (Client.Reject)
+	subs []string // the resources subscribed to: the only ones a Rejection names
 }
 
 // pushErr is err without the token it was dialled with: the websocket library's errors can
@@ -98,11 +101,12 @@ func (c *Client) DialPush(ctx context.Context, resources []string) (*Push, error
 			return nil, fmt.Errorf("veil: push channel: subscribing to %s: %s", r, pushErr(err, tok))
 		}
 	}
-	return &Push{conn: conn, tok: tok}, nil
+	return &Push{conn: conn, tok: tok, c: c, subs: slices.Clone(resources)}, nil
 }
 
 // PushBadFrameError is a frame Next could not use: not JSON, or a data frame without a
-// resource, an event or an id. The socket stays usable.
+// resource, an event or an id. The socket stays usable. Next has told the client's Rejected
+// about it (collection "push", or the resource's collection when the frame names one).
 type PushBadFrameError struct {
 	Reason string // not_json, no_id, unknown_event
 }
@@ -133,7 +137,12 @@ func (p *Push) Next(ctx context.Context) (PushFrame, error) {
 			if strings.Contains(string(b), "token error") {
 				return PushFrame{}, fmt.Errorf("veil: push channel: token refused: %w", ErrUnauthorized)
 			}
+			p.c.Reject(Rejection{Collection: "push", Reason: RejectDecode, Err: fmt.Errorf("frame of %d bytes is not a JSON object: %w", len(b), err)})
 			return PushFrame{}, &PushBadFrameError{Reason: "not_json"}
+		}
+		coll := "push" // a resource from the frame names a collection only if subscribed to
+		if slices.Contains(p.subs, f.Resource) {
+			coll = CollectionOf(f.Resource)
 		}
 		switch {
 		case strings.Contains(f.Text, "token error"):
@@ -141,8 +150,10 @@ func (p *Push) Next(ctx context.Context) (PushFrame, error) {
 		case f.MsgType != "data":
 			continue
 		case f.Event != PushCreated && f.Event != PushUpdated && f.Event != PushDeleted:
+			p.c.Reject(Rejection{Collection: coll, ID: capID(f.ID), Field: "event", Reason: RejectDecode, Err: fmt.Errorf("unknown event %q", capID(f.Event))})
 			return PushFrame{}, &PushBadFrameError{Reason: "unknown_event"}
 		case f.ID == "" || f.Resource == "":
+			p.c.Reject(Rejection{Collection: coll, ID: capID(f.ID), Field: "id", Reason: RejectMissingID, Err: errors.New("data frame without an id or a resource")})
 			return PushFrame{}, &PushBadFrameError{Reason: "no_id"}
 		}
 		return f.PushFrame, nil

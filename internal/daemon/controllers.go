@@ -39,8 +39,14 @@ type controller struct {
 	used  bool
 }
 
-// NewClient builds the API client of one controller; observer may be nil.
-func NewClient(c config.Controller, observer veil.Observer) (*veil.Client, error) {
+// NewClient builds the API client of one controller; api (its request metrics and rejected
+// objects) may be nil.
+func NewClient(c config.Controller, api *collector.APIMetrics) (*veil.Client, error) {
+	var observer veil.Observer
+	var rejected veil.RejectFunc
+	if api != nil {
+		observer, rejected = api.Observe, api.Rejected
+	}
 	client, err := veil.New(veil.Config{
 		URL:                  c.URL,
 		Token:                string(c.Token),
@@ -51,6 +57,7 @@ func NewClient(c config.Controller, observer veil.Observer) (*veil.Client, error
 		MaxConcurrency:       c.MaxConcurrency,
 		MaxRequestsPerSecond: c.MaxRequestsPerSecond,
 		Observer:             observer,
+		Rejected:             rejected,
 		UserAgent:            "veil-exporter",
 	})
 	if err != nil && c.URL != "" && strings.Contains(err.Error(), c.URL) {
@@ -115,9 +122,9 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	api := d.apiMetrics[cc.Name]
 	d.mu.RUnlock()
 	if api == nil {
-		api = collector.NewAPIMetrics(cc.Name)
+		api = collector.NewAPIMetrics(cc.Name, log.With(d.base, "component", "client"))
 	}
-	client, err := NewClient(cc, api.Observe)
+	client, err := NewClient(cc, api)
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
