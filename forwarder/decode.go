@@ -164,21 +164,21 @@ func decodeEvent(b []byte, e *veil.Event) error {
 		switch {
 		case err != nil:
 		case keyIs(key, "id"):
-			idErr = nil
 			switch v[0] {
 			case '"':
-				e.ID = jsonString(v)
-			case 'n':
-				e.ID = ""
+				e.ID, idErr = jsonString(v), nil
+			case 'n': // null leaves it as it was
 			default:
-				e.ID = ""
-				idErr = fmt.Errorf("field %q: got JSON %s, want string", "id", jsonKind(v))
+				e.ID, idErr = "", fmt.Errorf("field %q: got JSON %s, want string", "id", jsonKind(v))
 			}
 		case keyIs(key, "type"):
 			if v[0] == '"' {
 				e.Type = jsonString(v)
 			}
 		case keyIs(key, "created"):
+			if v[0] == 'n' {
+				break // null leaves it as it was
+			}
 			var t veil.Time
 			createdErr = nil
 			if terr := t.UnmarshalJSON(v); terr != nil {
