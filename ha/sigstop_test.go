@@ -90,7 +90,14 @@ func TestHelperReplica(t *testing.T) {
 		OnAcquire: func(l *Lease) {
 			say("acquired")
 			held.Store(l)
-			go positionWorker(*kv.Load(), l, "child", say)
+			// A write says when it happened: the parent reads the pipe late on a busy machine,
+			// and a write from before the SIGSTOP may reach it after.
+			go positionWorker(*kv.Load(), l, "child", func(s string) {
+				if s == "wrote" {
+					s = fmt.Sprintf("wrote %d", time.Now().UnixNano())
+				}
+				say(s)
+			})
 		},
 	})
 	if err != nil {
@@ -144,7 +151,7 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 			out.Write([]byte(s.Text() + "\n"))
 		}
 	}()
-	testutil.Eventually(t, 20*time.Second, func() bool { return strings.Contains(out.String(), "wrote") }, "the child to own %s and write its position", ct)
+	testutil.Eventually(t, 20*time.Second, func() bool { return strings.Contains(out.String(), "wrote ") }, "the child to own %s and write its position", ct)
 	parent := w.start("parent", func(o *testOptions) {
 		o.OnAcquire = func(l *Lease) {
 			w.acquired(nil, l)
@@ -165,6 +172,7 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool { return parent.c.Lease(ct) != nil && parentWrote.Load() }, "the parent to take %s over and write the position", ct)
 	t.Logf("take-over from a SIGSTOPped owner: %v", time.Since(stopped))
 	mark := len(out.String())
+	resumed := time.Now() // a write the child made after this is one made after its SIGCONT
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -183,8 +191,12 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 			if line != "resumed valid=false" {
 				t.Errorf("after SIGCONT the child's lease said %q, want valid=false", line)
 			}
-		case line == "wrote":
-			t.Error("after SIGCONT the child moved the position the new owner had set")
+		case strings.HasPrefix(line, "wrote "):
+			var at int64
+			fmt.Sscan(strings.TrimPrefix(line, "wrote "), &at)
+			if at > resumed.UnixNano() {
+				t.Errorf("after SIGCONT the child moved the position the new owner had set (%s after it)", time.Unix(0, at).Sub(resumed))
+			}
 		}
 	}
 	if !sawResume {
