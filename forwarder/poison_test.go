@@ -218,11 +218,7 @@ func (r *poisonRig) waitStored(t *testing.T, n int) []jetstream.RawStreamMsg {
 func TestEventsThatCannotBePublishedAsTheyAreCostOnlyThemselves(t *testing.T) {
 	r := newPoisonRig(t)
 	var want []string // Nats-Msg-Id of every message, in order
-	add := func(ids ...string) {
-		for _, id := range ids {
-			want = append(want, id)
-		}
-	}
+	add := func(ids ...string) { want = append(want, ids...) }
 	add(r.j.good(20)...)
 	huge := strings.Repeat("x", 1536*1024) // over the server's max_payload of 1 MiB
 	r.j.add(`{"id":"huge","type":"error","created":"CREATED","message":"disk full","detail_message":"` + huge + `","entities":[]}`)

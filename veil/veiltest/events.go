@@ -65,8 +65,6 @@ func (j *journal) len() int { return len(j.evs) - j.head }
 // at returns the i-th event, oldest first.
 func (j *journal) at(i int) *event { return j.evs[j.head+i] }
 
-func (j *journal) add(e *event) { j.insert(j.len(), e) }
-
 // insert puts e at index i (oldest first; i == len appends).
 func (j *journal) insert(i int, e *event) {
 	if i >= j.len() {
