@@ -269,6 +269,9 @@ func (v *validator) config(c *Config) {
 	if c.SD.Port < 1 || c.SD.Port > 65535 {
 		v.add("sd.port", "%d is not a port (1-65535)", c.SD.Port)
 	}
+	if len(c.SD.AllowedNetworks) == 0 {
+		c.SD.AllowedNetworks = nil // "[]" and none are the same: every dump reads back alike
+	}
 	for i, n := range c.SD.AllowedNetworks {
 		if _, err := parseNetwork(n); err != nil {
 			v.add(fmt.Sprintf("sd.allowed_networks[%d]", i), "%q is not a CIDR (10.0.0.0/8, fd00::/8) or an address", n)
