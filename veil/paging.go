@@ -4,6 +4,7 @@ package veil
 // page counts remembered between reads, and single pages and their decoding.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -225,7 +226,7 @@ func (l *listing[T]) emit(items []T, yield func(T, error) bool) bool {
 			return false
 		}
 		if l.seen != nil {
-			if id := any(v).(identified).objectID(); id != "" {
+			if id := any(&items[i]).(identified).objectID(); id != "" { // a pointer: no copy
 				if _, dup := l.seen[id]; dup {
 					continue
 				}
@@ -350,8 +351,25 @@ func decodePage[T any](body []byte, offset int) (Page[T], error) {
 //
 // A key repeated in the envelope follows the rule of the results decoded one by one: the last
 // "results" (matched case-insensitively, as encoding/json does) wins whole. encoding/json alone
-// would decode a repeated array into the elements of the first, merging their fields.
+// would decode a repeated array into the elements of the first, merging their fields, so a page
+// that repeats it (resultsKeys, a scan far cheaper than decoding) takes the slower way.
 func decodePageFast[T any](body []byte) (Page[T], bool) {
+	if resultsKeys(body) > 1 {
+		return decodePageLastResults[T](body)
+	}
+	var fast struct {
+		Count   *Number `json:"count"`
+		Results []T     `json:"results"`
+	}
+	if json.Unmarshal(body, &fast) != nil || fast.Count == nil || fast.Results == nil {
+		return Page[T]{}, false
+	}
+	normalizeAll(fast.Results)
+	return Page[T]{Count: int(*fast.Count), Results: fast.Results}, true
+}
+
+// decodePageLastResults is decodePageFast for a page whose "results" is repeated.
+func decodePageLastResults[T any](body []byte) (Page[T], bool) {
 	var fast struct {
 		Count   *Number     `json:"count"`
 		Results lastList[T] `json:"results"`
@@ -373,6 +391,103 @@ func (l *lastList[T]) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// resultsKeys counts the keys of the top-level object of body that encoding/json would match
+// to "results" (case-insensitively, with its folding). body need not be valid JSON: what is not
+// is left to the decoder, and any count it gives then is only a hint.
+func resultsKeys(body []byte) int {
+	i := skipJSONSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return 0
+	}
+	n := 0
+	for i = skipJSONSpace(body, i+1); i < len(body) && body[i] == '"'; {
+		end := skipJSONString(body, i)
+		key := body[i+1 : max(end-1, i+1)]
+		if len(key) >= 7 && len(key) <= 42 { // "results": 7 bytes, folded up to 3 a rune, escaped 6
+			k := string(key)
+			if bytes.IndexByte(key, '\\') >= 0 {
+				_ = json.Unmarshal(body[i:end], &k)
+			}
+			if strings.EqualFold(k, "results") {
+				n++
+			}
+		}
+		i = skipJSONSpace(body, end)
+		if i >= len(body) || body[i] != ':' {
+			return n
+		}
+		i = skipJSONValue(body, skipJSONSpace(body, i+1))
+		i = skipJSONSpace(body, i)
+		if i >= len(body) || body[i] != ',' {
+			return n
+		}
+		i = skipJSONSpace(body, i+1)
+	}
+	return n
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipJSONString returns the index after the string that starts at b[i] (a quote).
+func skipJSONString(b []byte, i int) int {
+	for i++; i < len(b); {
+		j := bytes.IndexAny(b[i:], `"\\`)
+		if j < 0 {
+			return len(b)
+		}
+		i += j
+		if b[i] == '\\' {
+			i += 2
+			continue
+		}
+		return i + 1
+	}
+	return len(b)
+}
+
+// skipJSONValue returns the index after the value that starts at b[i].
+func skipJSONValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipJSONString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			j := bytes.IndexAny(b[i:], `"{}[]`)
+			if j < 0 {
+				return len(b)
+			}
+			i += j
+			switch b[i] {
+			case '"':
+				i = skipJSONString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			default:
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+		i++
+	}
+	return i
+}
+
 // decodeListPage decodes a page of a listing (List, listAll): the envelope strictly (an answer
 // that is not a page fails the listing), then each result on its own terms: a result that does
 // not decode, or an object with an id type (Node, Domain, ...) whose id is empty, is skipped and
@@ -387,17 +502,20 @@ func decodeListPage[T any](c *Client, path string, body []byte, offset int) (Pag
 		return Page[T]{}, fmt.Errorf("veil: decoding GET %s (offset %d): %w", path, offset, err)
 	}
 	var zero T
-	if _, ok := any(zero).(identified); !ok {
+	if _, ok := any(&zero).(identified); !ok {
 		return p, nil
 	}
 	kept := p.Results[:0]
-	for i, v := range p.Results {
+	for i := range p.Results {
+		// Through a pointer: a struct of a kilobyte put in an interface is copied and allocated,
+		// for every object of every page.
+		v := &p.Results[i]
 		if any(v).(identified).objectID() == "" {
 			c.Reject(Rejection{Collection: coll, Field: "id", Reason: RejectMissingID, Count: 1,
 				Err: fmt.Errorf("result %d has no id", offset+i)})
 			continue
 		}
-		kept = append(kept, v)
+		kept = append(kept, *v)
 	}
 	p.Results = kept
 	return p, nil
