@@ -323,6 +323,10 @@ func (s *fleetSim) waitSteady(b *testing.B) {
 		s.each(b, func(i int) error { return s.call(i, "POST", "/_sim/requests/reset", nil, nil) })
 		since := time.Now()
 		var listed atomic.Bool
+		// which[i] counts the full listings of controller i in this window, by path: a failure
+		// says which controllers were listed and what, so that a push that does not open (the
+		// domains listed every interval) is told from listings cut off and started again.
+		which := make([]map[string]int, len(s.urls))
 		for !listed.Load() && time.Since(since) < quiet {
 			time.Sleep(time.Second) // polling the controllers' request logs
 			s.each(b, func(i int) error {
@@ -333,6 +337,10 @@ func (s *fleetSim) waitSteady(b *testing.B) {
 				for _, r := range log {
 					if r.Path == "/api/domains/" || r.Path == "/api/vdisks/" {
 						listed.Store(true)
+						if which[i] == nil {
+							which[i] = map[string]int{}
+						}
+						which[i][r.Path]++
 					}
 				}
 				return err
@@ -342,7 +350,13 @@ func (s *fleetSim) waitSteady(b *testing.B) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("controllers still listed in full after 2 minutes: a push channel does not open")
+			var named []string
+			for i, w := range which {
+				if w != nil && len(named) < 12 {
+					named = append(named, fmt.Sprintf("controller %d: %v", i, w))
+				}
+			}
+			b.Fatalf("controllers still listed in full after 2 minutes (a push channel does not open, or first listings are cut off and start again): %s", strings.Join(named, "; "))
 		}
 	}
 }
