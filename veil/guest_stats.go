@@ -64,7 +64,7 @@ func (c *Client) GuestDiskStats(ctx context.Context, id string, timeout time.Dur
 	if err != nil {
 		return nil, err
 	}
-	return decodeGuestDiskStats(raw)
+	return decodeGuestDiskStats(c, id, raw)
 }
 
 // GuestCPUStats reads guest-get-cpustats.
@@ -73,7 +73,7 @@ func (c *Client) GuestCPUStats(ctx context.Context, id string, timeout time.Dura
 	if err != nil {
 		return nil, err
 	}
-	return decodeGuestCPUStats(raw)
+	return decodeGuestCPUStats(c, id, raw)
 }
 
 // GuestLoad reads guest-get-load.
@@ -86,24 +86,27 @@ func (c *Client) GuestLoad(ctx context.Context, id string, timeout time.Duration
 }
 
 // guestObjects splits a JSON list of objects into their fields; an entry that is not an object
-// is skipped (nothing can be read of it), a value that is not a list fails.
-func guestObjects(cmd string, raw []byte) ([]map[string]json.RawMessage, error) {
+// is skipped (nothing can be read of it) and told to c.Reject (collection cmd, id the domain's;
+// c may be nil), a value that is not a list fails.
+func guestObjects(c *Client, id, cmd string, raw []byte) ([]map[string]json.RawMessage, error) {
 	var list []json.RawMessage
 	if err := json.Unmarshal(raw, &list); err != nil || list == nil {
 		return nil, fmt.Errorf("veil: decoding %s result: %s is not a list: %w", cmd, short(raw), ErrGuestAnswer)
 	}
 	out := make([]map[string]json.RawMessage, 0, len(list))
-	for _, e := range list {
+	for i, e := range list {
 		var m map[string]json.RawMessage
 		if json.Unmarshal(e, &m) == nil && m != nil {
 			out = append(out, m)
+			continue
 		}
+		c.Reject(rejectionOf(cmd, capID(id), fmt.Errorf("entry %d: %s is not an object", i, short(e))))
 	}
 	return out, nil
 }
 
-func decodeGuestDiskStats(raw []byte) ([]GuestDiskStats, error) {
-	objs, err := guestObjects("guest-get-diskstats", raw)
+func decodeGuestDiskStats(c *Client, id string, raw []byte) ([]GuestDiskStats, error) {
+	objs, err := guestObjects(c, id, "guest-get-diskstats", raw)
 	if err != nil {
 		return nil, err
 	}
@@ -128,8 +131,8 @@ func decodeGuestDiskStats(raw []byte) ([]GuestDiskStats, error) {
 	return out, nil
 }
 
-func decodeGuestCPUStats(raw []byte) ([]GuestCPUStats, error) {
-	objs, err := guestObjects("guest-get-cpustats", raw)
+func decodeGuestCPUStats(cl *Client, id string, raw []byte) ([]GuestCPUStats, error) {
+	objs, err := guestObjects(cl, id, "guest-get-cpustats", raw)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ func stat(p *float64) any {
 // strings are values, anything else (absent, null, text, an object) is nil, never 0; entries
 // that are not objects are skipped; a result that is not a list is ErrGuestAnswer.
 func TestGuestDiskStatsDecoding(t *testing.T) {
-	got, err := decodeGuestDiskStats([]byte(`[
+	got, err := decodeGuestDiskStats(nil, "", []byte(`[
 		{"name": "vda", "major": 252, "minor": 0, "stats": {"read-sectors": 2048, "write-sectors": "4096",
 			"read-ios": 10, "write-ios": " 20 ", "read-ticks": 1500, "write-ticks": null, "total-ticks": {"v": 1},
 			"ios-pgr": 0, "weight-ticks": -5, "flush-ios": "lots"}},
@@ -58,17 +58,17 @@ func TestGuestDiskStatsDecoding(t *testing.T) {
 		t.Errorf("disks without stats: %+v", got[1:])
 	}
 	for _, bad := range []string{`{}`, `null`, `"x"`, `12`} {
-		if _, err := decodeGuestDiskStats([]byte(bad)); !errors.Is(err, ErrGuestAnswer) {
+		if _, err := decodeGuestDiskStats(nil, "", []byte(bad)); !errors.Is(err, ErrGuestAnswer) {
 			t.Errorf("%s: err = %v, want ErrGuestAnswer", bad, err)
 		}
 	}
-	if got, err := decodeGuestDiskStats([]byte(`[]`)); err != nil || len(got) != 0 {
+	if got, err := decodeGuestDiskStats(nil, "", []byte(`[]`)); err != nil || len(got) != 0 {
 		t.Errorf("[] = %v, %v; want no disks", got, err)
 	}
 }
 
 func TestGuestCPUStatsDecoding(t *testing.T) {
-	got, err := decodeGuestCPUStats([]byte(`[
+	got, err := decodeGuestCPUStats(nil, "", []byte(`[
 		{"type": "linux", "cpu": 0, "user": 100, "nice": "2", "system": 30, "idle": 5000, "iowait": 7, "irq": 0,
 			"softirq": 1, "steal": 0, "guest": 0, "guestnice": 0},
 		{"type": "linux", "cpu": "1", "user": 120, "system": 35, "idle": 4900},
@@ -86,7 +86,7 @@ func TestGuestCPUStatsDecoding(t *testing.T) {
 	if stat(got[1].CPU) != 1.0 || stat(got[1].User) != 120.0 || got[1].Nice != nil || got[1].IOWait != nil || got[1].Steal != nil {
 		t.Errorf("cpu1 with fields left out: %+v", got[1])
 	}
-	if _, err := decodeGuestCPUStats([]byte(`{"cpu": 0}`)); !errors.Is(err, ErrGuestAnswer) {
+	if _, err := decodeGuestCPUStats(nil, "", []byte(`{"cpu": 0}`)); !errors.Is(err, ErrGuestAnswer) {
 		t.Errorf("an object: err = %v, want ErrGuestAnswer", err)
 	}
 }
@@ -117,5 +117,24 @@ func TestGuestLoadDecoding(t *testing.T) {
 		if got := [3]any{stat(l.Load1), stat(l.Load5), stat(l.Load15)}; got != c.want {
 			t.Errorf("%s = %v, want %v", c.in, got, c.want)
 		}
+	}
+}
+
+// TestGuestStatsEntriesThatAreNotObjectsAreTold: an entry of guest-get-diskstats or
+// guest-get-cpustats that is not an object is skipped and told to the client's Rejected hook,
+// once per entry, with the command as collection and the VM's id; the other entries are kept.
+func TestGuestStatsEntriesThatAreNotObjectsAreTold(t *testing.T) {
+	var got []Rejection
+	c := &Client{rejected: func(r Rejection) { got = append(got, r) }}
+	disks, err := decodeGuestDiskStats(c, "vm-1", []byte(`[{"name":"vda"}, 7, "x", {"name":"vdb"}]`))
+	if err != nil || len(disks) != 2 {
+		t.Fatalf("disks %v, %v; want vda and vdb", disks, err)
+	}
+	cpus, err := decodeGuestCPUStats(c, "vm-2", []byte(`[null, {"cpu":0}]`))
+	if err != nil || len(cpus) != 1 {
+		t.Fatalf("cpus %v, %v; want one", cpus, err)
+	}
+	if len(got) != 3 || got[0].Collection != "guest-get-diskstats" || got[0].ID != "vm-1" || got[2].Collection != "guest-get-cpustats" || got[2].ID != "vm-2" {
+		t.Errorf("rejections %+v, want 2 of guest-get-diskstats (vm-1) and 1 of guest-get-cpustats (vm-2)", got)
 	}
 }
