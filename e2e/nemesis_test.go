@@ -468,23 +468,30 @@ func readAll(t *testing.T, urls, stream string) streamRead {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Right after the schedule's last fault healed, the cluster may answer "JetStream system
+	// temporarily unavailable" (503, 10008) for a moment: the set-up is retried, as readStream's
+	// reads are.
+	var info *jetstream.StreamInfo
+	var c jetstream.Consumer
+	testutil.EventuallyNil(t, 30*time.Second, func() error {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if info, err = s.Info(ctx); err != nil {
+			return err
+		}
+		c, err = js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+		return err
+	}, "the stream %s to read", stream)
 	r := streamRead{ids: map[string][]string{}}
 	for uint64(len(r.order)) < info.State.Msgs {
 		batch, err := c.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			if ctx.Err() != nil {
+				t.Fatalf("read %d of %d messages of %s: %v", len(r.order), info.State.Msgs, stream, err)
+			}
+			continue // a moment of unavailability, as at the set-up
 		}
 		for m := range batch.Messages() {
 			md, _ := m.Metadata()
