@@ -64,9 +64,9 @@ func decodeEvents(body []byte, offset int) (veil.Page[veil.Event], error) {
 		e := &pg.Results[i]
 		err := decodeEvent(r, e)
 		switch {
-		case err != nil && errors.Is(err, errNotObject):
+		case errors.Is(err, errNotObject):
 			e.Invalid = rejectNotObject
-		case err != nil && errors.Is(err, errBadCreated):
+		case errors.Is(err, errBadCreated):
 			e.Invalid = rejectBadCreated
 		case err != nil || e.ID == "":
 			e.Invalid = rejectNoID

@@ -39,37 +39,36 @@ func sanitizeToken(s string) string {
 // max_control_line (4 KiB by default): one event with a long type must not do that.
 const maxTokenBytes = 64
 
-// subjectToken is sanitizeToken bounded to maxTokenBytes: a longer token is cut and ends in '-'
-// and 8 hex digits of the whole value's SHA-256, so distinct long values stay distinct. It
-// reports whether it cut.
+// subjectToken is sanitizeToken bounded to maxTokenBytes (cutHashed). It reports whether it cut.
 func subjectToken(s string) (string, bool) {
 	t := sanitizeToken(s)
 	if len(t) <= maxTokenBytes {
 		return t, false
 	}
-	sum := sha256.Sum256([]byte(s))
-	cut := maxTokenBytes - 9
-	for cut > 0 && !utf8.RuneStart(t[cut]) {
-		cut--
-	}
-	return t[:cut] + "-" + hex.EncodeToString(sum[:4]), true
+	return cutHashed(t, s, maxTokenBytes), true
 }
 
 // maxAttrBytes bounds a CloudEvents attribute taken from the controller's data (ce-type,
 // ce-subject): the whole value stays in the body.
 const maxAttrBytes = 256
 
-// boundAttr cuts s to maxAttrBytes as subjectToken does (a hash suffix keeps values distinct).
+// boundAttr cuts s to maxAttrBytes (cutHashed).
 func boundAttr(s string) string {
 	if len(s) <= maxAttrBytes {
 		return s
 	}
-	sum := sha256.Sum256([]byte(s))
-	cut := maxAttrBytes - 9
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
+	return cutHashed(s, s, maxAttrBytes)
+}
+
+// cutHashed cuts t (the text of whole, or whole itself) to n bytes at a character boundary,
+// ending in '-' and 8 hex digits of whole's SHA-256, so that distinct long values stay distinct.
+func cutHashed(t, whole string, n int) string {
+	sum := sha256.Sum256([]byte(whole))
+	cut := n - 9
+	for cut > 0 && !utf8.RuneStart(t[cut]) {
 		cut--
 	}
-	return s[:cut] + "-" + hex.EncodeToString(sum[:4])
+	return t[:cut] + "-" + hex.EncodeToString(sum[:4])
 }
 
 // Headers of an event that could not be published as the controller sent it (README: "Events

@@ -37,9 +37,9 @@ const rejectedMemory = 256
 
 // rejectedEvent counts, logs and lists one event going out in another form than the one read.
 func (fw *Forwarder) rejectedEvent(e *veil.Event, m *nats.Msg, reason string) {
-	id := boundAttr(e.ID)
+	id := e.ID
 	if len(id) > maxLoggedIDBytes {
-		id = id[:maxLoggedIDBytes]
+		id = cutHashed(id, id, maxLoggedIDBytes)
 	}
 	r := RejectedEvent{ID: id, Reason: reason, Subject: boundAttr(m.Subject), Size: len(e.Raw), At: time.Now()}
 	key := e.ID + "\x00" + e.Created.UTC().Format(time.RFC3339Nano)

@@ -355,30 +355,23 @@ func decodePage[T any](body []byte, offset int) (Page[T], error) {
 // that repeats it (resultsKeys, a scan far cheaper than decoding) takes the slower way.
 func decodePageFast[T any](body []byte) (Page[T], bool) {
 	if resultsKeys(body) > 1 {
-		return decodePageLastResults[T](body)
+		return decodePageAs[T, lastList[T]](body)
 	}
-	var fast struct {
-		Count   *Number `json:"count"`
-		Results []T     `json:"results"`
-	}
-	if json.Unmarshal(body, &fast) != nil || fast.Count == nil || fast.Results == nil {
-		return Page[T]{}, false
-	}
-	normalizeAll(fast.Results)
-	return Page[T]{Count: int(*fast.Count), Results: fast.Results}, true
+	return decodePageAs[T, []T](body)
 }
 
-// decodePageLastResults is decodePageFast for a page whose "results" is repeated.
-func decodePageLastResults[T any](body []byte) (Page[T], bool) {
+// decodePageAs decodes a page in one pass with its results read as R.
+func decodePageAs[T any, R ~[]T](body []byte) (Page[T], bool) {
 	var fast struct {
-		Count   *Number     `json:"count"`
-		Results lastList[T] `json:"results"`
+		Count   *Number `json:"count"`
+		Results R       `json:"results"`
 	}
 	if json.Unmarshal(body, &fast) != nil || fast.Count == nil || fast.Results == nil {
 		return Page[T]{}, false
 	}
-	normalizeAll(fast.Results)
-	return Page[T]{Count: int(*fast.Count), Results: fast.Results}, true
+	results := []T(fast.Results)
+	normalizeAll(results)
+	return Page[T]{Count: int(*fast.Count), Results: results}, true
 }
 
 // lastList is a JSON array decoded afresh each time its key appears (the last one wins whole).
