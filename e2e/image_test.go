@@ -32,22 +32,10 @@ import (
 // volume, and the restarted container resumes from it: every journal event once on the stream.
 func TestImage(t *testing.T) {
 	podman := needImageTool(t, "podman")
-	needImageTool(t, "runc")
-	makeBin := needImageTool(t, "make")
-	root := repoRoot(t)
 	dir := t.TempDir()
 	unique := fmt.Sprintf("veil-e2e-%d-%d", os.Getpid(), time.Now().UnixNano())
-	image := "localhost/" + unique + ":latest"
 	version := "e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-
-	// The image, built as a user builds it; the version stamp must reach the binary.
-	build := exec.Command(makeBin, "-C", root, "image", "IMAGE="+image, "IMAGE_DIR="+filepath.Join(dir, "context"),
-		"CONTAINER_ENGINE="+podman, "VERSION="+version)
-	out, err := build.CombinedOutput()
-	t.Cleanup(func() { _, _ = podmanRun(podman, "rmi", "-f", image) })
-	if err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
-	}
+	image := buildImage(t, podman, unique, version)
 	if user, err := podmanRun(podman, "image", "inspect", "--format", "{{.Config.User}}", image); err != nil || user != "65532:65532" {
 		t.Fatalf("image user %q (%v), want 65532:65532", user, err)
 	}
@@ -95,19 +83,10 @@ nats:
 		_, _ = podmanRun(podman, "rm", "-f", "--time", "0", container)
 		_, _ = podmanRun(podman, "volume", "rm", "-f", volume)
 	})
-	// On our test machines crun refuses the cgroup layout, so the container runs with runc; and
-	// runc sets every rlimit it is given, and may not raise one above the hard limit podman runs
-	// under, so the limits are given explicitly: open files as this process may, 4096 processes.
-	var nofile syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
-		t.Fatal(err)
-	}
-	nofileMax := min(nofile.Max, 65536)
-	if _, err := podmanRun(podman, "run", "--detach", "--name", container,
-		"--runtime", "runc", fmt.Sprintf("--ulimit=nofile=%d:%d", nofileMax, nofileMax), "--ulimit=nproc=4096:4096",
-		"--read-only", "--network", "host",
+	run := append([]string{"run", "--detach", "--name", container}, runcFlags(t)...)
+	if _, err := podmanRun(podman, append(run, "--read-only", "--network", "host",
 		"--volume", etc+":/etc/veil-exporter:ro", "--volume", volume+":/var/lib/veil-exporter",
-		image, "--config.file=/etc/veil-exporter/config.yaml", "--web.listen-address="+webAddr); err != nil {
+		image, "--config.file=/etc/veil-exporter/config.yaml", "--web.listen-address="+webAddr)...); err != nil {
 		t.Fatal(err)
 	}
 
@@ -203,6 +182,37 @@ nats:
 		}
 		return nil
 	}, "the restarted exporter's published count")
+}
+
+// buildImage builds the image as a user does (make image) under the name unique, the version
+// stamped, and removes it when the test ends.
+func buildImage(t *testing.T, podman, unique, version string) string {
+	t.Helper()
+	needImageTool(t, "runc")
+	makeBin := needImageTool(t, "make")
+	image := "localhost/" + unique + ":latest"
+	build := exec.Command(makeBin, "-C", repoRoot(t), "image", "IMAGE="+image, "IMAGE_DIR="+filepath.Join(t.TempDir(), "context"),
+		"CONTAINER_ENGINE="+podman, "VERSION="+version)
+	out, err := build.CombinedOutput()
+	t.Cleanup(func() { _, _ = podmanRun(podman, "rmi", "-f", image) })
+	if err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	return image
+}
+
+// runcFlags are podman run's flags for our test machines, where crun refuses the cgroup layout:
+// the container runs with runc, and runc sets every rlimit it is given and may not raise one
+// above the hard limit podman runs under, so the limits are given explicitly: open files as
+// this process may, 4096 processes.
+func runcFlags(t *testing.T) []string {
+	t.Helper()
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
+	}
+	nofileMax := min(nofile.Max, 65536)
+	return []string{"--runtime", "runc", fmt.Sprintf("--ulimit=nofile=%d:%d", nofileMax, nofileMax), "--ulimit=nproc=4096:4096"}
 }
 
 // needImageTool is need with the image test's packages in its message.
