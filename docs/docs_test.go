@@ -148,3 +148,65 @@ func TestREADMEMinimalConfigIsValid(t *testing.T) {
 		t.Errorf("the README's configuration does not load: %v\n%s", err, block)
 	}
 }
+
+var (
+	familyCell  = regexp.MustCompile("`(veil_[a-z0-9_{},]+)`")
+	braces      = regexp.MustCompile(`\{([a-z0-9_,]+)\}`)
+	labelsAtEnd = regexp.MustCompile(`\{[a-z0-9_,]*\}$`)
+)
+
+// expand spells out a name written with alternatives, veil_x_{a,b}_total.
+func expand(name string) []string {
+	m := braces.FindStringSubmatchIndex(name)
+	if m == nil {
+		return []string{name}
+	}
+	var out []string
+	for _, alt := range strings.Split(name[m[2]:m[3]], ",") {
+		out = append(out, expand(name[:m[0]]+alt+name[m[1]:])...)
+	}
+	return out
+}
+
+// TestGuideMatchesGeneratedMetrics: the families the guide's tables name are the families
+// metrics.md lists (what the exporter serves), and every served family is explained somewhere
+// in the manual besides metrics.md.
+func TestGuideMatchesGeneratedMetrics(t *testing.T) {
+	ref, err := os.ReadFile("metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(veil_[a-z0-9_]+)` \\|").FindAllStringSubmatch(string(ref), -1) {
+		served[m[1]] = true
+	}
+	mentioned := map[string]bool{}
+	for _, file := range manual(t) {
+		if filepath.Base(file) == "metrics.md" {
+			continue
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, m := range familyCell.FindAllStringSubmatch(line, -1) {
+				// A trailing {...} holds labels (veil_ha_leader{controller}), one inside the
+				// name alternatives.
+				family := labelsAtEnd.ReplaceAllString(m[1], "")
+				for _, name := range expand(family) {
+					mentioned[name] = true
+					// A table's first column names families: each must be served.
+					if strings.HasPrefix(line, "| `") && strings.Contains(strings.SplitN(line, "|", 3)[1], m[0]) && !served[name] {
+						t.Errorf("%s: the table names %s, which metrics.md does not list (not served)", file, name)
+					}
+				}
+			}
+		}
+	}
+	for name := range served {
+		if !mentioned[name] {
+			t.Errorf("%s is served (metrics.md) but explained nowhere else in the manual", name)
+		}
+	}
+}
