@@ -77,14 +77,17 @@ func documented(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return regexp.MustCompile("(?m)^\\| `([a-z_:0-9]+)` \\|").FindAllString(string(b), -1)
+	var names []string
+	for _, m := range documentedFamily.FindAllStringSubmatch(string(b), -1) {
+		names = append(names, m[1])
+	}
+	return names
 }
+
+var documentedFamily = regexp.MustCompile("(?m)^\\| `([a-z_:0-9]+)` \\|")
 
 // servedFamilies starts the exporter and returns its families once every one of wait is served.
 func servedFamilies(t *testing.T, wait []string) map[string]*dto.MetricFamily {
-	for i, w := range wait {
-		wait[i] = strings.Trim(strings.TrimPrefix(w, "| "), "` |")
-	}
 	exporter := testutil.Build(t, "cmd/veil-exporter")
 	dir := t.TempDir()
 	sim := veiltest.New(veiltest.Options{Token: testutil.SecretToken, Seed: 1, VMs: 12, EventRate: 20, TaskDuration: 50 * time.Millisecond})
