@@ -92,6 +92,14 @@ func TestAlertsAreLinted(t *testing.T) {
 		checkRunbook(t, name)
 	}
 
+	// docs/alerts.md lists every alert with a link to its runbook.
+	index := string(readFile(t, "../docs/alerts.md"))
+	for name := range alerts {
+		if !strings.Contains(index, "(runbooks/"+name+".md)") {
+			t.Errorf("docs/alerts.md does not link %s's runbook (runbooks/%s.md)", name, name)
+		}
+	}
+
 	// Every runbook belongs to an alert.
 	files, err := filepath.Glob("../docs/runbooks/*.md")
 	if err != nil {
