@@ -99,13 +99,18 @@ func servedFamilies(t *testing.T, wait []string) map[string]*dto.MetricFamily {
 	if err := sim.SetOddFields(veiltest.OddField{Collection: "domains", ID: ids[len(ids)-1], Field: "memory_count", Value: json.RawMessage(`"n/a"`)}); err != nil {
 		t.Fatal(err)
 	}
+	failing := ""
 	for _, id := range ids {
 		if d, _ := sim.Domain(id); d.Linux && d.AgentActive && d.PowerState == 3 && !d.Template {
-			if err := sim.SetGuestCommandError(id, "guest-get-time", "The command guest-get-time has been disabled"); err != nil {
-				t.Fatal(err)
-			}
+			failing = id
 			break
 		}
+	}
+	if failing == "" {
+		t.Fatal("the simulator runs no Linux VM with a guest agent")
+	}
+	if err := sim.SetGuestCommandError(failing, "guest-get-time", "The command guest-get-time has been disabled"); err != nil {
+		t.Fatal(err)
 	}
 
 	tok := filepath.Join(dir, "token")
