@@ -160,7 +160,7 @@ ha:
 	})
 
 	var fams map[string]*dto.MetricFamily
-	testutil.EventuallyNil(t, 150*time.Second, func() error {
+	testutil.EventuallyNil(t, 240*time.Second, func() error {
 		var err error
 		if fams, err = scrape("http://" + listen + "/metrics"); err != nil {
 			return err
