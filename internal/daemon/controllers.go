@@ -137,7 +137,7 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 		feed := collector.NewPushFeed(cc.Name, client, inv, cfg.Collect.ResyncInterval, log.With(d.base, "component", "push"))
 		ct.parts = append(ct.parts, pushPart{feed})
 	}
-	if conn != nil && cfg.NATS.JetStream.Enabled && cfg.NATS.Inventory.Enabled {
+	if conn != nil && cfg.InventoryOnNATS() {
 		var fence func() bool
 		if cfg.HA.Enabled {
 			fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }

@@ -223,3 +223,42 @@ func TestAConnectionTheServerClosesIsDialledAgain(t *testing.T) {
 		t.Errorf("%d lines saying the connection was closed for good, want 1:\n%s", n, d.logs.String())
 	}
 }
+
+// TestInventoryBucketWithoutEventsOrReplicas: a nats: section alone (events and replicas off)
+// connects NATS for the inventory bucket, which then holds the controller's objects; with
+// nats.inventory.enabled false nothing is dialled for it.
+func TestInventoryBucketWithoutEventsOrReplicas(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	startNATSAt(t, addr)
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: testutil.SecretToken, VMs: 3})
+	defer sim.Close()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	cfg := "controllers:\n" + testutil.ControllerYAML("alpha", sim.URL, tok) +
+		"collect:\n  interval: 1s\nguest:\n  enabled: false\nevents:\n  enabled: false\n" +
+		fmt.Sprintf("nats:\n  url: nats://%s\n", addr)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfgFile)
+	d.waitReady(t)
+	// 3 VMs and the simulator's nodes, clusters and datapools: more than 3 keys.
+	testutil.Eventually(t, 15*time.Second, func() bool { return streamMsgs(addr, "KV_VEIL_INVENTORY") > 3 },
+		"the inventory bucket written with events and replicas off")
+
+	off := strings.Replace(cfg, "nats:\n", "nats:\n  inventory: {enabled: false}\n", 1)
+	if err := os.WriteFile(cfgFile, []byte(off), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := d.do(t, http.MethodPost, "/-/reload"); code != http.StatusOK {
+		t.Fatalf("reload = %d %s", code, body)
+	}
+	d.d.mu.RLock()
+	conn := d.d.conn
+	d.d.mu.RUnlock()
+	if conn != nil {
+		t.Error("NATS still connected with the inventory bucket off and nothing else using it")
+	}
+}

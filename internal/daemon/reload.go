@@ -36,11 +36,12 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	}
 
 	var ch changes
-	// d.conn is always open: a new connection is needed only when forwarding (or replicas) and
-	// NATS changed (or the last connection was lost in a failed reload).
+	// d.conn is always open: a new connection is needed only when a component uses NATS
+	// (forwarding, replicas, the inventory bucket) and NATS changed (or the last connection was
+	// lost in a failed reload).
 	var conn *natsLink
 	fresh := false
-	if cfg.Events.Enabled || cfg.HA.Enabled {
+	if cfg.UsesNATS() {
 		conn = oldConn
 		// NATS connection lifecycle (natsconn): a replaced credential, key or CA file also
 		// needs a new connection, though the configuration text is the same.
