@@ -20,7 +20,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -260,5 +262,33 @@ func TestInventoryBucketWithoutEventsOrReplicas(t *testing.T) {
 	d.d.mu.RUnlock()
 	if conn != nil {
 		t.Error("NATS still connected with the inventory bucket off and nothing else using it")
+	}
+}
+
+// TestEmbeddedNATSExposure: the embedded server (which has no authentication) is warned about
+// when it listens beyond loopback, and only then.
+func TestEmbeddedNATSExposure(t *testing.T) {
+	tests := []struct {
+		listen string
+		warn   bool
+	}{
+		{"127.0.0.1:4222", false},
+		{"[::1]:4222", false},
+		{"localhost:4222", false},
+		{"127.0.0.5:4222", false},
+		{":4222", true},
+		{"0.0.0.0:4222", true},
+		{"[::]:4222", true},
+		{"10.1.2.3:4222", true},
+		{"nats.example:4222", true},
+	}
+	for _, tt := range tests {
+		why := natsconn.EmbeddedExposure(config.Embedded{Enabled: true, Listen: tt.listen})
+		if (why != "") != tt.warn || tt.warn && !strings.Contains(why, "without authentication") {
+			t.Errorf("listen %s: warning %q, want one: %v", tt.listen, why, tt.warn)
+		}
+	}
+	if why := natsconn.EmbeddedExposure(config.Embedded{Listen: ":4222"}); why != "" {
+		t.Errorf("no embedded server, yet %q", why)
 	}
 }

@@ -141,12 +141,13 @@ func keepable(running []*controller, standby map[string]*controller) map[string]
 func (d *Daemon) assemble(cfg *config.Config, conn *natsLink, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
 	next = make([]*controller, 0, len(cfg.Controllers))
 	for _, cc := range cfg.Controllers {
-		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
+		s := settingsOf(cfg, cc)
+		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, s) {
 			next = append(next, ct)
 			ch.kept = append(ch.kept, cc.Name)
 			continue
 		}
-		ct, err := d.buildController(cfg, cc, conn)
+		ct, err := d.buildController(s, conn)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -185,7 +185,7 @@ func TestNewBuildsRunStarts(t *testing.T) {
 	}
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); _ = d.Run(context.Background()) }()
-	testutil.Eventually(t, 10*time.Second, func() bool { return d.controllers[0].inventory.Ready() }, "alpha refreshed once Run started it")
+	testutil.Eventually(t, 10*time.Second, func() bool { return d.controllers[0].parts.targets.Ready() }, "alpha refreshed once Run started it")
 	d.Stop()
 	<-runDone
 }

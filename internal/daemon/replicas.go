@@ -132,7 +132,7 @@ func (d *Daemon) startLeased(r *leaseRun) {
 		return // removed by a reload: the coordinator releases it
 	}
 	if ct.used {
-		nct, err := d.buildController(d.cfg, ct.cfg, d.conn)
+		nct, err := d.buildController(ct.settings, d.conn)
 		if err != nil {
 			// It built at the last reload; only a file gone since (ca_file) fails it now.
 			level.Error(d.logger).Log("msg", "couldn't start an acquired controller", "controller", name, "err", err)

@@ -123,7 +123,18 @@ func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
 
 	// The status page says who runs what, the same on every replica.
 	_, js := ds["pod-b"].get(t, "/?format=json")
-	var st statusData
+	var st struct {
+		Replicas *struct {
+			Instance    string   `json:"instance"`
+			Instances   []string `json:"instances"`
+			Controllers []struct {
+				Controller string    `json:"controller"`
+				Owner      string    `json:"owner"`
+				Since      time.Time `json:"since"`
+				Mine       bool      `json:"mine"`
+			} `json:"controllers"`
+		} `json:"replicas"`
+	}
 	if err := json.Unmarshal([]byte(js), &st); err != nil {
 		t.Fatal(err)
 	}
