@@ -20,7 +20,7 @@ import (
 // replicasChange refuses a reload that switches replicas on or off, or changes the ha or nats
 // sections while they are on: the leases live on that connection, and a new one would let go of
 // every controller at once. A restart hands them over one by one.
-func (d *Daemon) replicasChange(old, cfg *config.Config, conn *natsLink) error {
+func replicasChange(old, cfg *config.Config, conn *natsLink) error {
 	if old == nil {
 		return nil
 	}
