@@ -149,6 +149,9 @@ type pushStatus struct {
 	LastError string    `json:"last_error,omitempty"`
 }
 
+// pushView shows the channel as what it is: its mode and since when it holds it (in push mode,
+// connected since), never a last run. When the push status carries its own ConnectedSince
+// (the store's), that is what Since takes here.
 func pushView(p collector.PushStatus) *pushStatus {
 	return &pushStatus{Mode: p.Mode, Since: p.Since, Frames: p.Frames, Dropped: p.Dropped, LastFrame: p.LastFrame, LastError: p.LastError}
 }
