@@ -41,13 +41,39 @@ func natsWithPassword(t *testing.T, user, password string) *server.Server {
 // or the NATS password.
 func TestStatusPageWithEvents(t *testing.T) {
 	const natsPassword = "n4ts-pa55word-xyz"
+	d, natsSrv := startWithEvents(t, natsPassword)
+	natsAddr := natsSrv.Addr().String() // Addr is nil once the server is shut down
+	js, recent := statusJSONWithEvents(t, d, natsAddr)
+	page := statusPageWithEvents(t, d, recent)
+
+	_, metrics := d.get(t, "/metrics")
+	// A lost server is logged with the URL list.
+	natsSrv.Shutdown()
+	testutil.Eventually(t, 15*time.Second, func() bool { return strings.Contains(d.logs.String(), "NATS disconnected") }, "the disconnect logged")
+	if !strings.Contains(d.logs.String(), "xxxxx@"+natsAddr) {
+		t.Errorf("the disconnect line lacks the redacted URL list:\n%s", d.logs.String())
+	}
+	d.stop()
+	d.stop = func() {}
+	logsNameTheirComponent(t, d)
+	for what, text := range map[string]string{"/": page, "json status": js, "/metrics": metrics, "logs": d.logs.String()} {
+		for _, secret := range []string{testutil.SecretToken, natsPassword} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s holds the secret %q", what, secret)
+			}
+		}
+	}
+}
+
+// startWithEvents runs the daemon with guest checks and events on against the simulator and a
+// NATS demanding password, named second in a server list, until it is ready.
+func startWithEvents(t *testing.T, natsPassword string) (*daemonUnderTest, *server.Server) {
 	dir := t.TempDir()
 	sim := veiltest.New(veiltest.Options{Seed: 3, Token: testutil.SecretToken, VMs: 5, InitialEvents: 30, EventsOrder: "oldest_first"})
-	defer sim.Close()
+	t.Cleanup(sim.Close)
 	natsSrv := natsWithPassword(t, "veil", natsPassword)
 	// The list's first server is not there; the client moves on to the second.
-	natsAddr := natsSrv.Addr().String()
-	natsURL := fmt.Sprintf("nats://%s,nats://veil:%s@%s", freeAddr(t), natsPassword, natsAddr)
+	natsURL := fmt.Sprintf("nats://%s,nats://veil:%s@%s", freeAddr(t), natsPassword, natsSrv.Addr().String())
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
 	cfgFile := filepath.Join(dir, "veil.yaml")
@@ -59,10 +85,17 @@ func TestStatusPageWithEvents(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-
 	d := startDaemon(t, cfgFile)
 	d.waitReady(t)
-	type recent struct{ ID, Subject, Message string }
+	return d, natsSrv
+}
+
+// recentEvent is one of the status JSON's recent events.
+type recentEvent struct{ ID, Subject, Message string }
+
+// statusJSONWithEvents waits until the status JSON shows 30 events published, the push channel
+// open and the inventory on NATS, checks it, and returns it and its recent events.
+func statusJSONWithEvents(t *testing.T, d *daemonUnderTest, natsAddr string) (string, []recentEvent) {
 	var st struct {
 		NATS struct {
 			URL       string `json:"url"`
@@ -71,13 +104,10 @@ func TestStatusPageWithEvents(t *testing.T) {
 		Controllers []struct {
 			State  string `json:"state"`
 			Events struct {
-				Published uint64   `json:"published"`
-				Subject   string   `json:"subject"`
-				Recent    []recent `json:"recent"`
+				Published uint64        `json:"published"`
+				Subject   string        `json:"subject"`
+				Recent    []recentEvent `json:"recent"`
 			} `json:"events"`
-			Guest struct {
-				Eligible int `json:"eligible"`
-			} `json:"guest"`
 			Inventory struct {
 				VMs  int `json:"vms"`
 				Push struct {
@@ -99,17 +129,22 @@ func TestStatusPageWithEvents(t *testing.T) {
 		return len(st.Controllers) == 1 && st.Controllers[0].Events.Published >= 30 &&
 			st.Controllers[0].Inventory.Push.Mode == "push" && st.Controllers[0].Inventory.KV.Keys > st.Controllers[0].Inventory.VMs
 	}, "30 events published, the push channel open and the inventory on NATS")
-	if kv := st.Controllers[0].Inventory.KV; kv.Bucket != "VEIL_INVENTORY" {
-		t.Errorf("inventory bucket %q", kv.Bucket)
-	}
 	c := st.Controllers[0]
+	if c.Inventory.KV.Bucket != "VEIL_INVENTORY" {
+		t.Errorf("inventory bucket %q", c.Inventory.KV.Bucket)
+	}
 	if c.State != "up" || !st.NATS.Connected || c.Events.Subject != "veil.events.alpha.>" || len(c.Events.Recent) == 0 {
 		t.Errorf("json status: %s", js)
 	}
 	if want := "nats://xxxxx@" + natsAddr; !strings.HasPrefix(st.NATS.URL, "nats://") || !strings.HasSuffix(st.NATS.URL, want) || strings.Contains(st.NATS.URL, "veil@") {
 		t.Errorf("nats url %q, want the list ending in %s", st.NATS.URL, want)
 	}
+	return js, c.Events.Recent
+}
 
+// statusPageWithEvents checks that the page, taken after the JSON, has every section and the
+// oldest half of the JSON's recent events, and returns it.
+func statusPageWithEvents(t *testing.T, d *daemonUnderTest, recent []recentEvent) string {
 	code, page := d.get(t, "/")
 	if code != 200 {
 		t.Fatalf("status page: %d", code)
@@ -122,9 +157,9 @@ func TestStatusPageWithEvents(t *testing.T) {
 			t.Errorf("status page lacks %s", want)
 		}
 	}
-	// The page was taken after the JSON: every event listed there is at least as old, so the
-	// oldest few of the JSON's list are still on the page.
-	for _, r := range c.Events.Recent[len(c.Events.Recent)/2:] {
+	// Every event the page lists is at least as old as the JSON's: the oldest few of the JSON's
+	// list are still on the page.
+	for _, r := range recent[len(recent)/2:] {
 		if !strings.Contains(page, "<code>"+r.ID+"</code>") || !strings.Contains(page, "<code>"+r.Subject+"</code>") {
 			t.Errorf("recent event %s (%s) not on the page", r.ID, r.Subject)
 		}
@@ -132,20 +167,15 @@ func TestStatusPageWithEvents(t *testing.T) {
 			t.Errorf("recent event %s: message %q not on the page", r.ID, r.Message)
 		}
 	}
+	return page
+}
 
-	_, metrics := d.get(t, "/metrics")
-	// A lost server is logged with the URL list.
-	natsSrv.Shutdown()
-	testutil.Eventually(t, 15*time.Second, func() bool { return strings.Contains(d.logs.String(), "NATS disconnected") }, "the disconnect logged")
-	if !strings.Contains(d.logs.String(), "xxxxx@"+natsAddr) {
-		t.Errorf("the disconnect line lacks the redacted URL list:\n%s", d.logs.String())
-	}
-	d.stop()
-	d.stop = func() {}
+// logsNameTheirComponent: one key scheme: every line names its component; those of a
+// controller's parts name it; no scrape failed in part.
+func logsNameTheirComponent(t *testing.T, d *daemonUnderTest) {
 	if strings.Contains(d.logs.String(), "error gathering metrics") {
 		t.Errorf("a scrape failed in part:\n%s", d.logs.String())
 	}
-	// One key scheme: every line names its component; those of a controller's parts name it.
 	perController := map[string]bool{"inventory": true, "guest": true, "events": true}
 	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(d.logs.String()), "\n") {
@@ -162,13 +192,6 @@ func TestStatusPageWithEvents(t *testing.T) {
 	for _, c := range []string{"daemon", "web", "inventory", "nats"} {
 		if !seen[c] {
 			t.Errorf("no log line of component %s:\n%s", c, d.logs.String())
-		}
-	}
-	for what, text := range map[string]string{"/": page, "json status": js, "/metrics": metrics, "logs": d.logs.String()} {
-		for _, secret := range []string{testutil.SecretToken, natsPassword} {
-			if strings.Contains(text, secret) {
-				t.Errorf("%s holds the secret %q", what, secret)
-			}
 		}
 	}
 }
