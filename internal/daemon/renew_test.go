@@ -90,7 +90,9 @@ func TestReloadDoesNotDelayRenewals(t *testing.T) {
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
-		if l := coord.Lease("alpha"); l != alpha || l.Remaining() < ttl/3 {
+		// Invalid means no renewal for a whole ttl: the reload (stopping beta for longer than
+		// that) held the coordinator up. A renewal merely late under load is not that.
+		if l := coord.Lease("alpha"); l != alpha || !l.Valid() {
 			t.Fatalf("alpha's lease not renewed during the reload (lease %p, was %p); logs:\n%s", l, alpha, d.logs)
 		}
 		if l := coord.Lease("gamma"); l != nil && strings.Contains(d.logs.String(), `controller=gamma why="lost: another replica took it"`) {
