@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -38,7 +39,7 @@ func BenchmarkPushFreshness(b *testing.B) {
 			b.Fatal(err)
 		}
 		cfg := testCollect()
-		inv, err := NewInventory("bench", client, cfg, nil, nil)
+		inv, err := newTestInventory(client, cfg, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -55,14 +56,14 @@ func BenchmarkPushFreshness(b *testing.B) {
 			renders = append(renders, rendered{time.Now(), applied})
 			rmu.Unlock()
 		}
-		feed := NewPushFeed("bench", client, inv, cfg.ResyncInterval, nil)
+		feed := inventory.NewPushFeed("bench", client, inv.Store, cfg.ResyncInterval, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{}, 2)
 		go func() { inv.Run(ctx); done <- struct{}{} }()
 		go func() { feed.Run(ctx); done <- struct{}{} }()
 		defer func() { cancel(); <-done; <-done }()
 		deadline := time.Now().Add(5 * time.Minute)
-		for !(feed.Status().Mode == PushModePush && inv.Status().LastAttempt.After(feed.Status().Since) && inv.Ready()) {
+		for !(feed.Status().Mode == inventory.PushModePush && inv.Status().LastAttempt.After(feed.Status().Since) && inv.Ready()) {
 			if time.Now().After(deadline) {
 				b.Fatalf("no push mode and refresh after it: %+v", feed.Status())
 			}
@@ -110,23 +111,21 @@ func BenchmarkPushFreshness(b *testing.B) {
 					pmu.Unlock()
 					continue
 				}
-				inv.mu.RLock()
-				snap := inv.snap
-				inv.mu.RUnlock()
+				snap := inv.Snapshot()
 				// Every change replaces the slice (copied at its first edit): an unchanged one
 				// is not scanned again, so the watcher's CPU stays out of the exporter's figure.
-				if len(snap.domains) > 0 && &snap.domains[0] == seen && len(pending) == seenPending {
+				if len(snap.Domains) > 0 && &snap.Domains[0] == seen && len(pending) == seenPending {
 					pmu.Unlock()
 					continue
 				}
-				if len(snap.domains) > 0 {
-					seen = &snap.domains[0]
+				if len(snap.Domains) > 0 {
+					seen = &snap.Domains[0]
 				}
 				now := time.Now()
-				for i := range snap.domains {
-					d := &snap.domains[i]
+				for i := range snap.Domains {
+					d := &snap.Domains[i]
 					if c := pending[d.ID]; c != nil && int(d.UserPowerState) == c.state {
-						c.applied, c.seq = now, snap.applied
+						c.applied, c.seq = now, snap.Applied
 						delete(pending, d.ID)
 					}
 				}

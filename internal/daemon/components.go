@@ -18,8 +18,10 @@ import (
 	"github.com/veil-exporter/veil-exporter/changefeed"
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/inventory"
 )
 
 // component is one kind of work of a controller.
@@ -34,7 +36,7 @@ type component interface {
 	rendered() *exposition.Set
 	collectRendered(ch chan<- prometheus.Metric)
 	// view adds the component's part to the controller's status page and its problems.
-	view(cs *controllerStatus, ps *[]collector.Problem)
+	view(cs *controllerStatus, ps *[]inventory.Problem)
 	// unhealthy says why /-/healthy fails for it ("" if it does not); notReady the same for
 	// /-/ready.
 	unhealthy(h healthLimits) string
@@ -47,15 +49,23 @@ type healthLimits struct {
 	stuck        time.Duration // a refresh loop without a start for this long is stuck
 }
 
-// inventoryPart is the inventory as a component.
-type inventoryPart struct{ *collector.Inventory }
+// inventoryPart is the inventory as a component: the store and its metric view.
+type inventoryPart struct {
+	*inventory.Store
+	metrics *collector.Inventory
+}
 
-func (p inventoryPart) run(ctx context.Context, _ log.Logger)       { p.Run(ctx) }
-func (p inventoryPart) collectLive(ch chan<- prometheus.Metric)     { p.CollectLive(ch) }
-func (p inventoryPart) rendered() *exposition.Set                   { return p.Rendered() }
-func (p inventoryPart) collectRendered(ch chan<- prometheus.Metric) { p.CollectRendered(ch) }
-func (p inventoryPart) view(_ *controllerStatus, ps *[]collector.Problem) {
-	*ps = append(*ps, p.Problems()...)
+func (p inventoryPart) run(ctx context.Context, _ log.Logger) {
+	done := make(chan struct{})
+	go func() { defer close(done); p.metrics.Run(ctx) }()
+	p.Store.Run(ctx)
+	<-done
+}
+func (p inventoryPart) collectLive(ch chan<- prometheus.Metric)     { p.metrics.CollectLive(ch) }
+func (p inventoryPart) rendered() *exposition.Set                   { return p.metrics.Rendered() }
+func (p inventoryPart) collectRendered(ch chan<- prometheus.Metric) { p.metrics.CollectRendered(ch) }
+func (p inventoryPart) view(_ *controllerStatus, ps *[]inventory.Problem) {
+	*ps = append(*ps, p.Snapshot().Problems(time.Now())...)
 }
 
 // unhealthy: a loop that has not started a refresh in four intervals plus a request timeout is
@@ -72,14 +82,14 @@ func (p inventoryPart) unhealthy(h healthLimits) string {
 }
 
 func (p inventoryPart) notReady() string {
-	if !p.Ready() {
+	if !p.metrics.Ready() {
 		return "first inventory refresh not done"
 	}
 	return ""
 }
 
 // guestPart is the guest checker as a component.
-type guestPart struct{ *collector.GuestChecker }
+type guestPart struct{ *guest.Checker }
 
 func (p guestPart) run(ctx context.Context, _ log.Logger)       { p.Run(ctx) }
 func (p guestPart) collectLive(ch chan<- prometheus.Metric)     { p.CollectLive(ch) }
@@ -87,13 +97,13 @@ func (p guestPart) rendered() *exposition.Set                   { return p.Rende
 func (p guestPart) collectRendered(ch chan<- prometheus.Metric) { p.CollectRendered(ch) }
 func (p guestPart) unhealthy(healthLimits) string               { return "" }
 func (p guestPart) notReady() string                            { return "" }
-func (p guestPart) view(cs *controllerStatus, ps *[]collector.Problem) {
+func (p guestPart) view(cs *controllerStatus, ps *[]inventory.Problem) {
 	cs.Guest = guestView(p.Status())
 	*ps = append(*ps, p.Problems()...)
 }
 
 // pushPart is the inventory's push channel as a component.
-type pushPart struct{ *collector.PushFeed }
+type pushPart struct{ *inventory.PushFeed }
 
 func (p pushPart) run(ctx context.Context, _ log.Logger)    { p.Run(ctx) }
 func (p pushPart) collectLive(ch chan<- prometheus.Metric)  { p.Collect(ch) }
@@ -101,7 +111,7 @@ func (p pushPart) rendered() *exposition.Set                { return nil }
 func (p pushPart) collectRendered(chan<- prometheus.Metric) {}
 func (p pushPart) unhealthy(healthLimits) string            { return "" }
 func (p pushPart) notReady() string                         { return "" }
-func (p pushPart) view(cs *controllerStatus, _ *[]collector.Problem) {
+func (p pushPart) view(cs *controllerStatus, _ *[]inventory.Problem) {
 	cs.Inventory.Push = pushView(p.Status())
 }
 
@@ -114,7 +124,7 @@ func (p kvPart) rendered() *exposition.Set                { return nil }
 func (p kvPart) collectRendered(chan<- prometheus.Metric) {}
 func (p kvPart) unhealthy(healthLimits) string            { return "" }
 func (p kvPart) notReady() string                         { return "" }
-func (p kvPart) view(cs *controllerStatus, _ *[]collector.Problem) {
+func (p kvPart) view(cs *controllerStatus, _ *[]inventory.Problem) {
 	cs.Inventory.KV = kvView(p.Status())
 }
 
@@ -132,7 +142,7 @@ func (p eventsPart) run(ctx context.Context, logger log.Logger) {
 func (p eventsPart) collectLive(ch chan<- prometheus.Metric)  { p.Collect(ch) }
 func (p eventsPart) rendered() *exposition.Set                { return nil }
 func (p eventsPart) collectRendered(chan<- prometheus.Metric) {}
-func (p eventsPart) view(cs *controllerStatus, _ *[]collector.Problem) {
+func (p eventsPart) view(cs *controllerStatus, _ *[]inventory.Problem) {
 	cs.Events = eventsView(p.Status())
 }
 func (p eventsPart) notReady() string {

@@ -18,15 +18,17 @@ import (
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/ha"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // controller is everything that runs for one platform controller.
 type controller struct {
 	cfg       config.Controller
-	settings  settings             // what it was built from; a reload keeps it while these stay equal
-	inventory *collector.Inventory // also parts[0]: the guest checker reads its domains
+	settings  settings         // what it was built from; a reload keeps it while these stay equal
+	inventory *inventory.Store // also parts[0]: the guest checker reads its domains
 	// parts are its components (components.go): the inventory, then the guest checker and the
 	// event forwarder when they are on.
 	parts  []component
@@ -128,13 +130,13 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, log.With(d.base, "component", "inventory"), d.renderer)
+	inv, err := inventory.NewStore(cc.Name, client, cfg.Collect, log.With(d.base, "component", "inventory"))
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv, parts: []component{inventoryPart{inv}}}
+	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv, parts: []component{inventoryPart{inv, collector.NewInventory(inv, d.renderer)}}}
 	if cfg.Collect.Push {
-		feed := collector.NewPushFeed(cc.Name, client, inv, cfg.Collect.ResyncInterval, log.With(d.base, "component", "push"))
+		feed := inventory.NewPushFeed(cc.Name, client, inv, cfg.Collect.ResyncInterval, log.With(d.base, "component", "push"))
 		ct.parts = append(ct.parts, pushPart{feed})
 	}
 	if conn != nil && cfg.NATS.JetStream.Enabled && cfg.NATS.Inventory.Enabled {
@@ -153,7 +155,7 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 		ct.parts = append(ct.parts, kvPart{w})
 	}
 	if cfg.Guest.Enabled {
-		g := collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
+		g := guest.NewChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
 		ct.parts = append(ct.parts, guestPart{g})
 	}
 	if cfg.Events.Enabled {

@@ -13,11 +13,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/veil-exporter/veil-exporter/changefeed"
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
@@ -93,7 +94,7 @@ type controllerStatus struct {
 	Events        *eventsStatus     `json:"events,omitempty"` // nil when events are off
 }
 
-// problem is one object that is not as it should be (collector.Problem).
+// problem is one object that is not as it should be (inventory.Problem).
 type problem struct {
 	Kind    string `json:"kind"` // node, datapool, nic, backup, guest, clock
 	ID      string `json:"id"`
@@ -105,7 +106,7 @@ type problem struct {
 // maxProblems caps the problems listed per controller; the total is said.
 const maxProblems = 25
 
-func problemsView(ps []collector.Problem) ([]problem, int) {
+func problemsView(ps []inventory.Problem) ([]problem, int) {
 	out := make([]problem, 0, min(len(ps), maxProblems))
 	for _, p := range ps[:min(len(ps), maxProblems)] {
 		out = append(out, problem{Kind: p.Kind, ID: p.ID, Name: p.Name, State: p.State, Failure: p.Failure})
@@ -144,7 +145,7 @@ func kvView(s changefeed.Status) *kvStatus {
 	return &kvStatus{Bucket: s.Bucket, Loaded: s.Loaded, Keys: s.Keys, Pending: s.Pending, Writes: s.Writes, LastWrite: s.LastWrite, LastError: s.LastError}
 }
 
-// pushStatus is collector.PushStatus: the controller's push channel.
+// pushStatus is inventory.PushStatus: the controller's push channel.
 type pushStatus struct {
 	Mode      string    `json:"mode"` // push, polling (the controller has none) or connecting
 	Since     time.Time `json:"since"`
@@ -154,7 +155,7 @@ type pushStatus struct {
 	LastError string    `json:"last_error,omitempty"`
 }
 
-func pushView(p collector.PushStatus) *pushStatus {
+func pushView(p inventory.PushStatus) *pushStatus {
 	return &pushStatus{Mode: p.Mode, Since: p.Since, Frames: p.Frames, Dropped: p.Dropped, LastFrame: p.LastFrame, LastError: p.LastError}
 }
 
@@ -308,11 +309,11 @@ func (d *Daemon) status() statusData {
 				cs.Collectors = append(cs.Collectors, collectorView(st))
 			}
 		}
-		var ps []collector.Problem
+		var ps []inventory.Problem
 		for _, p := range ct.parts {
 			p.view(&cs, &ps)
 		}
-		collector.SortProblems(ps)
+		inventory.SortProblems(ps)
 		cs.Problems, cs.ProblemsTotal = problemsView(ps)
 		s.Controllers = append(s.Controllers, cs)
 	}
@@ -398,7 +399,7 @@ func natsView(c natsconn.Status) *natsStatus {
 	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError, LastErrorAt: c.LastErrorAt}
 }
 
-func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {
+func controllerView(name, url string, inv inventory.Status) controllerStatus {
 	cs := controllerStatus{
 		Name: name, URL: url, State: "starting", Problems: []problem{}, Version: inv.Version,
 		Inventory: inventoryStatus{
@@ -417,7 +418,7 @@ func controllerView(name, url string, inv collector.InventoryStatus) controllerS
 	return cs
 }
 
-func guestView(g collector.GuestStatus) *guestStatus {
+func guestView(g guest.Status) *guestStatus {
 	return &guestStatus{Eligible: g.Eligible, Checked: g.Checked, Unsupported: g.Unsupported, SweepDuration: seconds(g.SweepDuration), LastSweep: g.LastSweep, LastError: g.LastError,
 		LastErrorDomain: g.LastErrorDomain, LastErrorDomainID: g.LastErrorDomainID, LastErrorCommand: g.LastErrorCommand, LastErrorReason: g.LastErrorReason, LastIsState: g.LastIsState}
 }
