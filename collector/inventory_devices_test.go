@@ -297,7 +297,7 @@ func simDetail(t *testing.T, sim *veiltest.Server, path string) map[string]any {
 // TestDeviceDetailsFillWhatTheListsLack: with collect.device_details_interval, every disk's
 // bus, type and snapshot count and every interface's link state are read from the details (one
 // request each per sweep) and exported as the details say; a sweep whose reads fail keeps what
-// the last one read and says so in its run status. Without the setting, no detail is read.
+// the last one read and says so in its run status.
 func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 	cc := testCollect()
 	cc.DeviceDetailsInterval = 500 * time.Millisecond // the config's floor is 1m; the sweep's pace is what is tested
@@ -371,7 +371,11 @@ func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 	}
 	f.sim.ClearFaults()
 
-	// Off (the default): no detail read.
+}
+
+// TestNoDeviceDetailsByDefault: without collect.device_details_interval no detail is read and
+// the sweep has no run status.
+func TestNoDeviceDetailsByDefault(t *testing.T) {
 	g := newFixture(t, veiltest.Options{Seed: 7, VMs: 4, Templates: -1}, testCollect(), veil.Config{})
 	g.mustRefresh(t)
 	for _, r := range g.sim.Requests() {

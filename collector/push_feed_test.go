@@ -208,40 +208,9 @@ func TestBadFramesAreCountedNotApplied(t *testing.T) {
 		`{"msg_type":"control","text":"add /domains/"}`,
 		string(good),
 	}
-	big := `{"msg_type":"data","resource":"/domains/","event":"UPDATED","id":"big","object":{"id":"big","description":"` + strings.Repeat("x", veil.MaxPushFrame) + `"}}`
 	sendBig := make(chan struct{})
 	var conns atomic.Int32
-	// The controller: the simulator's REST API, and a /ws/ that sends the frames above.
-	mux := http.NewServeMux()
-	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		go func() { // the subscriptions, and the pongs to the client's pings
-			for {
-				if _, _, err := c.Read(r.Context()); err != nil {
-					return
-				}
-			}
-		}()
-		if conns.Add(1) > 1 {
-			<-r.Context().Done() // later sockets stay open and silent
-			return
-		}
-		for _, fr := range frames {
-			if c.Write(r.Context(), websocket.MessageText, []byte(fr)) != nil {
-				return
-			}
-		}
-		select {
-		case <-sendBig:
-			c.Write(r.Context(), websocket.MessageText, []byte(big))
-		case <-r.Context().Done():
-		}
-		<-r.Context().Done()
-	})
+	mux := badFramesController(frames, sendBig, &conns)
 	f := withPushChannel(t, sim, mux)
 	inv := f.inv
 	feed := runFeed(t, f)
@@ -283,6 +252,44 @@ func TestBadFramesAreCountedNotApplied(t *testing.T) {
 			t.Errorf("log says %q %d times, want once:\n%s", want, strings.Count(logs, want), logs)
 		}
 	}
+}
+
+// badFramesController is a controller's /ws/ that sends frames on its first socket, then one
+// frame over veil.MaxPushFrame once sendBig is closed; later sockets stay open and silent.
+// conns counts the sockets opened.
+func badFramesController(frames []string, sendBig <-chan struct{}, conns *atomic.Int32) *http.ServeMux {
+	big := `{"msg_type":"data","resource":"/domains/","event":"UPDATED","id":"big","object":{"id":"big","description":"` + strings.Repeat("x", veil.MaxPushFrame) + `"}}`
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		go func() { // the subscriptions, and the pongs to the client's pings
+			for {
+				if _, _, err := c.Read(r.Context()); err != nil {
+					return
+				}
+			}
+		}()
+		if conns.Add(1) > 1 {
+			<-r.Context().Done() // later sockets stay open and silent
+			return
+		}
+		for _, fr := range frames {
+			if c.Write(r.Context(), websocket.MessageText, []byte(fr)) != nil {
+				return
+			}
+		}
+		select {
+		case <-sendBig:
+			c.Write(r.Context(), websocket.MessageText, []byte(big))
+		case <-r.Context().Done():
+		}
+		<-r.Context().Done()
+	})
+	return mux
 }
 
 // settled says the feed is in push mode and the refresh that follows its connect has finished:

@@ -270,44 +270,47 @@ func TestGuestCheckerProbesUnsupportedVMsAgain(t *testing.T) {
 			t.Errorf("Status() = %+v, want 2 eligible and checked", st)
 		}
 	})
-	t.Run("when the agent reconnects", func(t *testing.T) {
-		o := guestSimOptions(4)
-		o.LinuxFraction = 0.5
-		cfg := guestTestConfig()
-		cfg.OSInfoInterval = time.Hour
-		e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: cfg})
-		var win string
-		for _, id := range e.eligibleIDs() {
-			if d, _ := e.sim.Domain(id); !d.Linux {
-				win = id
-			}
+}
+
+// TestGuestCheckerProbesUnsupportedVMsAgainOnReconnect: an unsupported VM is probed again when its
+// agent reconnects.
+func TestGuestCheckerProbesUnsupportedVMsAgainOnReconnect(t *testing.T) {
+	o := guestSimOptions(4)
+	o.LinuxFraction = 0.5
+	cfg := guestTestConfig()
+	cfg.OSInfoInterval = time.Hour
+	e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: cfg})
+	var win string
+	for _, id := range e.eligibleIDs() {
+		if d, _ := e.sim.Domain(id); !d.Linux {
+			win = id
 		}
-		if win == "" {
-			t.Fatal("no windows VM")
-		}
-		e.waitSweeps(2, 5*time.Second)
-		before, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported")
-		must(t, e.sim.SetGuestAgent(win, false))
-		e.refresh()
-		e.eventually("the checker to drop the VM", 5*time.Second, func() bool {
-			e.gc.mu.Lock()
-			defer e.gc.mu.Unlock()
-			return e.gc.vms[win] == nil
-		})
-		must(t, e.sim.SetGuestAgent(win, true))
-		e.sim.ResetRequests()
-		e.refresh()
-		e.eventually("a probe of the reconnected agent", 5*time.Second, func() bool {
-			return countCmd(guestCmdsSent(t, e.sim.Requests())[win], guestCmdPing) >= 1
-		})
-		e.waitSweeps(1, 5*time.Second)
-		if v, _ := e.value("veil_guest_unsupported_domains"); v < 1 {
-			t.Errorf("unsupported_domains = %v after the probe, want the VM marked again", v)
-		}
-		if v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported"); v != before+1 {
-			t.Errorf("not_supported errors %v -> %v, want one more for the new connection", before, v)
-		}
+	}
+	if win == "" {
+		t.Fatal("no windows VM")
+	}
+	e.waitSweeps(2, 5*time.Second)
+	before, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported")
+	must(t, e.sim.SetGuestAgent(win, false))
+	e.refresh()
+	e.eventually("the checker to drop the VM", 5*time.Second, func() bool {
+		e.gc.mu.Lock()
+		defer e.gc.mu.Unlock()
+		return e.gc.vms[win] == nil
 	})
+	must(t, e.sim.SetGuestAgent(win, true))
+	e.sim.ResetRequests()
+	e.refresh()
+	e.eventually("a probe of the reconnected agent", 5*time.Second, func() bool {
+		return countCmd(guestCmdsSent(t, e.sim.Requests())[win], guestCmdPing) >= 1
+	})
+	e.waitSweeps(1, 5*time.Second)
+	if v, _ := e.value("veil_guest_unsupported_domains"); v < 1 {
+		t.Errorf("unsupported_domains = %v after the probe, want the VM marked again", v)
+	}
+	if v, _ := e.value("veil_guest_command_errors_total", "command", "guest-ping", "reason", "not_supported"); v != before+1 {
+		t.Errorf("not_supported errors %v -> %v, want one more for the new connection", before, v)
+	}
 }
 
 // TestGuestCheckerPausesVMsThePlatformSaysAreStopped: a VM that stopped after the inventory was

@@ -87,23 +87,7 @@ func TestGuestCheckerStaysWithinBudget(t *testing.T) {
 	if m := e.sim.InFlightMax(); m > cfg.Concurrency {
 		t.Errorf("InFlightMax = %d, want <= concurrency %d", m, cfg.Concurrency)
 	}
-	// One VM is never checked by two workers at once.
-	byVM := map[string][]veiltest.Request{}
-	for _, r := range reqs {
-		for _, action := range []string{"guest-command", "available-guest-cmds"} {
-			if id, ok := guestRequestVM(r.Path, action); ok {
-				byVM[id] = append(byVM[id], r)
-			}
-		}
-	}
-	for id, rs := range byVM {
-		for k := 1; k < len(rs); k++ {
-			if rs[k].Start.Before(rs[k-1].Start.Add(rs[k-1].Duration)) {
-				t.Errorf("VM %s had overlapping requests at %s", id, rs[k].Start.Format(time.StampMicro))
-				break
-			}
-		}
-	}
+	noVMCheckedTwiceAtOnce(t, reqs)
 	st := e.gc.Status()
 	floor := time.Duration(float64(n) / budget * float64(time.Second))
 	if st.SweepDuration < floor*9/10 || st.SweepDuration <= cfg.PingInterval {
@@ -121,6 +105,28 @@ func TestGuestCheckerStaysWithinBudget(t *testing.T) {
 	e.gc.mu.Unlock()
 	if queued > n {
 		t.Errorf("%d entries queued for %d VMs: work piles up", queued, n)
+	}
+}
+
+// noVMCheckedTwiceAtOnce: no request of a VM's guest starts before the previous one ended (one
+// VM is never checked by two workers at once).
+func noVMCheckedTwiceAtOnce(t *testing.T, reqs []veiltest.Request) {
+	t.Helper()
+	byVM := map[string][]veiltest.Request{}
+	for _, r := range reqs {
+		for _, action := range []string{"guest-command", "available-guest-cmds"} {
+			if id, ok := guestRequestVM(r.Path, action); ok {
+				byVM[id] = append(byVM[id], r)
+			}
+		}
+	}
+	for id, rs := range byVM {
+		for k := 1; k < len(rs); k++ {
+			if rs[k].Start.Before(rs[k-1].Start.Add(rs[k-1].Duration)) {
+				t.Errorf("VM %s had overlapping requests at %s", id, rs[k].Start.Format(time.StampMicro))
+				break
+			}
+		}
 	}
 }
 

@@ -55,26 +55,10 @@ type checkResult struct {
 // budget delays checks, it never fails them.
 func (g *Checker) check(ctx context.Context, v *guestVM) {
 	now := time.Now()
-	g.mu.Lock()
-	if v.gone { // left the inventory while waiting for a worker
-		g.mu.Unlock()
+	p, r, down, ok := g.plan(v, now)
+	if !ok { // left the inventory while waiting for a worker
 		return
 	}
-	due := func(t time.Time) bool { return !t.IsZero() && !t.After(now) }
-	p := checkPlan{
-		ping:    !v.nextPing.After(now),
-		os:      due(v.nextOS),
-		fs:      due(v.nextFS),
-		time:    due(v.nextTime),
-		net:     due(v.nextNet),
-		stats:   due(v.nextStats),
-		offered: v.cmds,
-	}
-	down := v.agentDown
-	// The snapshot that made the VM eligible: a refusal as not running holds until a newer one.
-	r := checkResult{offered: p.offered, gen: g.syncedGen}
-	g.mu.Unlock()
-
 	if r.offered == nil {
 		offered, err := g.available(ctx, v.id)
 		if ctx.Err() != nil {
@@ -104,44 +88,76 @@ func (g *Checker) check(ctx context.Context, v *guestVM) {
 			return
 		}
 		if down {
-			// The agent is back, maybe restarted or upgraded: ask again what it offers and who
-			// it is, and refresh its measurements now rather than at their phase.
-			r.reconnect = true
-			if p.offered != nil {
-				if offered, err := g.available(ctx, v.id); err == nil {
-					r.offered = offered
-				}
-			}
-			p.os, p.fs, p.time, p.net = true, g.cfg.FSInfoInterval > 0, g.cfg.TimeInterval > 0, true
-			p.stats = g.cfg.StatsInterval > 0
+			g.reconnected(ctx, v.id, &p, &r)
 		}
 	} else if down {
 		// The agent missed its last ping: nothing else until a ping succeeds.
 		p.os, p.fs, p.time, p.net, p.stats = false, false, false, false, false
 	}
-	if p.os && r.offered[guestCmdOSInfo] {
-		r.os, _ = g.osInfo(ctx, v.id)
-	}
-	if p.fs && r.offered[guestCmdFSInfo] {
-		fs, err := g.fsInfo(ctx, v.id)
-		r.fs, r.fsDone = fs, err == nil
-	}
-	if p.time && r.offered[guestCmdTime] {
-		off, err := g.clockOffset(ctx, v.id)
-		r.clock, r.timeDone = off, err == nil
-	}
-	if p.net && r.offered[guestCmdInterfaces] {
-		nics, ipv6, err := g.interfaces(ctx, v.id)
-		r.nics, r.ipv6, r.netDone = nics, ipv6, err == nil
-	}
-	if p.stats {
-		g.readStats(ctx, v.id, r.offered, &r)
-	}
+	g.readDue(ctx, v.id, p, &r)
 	if ctx.Err() != nil {
 		g.requeue(v)
 		return
 	}
 	g.finish(v, now, p, r)
+}
+
+// plan says what is due at v's visit now, and whether its agent missed its last ping; ok is
+// false for a VM that left the inventory while waiting for a worker.
+func (g *Checker) plan(v *guestVM, now time.Time) (p checkPlan, r checkResult, down, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if v.gone {
+		return p, r, false, false
+	}
+	due := func(t time.Time) bool { return !t.IsZero() && !t.After(now) }
+	p = checkPlan{
+		ping:    !v.nextPing.After(now),
+		os:      due(v.nextOS),
+		fs:      due(v.nextFS),
+		time:    due(v.nextTime),
+		net:     due(v.nextNet),
+		stats:   due(v.nextStats),
+		offered: v.cmds,
+	}
+	// The snapshot that made the VM eligible: a refusal as not running holds until a newer one.
+	return p, checkResult{offered: p.offered, gen: g.syncedGen}, v.agentDown, true
+}
+
+// reconnected plans the visit of an agent back after missed pings, maybe restarted or
+// upgraded: what it offers and who it is are asked again, and its measurements refreshed now
+// rather than at their phase.
+func (g *Checker) reconnected(ctx context.Context, id string, p *checkPlan, r *checkResult) {
+	r.reconnect = true
+	if p.offered != nil {
+		if offered, err := g.available(ctx, id); err == nil {
+			r.offered = offered
+		}
+	}
+	p.os, p.fs, p.time, p.net = true, g.cfg.FSInfoInterval > 0, g.cfg.TimeInterval > 0, true
+	p.stats = g.cfg.StatsInterval > 0
+}
+
+// readDue reads what p says is due and the guest offers into r.
+func (g *Checker) readDue(ctx context.Context, id string, p checkPlan, r *checkResult) {
+	if p.os && r.offered[guestCmdOSInfo] {
+		r.os, _ = g.osInfo(ctx, id)
+	}
+	if p.fs && r.offered[guestCmdFSInfo] {
+		fs, err := g.fsInfo(ctx, id)
+		r.fs, r.fsDone = fs, err == nil
+	}
+	if p.time && r.offered[guestCmdTime] {
+		off, err := g.clockOffset(ctx, id)
+		r.clock, r.timeDone = off, err == nil
+	}
+	if p.net && r.offered[guestCmdInterfaces] {
+		nics, ipv6, err := g.interfaces(ctx, id)
+		r.nics, r.ipv6, r.netDone = nics, ipv6, err == nil
+	}
+	if p.stats {
+		g.readStats(ctx, id, r.offered, r)
+	}
 }
 
 // classify tells, from a failed ping or command list, refusals about the VM itself from an

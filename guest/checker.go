@@ -1,9 +1,9 @@
 package guest
 
 // The guest checker: its state, the read-only command allowlist, the constructor and Run. The
-// schedule is in guest_schedule.go, one visit of a VM in guest_check.go, full ping sweeps and
-// the run report in guest_sweep.go, the series in guest_metrics.go, what is kept of
-// filesystems and interfaces in guest_data.go.
+// schedule is in schedule.go, one visit of a VM in check.go, full ping sweeps and the run
+// report in sweep.go, the series in metrics.go and render.go, what is kept of filesystems and
+// interfaces in data.go, the problems and what service discovery reads in problems.go.
 
 import (
 	"context"
@@ -111,7 +111,7 @@ type Checker struct {
 	offeredMu sync.Mutex
 	offered   map[string]map[string]bool
 
-	// The rendered series (guest_render.go), rendered again after every change.
+	// The rendered series (render.go), rendered again after every change.
 	cache *exposition.Cache
 }
 

@@ -27,9 +27,8 @@ func (g *Checker) render(s exposition.Sink) {
 const renderShare = 20
 
 // guestRenderEvery is the pause between renders: a tenth of the ping interval, between 100 ms
-// and 2 s. Results are at most that much older on /metrics than in the checker; a render of
-// 10,000 checked guests, every family compressed, costs about 0.1 s of CPU
-// (BenchmarkGuestRender); renderShare makes the pause longer where renders cost more.
+// and 2 s. Results are at most that much older on /metrics than in the checker; renderShare
+// makes the pause longer where renders cost more (BenchmarkGuestRender measures one).
 func guestRenderEvery(ping time.Duration) time.Duration {
 	return min(max(ping/10, 100*time.Millisecond), 2*time.Second)
 }

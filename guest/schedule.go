@@ -195,8 +195,8 @@ func (g *Checker) requeue(v *guestVM) {
 // their phase exactly. The others go to their slot (at v.slow) about one interval after the slot
 // that fell due, not after the visit: when the checker runs behind, a visit comes late by up to
 // a sweep, and counting the interval from the visit pushed each VM's next read a little further
-// back until most VMs' reads fell into every other sweep (at 10,000 VMs, sweeps of 20 and 40 s
-// by turns instead of 30).
+// back until most VMs' reads fell into every other sweep (sweeps alternating short and long
+// instead of even).
 func (g *Checker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	if p.ping {
 		v.nextPing = guestAdvance(v.nextPing, g.pingInterval, v.phase, now)

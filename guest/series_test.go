@@ -17,36 +17,7 @@ import (
 
 func TestGuestCheckerExportsPingOSFilesystemsAndClock(t *testing.T) {
 	cfg := guestTestConfig()
-	var linux, windows string
-	e := newGuestEnv(t, guestEnvOpts{
-		sim: func() veiltest.Options {
-			o := guestSimOptions(6)
-			o.LinuxFraction = 0.5
-			o.GuestCommandsWindows = true // a platform whose agent answers on Windows too
-			return o
-		}(),
-		cfg: cfg,
-		before: func(e *guestEnv) {
-			for _, id := range e.sim.DomainIDs() {
-				d, _ := e.sim.Domain(id)
-				if d.Linux && linux == "" {
-					linux = id
-				}
-				if !d.Linux && windows == "" {
-					windows = id
-				}
-			}
-			if linux == "" || windows == "" {
-				t.Fatalf("the simulator made no Linux/Windows pair")
-			}
-			if err := e.sim.SetClockOffset(linux, 3*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.sim.SetClockOffset(windows, -1500*time.Millisecond); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
+	e, linux, windows := linuxAndWindowsEnv(t, cfg)
 	ids := e.eligibleIDs()
 	e.eventually("clock offsets of every VM", 5*time.Second, func() bool {
 		s := e.series()
@@ -66,48 +37,7 @@ func TestGuestCheckerExportsPingOSFilesystemsAndClock(t *testing.T) {
 			t.Errorf("ping_duration of %s = %v (present %v), want a small positive round trip", id, v, ok)
 		}
 	}
-	checks := []struct {
-		name, key string
-		want      float64
-		tolerance float64
-		absent    bool
-	}{
-		{name: "windows os info", key: guestKey("veil_guest_os_info", "domain_id", windows, "os_id", "mswindows",
-			"os_name", "Microsoft Windows", "os_version", "Microsoft Windows Server 2019", "kernel_release", "17763",
-			"machine", "x86_64", "pretty_name", "Windows Server 2019 Standard"), want: 1},
-		{name: "linux root filesystem size", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
-			"mountpoint", "/", "fstype", "ext4", "device", "vda1"), want: -1},
-		{name: "linux /boot/efi used", key: guestKey("veil_guest_filesystem_used_bytes", "domain_id", linux,
-			"mountpoint", "/boot/efi", "fstype", "vfat", "device", "vda15"), want: 6 << 20},
-		{name: "linux /boot/efi size", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
-			"mountpoint", "/boot/efi", "fstype", "vfat", "device", "vda15"), want: 105 << 20},
-		{name: "tmpfs is excluded by type", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
-			"mountpoint", "/run", "fstype", "tmpfs", "device", "tmpfs"), absent: true},
-		{name: "squashfs without sizes is left out", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
-			"mountpoint", "/snap/core20/2318", "fstype", "squashfs", "device", "loop0"), absent: true},
-		{name: "windows C: volume", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", windows,
-			"mountpoint", `C:\`, "fstype", "NTFS", "device", `\\?\Volume{6a1f-0001}\`), want: -1},
-		{name: "windows volume without sizes is left out", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", windows,
-			"mountpoint", "System Reserved", "fstype", "NTFS", "device", `\\?\Volume{6a1f-0002}\`), absent: true},
-		{name: "linux clock ahead by 3s", key: guestKey("veil_guest_clock_offset_seconds", "domain_id", linux), want: 3, tolerance: 0.05},
-		{name: "windows clock behind by 1.5s", key: guestKey("veil_guest_clock_offset_seconds", "domain_id", windows), want: -1.5, tolerance: 0.05},
-		{name: "eligible", key: guestKey("veil_guest_eligible_domains"), want: float64(len(ids))},
-		{name: "checked", key: guestKey("veil_guest_checked_domains"), want: float64(len(ids))},
-	}
-	for _, c := range checks {
-		v, ok := s[c.key]
-		switch {
-		case c.absent && ok:
-			t.Errorf("%s: %s present (%v), want absent", c.name, c.key, v)
-		case c.absent:
-		case !ok:
-			t.Errorf("%s: %s missing", c.name, c.key)
-		case c.want == -1 && v <= 0:
-			t.Errorf("%s: %s = %v, want > 0", c.name, c.key, v)
-		case c.want != -1 && math.Abs(v-c.want) > c.tolerance:
-			t.Errorf("%s: %s = %v, want %v ± %v", c.name, c.key, v, c.want, c.tolerance)
-		}
-	}
+	checkSeries(t, s, osFSClockChecks(linux, windows, len(ids)))
 	linuxOS := 0
 	for k := range s {
 		if strings.HasPrefix(k, "veil_guest_os_info{") && strings.Contains(k, `domain_id="`+linux+`"`) {
@@ -138,6 +68,97 @@ func TestGuestCheckerExportsPingOSFilesystemsAndClock(t *testing.T) {
 	}
 	if v, ok := e.value("veil_guest_sweep_duration_seconds"); !ok || v <= 0 || v > 5 {
 		t.Errorf("sweep_duration_seconds = %v (present %v), want about one ping interval", v, ok)
+	}
+}
+
+// linuxAndWindowsEnv is an environment of six VMs, half Linux, whose agents answer on Windows
+// too, with a Linux VM's clock 3 s ahead and a Windows VM's 1.5 s behind.
+func linuxAndWindowsEnv(t *testing.T, cfg config.Guest) (e *guestEnv, linux, windows string) {
+	t.Helper()
+	e = newGuestEnv(t, guestEnvOpts{
+		sim: func() veiltest.Options {
+			o := guestSimOptions(6)
+			o.LinuxFraction = 0.5
+			o.GuestCommandsWindows = true // a platform whose agent answers on Windows too
+			return o
+		}(),
+		cfg: cfg,
+		before: func(e *guestEnv) {
+			for _, id := range e.sim.DomainIDs() {
+				d, _ := e.sim.Domain(id)
+				if d.Linux && linux == "" {
+					linux = id
+				}
+				if !d.Linux && windows == "" {
+					windows = id
+				}
+			}
+			if linux == "" || windows == "" {
+				t.Fatalf("the simulator made no Linux/Windows pair")
+			}
+			if err := e.sim.SetClockOffset(linux, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.sim.SetClockOffset(windows, -1500*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	return e, linux, windows
+}
+
+// seriesCheck is one series expected: its value (-1: any above 0) within tolerance, or absent.
+type seriesCheck struct {
+	name, key string
+	want      float64
+	tolerance float64
+	absent    bool
+}
+
+// osFSClockChecks are the series of the OS, filesystems and clocks of the Linux and Windows
+// VMs the simulator answers for, among eligible VMs.
+func osFSClockChecks(linux, windows string, eligible int) []seriesCheck {
+	return []seriesCheck{
+		{name: "windows os info", key: guestKey("veil_guest_os_info", "domain_id", windows, "os_id", "mswindows",
+			"os_name", "Microsoft Windows", "os_version", "Microsoft Windows Server 2019", "kernel_release", "17763",
+			"machine", "x86_64", "pretty_name", "Windows Server 2019 Standard"), want: 1},
+		{name: "linux root filesystem size", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
+			"mountpoint", "/", "fstype", "ext4", "device", "vda1"), want: -1},
+		{name: "linux /boot/efi used", key: guestKey("veil_guest_filesystem_used_bytes", "domain_id", linux,
+			"mountpoint", "/boot/efi", "fstype", "vfat", "device", "vda15"), want: 6 << 20},
+		{name: "linux /boot/efi size", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
+			"mountpoint", "/boot/efi", "fstype", "vfat", "device", "vda15"), want: 105 << 20},
+		{name: "tmpfs is excluded by type", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
+			"mountpoint", "/run", "fstype", "tmpfs", "device", "tmpfs"), absent: true},
+		{name: "squashfs without sizes is left out", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", linux,
+			"mountpoint", "/snap/core20/2318", "fstype", "squashfs", "device", "loop0"), absent: true},
+		{name: "windows C: volume", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", windows,
+			"mountpoint", `C:\`, "fstype", "NTFS", "device", `\\?\Volume{6a1f-0001}\`), want: -1},
+		{name: "windows volume without sizes is left out", key: guestKey("veil_guest_filesystem_size_bytes", "domain_id", windows,
+			"mountpoint", "System Reserved", "fstype", "NTFS", "device", `\\?\Volume{6a1f-0002}\`), absent: true},
+		{name: "linux clock ahead by 3s", key: guestKey("veil_guest_clock_offset_seconds", "domain_id", linux), want: 3, tolerance: 0.05},
+		{name: "windows clock behind by 1.5s", key: guestKey("veil_guest_clock_offset_seconds", "domain_id", windows), want: -1.5, tolerance: 0.05},
+		{name: "eligible", key: guestKey("veil_guest_eligible_domains"), want: float64(eligible)},
+		{name: "checked", key: guestKey("veil_guest_checked_domains"), want: float64(eligible)},
+	}
+}
+
+// checkSeries compares the series s with checks.
+func checkSeries(t *testing.T, s map[string]float64, checks []seriesCheck) {
+	t.Helper()
+	for _, c := range checks {
+		v, ok := s[c.key]
+		switch {
+		case c.absent && ok:
+			t.Errorf("%s: %s present (%v), want absent", c.name, c.key, v)
+		case c.absent:
+		case !ok:
+			t.Errorf("%s: %s missing", c.name, c.key)
+		case c.want == -1 && v <= 0:
+			t.Errorf("%s: %s = %v, want > 0", c.name, c.key, v)
+		case c.want != -1 && math.Abs(v-c.want) > c.tolerance:
+			t.Errorf("%s: %s = %v, want %v ± %v", c.name, c.key, v, c.want, c.tolerance)
+		}
 	}
 }
 

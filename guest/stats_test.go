@@ -92,45 +92,8 @@ func TestGuestCheckerExportsGuestStats(t *testing.T) {
 	})
 	e.waitSweeps(1, 5*time.Second) // every guest pinged since, so those without have had their chance
 	s := e.series()
-	wholeDisk := regexp.MustCompile(`^vd[a-z]$`)
 	for _, id := range with {
-		want := map[string]float64{}
-		var disks []struct {
-			Name  string
-			Stats map[string]float64
-		}
-		must(t, json.Unmarshal(simAnswer(t, e.sim, id, guestCmdDiskStats), &disks))
-		for _, d := range disks {
-			if !wholeDisk.MatchString(d.Name) { // loop0, vda1, vda15: left out
-				continue
-			}
-			k := func(name string) string {
-				return guestKey("veil_guest_disk_"+name+"_total", "domain_id", id, "device", d.Name)
-			}
-			want[k("read_bytes")] = d.Stats["read-sectors"] * 512
-			want[k("written_bytes")] = d.Stats["write-sectors"] * 512
-			want[k("reads_completed")] = d.Stats["read-ios"]
-			want[k("writes_completed")] = d.Stats["write-ios"]
-			want[k("read_time_seconds")] = d.Stats["read-ticks"] / 1000
-			want[k("write_time_seconds")] = d.Stats["write-ticks"] / 1000
-			want[k("io_time_seconds")] = d.Stats["total-ticks"] / 1000
-		}
-		var cpus []map[string]any
-		must(t, json.Unmarshal(simAnswer(t, e.sim, id, guestCmdCPUStats), &cpus))
-		for _, mode := range []string{"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"} {
-			sum := 0.0
-			for _, c := range cpus {
-				sum += c[mode].(float64)
-			}
-			want[guestKey("veil_guest_cpu_seconds_total", "domain_id", id, "mode", mode)] = sum / 100
-		}
-		if slices.Contains(offers[id], guestCmdLoad) {
-			var load map[string]float64
-			must(t, json.Unmarshal(simAnswer(t, e.sim, id, guestCmdLoad), &load))
-			for _, m := range []string{"1", "5", "15"} {
-				want[guestKey("veil_guest_load"+m, "domain_id", id)] = load["load"+m]
-			}
-		}
+		want := wantStats(t, e, id, offers[id])
 		got := statsSeriesOf(s, id)
 		for k, w := range want {
 			if g, ok := got[k]; !ok || !near(g, w) {
@@ -161,6 +124,18 @@ func TestGuestCheckerExportsGuestStats(t *testing.T) {
 		}
 	}
 
+	checkStatsPaced(t, e, with, without)
+	for k := range s {
+		if strings.HasPrefix(k, "veil_guest_command_errors_total{") {
+			t.Errorf("error counted: %s", k)
+		}
+	}
+}
+
+// checkStatsPaced: over six sweeps the statistics are read only from guests that offer them,
+// once per stats_interval (five pings), the disks' and the CPUs' together.
+func checkStatsPaced(t *testing.T, e *guestEnv, with, without []string) {
+	t.Helper()
 	e.sim.ResetRequests()
 	e.waitSweeps(6, 10*time.Second)
 	sent := guestCmdsSent(t, e.sim.Requests())
@@ -180,47 +155,88 @@ func TestGuestCheckerExportsGuestStats(t *testing.T) {
 			t.Errorf("%s: disk and cpu statistics not read together: %v", id, sent[id])
 		}
 	}
-	for k := range s {
-		if strings.HasPrefix(k, "veil_guest_command_errors_total{") {
-			t.Errorf("error counted: %s", k)
-		}
-	}
 }
 
-// TestGuestCheckerGuestStatsBadInput: answers with statistics missing, as strings, negative or
-// not numbers give series for exactly what the guest reported readably (nothing invented);
-// counters that go back (the guest rebooted) are exported as read; an answer of the wrong
-// shape is counted as bad_answer and drops that family of the VM; no sweep fails.
-func TestGuestCheckerGuestStatsBadInput(t *testing.T) {
-	answers := [...]map[string]string{{
-		guestCmdDiskStats: `[
-			{"name": "vda", "major": 252, "minor": 0, "stats": {"read-sectors": "1000", "write-sectors": 2000, "read-ios": -1,
-				"write-ios": " 30 ", "read-ticks": 1500, "total-ticks": null, "weight-ticks": 99}},
-			{"name": "vda1", "stats": {"read-sectors": 5}},
-			{"name": "vdb", "stats": {"read-ios": "many", "write-ios": {"n": 1}}},
-			{"name": "vdc"},
-			{"stats": {"read-ios": 1}},
-			7
-		]`,
-		guestCmdCPUStats: `[
-			{"type": "linux", "cpu": 0, "user": "100", "nice": 0, "system": 50, "idle": 1000, "iowait": 5, "irq": 0, "softirq": 1, "steal": -3},
-			{"type": "linux", "cpu": 1, "user": 200, "nice": 0, "system": 70, "idle": 900, "irq": 0, "softirq": 2, "steal": 0},
-			{"type": "other", "cpu": 2, "user": 100000}
-		]`,
-		guestCmdLoad: `{"load1": "0.5", "load5": -1}`,
-	}, { // the guest rebooted: its counters start again
-		guestCmdDiskStats: `[{"name": "vda", "stats": {"read-sectors": 8, "write-sectors": 16, "read-ios": 1, "write-ios": 1,
-			"read-ticks": 2, "write-ticks": 3, "total-ticks": 4}}]`,
-		guestCmdCPUStats: `[{"type": "linux", "cpu": 0, "user": 7, "nice": 0, "system": 2, "idle": 300, "iowait": 0, "irq": 0, "softirq": 0, "steal": 0}]`,
-		guestCmdLoad:     `{"load1": 0.01, "load5": 0.02, "load15": 0.03}`,
-	}, { // shapes no schema gives
-		guestCmdDiskStats: `{"vda": {}}`,
-		guestCmdCPUStats:  `"busy"`,
-		guestCmdLoad:      `[0.1, 0.2, 0.3]`,
-	}}
-	var phase atomic.Int32
+// wantStats is what the statistics series of VM id must be, from what its guest answers: the
+// whole disks' counters in base units, the CPU time summed over its CPUs and, where offered,
+// the load averages.
+func wantStats(t *testing.T, e *guestEnv, id string, offered []string) map[string]float64 {
+	t.Helper()
+	wholeDisk := regexp.MustCompile(`^vd[a-z]$`)
+	want := map[string]float64{}
+	var disks []struct {
+		Name  string
+		Stats map[string]float64
+	}
+	must(t, json.Unmarshal(simAnswer(t, e.sim, id, guestCmdDiskStats), &disks))
+	for _, d := range disks {
+		if !wholeDisk.MatchString(d.Name) { // loop0, vda1, vda15: left out
+			continue
+		}
+		k := func(name string) string {
+			return guestKey("veil_guest_disk_"+name+"_total", "domain_id", id, "device", d.Name)
+		}
+		want[k("read_bytes")] = d.Stats["read-sectors"] * 512
+		want[k("written_bytes")] = d.Stats["write-sectors"] * 512
+		want[k("reads_completed")] = d.Stats["read-ios"]
+		want[k("writes_completed")] = d.Stats["write-ios"]
+		want[k("read_time_seconds")] = d.Stats["read-ticks"] / 1000
+		want[k("write_time_seconds")] = d.Stats["write-ticks"] / 1000
+		want[k("io_time_seconds")] = d.Stats["total-ticks"] / 1000
+	}
+	var cpus []map[string]any
+	must(t, json.Unmarshal(simAnswer(t, e.sim, id, guestCmdCPUStats), &cpus))
+	for _, mode := range []string{"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"} {
+		sum := 0.0
+		for _, c := range cpus {
+			sum += c[mode].(float64)
+		}
+		want[guestKey("veil_guest_cpu_seconds_total", "domain_id", id, "mode", mode)] = sum / 100
+	}
+	if slices.Contains(offered, guestCmdLoad) {
+		var load map[string]float64
+		must(t, json.Unmarshal(simAnswer(t, e.sim, id, guestCmdLoad), &load))
+		for _, m := range []string{"1", "5", "15"} {
+			want[guestKey("veil_guest_load"+m, "domain_id", id)] = load["load"+m]
+		}
+	}
+	return want
+}
+
+// badStatsAnswers are a guest's answers to the statistics, by phase: malformed values, a
+// reboot (counters start again), shapes no schema gives.
+var badStatsAnswers = [...]map[string]string{{
+	guestCmdDiskStats: `[
+		{"name": "vda", "major": 252, "minor": 0, "stats": {"read-sectors": "1000", "write-sectors": 2000, "read-ios": -1,
+			"write-ios": " 30 ", "read-ticks": 1500, "total-ticks": null, "weight-ticks": 99}},
+		{"name": "vda1", "stats": {"read-sectors": 5}},
+		{"name": "vdb", "stats": {"read-ios": "many", "write-ios": {"n": 1}}},
+		{"name": "vdc"},
+		{"stats": {"read-ios": 1}},
+		7
+	]`,
+	guestCmdCPUStats: `[
+		{"type": "linux", "cpu": 0, "user": "100", "nice": 0, "system": 50, "idle": 1000, "iowait": 5, "irq": 0, "softirq": 1, "steal": -3},
+		{"type": "linux", "cpu": 1, "user": 200, "nice": 0, "system": 70, "idle": 900, "irq": 0, "softirq": 2, "steal": 0},
+		{"type": "other", "cpu": 2, "user": 100000}
+	]`,
+	guestCmdLoad: `{"load1": "0.5", "load5": -1}`,
+}, { // the guest rebooted: its counters start again
+	guestCmdDiskStats: `[{"name": "vda", "stats": {"read-sectors": 8, "write-sectors": 16, "read-ios": 1, "write-ios": 1,
+		"read-ticks": 2, "write-ticks": 3, "total-ticks": 4}}]`,
+	guestCmdCPUStats: `[{"type": "linux", "cpu": 0, "user": 7, "nice": 0, "system": 2, "idle": 300, "iowait": 0, "irq": 0, "softirq": 0, "steal": 0}]`,
+	guestCmdLoad:     `{"load1": 0.01, "load5": 0.02, "load15": 0.03}`,
+}, { // shapes no schema gives
+	guestCmdDiskStats: `{"vda": {}}`,
+	guestCmdCPUStats:  `"busy"`,
+	guestCmdLoad:      `[0.1, 0.2, 0.3]`,
+}}
+
+// answeringFront answers the command list with every command the checker knows and the
+// commands of answers[phase] with their answer, and passes the rest to the simulator.
+func answeringFront(answers []map[string]string, phase *atomic.Int32) func(sim http.Handler) http.Handler {
 	all := []string{guestCmdPing, guestCmdOSInfo, guestCmdFSInfo, guestCmdTime, guestCmdInterfaces, guestCmdDiskStats, guestCmdCPUStats, guestCmdLoad}
-	front := func(sim http.Handler) http.Handler {
+	return func(sim http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, ok := guestRequestVM(r.URL.Path, "available-guest-cmds"); ok {
 				w.Header().Set("Content-Type", "application/json")
@@ -243,6 +259,16 @@ func TestGuestCheckerGuestStatsBadInput(t *testing.T) {
 			sim.ServeHTTP(w, r)
 		})
 	}
+}
+
+// TestGuestCheckerGuestStatsBadInput: answers with statistics missing, as strings, negative or
+// not numbers give series for exactly what the guest reported readably (nothing invented);
+// counters that go back (the guest rebooted) are exported as read; an answer of the wrong
+// shape is counted as bad_answer and drops that family of the VM; no sweep fails.
+func TestGuestCheckerGuestStatsBadInput(t *testing.T) {
+	answers := badStatsAnswers
+	var phase atomic.Int32
+	front := answeringFront(answers[:], &phase)
 	cfg := guestTestConfig()
 	cfg.StatsInterval = 200 * time.Millisecond
 	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(1), cfg: cfg, front: front})

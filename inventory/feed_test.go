@@ -56,9 +56,7 @@ func TestApplyWhileListingIsReplayed(t *testing.T) {
 // answers pings (a half-open connection) is found out by the ping and connected to again, each
 // connect followed by a full listing.
 func TestASilentSocketIsReplaced(t *testing.T) {
-	was := pushPing
-	t.Cleanup(func() { pushPing = was }) // after the feed has stopped (cleanups run last first)
-	pushPing = 200 * time.Millisecond
+	shortPushPing(t, 200*time.Millisecond)
 	sim := veiltest.New(veiltest.Options{Seed: 12, VMs: 2, NoPush: true})
 	t.Cleanup(sim.Close)
 	var conns atomic.Int32

@@ -36,52 +36,56 @@ var goneNames = map[string]string{
 	"vm-other-del": "legacy",
 }
 
+// kindCases are task names with their entities and the kind each must give ("": other), in
+// the order a tracker learns them.
+var kindCases = []struct {
+	name     string
+	entities string // the task's "entities" as the API sends them
+	want     string // "" means other
+}{
+	{"Starting the virtual machine win_test.", `{"vm-win":"domain"}`, "Starting the virtual machine {domain}."},
+	{"Shutting down the virtual machine WIN_TEST.", `{"vm-win":"domain"}`, "Shutting down the virtual machine {domain}."},
+	{`Starting the virtual machine "win 10".`, `{"vm-win10":"domain"}`, `Starting the virtual machine "{domain}".`},
+	{"Starting the virtual machine win 10.", `{"vm-win10":"domain"}`, "Starting the virtual machine {domain}."},
+	{"Запуск виртуальной машины Бухгалтерия-1.", `{"vm-ru":"domain"}`, "Запуск виртуальной машины {domain}."},
+	{"Запуск виртуальной машины «Бухгалтерия-1».", `{"vm-ru":"domain"}`, "Запуск виртуальной машины «{domain}»."},
+	// A one-letter name is replaced only as a whole word, never inside "machine".
+	{"Shutting down the virtual machine a.", `{"vm-a":"domain"}`, "Shutting down the virtual machine {domain}."},
+	// A name that is also a word goes wherever it stands: the label must not carry it.
+	{"Starting the virtual machine machine.", `{"vm-mach":"domain"}`, "Starting the virtual {domain} {domain}."},
+	{"Creating a virtual machine web-01 from web.", `{"vm-web01":"domain","vm-web":"domain"}`, "Creating a virtual machine {domain} from {domain}."},
+	{"Backup of the virtual machine db (old)+[1].", `{"vm-regexp":"domain"}`, "Backup of the virtual machine {domain}."},
+	{"Migrating the virtual machine db-01 from node node-001 to node node-002.", `{"vm-db":"domain","node-1":"node","node-2":"node"}`,
+		"Migrating the virtual machine {domain} from node {node} to node {node}."},
+	{"Backup of the virtual machine db-01 to the data pool pool-nfs.", `{"vm-db":"domain","pool-1":"datapool"}`,
+		"Backup of the virtual machine {domain} to the data pool {datapool}."},
+	{"Changing ballooning of node node-002.", `{"node-2":"node"}`, "Changing ballooning of node {node}."},
+	{"Updating the resources of cluster cluster-1.", `{"cluster-1":"cluster"}`, "Updating the resources of cluster {cluster}."},
+	// The entities as a list, as events carry them.
+	{"Starting the virtual machine db-01.", `[{"entity_uuid":"vm-db","entity_class":"domain"}]`, "Starting the virtual machine {domain}."},
+	// A known entity the sentence does not name leaves it as it is.
+	{"Creating the virtual machine db-01 from the template base-tmpl snapshot.", `{"vm-db":"domain","vm-tmpl":"domain","pool-1":"datapool"}`,
+		"Creating the virtual machine {domain} from the template {domain} snapshot."},
+	{"Backup of the virtual machine win_test.", `{"vm-win":"domain"}`, "Backup of the virtual machine {domain}."},
+	// Entities the inventory does not know: a kind learnt above, quoted text, else other.
+	{"Backup of the virtual machine old vm 2.", `{"vm-deleted":"domain"}`, "Backup of the virtual machine {domain}."},
+	{`Deleting the virtual machine "win 11 test".`, `{"vm-quoted":"domain"}`, "Deleting the virtual machine {domain}."},
+	{"Удаление виртуальной машины «Склад 3».", `{"vm-ru-gone":"domain"}`, "Удаление виртуальной машины {domain}."},
+	{"Deleting the virtual machine legacy.", `{"vm-other-del":"domain"}`, "Deleting the virtual machine {domain}."},
+	{"Suspending the virtual machine legacy.", `{"vm-other-del":"domain"}`, ""},
+	{"Creating a virtual machine clone-07.", `{"vm-new":"domain"}`, ""},
+	{"Creating the snapshot snap-before-update of the virtual machine db-01.", `{"snap-1":"snapshot","vm-db":"domain"}`, ""},
+	{`Copying "x" for clone-07 and "snap-before-update".`, `{"vm-new":"domain","snap-1":"snapshot","vm-deleted":"domain"}`, ""},
+	{"Updating the controller.", `{}`, "Updating the controller."},
+	{"", `{"vm-db":"domain"}`, unknownKind},
+}
+
 // TestTaskKindsCarryNoEntityName: a table of task names as the real platform writes them
 // (as the platform names them: "Starting the virtual machine win_test.", clone tasks "Creating a
 // virtual…", thin clones ending in "snapshot.", Russian messages with Accept-Language: ru) with
 // the entities the journal gives. Each yields its kind, and no kind contains an entity's name.
 func TestTaskKindsCarryNoEntityName(t *testing.T) {
-	tests := []struct {
-		name     string
-		entities string // the task's "entities" as the API sends them
-		want     string // "" means other
-	}{
-		{"Starting the virtual machine win_test.", `{"vm-win":"domain"}`, "Starting the virtual machine {domain}."},
-		{"Shutting down the virtual machine WIN_TEST.", `{"vm-win":"domain"}`, "Shutting down the virtual machine {domain}."},
-		{`Starting the virtual machine "win 10".`, `{"vm-win10":"domain"}`, `Starting the virtual machine "{domain}".`},
-		{"Starting the virtual machine win 10.", `{"vm-win10":"domain"}`, "Starting the virtual machine {domain}."},
-		{"Запуск виртуальной машины Бухгалтерия-1.", `{"vm-ru":"domain"}`, "Запуск виртуальной машины {domain}."},
-		{"Запуск виртуальной машины «Бухгалтерия-1».", `{"vm-ru":"domain"}`, "Запуск виртуальной машины «{domain}»."},
-		// A one-letter name is replaced only as a whole word, never inside "machine".
-		{"Shutting down the virtual machine a.", `{"vm-a":"domain"}`, "Shutting down the virtual machine {domain}."},
-		// A name that is also a word goes wherever it stands: the label must not carry it.
-		{"Starting the virtual machine machine.", `{"vm-mach":"domain"}`, "Starting the virtual {domain} {domain}."},
-		{"Creating a virtual machine web-01 from web.", `{"vm-web01":"domain","vm-web":"domain"}`, "Creating a virtual machine {domain} from {domain}."},
-		{"Backup of the virtual machine db (old)+[1].", `{"vm-regexp":"domain"}`, "Backup of the virtual machine {domain}."},
-		{"Migrating the virtual machine db-01 from node node-001 to node node-002.", `{"vm-db":"domain","node-1":"node","node-2":"node"}`,
-			"Migrating the virtual machine {domain} from node {node} to node {node}."},
-		{"Backup of the virtual machine db-01 to the data pool pool-nfs.", `{"vm-db":"domain","pool-1":"datapool"}`,
-			"Backup of the virtual machine {domain} to the data pool {datapool}."},
-		{"Changing ballooning of node node-002.", `{"node-2":"node"}`, "Changing ballooning of node {node}."},
-		{"Updating the resources of cluster cluster-1.", `{"cluster-1":"cluster"}`, "Updating the resources of cluster {cluster}."},
-		// The entities as a list, as events carry them.
-		{"Starting the virtual machine db-01.", `[{"entity_uuid":"vm-db","entity_class":"domain"}]`, "Starting the virtual machine {domain}."},
-		// A known entity the sentence does not name leaves it as it is.
-		{"Creating the virtual machine db-01 from the template base-tmpl snapshot.", `{"vm-db":"domain","vm-tmpl":"domain","pool-1":"datapool"}`,
-			"Creating the virtual machine {domain} from the template {domain} snapshot."},
-		{"Backup of the virtual machine win_test.", `{"vm-win":"domain"}`, "Backup of the virtual machine {domain}."},
-		// Entities the inventory does not know: a kind learnt above, quoted text, else other.
-		{"Backup of the virtual machine old vm 2.", `{"vm-deleted":"domain"}`, "Backup of the virtual machine {domain}."},
-		{`Deleting the virtual machine "win 11 test".`, `{"vm-quoted":"domain"}`, "Deleting the virtual machine {domain}."},
-		{"Удаление виртуальной машины «Склад 3».", `{"vm-ru-gone":"domain"}`, "Удаление виртуальной машины {domain}."},
-		{"Deleting the virtual machine legacy.", `{"vm-other-del":"domain"}`, "Deleting the virtual machine {domain}."},
-		{"Suspending the virtual machine legacy.", `{"vm-other-del":"domain"}`, ""},
-		{"Creating a virtual machine clone-07.", `{"vm-new":"domain"}`, ""},
-		{"Creating the snapshot snap-before-update of the virtual machine db-01.", `{"snap-1":"snapshot","vm-db":"domain"}`, ""},
-		{`Copying "x" for clone-07 and "snap-before-update".`, `{"vm-new":"domain","snap-1":"snapshot","vm-deleted":"domain"}`, ""},
-		{"Updating the controller.", `{}`, "Updating the controller."},
-		{"", `{"vm-db":"domain"}`, unknownKind},
-	}
+	tests := kindCases
 	names := func(id string) (string, bool) { n, ok := kindNames[id]; return n, ok }
 	tr, told := observedTracker(maxTaskKinds)
 	for _, tt := range tests {
