@@ -148,50 +148,48 @@ func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, keepDevice
 
 // emitHosts sends the families of the nodes, clusters and datapools.
 func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) {
-	gauge := e.Add
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
-		gauge(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
-		gauge(d.nodeStatus, 1, n.ID, n.Status)
-		gauge(d.nodeCPUs, float64(n.CPUCount), n.ID)
-		gauge(d.nodeMemory, float64(n.MemoryCount)*mib, n.ID)
+		e.Add(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
+		e.Add(d.nodeStatus, 1, n.ID, n.Status)
+		e.Add(d.nodeCPUs, float64(n.CPUCount), n.ID)
+		e.Add(d.nodeMemory, float64(n.MemoryCount)*mib, n.ID)
 		if n.CPUUsedPercentUser != nil {
-			gauge(d.nodeCPUUsage, float64(*n.CPUUsedPercentUser)/100, n.ID)
+			e.Add(d.nodeCPUUsage, float64(*n.CPUUsedPercentUser)/100, n.ID)
 		}
 		if n.MemUsedPercentUser != nil {
-			gauge(d.nodeMemUsage, float64(*n.MemUsedPercentUser)/100, n.ID)
+			e.Add(d.nodeMemUsage, float64(*n.MemUsedPercentUser)/100, n.ID)
 		}
-		gauge(d.nodeDomains, float64(n.DomainsCount), n.ID)
-		gauge(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
+		e.Add(d.nodeDomains, float64(n.DomainsCount), n.ID)
+		e.Add(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
 	}
 	for i := range snap.Clusters {
 		c := &snap.Clusters[i]
-		gauge(d.clusterInfo, 1, c.ID, c.VerboseName)
-		gauge(d.clusterStatus, 1, c.ID, c.Status)
-		gauge(d.clusterCPUs, float64(c.CPUCount), c.ID)
-		gauge(d.clusterMemory, float64(c.MemoryCount)*mib, c.ID)
-		gauge(d.clusterNodes, float64(c.NodesCount), c.ID)
+		e.Add(d.clusterInfo, 1, c.ID, c.VerboseName)
+		e.Add(d.clusterStatus, 1, c.ID, c.Status)
+		e.Add(d.clusterCPUs, float64(c.CPUCount), c.ID)
+		e.Add(d.clusterMemory, float64(c.MemoryCount)*mib, c.ID)
+		e.Add(d.clusterNodes, float64(c.NodesCount), c.ID)
 		if c.CPUUsedPercentUser != nil {
-			gauge(d.clusterCPUUsage, float64(*c.CPUUsedPercentUser)/100, c.ID)
+			e.Add(d.clusterCPUUsage, float64(*c.CPUUsedPercentUser)/100, c.ID)
 		}
 		if c.MemUsedPercentUser != nil {
-			gauge(d.clusterMemUsage, float64(*c.MemUsedPercentUser)/100, c.ID)
+			e.Add(d.clusterMemUsage, float64(*c.MemUsedPercentUser)/100, c.ID)
 		}
 	}
 	for i := range snap.Datapools {
 		p := &snap.Datapools[i]
-		gauge(d.datapoolInfo, 1, p.ID, p.VerboseName, p.Type)
-		gauge(d.datapoolStatus, 1, p.ID, p.Status)
-		gauge(d.datapoolSize, float64(p.Size)*mib, p.ID)
-		gauge(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
-		gauge(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
+		e.Add(d.datapoolInfo, 1, p.ID, p.VerboseName, p.Type)
+		e.Add(d.datapoolStatus, 1, p.ID, p.Status)
+		e.Add(d.datapoolSize, float64(p.Size)*mib, p.ID)
+		e.Add(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
+		e.Add(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
 	}
 }
 
 // emitDomains sends the VM families, one after the other, each in the snapshot's order (by
 // id: client_golang's, so no family is sorted again).
 func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot) {
-	gauge := e.Add
 	each := func(f func(v *veil.Domain)) {
 		for i := range snap.Domains {
 			f(&snap.Domains[i])
@@ -203,30 +201,30 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 		if v.Parent != nil {
 			parent = v.Parent.ID
 		}
-		gauge(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, inventory.TagNames(v.Tags))
+		e.Add(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, inventory.TagNames(v.Tags))
 	})
-	each(func(v *veil.Domain) { gauge(d.domainStatus, 1, v.ID, v.Status) })
-	each(func(v *veil.Domain) { gauge(d.domainPower, 1, v.ID, powerState(v.UserPowerState)) })
-	each(func(v *veil.Domain) { gauge(d.domainCPUs, float64(v.CPUCount), v.ID) })
-	each(func(v *veil.Domain) { gauge(d.domainMemory, float64(v.MemoryCount)*mib, v.ID) })
+	each(func(v *veil.Domain) { e.Add(d.domainStatus, 1, v.ID, v.Status) })
+	each(func(v *veil.Domain) { e.Add(d.domainPower, 1, v.ID, powerState(v.UserPowerState)) })
+	each(func(v *veil.Domain) { e.Add(d.domainCPUs, float64(v.CPUCount), v.ID) })
+	each(func(v *veil.Domain) { e.Add(d.domainMemory, float64(v.MemoryCount)*mib, v.ID) })
 	each(func(v *veil.Domain) {
 		if v.CPUUsedPercentUser != nil {
-			gauge(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
+			e.Add(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
 		}
 	})
 	each(func(v *veil.Domain) {
 		if v.MemUsedPercentUser != nil {
-			gauge(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
+			e.Add(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
 		}
 	})
-	each(func(v *veil.Domain) { gauge(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID) })
+	each(func(v *veil.Domain) { e.Add(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID) })
 	each(func(v *veil.Domain) {
 		if g := &v.GuestUtils; g.Hostname != "" || len(g.IPv4) > 0 {
 			ip := ""
 			if len(g.IPv4) > 0 {
 				ip = g.IPv4[0] // the platform lists the primary address first
 			}
-			gauge(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
+			e.Add(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
 		}
 	})
 }

@@ -23,7 +23,7 @@ func TestGuestRenderedIsCollected(t *testing.T) {
 	g := e.gc
 	var b exposition.Builder
 	w := g.view(g.snapshot())
-	g.descs.emit(&b, w)
+	g.descs.emit(b.Sink(), w)
 	set := b.Finish()
 	live := liveText(t, func(ch chan<- prometheus.Metric) { g.descs.emit(exposition.Live(ch), w) })
 	sameText(t, "guest", renderedText(t, set), live,

@@ -82,7 +82,7 @@ func (c *Cache) render() (cost time.Duration) {
 	c.done.Store(c.gen.Load())
 	waited := c.b.waited
 	c.b.since(c.set.Load())
-	c.emit(&c.b)
+	c.emit(c.b.Sink())
 	set := c.b.Finish()
 	if c.r != nil {
 		set.prepare(c.r.demand.wanted(time.Now()), &c.b)
