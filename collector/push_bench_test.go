@@ -289,4 +289,5 @@ func (pb *pushBench) report(b *testing.B, cpu time.Duration) {
 	b.ReportMetric(q(toMetrics, 0.99), "metrics-p99-s")
 	b.ReportMetric(q(toMetrics, 0.99)/1.0, "p99-ratio-to-goal")
 	b.ReportMetric(cpu.Seconds()/float64(len(pb.changes)), "cpu-s/change")
+	b.ReportMetric(float64(len(rs)), "renders")
 }
