@@ -24,5 +24,5 @@
 //     wrote since) is refused, reads the bucket back and writes again only what still differs;
 //     with replicas only the controller's lease holder runs a writer at all.
 //
-// Imports collector (the observed objects), config and natsconn.
+// Imports inventory (the observed objects), config and natsconn.
 package changefeed

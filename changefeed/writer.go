@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
@@ -62,7 +62,7 @@ type Options struct {
 // job is a listing of a class (objs, push false) or one pushed object.
 type job struct {
 	class   string
-	objs    []collector.RawObject
+	objs    []inventory.RawObject
 	push    bool
 	deleted bool
 	gone    map[string]bool // a listing's: ids the push said deleted, queued before it
@@ -127,8 +127,8 @@ func New(opts Options) (*Writer, error) {
 	return w, nil
 }
 
-// Listed implements collector.Observer: a listing supersedes the queued changes of its class.
-func (w *Writer) Listed(class string, objs []collector.RawObject) {
+// Listed implements inventory.Observer: a listing supersedes the queued changes of its class.
+func (w *Writer) Listed(class string, objs []inventory.RawObject) {
 	w.mu.Lock()
 	l := job{class: class, objs: objs}
 	w.jobs = slices.DeleteFunc(w.jobs, func(j job) bool {
@@ -150,8 +150,8 @@ func (w *Writer) Listed(class string, objs []collector.RawObject) {
 	w.kick()
 }
 
-// Pushed implements collector.Observer.
-func (w *Writer) Pushed(class string, obj collector.RawObject, deleted bool) {
+// Pushed implements inventory.Observer.
+func (w *Writer) Pushed(class string, obj inventory.RawObject, deleted bool) {
 	w.mu.Lock()
 	if len(w.jobs) >= maxJobs {
 		n := len(w.jobs)
@@ -159,7 +159,7 @@ func (w *Writer) Pushed(class string, obj collector.RawObject, deleted bool) {
 		w.stats.dropped += float64(n - len(w.jobs))
 		w.resync = true
 	}
-	w.jobs = append(w.jobs, job{class: class, objs: []collector.RawObject{obj}, push: true, deleted: deleted})
+	w.jobs = append(w.jobs, job{class: class, objs: []inventory.RawObject{obj}, push: true, deleted: deleted})
 	w.mu.Unlock()
 	w.kick()
 }
@@ -416,7 +416,7 @@ func (w *Writer) write(ctx context.Context, j job) error {
 func (w *Writer) key(class, id string) string { return w.prefix + class + "." + id }
 
 // put writes one object if its value differs from the bucket's.
-func (w *Writer) put(ctx context.Context, class string, o collector.RawObject, source string) error {
+func (w *Writer) put(ctx context.Context, class string, o inventory.RawObject, source string) error {
 	if o.ID == "" || !validKeyToken(o.ID) {
 		return nil // no key can name it; the inventory dropped it too
 	}

@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/changefeed"
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -55,8 +55,8 @@ func newRig(t *testing.T, opts veiltest.Options) *rig {
 
 // exporter is what run started.
 type exporter struct {
-	inv  *collector.Inventory
-	feed *collector.PushFeed
+	inv  *inventory.Store
+	feed *inventory.PushFeed
 	w    *changefeed.Writer
 	stop func()
 }
@@ -70,7 +70,7 @@ func (r *rig) run(t *testing.T, interval time.Duration) *exporter {
 	cc := config.Default().Collect
 	cc.Interval, cc.ResyncInterval = interval, time.Hour
 	logger := log.NewLogfmtLogger(r.logs)
-	inv, err := collector.NewInventory("sim", client, cc, logger, nil)
+	inv, err := inventory.NewStore("sim", client, cc, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func (r *rig) run(t *testing.T, interval time.Duration) *exporter {
 		t.Fatal(err)
 	}
 	inv.SetObserver(w)
-	feed := collector.NewPushFeed("sim", client, inv, time.Hour, logger)
+	feed := inventory.NewPushFeed("sim", client, inv, time.Hour, logger)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 3)
 	for _, f := range []func(context.Context){inv.Run, feed.Run, w.Run} {
@@ -253,7 +253,7 @@ func history(t *testing.T, kv jetstream.KeyValue, key string) []change {
 func TestTheBucketFollowsTheController(t *testing.T) {
 	r := newRig(t, veiltest.Options{Seed: 5, VMs: 8})
 	e := r.run(t, time.Hour)
-	tu.Eventually(t, 20*time.Second, func() bool { return e.feed.Status().Mode == collector.PushModePush }, "push mode")
+	tu.Eventually(t, 20*time.Second, func() bool { return e.feed.Status().Mode == inventory.PushModePush }, "push mode")
 	kv := r.openKVEventually(t)
 	tu.Eventually(t, 20*time.Second, inBucket(t, r, kv), "the bucket to hold the inventory")
 	mark := r.sim.Summary().Changes
@@ -436,7 +436,7 @@ func TestNATSDownChangesWaitAndComeLater(t *testing.T) {
 func TestAStaleWriterIsRefused(t *testing.T) {
 	r := newRig(t, veiltest.Options{Seed: 9, VMs: 3})
 	e := r.run(t, time.Hour)
-	tu.Eventually(t, 20*time.Second, func() bool { return e.feed.Status().Mode == collector.PushModePush }, "push mode")
+	tu.Eventually(t, 20*time.Second, func() bool { return e.feed.Status().Mode == inventory.PushModePush }, "push mode")
 	kv := r.openKVEventually(t)
 	tu.Eventually(t, 20*time.Second, inBucket(t, r, kv), "the bucket to hold the inventory")
 	vm := vms(r.sim)[0]
@@ -537,19 +537,19 @@ func TestAListingMustLackAnObjectTwice(t *testing.T) {
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	obj := func(id string) collector.RawObject {
-		return collector.RawObject{ID: id, JSON: json.RawMessage(`{"id":"` + id + `","verbose_name":"vm-` + id + `"}`)}
+	obj := func(id string) inventory.RawObject {
+		return inventory.RawObject{ID: id, JSON: json.RawMessage(`{"id":"` + id + `","verbose_name":"vm-` + id + `"}`)}
 	}
 	idle := func() bool { return w.Status().Loaded && w.Status().Pending == 0 }
-	w.Listed("domain", []collector.RawObject{obj("a"), obj("b")})
+	w.Listed("domain", []inventory.RawObject{obj("a"), obj("b")})
 	kv := r.openKVEventually(t)
 	tu.Eventually(t, 10*time.Second, func() bool { return idle() && len(stored(t, kv)) == 2 }, "a and b written")
-	w.Listed("domain", []collector.RawObject{obj("a")})
+	w.Listed("domain", []inventory.RawObject{obj("a")})
 	tu.Eventually(t, 10*time.Second, idle, "the second listing written")
 	if _, ok := stored(t, kv)["sim.domain.b"]; !ok {
 		t.Fatal("b deleted after one listing lacked it")
 	}
-	w.Listed("domain", []collector.RawObject{obj("a")})
+	w.Listed("domain", []inventory.RawObject{obj("a")})
 	tu.Eventually(t, 10*time.Second, func() bool { _, ok := stored(t, kv)["sim.domain.b"]; return idle() && !ok }, "b deleted after two listings lacked it")
 
 	if err := kv.Delete(context.Background(), "sim.domain.a"); err != nil {

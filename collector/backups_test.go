@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -21,7 +22,7 @@ import (
 // journalBackups reads the whole task journal of the simulator and works out, as the HELP
 // defines them, each VM's last backup: finish of the newest success and whether the newest
 // finished backup succeeded.
-func journalBackups(t *testing.T, sim *veiltest.Server, pattern string, cutoff time.Time) map[string]lastBackup {
+func journalBackups(t *testing.T, sim *veiltest.Server, pattern string, cutoff time.Time) map[string]inventory.LastBackup {
 	t.Helper()
 	c, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token})
 	if err != nil {
@@ -32,7 +33,7 @@ func journalBackups(t *testing.T, sim *veiltest.Server, pattern string, cutoff t
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(pattern)
-	out := map[string]lastBackup{}
+	out := map[string]inventory.LastBackup{}
 	for i := range tasks {
 		tk := &tasks[i]
 		if !tk.Final() || !re.MatchString(tk.Name) || tk.Created.Before(cutoff) {
@@ -48,11 +49,11 @@ func journalBackups(t *testing.T, sim *veiltest.Server, pattern string, cutoff t
 			}
 			lb := out[id]
 			end := taskFinish(tk)
-			if tk.Status == veil.TaskSuccess && end.After(lb.success) {
-				lb.success = end
+			if tk.Status == veil.TaskSuccess && end.After(lb.Success) {
+				lb.Success = end
 			}
-			if !end.Before(lb.finished) {
-				lb.finished, lb.succeeded = end, tk.Status == veil.TaskSuccess
+			if !end.Before(lb.Finished) {
+				lb.Finished, lb.Succeeded = end, tk.Status == veil.TaskSuccess
 			}
 			out[id] = lb
 		}
@@ -60,12 +61,23 @@ func journalBackups(t *testing.T, sim *veiltest.Server, pattern string, cutoff t
 	return out
 }
 
+// taskFinish is when a task ended: finished_time, else created plus executed.
+func taskFinish(t *veil.Task) time.Time {
+	if !t.FinishedTime.IsZero() {
+		return t.FinishedTime.Time
+	}
+	return t.Created.Add(time.Duration(float64(t.Executed) * float64(time.Second)))
+}
+
+// taskPageSize is the page of the store's scans of the task journal.
+const taskPageSize = 100
+
 func seconds(ts time.Time) string {
 	return strconv.FormatFloat(metricutil.UnixSeconds(ts), 'g', -1, 64)
 }
 
 // checkBackups compares the backup series with the journal.
-func checkBackups(t *testing.T, f *fixture, want map[string]lastBackup) {
+func checkBackups(t *testing.T, f *fixture, want map[string]inventory.LastBackup) {
 	t.Helper()
 	got := series(t, f.inv, "veil_domain_last_backup_success")
 	n := 0
@@ -75,15 +87,15 @@ func checkBackups(t *testing.T, f *fixture, want map[string]lastBackup) {
 			continue
 		}
 		n++
-		if v := value(t, f.inv, "veil_domain_last_backup_success", d.ID); v != fmt.Sprint(metricutil.Bool(lb.succeeded)) {
-			t.Errorf("%s: last backup success %s, want %v", d.ID, v, lb.succeeded)
+		if v := value(t, f.inv, "veil_domain_last_backup_success", d.ID); v != fmt.Sprint(metricutil.Bool(lb.Succeeded)) {
+			t.Errorf("%s: last backup success %s, want %v", d.ID, v, lb.Succeeded)
 		}
 		ts := series(t, f.inv, "veil_domain_last_backup_timestamp_seconds", d.ID)
 		switch {
-		case lb.success.IsZero() && len(ts) != 0:
+		case lb.Success.IsZero() && len(ts) != 0:
 			t.Errorf("%s: timestamp %q without a successful backup", d.ID, ts)
-		case !lb.success.IsZero() && (len(ts) != 1 || !strings.HasSuffix(ts[0], " "+seconds(lb.success))):
-			t.Errorf("%s: timestamp %q, want %s", d.ID, ts, seconds(lb.success))
+		case !lb.Success.IsZero() && (len(ts) != 1 || !strings.HasSuffix(ts[0], " "+seconds(lb.Success))):
+			t.Errorf("%s: timestamp %q, want %s", d.ID, ts, seconds(lb.Success))
 		}
 	}
 	if len(got) != n {
@@ -204,52 +216,5 @@ func TestNoBackupsWithoutTasks(t *testing.T) {
 	}
 	if len(series(t, f.inv, "veil_domain_info")) != 6 {
 		t.Error("domains not served")
-	}
-}
-
-// TestBackupTrackerKeepsTheNewest: finished backups in any order give the newest success and
-// the newest outcome; other tasks, running ones and those before the lookback are ignored.
-func TestBackupTrackerKeepsTheNewest(t *testing.T) {
-	now := time.Now()
-	bt := newBackupTracker(regexp.MustCompile(`(?i)backup|резерв`), 24*time.Hour)
-	task := func(name, status string, ago time.Duration, ents string) pendingTask {
-		created := now.Add(-ago)
-		return pendingTask{Task: veil.Task{Name: name, Status: status, Created: veil.Time{Time: created},
-			FinishedTime: veil.Time{Time: created.Add(time.Minute)}, Entities: json.RawMessage(ents)}}
-	}
-	bt.observe(now, []pendingTask{
-		task("Backup of the virtual machine a.", veil.TaskSuccess, 5*time.Hour, `{"A":"domain"}`),
-		task("Backup of the virtual machine a.", veil.TaskFailed, 2*time.Hour, `{"A":"domain"}`),
-		task("Backup of the virtual machine a.", veil.TaskSuccess, 8*time.Hour, `{"A":"domain"}`),
-		task("Резервное копирование ВМ b.", veil.TaskSuccess, 1*time.Hour, `{"B":"domain","P":"datapool"}`),
-		task("Backup of the virtual machine b.", veil.TaskInProgress, 10*time.Minute, `{"B":"domain"}`),
-		task("Starting the virtual machine c.", veil.TaskSuccess, time.Hour, `{"C":"domain"}`),
-		task("Backup of the virtual machine d.", veil.TaskSuccess, 30*time.Hour, `{"D":"domain"}`),
-		task("Backup of the virtual machine e.", veil.TaskFailed, time.Hour, `{"E":"domain"}`),
-	})
-	got := map[string]lastBackup{}
-	for _, b := range bt.of([]veil.Domain{{ID: "A"}, {ID: "B"}, {ID: "C"}, {ID: "D"}, {ID: "E"}, {ID: "P"}}) {
-		got[b.id] = b.lastBackup
-	}
-	fin := func(ago time.Duration) time.Time { return now.Add(-ago).Add(time.Minute) }
-	want := map[string]struct {
-		success   time.Time
-		succeeded bool
-	}{
-		"A": {fin(5 * time.Hour), false},
-		"B": {fin(time.Hour), true},
-		"E": {time.Time{}, false},
-	}
-	if len(got) != len(want) {
-		t.Errorf("backups of %d VMs, want %d: %+v", len(got), len(want), got)
-	}
-	for id, w := range want {
-		if g := got[id]; !g.success.Equal(w.success) || g.succeeded != w.succeeded {
-			t.Errorf("%s: success %v succeeded %v, want %v %v", id, g.success, g.succeeded, w.success, w.succeeded)
-		}
-	}
-	bt.forget(map[string]bool{"A": true}, now.Add(time.Second))
-	if n := len(bt.of([]veil.Domain{{ID: "A"}, {ID: "B"}, {ID: "E"}})); n != 1 {
-		t.Errorf("after forgetting deleted VMs %d remain, want 1", n)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -68,7 +69,7 @@ func benchTarget() (url, token string) {
 
 // largeInventory returns an inventory of the benchmark simulator whose client counts the
 // requests it sends.
-func largeInventory(b *testing.B) (*Inventory, *atomic.Int64) {
+func largeInventory(b *testing.B) (testInventory, *atomic.Int64) {
 	b.Helper()
 	url, token := benchTarget()
 	var sent atomic.Int64
@@ -79,7 +80,7 @@ func largeInventory(b *testing.B) (*Inventory, *atomic.Int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	inv, err := NewInventory("bench", client, testCollect(), nil, nil)
+	inv, err := newTestInventory(client, testCollect(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func BenchmarkInventoryRefresh(b *testing.B) {
 		// Rendering runs beside the refreshes, as Run has it (its CPU is in cpu-s/refresh).
 		rctx, stopRender := context.WithCancel(ctx)
 		defer stopRender()
-		go inv.cache.Run(rctx)
+		go inv.Inventory.Run(rctx)
 		sent.Store(0)
 		cpu0, sim0 := processCPU(), procCPU(simPID)
 		b.ReportAllocs() // per refresh, its render included
@@ -136,11 +137,12 @@ func BenchmarkInventoryRefresh(b *testing.B) {
 		// What rendering the gauges (text, sorted, compressed) costs a refresh, every family
 		// compressed anew (a refresh keeps the families whose bytes did not change).
 		t0 := time.Now()
+		var set *exposition.Set
 		for range 3 {
-			inv.renderFresh()
+			set = inv.renderFresh()
 		}
 		b.ReportMetric(time.Since(t0).Seconds()/3, "render-s")
-		plain, gz := inv.Rendered().Size()
+		plain, gz := setSize(b, set)
 		b.ReportMetric(float64(plain)/(1<<20), "rendered-MiB")
 		b.ReportMetric(float64(gz)/(1<<20), "rendered-gzip-MiB")
 		var ms runtime.MemStats
@@ -211,7 +213,7 @@ func BenchmarkMetricsServe(b *testing.B) {
 			b.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(inv)
+		reg.MustRegister(inv.Inventory)
 		benchServe(b, reg)
 	})
 }
@@ -233,11 +235,11 @@ func BenchmarkMetricsServeBaseline(b *testing.B) {
 			}
 			close(done)
 		}()
-		inv.Collect(ch)
+		inv.Inventory.Collect(ch)
 		close(ch)
 		<-done
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(prebuilt{descs: inv, metrics: pre})
+		reg.MustRegister(prebuilt{descs: inv.Inventory, metrics: pre})
 		benchServe(b, reg)
 	})
 }
@@ -283,5 +285,30 @@ func benchServe(b *testing.B, reg *prometheus.Registry) {
 	b.ReportMetric(float64(size), "bytes/scrape")
 }
 
-// renderFresh renders the snapshot without the previous Set: every family is compressed.
-func (inv *Inventory) renderFresh() { inv.cache.RenderFresh() }
+// renderFresh renders the latest snapshot without a previous Set: every family is compressed.
+func (v *Inventory) renderFresh() *exposition.Set {
+	return exposition.NewCache(nil, exposition.Pace{}, func(s exposition.Sink) { v.emit(s, v.store.Snapshot(), false) }, nil).Set()
+}
+
+// setSize is the length of what the /metrics handler writes of set, plain and gzip-compressed.
+func setSize(b *testing.B, set *exposition.Set) (plain, gz int) {
+	h := exposition.Handler(exposition.HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*exposition.Set { return []*exposition.Set{set} }})
+	for _, enc := range []string{"", "gzip"} {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Accept", "text/plain; version=0.0.4")
+		if enc != "" {
+			req.Header.Set("Accept-Encoding", enc)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 || rec.Header().Get("Content-Encoding") != enc {
+			b.Fatalf("/metrics %q: %d %q", enc, rec.Code, rec.Header().Get("Content-Encoding"))
+		}
+		if enc == "" {
+			plain = rec.Body.Len()
+		} else {
+			gz = rec.Body.Len()
+		}
+	}
+	return plain, gz
+}

@@ -1,9 +1,10 @@
-// Package collector turns a platform controller's inventory into Prometheus metrics.
+// Package collector holds the metric views of the store: the inventory families rendered once
+// per snapshot of an inventory.Store, the task families counted from the tasks it sees
+// finishing, and the API request metrics of each controller's client (as kube-state-metrics'
+// generators beside its store).
 //
-// Collection runs in the background (Inventory.Run); a scrape only turns the latest snapshot
-// into const metrics, so /metrics never calls the platform API and deleted objects disappear
-// by themselves at the next refresh.
-//
-// Owns the inventory, guest check and task collectors and their scheduling; imports veil,
-// config and internal/{metricutil,runstatus}, never forwarder, ha or the daemon.
+// A view reads immutable inventory.Snapshots and never calls the platform API; a scrape only
+// copies what a render wrote (exposition) or encodes the few live families. It imports
+// inventory, veil, internal/exposition and internal/metricutil, never guest, forwarder, ha or
+// the daemon.
 package collector

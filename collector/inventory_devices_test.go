@@ -237,7 +237,7 @@ func TestDeviceBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := config.Collect{Interval: testCollect().Interval, Vdisks: true, Interfaces: true}
-	inv, err := NewInventory("test", client, cc, nil, nil)
+	inv, err := newTestInventory(client, cc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func simDetail(t *testing.T, sim *veiltest.Server, path string) map[string]any {
 // TestDeviceDetailsFillWhatTheListsLack: with collect.device_details_interval, every disk's
 // bus, type and snapshot count and every interface's link state are read from the details (one
 // request each per sweep) and exported as the details say; a sweep whose reads fail keeps what
-// the last one read and says so in its run status. Without the setting, no detail is read.
+// the last one read and says so in its run status.
 func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 	cc := testCollect()
 	cc.DeviceDetailsInterval = 500 * time.Millisecond // the config's floor is 1m; the sweep's pace is what is tested
@@ -305,7 +305,7 @@ func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 	f.mustRefresh(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); f.inv.runDetails(ctx) }()
+	go func() { defer close(done); f.inv.Store.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	disks, nics := simList(t, f.sim, "/api/vdisks/"), simList(t, f.sim, "/api/vmachine-infs/")
 	testutil.Eventually(t, 20*time.Second, func() bool {
@@ -343,7 +343,7 @@ func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 	t.Logf("%d disks (%d with snapshots), %d interfaces (%d up, %d down)", len(disks), snapped, len(nics), up, down)
 	// The status page's "what is wrong" lists each interface whose link is down, by VM name, not as a failure.
 	listed := 0
-	for _, p := range f.inv.Problems() {
+	for _, p := range f.inv.problems() {
 		if p.Kind != "nic" {
 			continue
 		}
@@ -371,10 +371,13 @@ func TestDeviceDetailsFillWhatTheListsLack(t *testing.T) {
 	}
 	f.sim.ClearFaults()
 
-	// Off (the default): no detail read.
+}
+
+// TestNoDeviceDetailsByDefault: without collect.device_details_interval no detail is read and
+// the sweep has no run status.
+func TestNoDeviceDetailsByDefault(t *testing.T) {
 	g := newFixture(t, veiltest.Options{Seed: 7, VMs: 4, Templates: -1}, testCollect(), veil.Config{})
 	g.mustRefresh(t)
-	g.inv.runDetails(context.Background()) // returns at once when off
 	for _, r := range g.sim.Requests() {
 		if strings.Count(strings.Trim(r.Path, "/"), "/") > 1 && (strings.HasPrefix(r.Path, "/api/vdisks/") || strings.HasPrefix(r.Path, "/api/vmachine-infs/")) {
 			t.Errorf("detail read while off: %s", r.Path)

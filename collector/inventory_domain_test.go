@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -25,7 +26,7 @@ func TestTagsLabel(t *testing.T) {
 		if err := json.Unmarshal([]byte(tt.json), &tags); err != nil {
 			t.Fatalf("%s: %v", tt.json, err)
 		}
-		if got := tagsLabel(tags); got != tt.want {
+		if got := inventory.TagNames(tags); got != tt.want {
 			t.Errorf("tags %s: label %q, want %q", tt.json, got, tt.want)
 		}
 	}

@@ -1,21 +1,21 @@
 package collector
 
+// The inventory's gauges: their Descs, made once per view with fixed HELP texts, and emit, one
+// function per kind of object, each writing its families one after the other.
+
 import (
-	"sort"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
-// inventoryDescs are built once per inventory; the controller is a constant label.
-// The gauges are rendered once per refresh (exposition.Desc); the task counters and
-// histograms stay live.
+// inventoryDescs are built once per view; the controller is a constant label. The gauges are
+// rendered once per snapshot (exposition.Desc); the task families stay live (tasks.go).
 type inventoryDescs struct {
 	up, controllerInfo *exposition.Desc
 
@@ -32,15 +32,27 @@ type inventoryDescs struct {
 	vdiskInfo, vdiskProvisioned, vdiskAllocated, vdiskSnapshots, datapoolProvisioned, ifaceInfo, ifaceUp *exposition.Desc
 
 	tasks *exposition.Desc
-
-	tasksFinished *prometheus.Desc
 }
 
-func newInventoryDescs(controller string, interval time.Duration) *inventoryDescs {
+// all lists every Desc, in the order Describe sends them.
+func (d *inventoryDescs) all() []*exposition.Desc {
+	return []*exposition.Desc{
+		d.up, d.controllerInfo,
+		d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning,
+		d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage,
+		d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree,
+		d.domainInfo, d.domainStatus, d.domainPower, d.domainCPUs, d.domainMemory, d.domainCPUUsage, d.domainMemUsage, d.domainAgent,
+		d.domainGuestInfo, d.lastBackupTime, d.lastBackupSuccess,
+		d.vdiskInfo, d.vdiskProvisioned, d.vdiskAllocated, d.vdiskSnapshots, d.datapoolProvisioned, d.ifaceInfo, d.ifaceUp,
+		d.tasks,
+	}
+}
+
+func newInventoryDescs(controller string) *inventoryDescs {
 	cl := prometheus.Labels{"controller": controller}
 	// A scrape shows cached data: the HELP says how old it can be and what a failure does.
-	every := " Refreshed in the background every " + interval.String()
-	cached := every + "; the last good data is kept while the controller fails."
+	const every = " Refreshed in the background every collect.interval"
+	const cached = every + "; the last good data is kept while the controller fails."
 	d := func(name, help string, labels ...string) *exposition.Desc {
 		return exposition.NewDesc(namespace+"_"+name, help+cached, prometheus.GaugeValue, labels, cl)
 	}
@@ -48,7 +60,7 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 		up: exposition.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded; while it is 0 the inventory series keep the last good data."+every+".", prometheus.GaugeValue, nil, cl),
 		controllerInfo: exposition.NewDesc("veil_controller_info",
 			"Platform version of the controller (GET /api/controllers/base-version/); value 1. Cached: read at the first inventory refresh, at the first after an outage and then every "+
-				strconv.Itoa(versionEvery)+"th refresh (every "+(interval*versionEvery).String()+"); absent where the controller lacks the endpoint (404).",
+				strconv.Itoa(inventory.VersionEvery)+"th refresh ("+strconv.Itoa(inventory.VersionEvery)+" × collect.interval); absent where the controller lacks the endpoint (404).",
 			prometheus.GaugeValue, []string{"version"}, cl),
 
 		nodeInfo:           d("node_info", "Node description; value 1.", "node_id", "node", "cluster", "management_ip"),
@@ -85,10 +97,10 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 
 		domainGuestInfo: d("domain_guest_info", "Hostname and primary IPv4 address the VM's guest agent reports to the platform (guest_utils of the VM list); value 1, only while the agent reports one of them.", "domain_id", "hostname", "ip"),
 		lastBackupTime: exposition.NewDesc("veil_domain_last_backup_timestamp_seconds",
-			"Unix time the newest successful backup of the VM finished, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every "+interval.String()+".",
+			"Unix time the newest successful backup of the VM finished, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every collect.interval.",
 			prometheus.GaugeValue, []string{"domain_id"}, cl),
 		lastBackupSuccess: exposition.NewDesc("veil_domain_last_backup_success",
-			"1 if the newest finished backup of the VM succeeded, 0 if it failed, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every "+interval.String()+".",
+			"1 if the newest finished backup of the VM succeeded, 0 if it failed, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every collect.interval.",
 			prometheus.GaugeValue, []string{"domain_id"}, cl),
 
 		vdiskInfo: d("vdisk_info", "Virtual disk description from GET /api/vdisks/; value 1; domain_id and domain (the VM's name) are empty for a free disk; bus and type where the list carries target_bus and disk_type or the detail sweep read them (collect.device_details_interval; empty otherwise).",
@@ -102,9 +114,6 @@ func newInventoryDescs(controller string, interval time.Duration) *inventoryDesc
 		ifaceUp:   d("domain_interface_up", "1 if the link of the VM's network interface is up, 0 if down (link_state); where the interface list carries link_state or the detail sweep read it (collect.device_details_interval; absent otherwise).", "domain_id", "interface_id"),
 
 		tasks: d("tasks", "Tasks of the platform by status.", "status"),
-		tasksFinished: prometheus.NewDesc("veil_tasks_finished_total",
-			"Tasks seen finishing since the exporter started, by kind (the task name with each object's name replaced by its class, e.g. 'Starting the virtual machine {domain}.'; at most 100 kinds, then other) and final status; counted at each inventory refresh, every "+interval.String()+".",
-			[]string{"kind", "status"}, cl),
 	}
 }
 
@@ -112,228 +121,112 @@ const mib = 1 << 20
 
 var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "off", veil.PowerSuspended: "suspended", veil.PowerOn: "on"}
 
-// Describe sends the Descs of every inventory family.
-func (inv *Inventory) Describe(ch chan<- *prometheus.Desc) {
-	d := inv.descs
-	for _, desc := range []*exposition.Desc{
-		d.up, d.controllerInfo,
-		d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning,
-		d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage,
-		d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree,
-		d.domainInfo, d.domainStatus, d.domainPower, d.domainCPUs, d.domainMemory, d.domainCPUUsage, d.domainMemUsage, d.domainAgent,
-		d.domainGuestInfo, d.lastBackupTime, d.lastBackupSuccess,
-		d.vdiskInfo, d.vdiskProvisioned, d.vdiskAllocated, d.vdiskSnapshots, d.datapoolProvisioned, d.ifaceInfo, d.ifaceUp,
-		d.tasks,
-	} {
-		ch <- desc.Prom
+// emit sends every gauge of the snapshot, one family after the other where a family has a
+// series per VM (a render then holds the text of one such family at a time).
+func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, keepDevices bool) {
+	d := v.descs
+	e.Add(d.up, metricutil.Bool(snap.Up))
+	if snap.Version != "" {
+		e.Add(d.controllerInfo, 1, snap.Version)
 	}
-	ch <- d.tasksFinished
-	inv.tasks.durations.Describe(ch)
-}
-
-// taskDurations is veil_task_duration_seconds of one controller: classic and native buckets
-// (coarsened past nativeMaxBuckets, never reset: it counts since the exporter started).
-func taskDurations(controller string, interval time.Duration) *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:        "veil_task_duration_seconds",
-		Help:        "Execution time of tasks seen finishing since the exporter started, by kind (as in veil_tasks_finished_total); counted at each inventory refresh, every " + interval.String() + ".",
-		ConstLabels: prometheus.Labels{"controller": controller},
-		Buckets:     taskDurationBuckets,
-		// Native buckets beside the classic ones: a protobuf scrape gets both.
-		NativeHistogramBucketFactor:    nativeBucketFactor,
-		NativeHistogramMaxBucketNumber: nativeMaxBuckets,
-	}, []string{"kind"})
-}
-
-// Collect turns the latest snapshot into const metrics; it never calls the API. It is the
-// live path of what Rendered holds, for name[] filters and the protobuf text forms. The veil_collector_*
-// families of the collections are the daemon's, from RunStatus.
-func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
-	inv.CollectRendered(ch)
-	inv.CollectLive(ch)
-}
-
-// CollectRendered sends what Rendered holds, encoded live from the latest snapshot.
-func (inv *Inventory) CollectRendered(ch chan<- prometheus.Metric) {
-	inv.mu.RLock()
-	snap, up := inv.snap, inv.up
-	inv.mu.RUnlock()
-	inv.emit(emitter{ch: ch}, snap, up)
-}
-
-// CollectLive sends the families that Rendered leaves out: the task counters and histograms.
-func (inv *Inventory) CollectLive(ch chan<- prometheus.Metric) {
-	inv.mu.RLock()
-	read := inv.snap.taskCounts != nil
-	inv.mu.RUnlock()
-	if !read { // tasks read: absent while the collection is off or unavailable
-		return
-	}
-	d := inv.descs
-	for _, f := range inv.tasks.values() {
-		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d.tasksFinished, prometheus.CounterValue, f.n, f.created, f.name, f.status)
-	}
-	inv.tasks.durations.Collect(ch)
-}
-
-// Rendered is the text of the gauges, rendered after each refresh.
-func (inv *Inventory) Rendered() *exposition.Set { return inv.cache.Set() }
-
-// changed has the stored snapshot rendered: by Run's render loop, or at once without one.
-func (inv *Inventory) changed() { inv.cache.Changed() }
-
-// render adds the current snapshot's series to b (the Cache's emit).
-func (inv *Inventory) render(b *exposition.Builder, prev *exposition.Set) {
-	inv.mu.RLock()
-	snap, up, refreshed := inv.snap, inv.up, inv.refreshed
-	inv.mu.RUnlock()
-	inv.emit(emitter{b: b, prev: prev}, snap, up)
-	inv.renderedRefresh, inv.renderedApplied = refreshed, snap.applied
-}
-
-// rendered follows each render: /metrics has the first refresh once one was rendered.
-func (inv *Inventory) rendered() {
-	if inv.renderedRefresh {
-		inv.ready.Store(true)
-	}
-	if inv.renderHook != nil {
-		inv.renderHook(inv.renderedApplied)
+	d.emitHosts(e, snap)
+	e.Flush()
+	d.emitDomains(e, snap)
+	d.emitDevices(e, snap, keepDevices)
+	if snap.TaskCounts != nil { // tasks read: absent while the collection is off or unavailable
+		for _, b := range snap.Backups() {
+			if !b.Success.IsZero() {
+				e.Add(d.lastBackupTime, metricutil.UnixSeconds(b.Success), b.ID)
+			}
+			e.Add(d.lastBackupSuccess, metricutil.Bool(b.Succeeded), b.ID)
+		}
+		for _, s := range inventory.TaskStatuses {
+			e.Add(d.tasks, snap.TaskCounts[s], s)
+		}
 	}
 }
 
-// emitter sends a series to a scrape's channel or adds it to a Builder (prev: the Set it
-// replaces).
-type emitter struct {
-	ch   chan<- prometheus.Metric
-	b    *exposition.Builder
-	prev *exposition.Set
-}
-
-// flush lets a Builder compress the families added so far; none of them may follow again.
-func (e emitter) flush() {
-	if e.b != nil {
-		e.b.Flush(e.prev)
-	}
-}
-
-func (e emitter) gauge(d *exposition.Desc, v float64, labels ...string) {
-	e.add(d, prometheus.GaugeValue, v, labels)
-}
-
-func (e emitter) counter(d *exposition.Desc, v float64, labels ...string) {
-	e.add(d, prometheus.CounterValue, v, labels)
-}
-
-func (e emitter) add(d *exposition.Desc, typ prometheus.ValueType, v float64, labels []string) {
-	if e.b != nil {
-		e.b.Add(d, v, labels...)
-		return
-	}
-	// A label value that is not valid UTF-8 drops that one series, not the scrape.
-	if m, err := prometheus.NewConstMetric(d.Prom, typ, v, labels...); err == nil {
-		e.ch <- m
-	}
-}
-
-// emit sends every gauge of the snapshot.
-func (inv *Inventory) emit(e emitter, snap snapshot, up bool) {
-	d := inv.descs
-	gauge := e.gauge
-	gauge(d.up, metricutil.Bool(up))
-	if snap.version != "" {
-		gauge(d.controllerInfo, 1, snap.version)
-	}
-
-	for i := range snap.nodes {
-		n := &snap.nodes[i]
-		gauge(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
-		gauge(d.nodeStatus, 1, n.ID, n.Status)
-		gauge(d.nodeCPUs, float64(n.CPUCount), n.ID)
-		gauge(d.nodeMemory, float64(n.MemoryCount)*mib, n.ID)
+// emitHosts sends the families of the nodes, clusters and datapools.
+func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) {
+	for i := range snap.Nodes {
+		n := &snap.Nodes[i]
+		e.Add(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
+		e.Add(d.nodeStatus, 1, n.ID, n.Status)
+		e.Add(d.nodeCPUs, float64(n.CPUCount), n.ID)
+		e.Add(d.nodeMemory, float64(n.MemoryCount)*mib, n.ID)
 		if n.CPUUsedPercentUser != nil {
-			gauge(d.nodeCPUUsage, float64(*n.CPUUsedPercentUser)/100, n.ID)
+			e.Add(d.nodeCPUUsage, float64(*n.CPUUsedPercentUser)/100, n.ID)
 		}
 		if n.MemUsedPercentUser != nil {
-			gauge(d.nodeMemUsage, float64(*n.MemUsedPercentUser)/100, n.ID)
+			e.Add(d.nodeMemUsage, float64(*n.MemUsedPercentUser)/100, n.ID)
 		}
-		gauge(d.nodeDomains, float64(n.DomainsCount), n.ID)
-		gauge(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
+		e.Add(d.nodeDomains, float64(n.DomainsCount), n.ID)
+		e.Add(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
 	}
-	for i := range snap.clusters {
-		c := &snap.clusters[i]
-		gauge(d.clusterInfo, 1, c.ID, c.VerboseName)
-		gauge(d.clusterStatus, 1, c.ID, c.Status)
-		gauge(d.clusterCPUs, float64(c.CPUCount), c.ID)
-		gauge(d.clusterMemory, float64(c.MemoryCount)*mib, c.ID)
-		gauge(d.clusterNodes, float64(c.NodesCount), c.ID)
+	for i := range snap.Clusters {
+		c := &snap.Clusters[i]
+		e.Add(d.clusterInfo, 1, c.ID, c.VerboseName)
+		e.Add(d.clusterStatus, 1, c.ID, c.Status)
+		e.Add(d.clusterCPUs, float64(c.CPUCount), c.ID)
+		e.Add(d.clusterMemory, float64(c.MemoryCount)*mib, c.ID)
+		e.Add(d.clusterNodes, float64(c.NodesCount), c.ID)
 		if c.CPUUsedPercentUser != nil {
-			gauge(d.clusterCPUUsage, float64(*c.CPUUsedPercentUser)/100, c.ID)
+			e.Add(d.clusterCPUUsage, float64(*c.CPUUsedPercentUser)/100, c.ID)
 		}
 		if c.MemUsedPercentUser != nil {
-			gauge(d.clusterMemUsage, float64(*c.MemUsedPercentUser)/100, c.ID)
+			e.Add(d.clusterMemUsage, float64(*c.MemUsedPercentUser)/100, c.ID)
 		}
 	}
-	for i := range snap.datapools {
-		p := &snap.datapools[i]
-		gauge(d.datapoolInfo, 1, p.ID, p.VerboseName, p.Type)
-		gauge(d.datapoolStatus, 1, p.ID, p.Status)
-		gauge(d.datapoolSize, float64(p.Size)*mib, p.ID)
-		gauge(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
-		gauge(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
+	for i := range snap.Datapools {
+		p := &snap.Datapools[i]
+		e.Add(d.datapoolInfo, 1, p.ID, p.VerboseName, p.Type)
+		e.Add(d.datapoolStatus, 1, p.ID, p.Status)
+		e.Add(d.datapoolSize, float64(p.Size)*mib, p.ID)
+		e.Add(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
+		e.Add(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
 	}
-	e.flush()
-	// The domains one family after the other: a render keeps the text of one at a time.
+}
+
+// emitDomains sends the VM families, one after the other, each in the snapshot's order (by
+// id: client_golang's, so no family is sorted again).
+func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot) {
 	each := func(f func(v *veil.Domain)) {
-		for i := range snap.domains {
-			f(&snap.domains[i])
+		for i := range snap.Domains {
+			f(&snap.Domains[i])
 		}
-		e.flush()
+		e.Flush()
 	}
 	each(func(v *veil.Domain) {
 		parent := ""
 		if v.Parent != nil {
 			parent = v.Parent.ID
 		}
-		gauge(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, tagsLabel(v.Tags))
+		e.Add(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, inventory.TagNames(v.Tags))
 	})
-	each(func(v *veil.Domain) { gauge(d.domainStatus, 1, v.ID, v.Status) })
-	each(func(v *veil.Domain) { gauge(d.domainPower, 1, v.ID, powerState(v.UserPowerState)) })
-	each(func(v *veil.Domain) { gauge(d.domainCPUs, float64(v.CPUCount), v.ID) })
-	each(func(v *veil.Domain) { gauge(d.domainMemory, float64(v.MemoryCount)*mib, v.ID) })
+	each(func(v *veil.Domain) { e.Add(d.domainStatus, 1, v.ID, v.Status) })
+	each(func(v *veil.Domain) { e.Add(d.domainPower, 1, v.ID, powerState(v.UserPowerState)) })
+	each(func(v *veil.Domain) { e.Add(d.domainCPUs, float64(v.CPUCount), v.ID) })
+	each(func(v *veil.Domain) { e.Add(d.domainMemory, float64(v.MemoryCount)*mib, v.ID) })
 	each(func(v *veil.Domain) {
 		if v.CPUUsedPercentUser != nil {
-			gauge(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
+			e.Add(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
 		}
 	})
 	each(func(v *veil.Domain) {
 		if v.MemUsedPercentUser != nil {
-			gauge(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
+			e.Add(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
 		}
 	})
-	each(func(v *veil.Domain) { gauge(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID) })
+	each(func(v *veil.Domain) { e.Add(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID) })
 	each(func(v *veil.Domain) {
 		if g := &v.GuestUtils; g.Hostname != "" || len(g.IPv4) > 0 {
 			ip := ""
 			if len(g.IPv4) > 0 {
 				ip = g.IPv4[0] // the platform lists the primary address first
 			}
-			gauge(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
+			e.Add(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
 		}
 	})
-
-	inv.emitDevices(e, snap)
-
-	if snap.taskCounts != nil { // tasks read: absent while the collection is off or unavailable
-		for _, b := range inv.backups.of(snap.domains) {
-			if !b.success.IsZero() {
-				gauge(d.lastBackupTime, metricutil.UnixSeconds(b.success), b.id)
-			}
-			gauge(d.lastBackupSuccess, metricutil.Bool(b.succeeded), b.id)
-		}
-		for _, s := range taskStatuses {
-			gauge(d.tasks, snap.taskCounts[s], s)
-		}
-	}
 }
 
 func powerState(n veil.Number) string {
@@ -342,22 +235,4 @@ func powerState(n veil.Number) string {
 		return powerStates[veil.PowerUndefined]
 	}
 	return powerStates[i]
-}
-
-// tagsLabel is the tags label of veil_domain_info: the tag names sorted and joined by commas.
-func tagsLabel(tags []veil.Tag) string {
-	switch len(tags) {
-	case 0:
-		return ""
-	case 1:
-		return tags[0].Name
-	}
-	names := make([]string, 0, len(tags))
-	for _, t := range tags {
-		if t.Name != "" {
-			names = append(names, t.Name)
-		}
-	}
-	sort.Strings(names)
-	return strings.Join(names, ",")
 }

@@ -89,7 +89,6 @@ func TestSecondControllerIsUnaffected(t *testing.T) {
 	bopts := smallInventory
 	bopts.Seed = 8
 	b := newFixture(t, bopts, testCollect(), veil.Config{})
-	b.inv.controller = "other" // only for the status; the label is the const "test" of newFixture
 	a.mustRefresh(t)
 	b.mustRefresh(t)
 	a.sim.SetFaults(veiltest.Fault{Kind: "status", Status: 500})
@@ -235,6 +234,7 @@ func TestTaskTrackerCountsTasksThatWereRunning(t *testing.T) {
 func TestReadersDoNotWaitForARefresh(t *testing.T) {
 	f := newFixture(t, smallInventory, testCollect(), veil.Config{})
 	f.mustRefresh(t)
+	f.rendered(t) // Ready: the first refresh is rendered
 	wantSeries := testutil.CollectAndCount(f.inv)
 	// The handlers of the first refresh may still be returning: start from none in flight.
 	tu.Eventually(t, 10*time.Second, func() bool {

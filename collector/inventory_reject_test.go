@@ -57,7 +57,7 @@ func TestOneOddVMIsRejectedTheOthersExported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := NewInventory("test", client, testCollect(), log.NewLogfmtLogger(logs), nil)
+	inv, err := newTestInventory(client, testCollect(), log.NewLogfmtLogger(logs))
 	if err != nil {
 		t.Fatal(err)
 	}

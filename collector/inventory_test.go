@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,10 +20,22 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// Names of the store's collections, as in the collector label of their run status.
+const (
+	collNodes, collClusters, collDatapools, collDomains = "nodes", "clusters", "datapools", "domains"
+	collTasks, collVersion, collVdisks, collInterfaces  = "tasks", "version", "vdisks", "interfaces"
+	collDetails                                         = "device_details"
+	// unavailableRetryEvery is the store's: a collection it lacks is asked again at every this
+	// many refreshes.
+	unavailableRetryEvery = 10
 )
 
 func testCollect() config.Collect {
@@ -32,11 +45,70 @@ func testCollect() config.Collect {
 }
 
 type fixture struct {
-	sim  *veiltest.Server
-	inv  *Inventory
-	api  *APIMetrics
-	logs *tu.SyncBuffer
+	sim    *veiltest.Server
+	client *veil.Client
+	inv    testInventory
+	api    *APIMetrics
+	logs   *tu.SyncBuffer
+	render sync.Once // starts the view's Run (rendered)
 }
+
+// rendered starts the view's render loop (once, until the test ends) and returns the Set that
+// shows the store's latest snapshot, once rendered.
+func (f *fixture) rendered(t *testing.T) *exposition.Set {
+	t.Helper()
+	f.render.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); f.inv.Inventory.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	})
+	want := f.inv.Snapshot().Gen
+	tu.Eventually(t, 10*time.Second, func() bool { return f.inv.shown.Load() >= want }, "the latest snapshot rendered")
+	return f.inv.Rendered()
+}
+
+// newTestInventory is a store of client's controller named "test" and its view.
+func newTestInventory(client *veil.Client, cc config.Collect, logger log.Logger) (testInventory, error) {
+	store, err := inventory.NewStore("test", client, cc, logger)
+	if err != nil {
+		return testInventory{}, err
+	}
+	return testInventory{store, NewInventory(store, nil)}, nil
+}
+
+// containsWord reports whether s contains name as a whole word, ignoring case.
+func containsWord(s, name string) bool {
+	return regexp.MustCompile(`(?i)(^|[^\p{L}\p{N}_])` + regexp.QuoteMeta(name) + `($|[^\p{L}\p{N}_])`).MatchString(s)
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testInventory is a store and its metric view: the store's methods, and the view's as a
+// prometheus.Collector (live, from the latest snapshot).
+type testInventory struct {
+	*inventory.Store
+	*Inventory
+}
+
+// Run runs the store and renders its snapshots until ctx is done.
+func (i testInventory) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { defer close(done); i.Inventory.Run(ctx) }()
+	i.Store.Run(ctx)
+	<-done
+}
+
+// Ready says the view rendered the store's first refresh.
+func (i testInventory) Ready() bool { return i.Inventory.Ready() }
+
+// problems is what the status page lists of the latest snapshot.
+func (i testInventory) problems() []inventory.Problem { return i.Snapshot().Problems(time.Now()) }
 
 // newFixture starts a simulator and an inventory against it. The client does not retry, so a
 // fault shows in one refresh.
@@ -56,11 +128,11 @@ func newFixture(t *testing.T, opts veiltest.Options, cc config.Collect, vc veil.
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := NewInventory("test", client, cc, log.NewLogfmtLogger(f.logs), nil)
+	store, err := inventory.NewStore("test", client, cc, log.NewLogfmtLogger(f.logs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.inv = inv
+	f.client, f.inv = client, testInventory{store, NewInventory(store, nil)}
 	return f
 }
 
@@ -353,7 +425,7 @@ func TestAPIMetricsCountRequestsByEndpoint(t *testing.T) {
 }
 
 // runOf is the run status of one collection.
-func runOf(t *testing.T, inv *Inventory, name string) runstatus.Status {
+func runOf(t *testing.T, inv runstatus.Reporter, name string) runstatus.Status {
 	t.Helper()
 	for _, r := range inv.RunStatus() {
 		if r.Collector == name {
@@ -375,31 +447,43 @@ func fmtSscan(s string, v *float64) (int, error) { return fmt.Sscan(s, v) }
 func regexpQuote(s string) string { return regexp.QuoteMeta(s) }
 
 // TestHelpSaysDataIsCached: the families a scrape serves from a background run say how often
-// that run happens, so nobody reads them as live values.
+// that run happens, by the setting that says it, so nobody reads them as live values; the
+// texts are the same whatever the settings.
 func TestHelpSaysDataIsCached(t *testing.T) {
-	cc := testCollect()
-	cc.Interval = 45 * time.Second
-	inv, err := NewInventory("test", &veil.Client{}, cc, nil, nil)
-	if err != nil {
-		t.Fatal(err)
+	helps := func(interval time.Duration) (*Inventory, map[string]string) {
+		cc := testCollect()
+		cc.Interval = interval
+		store, err := inventory.NewStore("test", &veil.Client{}, cc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv := NewInventory(store, nil)
+		out := map[string]string{}
+		ch := make(chan *prometheus.Desc, 100)
+		inv.Describe(ch)
+		close(ch)
+		for d := range ch {
+			out[d.String()[:strings.Index(d.String(), ", help:")]] = d.String()
+		}
+		return inv, out
 	}
-	gc := config.Default().Guest
-	gc.PingInterval = 17 * time.Second
-	guest := NewGuestChecker("test", &veil.Client{}, gc, inv, nil, nil)
+	inv, a := helps(45 * time.Second)
+	if _, b := helps(time.Hour); !maps.Equal(a, b) {
+		t.Errorf("HELP texts change with collect.interval:\n%v\n%v", a, b)
+	}
 	tests := []struct {
 		family string
 		desc   *prometheus.Desc
 		want   []string
 	}{
-		{"veil_up", inv.descs.up.Prom, []string{"every 45s", "last good data"}},
-		{"veil_controller_info", inv.descs.controllerInfo.Prom, []string{"Cached", "every 10th refresh (every 7m30s)", "404"}},
-		{"veil_domain_info", inv.descs.domainInfo.Prom, []string{"every 45s", "last good data is kept while the controller fails"}},
-		{"veil_tasks_finished_total", inv.descs.tasksFinished, []string{"counted at each inventory refresh, every 45s"}},
-		{"veil_task_duration_seconds", describe(inv.tasks.durations), []string{"counted at each inventory refresh, every 45s"}},
-		{"veil_domain_guest_info", inv.descs.domainGuestInfo.Prom, []string{"every 45s"}},
-		{"veil_domain_last_backup_timestamp_seconds", inv.descs.lastBackupTime.Prom, []string{"Cached", "every 45s", "backup_lookback"}},
-		{"veil_domain_last_backup_success", inv.descs.lastBackupSuccess.Prom, []string{"Cached", "every 45s"}},
-		{"veil_guest_ping_duration_seconds", guest.descs.pingDuration.Prom, []string{"every 17s"}},
+		{"veil_up", inv.descs.up.Prom, []string{"every collect.interval", "last good data"}},
+		{"veil_controller_info", inv.descs.controllerInfo.Prom, []string{"Cached", "every 10th refresh (10 × collect.interval)", "404"}},
+		{"veil_domain_info", inv.descs.domainInfo.Prom, []string{"every collect.interval", "last good data is kept while the controller fails"}},
+		{"veil_tasks_finished_total", inv.tasks.finishedDesc, []string{"counted at each inventory refresh, every collect.interval"}},
+		{"veil_task_duration_seconds", describe(inv.tasks.durations), []string{"counted at each inventory refresh, every collect.interval"}},
+		{"veil_domain_guest_info", inv.descs.domainGuestInfo.Prom, []string{"every collect.interval"}},
+		{"veil_domain_last_backup_timestamp_seconds", inv.descs.lastBackupTime.Prom, []string{"Cached", "every collect.interval", "backup_lookback"}},
+		{"veil_domain_last_backup_success", inv.descs.lastBackupSuccess.Prom, []string{"Cached", "every collect.interval"}},
 	}
 	for _, tt := range tests {
 		s := tt.desc.String()

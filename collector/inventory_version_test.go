@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -39,7 +40,7 @@ func TestControllerVersionIsExportedAndFollowsUpgrades(t *testing.T) {
 
 	f.sim.SetControllerVersion("6.5.3")
 	f.sim.ResetRequests()
-	for range versionEvery - 1 {
+	for range inventory.VersionEvery - 1 {
 		f.mustRefresh(t)
 	}
 	if n := versionRequests(f); n != 0 {

@@ -3,13 +3,10 @@ package collector
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +20,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -36,9 +34,9 @@ func pushCollect() (c config.Collect) {
 }
 
 // runFeed starts the inventory's loop and its push feed until the test ends.
-func runFeed(t *testing.T, f *fixture) *PushFeed {
+func runFeed(t *testing.T, f *fixture) *inventory.PushFeed {
 	t.Helper()
-	feed := NewPushFeed("test", f.inv.client, f.inv, time.Hour, log.NewLogfmtLogger(f.logs))
+	feed := inventory.NewPushFeed("test", f.client, f.inv.Store, time.Hour, log.NewLogfmtLogger(f.logs))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	go func() { f.inv.Run(ctx); done <- struct{}{} }()
@@ -47,7 +45,7 @@ func runFeed(t *testing.T, f *fixture) *PushFeed {
 	return feed
 }
 
-func domainOf(inv *Inventory, id string) (veil.Domain, bool) {
+func domainOf(inv testInventory, id string) (veil.Domain, bool) {
 	for _, d := range inv.Domains() {
 		if d.ID == id {
 			return d, true
@@ -147,9 +145,7 @@ func TestPushLostFramesAreMendedByTheReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeStatus := func() string {
-		f.inv.mu.RLock()
-		defer f.inv.mu.RUnlock()
-		for _, n := range f.inv.snap.nodes {
+		for _, n := range f.inv.Snapshot().Nodes {
 			if n.ID == node {
 				return n.Status
 			}
@@ -178,7 +174,7 @@ func TestNoPushChannelMeansPolling(t *testing.T) {
 	c.Interval = 50 * time.Millisecond
 	f := newFixture(t, veiltest.Options{Seed: 9, VMs: 3, NoPush: true}, c, veil.Config{})
 	feed := runFeed(t, f)
-	tu.Eventually(t, 10*time.Second, func() bool { return feed.Status().Mode == PushModePolling && f.inv.Ready() }, "polling mode")
+	tu.Eventually(t, 10*time.Second, func() bool { return feed.Status().Mode == inventory.PushModePolling && f.inv.Ready() }, "polling mode")
 	vm := f.sim.DomainIDs()[0]
 	if err := f.sim.PowerOff(vm); err != nil {
 		t.Fatal(err)
@@ -212,40 +208,9 @@ func TestBadFramesAreCountedNotApplied(t *testing.T) {
 		`{"msg_type":"control","text":"add /domains/"}`,
 		string(good),
 	}
-	big := `{"msg_type":"data","resource":"/domains/","event":"UPDATED","id":"big","object":{"id":"big","description":"` + strings.Repeat("x", veil.MaxPushFrame) + `"}}`
 	sendBig := make(chan struct{})
 	var conns atomic.Int32
-	// The controller: the simulator's REST API, and a /ws/ that sends the frames above.
-	mux := http.NewServeMux()
-	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		go func() { // the subscriptions, and the pongs to the client's pings
-			for {
-				if _, _, err := c.Read(r.Context()); err != nil {
-					return
-				}
-			}
-		}()
-		if conns.Add(1) > 1 {
-			<-r.Context().Done() // later sockets stay open and silent
-			return
-		}
-		for _, fr := range frames {
-			if c.Write(r.Context(), websocket.MessageText, []byte(fr)) != nil {
-				return
-			}
-		}
-		select {
-		case <-sendBig:
-			c.Write(r.Context(), websocket.MessageText, []byte(big))
-		case <-r.Context().Done():
-		}
-		<-r.Context().Done()
-	})
+	mux := badFramesController(frames, sendBig, &conns)
 	f := withPushChannel(t, sim, mux)
 	inv := f.inv
 	feed := runFeed(t, f)
@@ -289,38 +254,49 @@ func TestBadFramesAreCountedNotApplied(t *testing.T) {
 	}
 }
 
-// TestApplyWhileListingIsReplayed: a frame applied while a refresh lists the domains is
-// applied again over the refresh's result, so a listing older than the push does not undo it.
-func TestApplyWhileListingIsReplayed(t *testing.T) {
-	f := newFixture(t, veiltest.Options{Seed: 11, VMs: 2}, pushCollect(), veil.Config{})
-	f.mustRefresh(t)
-	vm := f.sim.DomainIDs()[0]
-	old := f.inv.Domains()
-	f.inv.mu.Lock()
-	f.inv.listing = true // a refresh has started listing
-	f.inv.mu.Unlock()
-	obj, _ := json.Marshal(map[string]any{"id": vm, "verbose_name": "pushed-name", "status": "ACTIVE"})
-	if drops := f.inv.Apply([]veil.PushFrame{{Resource: "/domains/", Event: veil.PushUpdated, ID: vm, Object: obj}}); len(drops) != 0 {
-		t.Fatalf("dropped %v", drops)
-	}
-	// The refresh stores the listing it read before the push.
-	r := &refresh{inv: f.inv, start: time.Now(), finished: time.Now(),
-		done:  []collected{{name: collDomains, set: func(s *snapshot) { s.domains = old }}},
-		fails: []failure{failNone}}
-	r.store()
-	if d, _ := domainOf(f.inv, vm); d.VerboseName != "pushed-name" {
-		t.Errorf("after the refresh the VM is named %q: the older listing undid the push", d.VerboseName)
-	}
-	if f.inv.listing || len(f.inv.replay) != 0 {
-		t.Error("the replay was not cleared")
-	}
+// badFramesController is a controller's /ws/ that sends frames on its first socket, then one
+// frame over veil.MaxPushFrame once sendBig is closed; later sockets stay open and silent.
+// conns counts the sockets opened.
+func badFramesController(frames []string, sendBig <-chan struct{}, conns *atomic.Int32) *http.ServeMux {
+	big := `{"msg_type":"data","resource":"/domains/","event":"UPDATED","id":"big","object":{"id":"big","description":"` + strings.Repeat("x", veil.MaxPushFrame) + `"}}`
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		go func() { // the subscriptions, and the pongs to the client's pings
+			for {
+				if _, _, err := c.Read(r.Context()); err != nil {
+					return
+				}
+			}
+		}()
+		if conns.Add(1) > 1 {
+			<-r.Context().Done() // later sockets stay open and silent
+			return
+		}
+		for _, fr := range frames {
+			if c.Write(r.Context(), websocket.MessageText, []byte(fr)) != nil {
+				return
+			}
+		}
+		select {
+		case <-sendBig:
+			c.Write(r.Context(), websocket.MessageText, []byte(big))
+		case <-r.Context().Done():
+		}
+		<-r.Context().Done()
+	})
+	return mux
 }
 
 // settled says the feed is in push mode and the refresh that follows its connect has finished:
 // from then on only frames change the pushed collections.
-func settled(f *fixture, feed *PushFeed) bool {
+func settled(f *fixture, feed *inventory.PushFeed) bool {
 	st := feed.Status()
-	return st.Mode == PushModePush && f.inv.Status().LastAttempt.After(st.Since)
+	return st.Mode == inventory.PushModePush && f.inv.Status().LastAttempt.After(st.Since)
 }
 
 // toggle powers a VM on if it is off and off otherwise: a change whatever its state.
@@ -386,37 +362,6 @@ func countRequests(sim *veiltest.Server, path string) int {
 	return n
 }
 
-// TestASilentSocketIsReplaced: a controller that accepts the socket and then neither sends nor
-// answers pings (a half-open connection) is found out by the ping and connected to again, each
-// connect followed by a full listing.
-func TestASilentSocketIsReplaced(t *testing.T) {
-	was := pushPing
-	t.Cleanup(func() { pushPing = was }) // after the feed has stopped (cleanups run last first)
-	pushPing = 200 * time.Millisecond
-	sim := veiltest.New(veiltest.Options{Seed: 12, VMs: 2, NoPush: true})
-	t.Cleanup(sim.Close)
-	var conns atomic.Int32
-	mux := http.NewServeMux()
-	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		conns.Add(1)
-		<-r.Context().Done() // never reads: pings stay unanswered
-	})
-	f := withPushChannel(t, sim, mux)
-	logs := f.logs
-	feed := runFeed(t, f)
-	tu.Eventually(t, 20*time.Second, func() bool {
-		return conns.Load() >= 2 && testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")) >= 2
-	}, "the silent socket replaced")
-	if !strings.Contains(logs.String(), "push channel lost") {
-		t.Errorf("the lost socket was not logged:\n%s", logs.String())
-	}
-}
-
 // withPushChannel is an inventory of a controller whose /ws/ is mux's and whose REST API is
 // the simulator's.
 func withPushChannel(t *testing.T, sim *veiltest.Server, mux *http.ServeMux) *fixture {
@@ -430,86 +375,11 @@ func withPushChannel(t *testing.T, sim *veiltest.Server, mux *http.ServeMux) *fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := NewInventory("test", client, pushCollect(), log.NewLogfmtLogger(logs), nil)
+	store, err := inventory.NewStore("test", client, pushCollect(), log.NewLogfmtLogger(logs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{sim: sim, inv: inv, logs: logs, api: api}
-}
-
-// recorder is an Observer that keeps what it was told, in order.
-type recorder struct {
-	mu  sync.Mutex
-	log []string // "listed <class> <id>=<name>,..." or "pushed <class> <id>=<name>"
-}
-
-func name(raw json.RawMessage) string {
-	var o struct {
-		Name string `json:"verbose_name"`
-	}
-	json.Unmarshal(raw, &o)
-	return o.Name
-}
-
-func (r *recorder) Listed(class string, objs []RawObject) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var parts []string
-	for _, o := range objs {
-		parts = append(parts, o.ID+"="+name(o.JSON))
-	}
-	sort.Strings(parts)
-	r.log = append(r.log, "listed "+class+" "+strings.Join(parts, ","))
-}
-
-func (r *recorder) Pushed(class string, o RawObject, deleted bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.log = append(r.log, fmt.Sprintf("pushed %s %s=%s deleted=%v", class, o.ID, name(o.JSON), deleted))
-}
-
-// TestTheObserverNeverSeesAnOlderState: a frame applied while a listing runs reaches the
-// observer at once, and the listing it gets afterwards has the frame folded in (a VM renamed by
-// the push keeps its new name; one deleted by the push is not listed), so an observer never
-// sees an object go back to what an older page said.
-func TestTheObserverNeverSeesAnOlderState(t *testing.T) {
-	f := newFixture(t, veiltest.Options{Seed: 13, VMs: 3}, pushCollect(), veil.Config{})
-	rec := &recorder{}
-	f.inv.SetObserver(rec)
-	f.mustRefresh(t)
-	ids := f.sim.DomainIDs()
-	f.inv.mu.Lock()
-	f.inv.listing = true // a refresh is listing
-	f.inv.mu.Unlock()
-	obj, _ := json.Marshal(map[string]any{"id": ids[0], "verbose_name": "pushed-name", "status": "ACTIVE"})
-	f.inv.Apply([]veil.PushFrame{
-		{Resource: "/domains/", Event: veil.PushUpdated, ID: ids[0], Object: obj},
-		{Resource: "/domains/", Event: veil.PushDeleted, ID: ids[1]},
-	})
-	// The refresh stores what it listed before the frames.
-	old := make([]RawObject, 0, len(ids))
-	for _, id := range ids {
-		o, _ := json.Marshal(map[string]any{"id": id, "verbose_name": "listed-" + id[:4]})
-		old = append(old, RawObject{ID: id, JSON: o})
-	}
-	r := &refresh{inv: f.inv, start: time.Now(), finished: time.Now(),
-		done: []collected{{name: collDomains, set: func(s *snapshot) {
-			f.inv.observeListed(ClassDomain, old)
-		}}},
-		fails: []failure{failNone}}
-	rec.mu.Lock()
-	rec.log = nil
-	rec.mu.Unlock()
-	r.store()
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.log) != 1 {
-		t.Fatalf("the observer was told %d things after the listing, want the listing: %q", len(rec.log), rec.log)
-	}
-	got := rec.log[0]
-	if !strings.Contains(got, ids[0]+"=pushed-name") || strings.Contains(got, ids[1]+"=") || !strings.Contains(got, ids[2]+"=listed-") {
-		t.Errorf("the listing told: %s\nwant %s renamed by the push, %s gone, %s as listed", got, ids[0], ids[1], ids[2])
-	}
+	return &fixture{sim: sim, client: client, inv: testInventory{store, NewInventory(store, nil)}, logs: logs, api: api}
 }
 
 // TestDeviceFamiliesAreKeptWhileNothingTheyShowChanged: a pushed power change re-renders the
@@ -519,7 +389,7 @@ func TestDeviceFamiliesAreKeptWhileNothingTheyShowChanged(t *testing.T) {
 	f := newFixture(t, veiltest.Options{Seed: 14, VMs: 4}, pushCollect(), veil.Config{})
 	f.mustRefresh(t)
 	family := func(name string) *exposition.Family {
-		for _, fam := range f.inv.Rendered().Families {
+		for _, fam := range f.rendered(t).Families {
 			if fam.Name == name {
 				return fam
 			}

@@ -1,248 +1,27 @@
 package collector
 
+// The task families: veil_tasks_finished_total and veil_task_duration_seconds, counted from
+// the tasks the store sees finishing (inventory.TaskObserver).
+
 import (
-	"context"
-	"fmt"
-	"math"
-	"net/url"
-	"slices"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/inventory"
 )
-
-const (
-	// maxTaskKinds bounds the kind label of the task families; further kinds become "other".
-	maxTaskKinds = 100
-	// maxTaskPages bounds one scan of the task journal (100 tasks a page): a task that runs for
-	// longer than this many newer tasks take to appear is given up.
-	maxTaskPages = 50
-	// maxLookbackPages bounds the first scan, which reads collect.backup_lookback back for the
-	// last backups: 10,000 tasks, even if the controller ignores the ordering.
-	maxLookbackPages = 100
-	// maxPendingTasks bounds the finished tasks kept for a refresh that failed after its scan.
-	maxPendingTasks = 10000
-	taskPageSize    = 100
-	otherKind       = "other"
-)
-
-// taskStatuses are the statuses counted in veil_tasks; a fixed list keeps the label bounded.
-var taskStatuses = []string{veil.TaskInProgress, veil.TaskSuccess, veil.TaskFailed, veil.TaskCanceled, veil.TaskLost, veil.TaskPartial}
 
 // taskDurationBuckets cover platform operations from a snapshot (seconds) to a backup (hours).
 var taskDurationBuckets = []float64{0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
 
-// taskTracker counts tasks seen finishing. It scans the journal newest first down to a
-// watermark on `created`: the creation time of the oldest task still running at the last
-// scan, or else of the newest task. Ids counted at or after the watermark are remembered, so
-// no task is counted twice, and a task that was running when seen is counted when it ends.
-type taskTracker struct {
-	maxKinds int
-	lookback time.Duration // how far back the first scan reads; 0: one page
+// taskMetrics counts the tasks seen finishing, by kind and status, and their durations by kind.
+type taskMetrics struct {
+	finishedDesc *prometheus.Desc
+	durations    *prometheus.HistogramVec // by kind
 
-	mu        sync.Mutex
-	primed    bool // the first scan only marks history as seen
-	watermark time.Time
-	counted   map[string]time.Time // id -> created, for tasks at or after the watermark
-	pending   []pendingTask        // seen finished, not yet handed to a successful refresh
-	kinds     map[string]bool
-	templates []kindTemplate               // kinds with placeholders, the most fixed text first
-	finished  map[[2]string]*finishedCount // {kind, status}
-	durations *prometheus.HistogramVec     // by kind
-}
-
-// pendingTask is a task seen finished for the first time; history marks the first scan's,
-// which finished before the exporter started and are not counted.
-type pendingTask struct {
-	veil.Task
-	history bool
-}
-
-// newTaskTracker counts finished tasks, their durations in durations (by kind).
-func newTaskTracker(maxKinds int, lookback time.Duration, durations *prometheus.HistogramVec) *taskTracker {
-	return &taskTracker{
-		maxKinds:  maxKinds,
-		lookback:  lookback,
-		counted:   map[string]time.Time{},
-		kinds:     map[string]bool{},
-		finished:  map[[2]string]*finishedCount{},
-		durations: durations,
-	}
-}
-
-// taskRead is one refresh of the task collection.
-type taskRead struct {
-	counts map[string]float64 // by status
-	fresh  []pendingTask      // tasks seen finished for the first time
-}
-
-// refresh counts tasks per status and scans for newly finished tasks.
-func (t *taskTracker) refresh(ctx context.Context, c *veil.Client) (taskRead, error) {
-	type res struct {
-		status string
-		count  int
-		err    error
-	}
-	ch := make(chan res, len(taskStatuses))
-	for _, s := range taskStatuses {
-		go func() {
-			p, err := veil.ListPage[veil.Task](ctx, c, "/api/tasks/", 0, 1, url.Values{"status": {s}})
-			ch <- res{s, p.Count, err}
-		}()
-	}
-	scanErr := t.scan(ctx, c)
-	counts := make(map[string]float64, len(taskStatuses))
-	var firstErr error
-	for range taskStatuses {
-		r := <-ch
-		if r.err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("couldn't count %s tasks: %w", r.status, r.err)
-		}
-		counts[r.status] = float64(r.count)
-	}
-	if scanErr != nil {
-		return taskRead{}, scanErr
-	}
-	if firstErr != nil {
-		return taskRead{}, firstErr
-	}
-	t.mu.Lock()
-	fresh := t.pending
-	t.pending = nil
-	t.mu.Unlock()
-	return taskRead{counts: counts, fresh: fresh}, nil
-}
-
-// scan reads the journal newest first down to the watermark and keeps the tasks seen
-// finished for the first time in t.pending, until a refresh succeeds. On an error nothing is
-// kept and the watermark stays, so the next scan sees the same tasks. The first scan reads
-// back t.lookback (bounded) so that the last backups before the start are known; its tasks
-// are history, not counted.
-func (t *taskTracker) scan(ctx context.Context, c *veil.Client) error {
-	t.mu.Lock()
-	primed, watermark := t.primed, t.watermark
-	t.mu.Unlock()
-
-	pages := maxTaskPages
-	var cutoff time.Time // the first scan stops at a page older than this
-	if !primed {
-		pages = 1
-		if t.lookback > 0 {
-			pages, cutoff = maxLookbackPages, time.Now().Add(-t.lookback)
-		}
-	}
-	q := url.Values{"ordering": {"-created"}}
-	var seen []veil.Task
-	reached := false
-	for p := 0; p < pages && !reached; p++ {
-		page, err := veil.ListPage[veil.Task](ctx, c, "/api/tasks/", p*taskPageSize, taskPageSize, q)
-		if err != nil {
-			return fmt.Errorf("couldn't read tasks: %w", err)
-		}
-		var oldest time.Time
-		for _, task := range page.Results {
-			if !watermark.IsZero() && task.Created.Before(watermark) {
-				reached = true
-				break
-			}
-			if oldest.IsZero() || task.Created.Before(oldest) {
-				oldest = task.Created.Time
-			}
-			seen = append(seen, task)
-		}
-		if !cutoff.IsZero() && oldest.Before(cutoff) {
-			break
-		}
-		if len(page.Results) == 0 || (p+1)*taskPageSize >= page.Count {
-			break
-		}
-	}
-
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var oldestRunning, newest time.Time
-	for i := range seen {
-		task := &seen[i]
-		if task.Created.After(newest) {
-			newest = task.Created.Time
-		}
-		if !task.Final() {
-			if oldestRunning.IsZero() || task.Created.Before(oldestRunning) {
-				oldestRunning = task.Created.Time
-			}
-			continue
-		}
-		if _, ok := t.counted[task.ID]; ok {
-			continue
-		}
-		t.counted[task.ID] = task.Created.Time
-		if len(t.pending) < maxPendingTasks {
-			t.pending = append(t.pending, pendingTask{*task, !primed})
-		}
-	}
-	switch {
-	case !oldestRunning.IsZero():
-		t.watermark = oldestRunning
-	case !newest.IsZero():
-		t.watermark = newest
-	}
-	for id, created := range t.counted {
-		if created.Before(t.watermark) {
-			delete(t.counted, id)
-		}
-	}
-	t.primed = true
-	return nil
-}
-
-// record counts tasks seen finishing under their kind (history excepted); names gives the
-// inventory's names.
-func (t *taskTracker) record(tasks []pendingTask, names func(id string) (string, bool)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i := range tasks {
-		if !tasks[i].history {
-			t.count(&tasks[i].Task, names)
-		}
-	}
-}
-
-// count records one finished task; t.mu is held.
-func (t *taskTracker) count(task *veil.Task, names func(id string) (string, bool)) {
-	name, ok := taskKind(task.Name, parseEntities(task.Entities), names, t.templates)
-	switch {
-	case !ok:
-		name = otherKind
-	case !t.kinds[name] && len(t.kinds) >= t.maxKinds:
-		name = otherKind
-	case !t.kinds[name]:
-		t.kinds[name] = true
-		if tmpl, ok := newKindTemplate(name); ok {
-			// Most fixed text first: the most specific template wins.
-			i := sort.Search(len(t.templates), func(i int) bool { return t.templates[i].fixed < tmpl.fixed })
-			t.templates = slices.Insert(t.templates, i, tmpl)
-		}
-	}
-	k := [2]string{name, task.Status}
-	fc := t.finished[k]
-	if fc == nil {
-		// Counted from here on: the counter's start, which protobuf scrapes carry.
-		fc = &finishedCount{name: name, status: task.Status, created: time.Now()}
-		t.finished[k] = fc
-	}
-	fc.n++
-	secs := float64(task.Executed)
-	if secs <= 0 && !task.FinishedTime.IsZero() {
-		secs = task.FinishedTime.Sub(task.Created.Time).Seconds()
-	}
-	if secs < 0 || math.IsNaN(secs) {
-		secs = 0 // the platform's clocks disagreed: not a negative duration
-	}
-	t.durations.WithLabelValues(name).Observe(secs)
+	mu       sync.Mutex
+	finished map[[2]string]*finishedCount // {kind, status}
 }
 
 type finishedCount struct {
@@ -251,8 +30,48 @@ type finishedCount struct {
 	created      time.Time
 }
 
+func newTaskMetrics(controller string) *taskMetrics {
+	cl := prometheus.Labels{"controller": controller}
+	return &taskMetrics{
+		finishedDesc: prometheus.NewDesc("veil_tasks_finished_total",
+			"Tasks seen finishing since the exporter started, by kind (the task name with each object's name replaced by its class, e.g. 'Starting the virtual machine {domain}.'; at most 100 kinds, then other) and final status; counted at each inventory refresh, every collect.interval.",
+			[]string{"kind", "status"}, cl),
+		durations: taskDurations(controller),
+		finished:  map[[2]string]*finishedCount{},
+	}
+}
+
+// taskDurations is veil_task_duration_seconds of one controller: classic and native buckets
+// (coarsened past nativeMaxBuckets, never reset: it counts since the exporter started).
+func taskDurations(controller string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:        "veil_task_duration_seconds",
+		Help:        "Execution time of tasks seen finishing since the exporter started, by kind (as in veil_tasks_finished_total); counted at each inventory refresh, every collect.interval.",
+		ConstLabels: prometheus.Labels{"controller": controller},
+		Buckets:     taskDurationBuckets,
+		// Native buckets beside the classic ones: a protobuf scrape gets both.
+		NativeHistogramBucketFactor:    nativeBucketFactor,
+		NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+	}, []string{"kind"})
+}
+
+// observe counts one task seen finishing (an inventory.TaskObserver).
+func (t *taskMetrics) observe(f inventory.FinishedTask) {
+	t.mu.Lock()
+	k := [2]string{f.Kind, f.Status}
+	fc := t.finished[k]
+	if fc == nil {
+		// Counted from here on: the counter's start, which protobuf scrapes carry.
+		fc = &finishedCount{name: f.Kind, status: f.Status, created: time.Now()}
+		t.finished[k] = fc
+	}
+	fc.n++
+	t.mu.Unlock()
+	t.durations.WithLabelValues(f.Kind).Observe(f.Seconds)
+}
+
 // values copies the counters for a scrape.
-func (t *taskTracker) values() []finishedCount {
+func (t *taskMetrics) values() []finishedCount {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fc := make([]finishedCount, 0, len(t.finished))
@@ -260,4 +79,16 @@ func (t *taskTracker) values() []finishedCount {
 		fc = append(fc, *f)
 	}
 	return fc
+}
+
+func (t *taskMetrics) describe(ch chan<- *prometheus.Desc) {
+	ch <- t.finishedDesc
+	t.durations.Describe(ch)
+}
+
+func (t *taskMetrics) collect(ch chan<- prometheus.Metric) {
+	for _, f := range t.values() {
+		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(t.finishedDesc, prometheus.CounterValue, f.n, f.created, f.name, f.status)
+	}
+	t.durations.Collect(ch)
 }

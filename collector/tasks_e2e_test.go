@@ -70,7 +70,7 @@ func TestTaskLabelsNameNoVMEndToEnd(t *testing.T) {
 	}
 
 	// A restart: the journal gives the same last backups.
-	restarted, err := NewInventory("test", c, cc, log.NewNopLogger(), nil)
+	restarted, err := newTestInventory(c, cc, log.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

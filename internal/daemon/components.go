@@ -20,9 +20,11 @@ import (
 	"github.com/veil-exporter/veil-exporter/changefeed"
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/internal/web"
+	"github.com/veil-exporter/veil-exporter/inventory"
 )
 
 // component is what every kind of work of a controller does.
@@ -47,7 +49,7 @@ type (
 	// viewer fills its part of the controller's status page.
 	viewer interface{ view(c *web.Controller) }
 	// problemSource lists what is wrong, by name, for the status page.
-	problemSource interface{ Problems() []collector.Problem }
+	problemSource interface{ Problems() []inventory.Problem }
 	// liveness says why /-/healthy fails for it at now ("" while it does not).
 	liveness interface{ unhealthy(now time.Time) string }
 	// readiness says why /-/ready fails for it ("" while it does not).
@@ -61,19 +63,25 @@ type (
 // stuck: no refresh started for stuck (four intervals plus a request timeout: a refresh is
 // abandoned after three intervals, and the next starts at once), counted from its own start.
 type inventoryPart struct {
-	*collector.Inventory
+	*inventory.Store
+	metrics *collector.Inventory // its metric view
 	stuck   time.Duration
 	started atomic.Int64 // Unix nanoseconds run began; 0 before
 }
 
+// run runs the store and its metric view, which renders each snapshot the store keeps.
 func (p *inventoryPart) run(ctx context.Context, _ log.Logger) {
 	p.started.Store(time.Now().UnixNano())
-	p.Run(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.metrics.Run(ctx) }()
+	p.Store.Run(ctx)
+	<-done
 }
-func (p *inventoryPart) collectLive(ch chan<- prometheus.Metric)     { p.CollectLive(ch) }
-func (p *inventoryPart) rendered() *exposition.Set                   { return p.Rendered() }
-func (p *inventoryPart) collectRendered(ch chan<- prometheus.Metric) { p.CollectRendered(ch) }
+func (p *inventoryPart) collectLive(ch chan<- prometheus.Metric)     { p.metrics.CollectLive(ch) }
+func (p *inventoryPart) rendered() *exposition.Set                   { return p.metrics.Rendered() }
+func (p *inventoryPart) collectRendered(ch chan<- prometheus.Metric) { p.metrics.CollectRendered(ch) }
 func (p *inventoryPart) view(c *web.Controller)                      { c.Inventory = p.Status() }
+func (p *inventoryPart) Problems() []inventory.Problem               { return p.Snapshot().Problems(time.Now()) }
 
 func (p *inventoryPart) unhealthy(now time.Time) string {
 	st := p.Status()
@@ -87,14 +95,14 @@ func (p *inventoryPart) unhealthy(now time.Time) string {
 }
 
 func (p *inventoryPart) notReady() string {
-	if !p.Ready() {
+	if !p.metrics.Ready() {
 		return "first inventory refresh not done"
 	}
 	return ""
 }
 
 // guestPart is the guest checker as a component.
-type guestPart struct{ *collector.GuestChecker }
+type guestPart struct{ *guest.Checker }
 
 func (p guestPart) run(ctx context.Context, _ log.Logger)       { p.Run(ctx) }
 func (p guestPart) collectLive(ch chan<- prometheus.Metric)     { p.CollectLive(ch) }
@@ -104,7 +112,7 @@ func (p guestPart) view(c *web.Controller)                      { st := p.Status
 
 // pushPart is the inventory's push channel as a component; its part of the page says what the
 // channel is (its mode, connected since when).
-type pushPart struct{ *collector.PushFeed }
+type pushPart struct{ *inventory.PushFeed }
 
 func (p pushPart) run(ctx context.Context, _ log.Logger)   { p.Run(ctx) }
 func (p pushPart) collectLive(ch chan<- prometheus.Metric) { p.Collect(ch) }

@@ -18,7 +18,9 @@ import (
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/ha"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -139,19 +141,19 @@ func (d *Daemon) buildController(s settings, conn *natsLink) (*controller, error
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	inv, err := collector.NewInventory(cc.Name, client, s.Collect, log.With(d.base, "component", "inventory"), d.renderer)
+	inv, err := inventory.NewStore(cc.Name, client, s.Collect, log.With(d.base, "component", "inventory"))
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
 	ct := &controller{cfg: cc, settings: s}
-	ct.parts.add(&inventoryPart{Inventory: inv, stuck: 4*s.Collect.Interval + cc.Timeout})
+	ct.parts.add(&inventoryPart{Store: inv, metrics: collector.NewInventory(inv, d.renderer), stuck: 4*s.Collect.Interval + cc.Timeout})
 	var fence func() bool
 	if s.Fenced {
 		// Nothing is published or written once another replica may run the controller.
 		fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
 	}
 	if s.Collect.Push {
-		feed := collector.NewPushFeed(cc.Name, client, inv, s.Collect.ResyncInterval, log.With(d.base, "component", "push"))
+		feed := inventory.NewPushFeed(cc.Name, client, inv, s.Collect.ResyncInterval, log.With(d.base, "component", "push"))
 		ct.parts.add(pushPart{feed})
 	}
 	if conn != nil && s.InventoryOnNATS {
@@ -166,7 +168,7 @@ func (d *Daemon) buildController(s settings, conn *natsLink) (*controller, error
 		ct.parts.add(kvPart{w})
 	}
 	if s.Guest.Enabled {
-		g := collector.NewGuestChecker(cc.Name, client, s.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
+		g := guest.NewChecker(cc.Name, client, s.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
 		ct.parts.add(guestPart{g})
 	}
 	if s.Events.Enabled {

@@ -35,9 +35,15 @@ type Builder struct {
 	// free are text and offset buffers of flushed families, for the next.
 	free     [][]byte
 	freeOffs [][]uint32
-	waited   time.Duration // see Waited
+	waited   time.Duration // paused for scrapes, in all (yield)
 	gate     *gate         // of the Renderer whose scrapes renders yield to; nil: none
+	// prev is the Set this build replaces: a family whose bytes did not change keeps its
+	// compressed form, and Keep takes a family from it. The Cache sets it before each emit.
+	prev *Set
 }
+
+// since makes prev the Set this build replaces (nil: compress every family afresh).
+func (b *Builder) since(prev *Set) { b.prev = prev }
 
 // yieldEvery is how many series a render adds between yields (yield.go): rendering is
 // background work, a scrape is someone waiting.
@@ -157,8 +163,9 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 
 // Flush compresses the families added so far and releases their text: a collector that
 // emits one family after the other keeps the text of one at a time. A family flushed must not
-// be added to again before Finish. prev is the Set being replaced, as for Finish.
-func (b *Builder) Flush(prev *Set) {
+// be added to again before Finish.
+func (b *Builder) Flush() {
+	prev := b.prev
 	var old map[string]*Family
 	if prev != nil {
 		old = make(map[string]*Family, len(prev.Families))
@@ -207,19 +214,22 @@ func (b *Builder) Flush(prev *Set) {
 	}
 }
 
-// Keep adds prev's family of d as it is, for a collector that knows the family's series have
-// not changed since prev was built (nothing to format, hash or compress); a family prev lacks
-// had no series then and has none now. The family must not be added to in this build.
-func (b *Builder) Keep(prev *Set, d *Desc) {
-	if prev == nil {
-		return
+// Keep adds the previous Set's family of d as it is, for a collector that knows the family's
+// series have not changed since that Set was built (nothing to format, hash or compress); a
+// family the previous Set lacks had no series then and has none now. It reports false without
+// a previous Set: the family must then be emitted. A kept family must not be added to in this
+// build.
+func (b *Builder) Keep(d *Desc) bool {
+	if b.prev == nil {
+		return false
 	}
-	for _, f := range prev.Families {
+	for _, f := range b.prev.Families {
 		if f.Name == d.name {
 			b.done = append(b.done, f)
-			return
+			break
 		}
 	}
+	return true
 }
 
 // countWriter counts what it passes on.
@@ -234,9 +244,10 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // Finish returns the Set of what was added since the last Finish. A family whose bytes equal
-// those of the same family in prev keeps prev's compressed form.
-func (b *Builder) Finish(prev *Set) *Set {
-	b.Flush(prev)
+// those of the same family in the previous Set keeps its compressed form.
+func (b *Builder) Finish() *Set {
+	b.Flush()
+	b.prev = nil
 	set := &Set{Families: b.done}
 	for i := range b.free {
 		if cap(b.free[i]) <= maxPooled {

@@ -1,8 +1,7 @@
 package exposition
 
-// Cache: one collector's rendered Set, rendered again when the collector says its data
-// changed, by the collector's own goroutine (Run) or at once when none runs; and Renderer,
-// what every Cache and Handler of one process share.
+// Cache: one collector's rendered Set, rendered again by Run when the collector says its data
+// changed; and Renderer, what every Cache and Handler of one process share.
 
 import (
 	"context"
@@ -30,64 +29,61 @@ type Pace struct {
 	Share int
 }
 
-// Cache holds the Set of one collector. Emit adds every series of the collector's state now
-// to b (prev is the Set being replaced, for Builder.Flush); it runs under the Cache's lock,
-// one render at a time.
+// Cache holds the Set of one collector and renders it again after a change. It owns the
+// render state: the Set being replaced and the generation (how many changes were said), so a
+// collector only says that its state changed (Invalidate) and how to emit it (emit, under the
+// Cache's lock, one render at a time, the previous Set held by the Builder).
+//
+// NewCache renders once; after that only Run renders, paced: a change said while Run is busy
+// or pausing is in the next render, and Invalidate never renders itself, so a caller may hold
+// locks that emit takes.
 type Cache struct {
-	r       *Renderer
-	emit    func(b *Builder, prev *Set)
-	pace    Pace
-	after   func()
-	mu      sync.Mutex // b
-	b       Builder
-	set     atomic.Pointer[Set]
-	stale   chan struct{}
-	running atomic.Bool // Run takes the renders
+	r     *Renderer
+	emit  func(Sink)
+	pace  Pace
+	after func()
+	mu    sync.Mutex // b
+	b     Builder
+	set   atomic.Pointer[Set]
+	stale chan struct{}
+	gen   atomic.Uint64 // changes said so far
+	done  atomic.Uint64 // the generation of the last render's start
 }
 
 // NewCache returns a Cache with its first render done. after, if not nil, runs after each
 // render has replaced the Set.
-func NewCache(r *Renderer, pace Pace, emit func(b *Builder, prev *Set), after func()) *Cache {
+func NewCache(r *Renderer, pace Pace, emit func(Sink), after func()) *Cache {
 	c := &Cache{r: r, emit: emit, pace: pace, after: after, stale: make(chan struct{}, 1)}
 	if r != nil {
 		c.b.gate = &r.scrapes
 	}
-	c.Render()
+	c.render()
 	return c
 }
 
 // Set is the Set of the last render.
 func (c *Cache) Set() *Set { return c.set.Load() }
 
-// Changed says the collector's state changed: Run renders it (paced), or, while Run is not
-// running, Changed renders it now.
-func (c *Cache) Changed() {
-	if !c.running.Load() {
-		c.Render()
-		return
-	}
-	c.Stale()
-}
-
-// Stale says the collector's state changed, for Run to render; it never renders itself, so a
-// caller may hold locks that emit takes.
-func (c *Cache) Stale() {
+// Invalidate says the collector's state changed: Run renders it.
+func (c *Cache) Invalidate() {
+	c.gen.Add(1)
 	select {
 	case c.stale <- struct{}{}:
 	default: // one is pending: it will read the newest state
 	}
 }
 
-// Render replaces the Set with the series of the collector's state now, and says what it
+// render replaces the Set with the series of the collector's state now, and says what it
 // cost: its time, less the pauses it made for scrapes.
-func (c *Cache) Render() (cost time.Duration) {
+func (c *Cache) render() (cost time.Duration) {
 	start := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.done.Store(c.gen.Load())
 	waited := c.b.waited
-	prev := c.set.Load()
-	c.emit(&c.b, prev)
-	set := c.b.Finish(prev)
+	c.b.since(c.set.Load())
+	c.emit(c.b.Sink())
+	set := c.b.Finish()
 	if c.r != nil {
 		set.prepare(c.r.demand.wanted(time.Now()), &c.b)
 	}
@@ -98,20 +94,9 @@ func (c *Cache) Render() (cost time.Duration) {
 	return time.Since(start) - (c.b.waited - waited)
 }
 
-// RenderFresh renders as Render does, without the previous Set: every family is compressed
-// again (for benchmarks of a render's whole cost).
-func (c *Cache) RenderFresh() time.Duration {
-	c.mu.Lock()
-	c.set.Store(nil)
-	c.mu.Unlock()
-	return c.Render()
-}
-
 // Run renders after each change until ctx is done, paced by the Cache's Pace: a change that
 // lands during the pause is in the next render.
 func (c *Cache) Run(ctx context.Context) {
-	c.running.Store(true)
-	defer c.running.Store(false)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -120,7 +105,10 @@ func (c *Cache) Run(ctx context.Context) {
 			return
 		case <-c.stale:
 		}
-		cost := c.Render()
+		if c.done.Load() == c.gen.Load() {
+			continue // rendered already by a render that started after the change
+		}
+		cost := c.render()
 		if c.pace == (Pace{}) {
 			continue
 		}

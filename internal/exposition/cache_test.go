@@ -11,12 +11,12 @@ import (
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
 
-// TestCacheRendersEachChange: without Run, Changed renders at once; with Run, Changed and
-// Stale are rendered by Run's goroutine, and the last change is always in the Set.
+// TestCacheRendersEachChange: NewCache renders once; Invalidate never renders itself; Run
+// renders after it, and the last change is always in the Set.
 func TestCacheRendersEachChange(t *testing.T) {
 	d := NewDesc("state", "State.", prometheus.GaugeValue, nil, nil)
 	var state, after atomic.Int64
-	c := NewCache(nil, Pace{}, func(b *Builder, prev *Set) { b.Add(d, float64(state.Load())) }, func() { after.Add(1) })
+	c := NewCache(nil, Pace{}, func(s Sink) { s.Add(d, float64(state.Load())) }, func() { after.Add(1) })
 	value := func() string {
 		text, err := Families([]*Set{c.Set()})
 		if err != nil {
@@ -28,23 +28,54 @@ func TestCacheRendersEachChange(t *testing.T) {
 		t.Fatalf("first render: %d renders, %q", after.Load(), value())
 	}
 	state.Store(1)
-	c.Changed()
-	if value() != "# HELP state State.\n# TYPE state gauge\nstate 1\n" {
-		t.Fatalf("Changed without Run did not render: %q", value())
+	c.Invalidate()
+	if after.Load() != 1 || value() != "# HELP state State.\n# TYPE state gauge\nstate 0\n" {
+		t.Fatalf("Invalidate rendered by itself: %d renders, %q", after.Load(), value())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
-	testutil.Eventually(t, 5*time.Second, func() bool { return c.running.Load() }, "Run runs")
 	for i := 2; i < 50; i++ {
 		state.Store(int64(i))
-		if i%2 == 0 {
-			c.Changed()
-		} else {
-			c.Stale()
-		}
+		c.Invalidate()
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool { return value() == "# HELP state State.\n# TYPE state gauge\nstate 49\n" }, "the last change rendered")
 	cancel()
 	<-done
+	if n := after.Load(); n > 50 {
+		t.Errorf("%d renders for 49 changes", n)
+	}
+}
+
+// TestLiveSinkSendsWhatBuilderRenders: the same emit through Live and through a Builder gives
+// the same series; Keep is false on the live path and without a previous Set.
+func TestLiveSinkSendsWhatBuilderRenders(t *testing.T) {
+	d := NewDesc("x_total", "X.", prometheus.CounterValue, []string{"k"}, nil)
+	emit := func(s Sink) {
+		if s.Keep(d) {
+			t.Fatal("Keep true without a previous render")
+		}
+		s.Add(d, 2, "b")
+		s.Add(d, 1, "a")
+		s.Add(d, 3, "\xff") // not UTF-8: dropped on both paths
+		s.Flush()
+	}
+	ch := make(chan prometheus.Metric, 4)
+	emit(Live(ch))
+	close(ch)
+	n := 0
+	for range ch {
+		n++
+	}
+	if n != 2 {
+		t.Errorf("live: %d series, want 2", n)
+	}
+	c := NewCache(nil, Pace{}, emit, nil)
+	text, err := Families([]*Set{c.Set()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "# HELP x_total X.\n# TYPE x_total counter\nx_total{k=\"a\"} 1\nx_total{k=\"b\"} 2\n"; string(text) != want {
+		t.Errorf("rendered %q, want %q", text, want)
+	}
 }

@@ -3,6 +3,7 @@
 //
 // It owns the rendered form (Desc, Builder, Set, Cache), its compression, its other formats
 // and the /metrics handler's paths for all three; it imports only client_golang, client_model,
-// prometheus/common, protobuf and klauspost/compress. Collectors build a Set when their data
-// changes; a scrape copies bytes.
+// prometheus/common, protobuf and klauspost/compress. A collector writes one emit function
+// against a Sink, which a Builder renders (Cache: Invalidate after a change, Run renders) and
+// Live sends as const metrics for client_golang; a scrape copies the rendered bytes.
 package exposition

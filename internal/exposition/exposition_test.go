@@ -53,7 +53,7 @@ func (r *renderable) render(b *Builder, prev *Set) *Set {
 	for _, x := range r.rows {
 		b.Add(x.d, x.v, x.labels...)
 	}
-	return b.Finish(prev)
+	return b.finishSince(prev)
 }
 
 var nasty = []string{"", "a", "ab", "a b", "a!", "a\"b", `a\b`, "a\nb", "Ä", "日本", "z", " ", "!", "\"", `\`, "\t", "web 2", "web", "web-1", "\xff\xfe", "\x00", "a\x00", "a\x00b", "a\x01"}
@@ -270,12 +270,13 @@ func TestFinishKeepsUnchangedFamilies(t *testing.T) {
 	var bl Builder
 	bl.Add(a, 1, "x")
 	bl.Add(b, 1, "x")
-	first := bl.Finish(nil)
+	first := bl.Finish()
+	bl.since(first)
 	bl.Add(a, 1, "x")
-	bl.Flush(first) // a compressed (kept from first), its text released
+	bl.Flush() // a compressed (kept from first), its text released
 	bl.Add(b, 2, "x")
 	bl.Add(b, 3, "x") // the same label set again: dropped
-	second := bl.Finish(first)
+	second := bl.Finish()
 	if len(second.Families) != 2 || second.Families[0] != first.Families[0] {
 		t.Fatalf("family a was compressed again: %v", second.Families)
 	}
@@ -289,7 +290,7 @@ func TestFinishKeepsUnchangedFamilies(t *testing.T) {
 	if want := "# HELP a A.\n# TYPE a gauge\na{id=\"x\"} 1\n# HELP b B.\n# TYPE b gauge\nb{id=\"x\"} 2\n"; string(text) != want {
 		t.Errorf("text\n%s\nwant\n%s", text, want)
 	}
-	if third := bl.Finish(second); len(third.Families) != 0 {
+	if third := bl.finishSince(second); len(third.Families) != 0 {
 		t.Errorf("nothing added, yet %d families", len(third.Families))
 	}
 }
@@ -363,7 +364,7 @@ func TestLargeFamily(t *testing.T) {
 		if want.Len() < 2*yieldBytes {
 			t.Fatalf("the family has %d bytes: the test proves little", want.Len())
 		}
-		got, err := Families([]*Set{b.Finish(nil)})
+		got, err := Families([]*Set{b.Finish()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +383,7 @@ func TestLabelValuesAreBounded(t *testing.T) {
 	before := LabelValuesCut()
 	var b Builder
 	b.Add(d, 1, labels...)
-	out, err := Families([]*Set{b.Finish(nil)})
+	out, err := Families([]*Set{b.Finish()})
 	if err != nil {
 		t.Fatal(err)
 	}

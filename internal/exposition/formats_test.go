@@ -155,7 +155,7 @@ func TestDisableOpenMetrics(t *testing.T) {
 func TestUnwantedFormatsAreDropped(t *testing.T) {
 	rd := NewRenderer()
 	d := NewDesc("x_total", "X.", prometheus.CounterValue, []string{"k"}, nil)
-	c := NewCache(rd, Pace{}, func(b *Builder, prev *Set) { b.Add(d, 1, "a") }, nil)
+	c := NewCache(rd, Pace{}, func(s Sink) { s.Add(d, 1, "a") }, nil)
 	f := c.Set().Families[0]
 	if f.others[formProto].Load() != nil {
 		t.Fatal("protobuf made before anyone asked")

@@ -531,18 +531,3 @@ func (s *scrapeWriter) release() {
 	*s = scrapeWriter{bw: s.bw, pending: s.pending}
 	writerPool.Put(s)
 }
-
-// Families returns the text of every family in the Sets with its HELP and TYPE lines, as the
-// handler writes them without compression (for tests: the rendered text to compare).
-func Families(sets []*Set) ([]byte, error) {
-	var b bytes.Buffer
-	for _, g := range groups(sets) {
-		b.WriteString(g.fams[0].Header)
-		for _, f := range g.fams {
-			if err := f.plain(&b); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return b.Bytes(), nil
-}

@@ -23,14 +23,6 @@ type Set struct {
 	size, compressed int64
 }
 
-// Size is the length of the series lines, compressed the length of their deflate segments.
-func (s *Set) Size() (plain, compressed int64) {
-	if s == nil {
-		return 0, 0
-	}
-	return s.size, s.compressed
-}
-
 // Family is the rendered series of one family of one Set, without its HELP and TYPE lines.
 type Family struct {
 	Name   string

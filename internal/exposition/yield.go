@@ -59,14 +59,11 @@ func (g *gate) wait(max time.Duration) time.Duration {
 
 // yield is a render's pause point: it lets scrapes in flight finish (up to maxYield), then
 // gives up the processor so that a scrape waiting for one runs now, not at the next
-// preemption. The time waited is the Builder's (Waited).
+// preemption. The time waited is added to the Builder's waited, which the Cache takes out of a
+// render's cost.
 func (b *Builder) yield() {
 	if b.gate != nil {
 		b.waited += b.gate.wait(maxYield)
 	}
 	runtime.Gosched()
 }
-
-// Waited is how long this Builder's renders have paused for scrapes, in all: a collector that
-// paces its renders by their cost takes it out of their duration.
-func (b *Builder) Waited() time.Duration { return b.waited }

@@ -40,7 +40,7 @@ func TestRenderYieldsToScrapes(t *testing.T) {
 		for i := range 2 * yieldEvery {
 			b.Add(d, float64(i), strconv.Itoa(i))
 		}
-		built <- b.Finish(nil)
+		built <- b.Finish()
 	}()
 	testutil.Eventually(t, 10*time.Second, func() bool { return pauses(rd) > before }, "the render waits for the scrape in flight")
 	close(release)

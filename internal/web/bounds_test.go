@@ -15,7 +15,7 @@ import (
 	"github.com/go-kit/log"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -114,11 +114,11 @@ func TestSDAllowedAddresses(t *testing.T) {
 	a := &veil.Domain{ID: "id-a", VerboseName: "a", Node: veil.Ref{ID: "n1"}}
 	b := &veil.Domain{ID: "id-b", VerboseName: "b", Node: veil.Ref{ID: "n1"}}
 	c := &veil.Domain{ID: "id-c", VerboseName: "c", Node: veil.Ref{ID: "n1"}}
-	srcs := []sdSource{{controller: "prod", targets: []collector.GuestTarget{
+	srcs := []sdSource{{controller: "prod", targets: []inventory.GuestTarget{
 		{Domain: a, IPv4: "10.0.0.1"}, {Domain: b, IPv4: "169.254.169.254"}, {Domain: c, IPv4: "192.168.7.7"},
 	}}}
 	q := sdQuery{port: "9100", family: familyIPv4, nets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-		refused: func(controller string, t *collector.GuestTarget, host, reason string) {
+		refused: func(controller string, t *inventory.GuestTarget, host, reason string) {
 			g.refused(logger, controller, t, host, reason)
 		}}
 	for range 3 {

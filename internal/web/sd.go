@@ -26,7 +26,7 @@ import (
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/inventory"
 )
 
 // What one /sd/domains request may ask: its parameters are matched against every VM, so their
@@ -109,7 +109,7 @@ func registerOnce[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 }
 
 // refused counts a target left out and logs it once per VM and address.
-func (g *sdGuard) refused(logger log.Logger, controller string, t *collector.GuestTarget, host, reason string) {
+func (g *sdGuard) refused(logger log.Logger, controller string, t *inventory.GuestTarget, host, reason string) {
 	g.targetsRefused.WithLabelValues(reason).Inc()
 	key := controller + "/" + t.Domain.ID
 	g.mu.Lock()
@@ -175,7 +175,7 @@ func allowedAddress(host string, nets []netip.Prefix) (ok bool, reason string) {
 // sdSource is what one controller contributes to /sd/domains.
 type sdSource struct {
 	controller string
-	targets    []collector.GuestTarget // sorted by VM id
+	targets    []inventory.GuestTarget // sorted by VM id
 	osIDs      map[string]string       // nil without guest checks
 	ipv6       map[string]string       // from the guest checks; nil for ?family=ipv4 or without them
 }
@@ -184,7 +184,7 @@ type sdSource struct {
 type sdQuery struct {
 	nets []netip.Prefix // sd.allowed_networks
 	// refused is told of each target left out for its address (nil: nobody).
-	refused func(controller string, t *collector.GuestTarget, host, reason string)
+	refused func(controller string, t *inventory.GuestTarget, host, reason string)
 
 	port   string
 	family string   // ipv4 (default), ipv6 or any
@@ -255,7 +255,7 @@ func (s *server) sdAnswer(r *http.Request, q map[string][]string) ([]byte, int, 
 		port = n
 	}
 	sq := sdQuery{port: strconv.Itoa(port), family: familyIPv4, osIDs: q["os_id"], nodes: q["node"], nets: nets,
-		refused: func(controller string, t *collector.GuestTarget, host, reason string) {
+		refused: func(controller string, t *inventory.GuestTarget, host, reason string) {
 			s.sd.refused(s.logger, controller, t, host, reason)
 		}}
 	if has("family") {
@@ -373,7 +373,7 @@ func appendSD(b []byte, srcs []sdSource, q *sdQuery) []byte {
 // selects tells whether the target passes the request's filters: every ?tag=, one of the
 // ?os_id= (a VM whose OS the guest checker does not know has none) and one of the ?node=
 // (id or name).
-func (q *sdQuery) selects(t *collector.GuestTarget, osIDs map[string]string) bool {
+func (q *sdQuery) selects(t *inventory.GuestTarget, osIDs map[string]string) bool {
 	for _, tag := range q.tags {
 		if !strings.Contains(t.Tags, tag) {
 			return false

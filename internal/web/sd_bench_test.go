@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -101,6 +101,6 @@ func BenchmarkSDDomains(b *testing.B) {
 	})
 }
 
-func newBenchInventory(client *veil.Client, c config.Collect) (*collector.Inventory, error) {
-	return collector.NewInventory("bench", client, c, nil, nil)
+func newBenchInventory(client *veil.Client, c config.Collect) (*inventory.Store, error) {
+	return inventory.NewStore("bench", client, c, nil)
 }

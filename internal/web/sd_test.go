@@ -4,7 +4,7 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/veil-exporter/veil-exporter/collector"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -16,7 +16,7 @@ func TestAppendSD(t *testing.T) {
 	b := &veil.Domain{ID: "id-b", VerboseName: "db", Node: veil.Ref{ID: "n2"}}
 	c := &veil.Domain{ID: "id-c", VerboseName: "v6only", Node: veil.Ref{ID: "n2"}}
 	srcs := []sdSource{
-		{controller: "prod", targets: []collector.GuestTarget{
+		{controller: "prod", targets: []inventory.GuestTarget{
 			{Domain: a, IPv4: "10.0.0.1", Node: "node-1", Tags: ",db,prod,"},
 			{Domain: b, IPv4: "10.0.0.2", IPv6: "2001:db8::2", Node: "", Ports: []string{"8080", "9100"}},
 			{Domain: c, Node: "node-2"},

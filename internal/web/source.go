@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/changefeed"
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
@@ -50,12 +51,12 @@ type Status struct {
 // leaves its part nil.
 type Controller struct {
 	Name, URL string
-	Inventory collector.InventoryStatus
+	Inventory inventory.Status
 	Runs      []runstatus.Status
-	Problems  []collector.Problem // unsorted: the page sorts them
-	Push      *collector.PushStatus
+	Problems  []inventory.Problem // unsorted: the page sorts them
+	Push      *inventory.PushStatus
 	KV        *changefeed.Status
-	Guest     *collector.GuestStatus
+	Guest     *guest.Status
 	Events    *forwarder.Status
 }
 
@@ -76,7 +77,7 @@ type DiscoveryController struct {
 // TargetSource is the inventory's VMs as service discovery lists them.
 type TargetSource interface {
 	Ready() bool // the first refresh is done
-	GuestTargets() []collector.GuestTarget
+	GuestTargets() []inventory.GuestTarget
 }
 
 // GuestSource is what the guest checks add to service discovery.

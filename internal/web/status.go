@@ -15,8 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
+	"github.com/veil-exporter/veil-exporter/inventory"
 )
 
 // statusOf is st as the page and its JSON show it: URLs redacted, problems sorted and capped,
@@ -46,7 +46,7 @@ func controllerOf(c Controller) controllerStatus {
 		cs.Collectors = append(cs.Collectors, collectorView(st))
 	}
 	ps := slices.Clone(c.Problems)
-	collector.SortProblems(ps)
+	inventory.SortProblems(ps)
 	cs.Problems, cs.ProblemsTotal = problemsView(ps)
 	if c.Push != nil {
 		cs.Inventory.Push = pushView(*c.Push)

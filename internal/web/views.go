@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/changefeed"
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
@@ -88,7 +89,7 @@ type controllerStatus struct {
 	Events        *eventsStatus     `json:"events,omitempty"` // nil when events are off
 }
 
-// problem is one object that is not as it should be (collector.Problem).
+// problem is one object that is not as it should be (inventory.Problem).
 type problem struct {
 	Kind    string `json:"kind"` // node, datapool, nic, backup, guest, clock
 	ID      string `json:"id"`
@@ -100,7 +101,7 @@ type problem struct {
 // maxProblems caps the problems listed per controller; the total is said.
 const maxProblems = 25
 
-func problemsView(ps []collector.Problem) ([]problem, int) {
+func problemsView(ps []inventory.Problem) ([]problem, int) {
 	out := make([]problem, 0, min(len(ps), maxProblems))
 	for _, p := range ps[:min(len(ps), maxProblems)] {
 		out = append(out, problem{Kind: p.Kind, ID: p.ID, Name: p.Name, State: p.State, Failure: p.Failure})
@@ -139,7 +140,7 @@ func kvView(s changefeed.Status) *kvStatus {
 	return &kvStatus{Bucket: s.Bucket, Loaded: s.Loaded, Keys: s.Keys, Pending: s.Pending, Writes: s.Writes, LastWrite: s.LastWrite, LastError: s.LastError}
 }
 
-// pushStatus is collector.PushStatus: the controller's push channel.
+// pushStatus is inventory.PushStatus: the controller's push channel.
 type pushStatus struct {
 	Mode      string    `json:"mode"` // push, polling (the controller has none) or connecting
 	Since     time.Time `json:"since"`
@@ -149,11 +150,14 @@ type pushStatus struct {
 	LastError string    `json:"last_error,omitempty"`
 }
 
-// pushView shows the channel as what it is: its mode and since when it holds it (in push mode,
-// connected since), never a last run. When the push status carries its own ConnectedSince
-// (the store's), that is what Since takes here.
-func pushView(p collector.PushStatus) *pushStatus {
-	return &pushStatus{Mode: p.Mode, Since: p.Since, Frames: p.Frames, Dropped: p.Dropped, LastFrame: p.LastFrame, LastError: p.LastError}
+// pushView shows the channel as what it is: its mode and since when it holds it (while the
+// socket is open, since it connected), never a last run.
+func pushView(p inventory.PushStatus) *pushStatus {
+	since := p.Since
+	if !p.ConnectedSince.IsZero() {
+		since = p.ConnectedSince
+	}
+	return &pushStatus{Mode: p.Mode, Since: since, Frames: p.Frames, Dropped: p.Dropped, LastFrame: p.LastFrame, LastError: p.LastError}
 }
 
 // collectorStatus is one runstatus.Status: the last run of one collector of the controller.
@@ -292,7 +296,7 @@ func natsView(c natsconn.Status) *natsStatus {
 	return &natsStatus{URL: config.RedactURL(c.URL), Connected: c.Connected, Embedded: c.Embedded, LastError: c.LastError, LastErrorAt: c.LastErrorAt}
 }
 
-func controllerView(name, url string, inv collector.InventoryStatus) controllerStatus {
+func controllerView(name, url string, inv inventory.Status) controllerStatus {
 	cs := controllerStatus{
 		Name: name, URL: url, State: "starting", Problems: []problem{}, Version: inv.Version,
 		Inventory: inventoryStatus{
@@ -311,7 +315,7 @@ func controllerView(name, url string, inv collector.InventoryStatus) controllerS
 	return cs
 }
 
-func guestView(g collector.GuestStatus) *guestStatus {
+func guestView(g guest.Status) *guestStatus {
 	return &guestStatus{Eligible: g.Eligible, Checked: g.Checked, Unsupported: g.Unsupported, SweepDuration: seconds(g.SweepDuration), LastSweep: g.LastSweep, LastError: g.LastError,
 		LastErrorDomain: g.LastErrorDomain, LastErrorDomainID: g.LastErrorDomainID, LastErrorCommand: g.LastErrorCommand, LastErrorReason: g.LastErrorReason, LastIsState: g.LastIsState}
 }

@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"github.com/veil-exporter/veil-exporter/changefeed"
-	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/forwarder"
+	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
@@ -33,18 +34,18 @@ func TestCollectorViewStates(t *testing.T) {
 // capped at maxProblems with the total said, and URLs lose their passwords; the problems the
 // source handed over are left as they were.
 func TestStatusOfEveryPart(t *testing.T) {
-	var ps []collector.Problem
+	var ps []inventory.Problem
 	for i := range maxProblems + 5 {
-		ps = append(ps, collector.Problem{Kind: "node", ID: fmt.Sprint(i), Name: fmt.Sprintf("n%02d", i), State: "SERVICE"})
+		ps = append(ps, inventory.Problem{Kind: "node", ID: fmt.Sprint(i), Name: fmt.Sprintf("n%02d", i), State: "SERVICE"})
 	}
-	ps = append(ps, collector.Problem{Kind: "guest", ID: "g", Name: "web", State: "not answering", Failure: true})
+	ps = append(ps, inventory.Problem{Kind: "guest", ID: "g", Name: "web", State: "not answering", Failure: true})
 	first := ps[0]
 	nats := natsconn.Status{URL: "nats://u:pw@nats:4222", Connected: true}
 	st := statusOf(Status{NATS: &nats, Controllers: []Controller{
 		{
 			Name: "full", URL: "https://user:secret@veil.example", Runs: []runstatus.Status{{Collector: "nodes", Success: true}},
-			Problems: ps, Push: &collector.PushStatus{Mode: "push"}, KV: &changefeed.Status{Bucket: "B"},
-			Guest: &collector.GuestStatus{Eligible: 3}, Events: &forwarder.Status{Subject: "s.>"},
+			Problems: ps, Push: &inventory.PushStatus{Mode: "push"}, KV: &changefeed.Status{Bucket: "B"},
+			Guest: &guest.Status{Eligible: 3}, Events: &forwarder.Status{Subject: "s.>"},
 		},
 		{Name: "bare"},
 	}})

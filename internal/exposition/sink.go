@@ -1,0 +1,46 @@
+package exposition
+
+// Sink: where one emit of a collector goes, rendered (a Builder) or live (a channel).
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Sink takes the series of one emit: a Builder's (the rendered path) or a channel of const
+// metrics (Live: the path of name[] filters and the protobuf text forms). A collector writes
+// one emit function per family against a Sink, so both paths carry the same series. It is a
+// struct, not an interface, so that the labels of a series added stay on the caller's stack.
+type Sink struct {
+	b  *Builder
+	ch chan<- prometheus.Metric
+}
+
+// Sink is the Sink that adds to b.
+func (b *Builder) Sink() Sink { return Sink{b: b} }
+
+// Live is the Sink of the live path: each series is sent on ch as a const metric of its Desc's
+// type.
+func Live(ch chan<- prometheus.Metric) Sink { return Sink{ch: ch} }
+
+// Add adds one series of d. A series the Builder refuses (a label value not valid UTF-8, a
+// wrong label count) is dropped on the live path too: that one series, not the scrape.
+func (s Sink) Add(d *Desc, v float64, labels ...string) {
+	if s.b != nil {
+		s.b.Add(d, v, labels...)
+		return
+	}
+	if m, err := prometheus.NewConstMetric(d.Prom, d.typ, v, labels...); err == nil {
+		s.ch <- m
+	}
+}
+
+// Flush says the families added so far are complete: none of them may follow again in this
+// emit (a Builder compresses them and releases their text; the live path has sent them).
+func (s Sink) Flush() {
+	if s.b != nil {
+		s.b.Flush()
+	}
+}
+
+// Keep adds the family of d as the previous render holds it and reports true when there is a
+// previous render; false (the live path, a first render) means the caller must emit the
+// family.
+func (s Sink) Keep(d *Desc) bool { return s.b != nil && s.b.Keep(d) }

@@ -1,0 +1,110 @@
+package inventory
+
+// How each collection is read, and how its result is stored in the next snapshot.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// collect reads one collection and returns how to store it in the snapshot; the returned
+// function runs with s.mu held. start is when the refresh began.
+func (s *Store) collect(ctx context.Context, name string, start time.Time) (func(*Snapshot), error) {
+	switch name {
+	case collNodes:
+		v, raw, err := list(ctx, s, "/api/nodes/", s.client.Nodes)
+		return func(n *Snapshot) {
+			n.Nodes = v
+			for i := range v {
+				s.learnName(start, v[i].ID, v[i].VerboseName)
+			}
+			s.observeListed(ClassNode, raw)
+		}, err
+	case collClusters:
+		v, raw, err := list(ctx, s, "/api/clusters/", s.client.Clusters)
+		return func(n *Snapshot) {
+			n.Clusters = v
+			for i := range v {
+				s.learnName(start, v[i].ID, v[i].VerboseName)
+			}
+			s.observeListed(ClassCluster, raw)
+		}, err
+	case collDatapools:
+		v, raw, err := list(ctx, s, "/api/data-pools/", s.client.Datapools)
+		return func(n *Snapshot) {
+			n.Datapools = v
+			for i := range v {
+				s.learnName(start, v[i].ID, v[i].VerboseName)
+			}
+			s.observeListed(ClassDatapool, raw)
+		}, err
+	case collDomains:
+		v, raw, err := list(ctx, s, "/api/domains/", func(ctx context.Context) ([]veil.Domain, error) { return s.client.Domains(ctx, nil) })
+		if err != nil {
+			return nil, err
+		}
+		filtered := s.filterDomains(v)
+		// By id: every VM family is then written in client_golang's order as it is emitted, and
+		// a render sorts none of them.
+		slices.SortFunc(filtered, func(a, b veil.Domain) int { return strings.Compare(a.ID, b.ID) })
+		return func(n *Snapshot) {
+			s.observeListed(ClassDomain, raw)
+			n.Domains, n.DomainsTotal = filtered, len(v)
+			n.DomainsGen++
+			present := make(map[string]bool, len(v))
+			for i := range v {
+				// Every VM, filtered out or not: its name must not reach a task kind either.
+				s.learnName(start, v[i].ID, v[i].VerboseName)
+				present[v[i].ID] = true
+			}
+			s.backups.forget(present, start)
+		}, nil
+	case collVdisks:
+		v, err := s.client.Vdisks(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		rows, pools := s.vdiskRows(v)
+		return func(n *Snapshot) { n.Vdisks, n.PoolProvisioned = rows, pools }, nil
+	case collInterfaces:
+		v, err := s.client.VMachineInfs(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		rows := s.ifaceRows(v)
+		return func(n *Snapshot) { n.Interfaces = rows }, nil
+	case collVersion:
+		v, err := s.client.ControllerVersion(ctx)
+		return func(n *Snapshot) { n.Version = v }, err
+	case collTasks:
+		read, err := s.tasks.refresh(ctx, s.client)
+		return func(n *Snapshot) {
+			n.TaskCounts = read.counts
+			s.tasks.record(read.fresh, s.nameOf)
+			s.backups.observe(time.Now(), read.fresh)
+		}, err
+	}
+	return nil, fmt.Errorf("unknown collection %q", name)
+}
+
+func (s *Store) filterDomains(all []veil.Domain) []veil.Domain {
+	if s.include == nil && s.exclude == nil {
+		return all
+	}
+	out := make([]veil.Domain, 0, len(all))
+	for _, d := range all {
+		if s.include != nil && !s.include.MatchString(d.VerboseName) {
+			continue
+		}
+		if s.exclude != nil && s.exclude.MatchString(d.VerboseName) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}

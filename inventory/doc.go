@@ -1,0 +1,13 @@
+// Package inventory is the store of one controller (as client-go's informer store): what the
+// exporter holds of its nodes, clusters, datapools, domains, tasks, disks, interfaces and
+// version, listed at each refresh and kept fresh between them by the push channel (PushFeed),
+// completed by the device detail sweep.
+//
+// Readers take an immutable Snapshot (Store.Snapshot) with a generation and a Changed signal:
+// the metric views (collector), service discovery, the problems list, the status page and the
+// change feed (an Observer) never wait for the controller. A Store reports its refreshes'
+// run status and the tasks it sees finishing (a TaskObserver); it renders nothing.
+//
+// It imports veil, config and internal/runstatus (and client_golang for the push channel's own
+// counters), never collector, guest, forwarder, changefeed, ha or the daemon.
+package inventory

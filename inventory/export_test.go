@@ -1,0 +1,14 @@
+package inventory
+
+import (
+	"testing"
+	"time"
+)
+
+// shortPushPing pings a silent socket every d until the test ends (and after the feeds it
+// started have stopped: cleanups run last first).
+func shortPushPing(t *testing.T, d time.Duration) {
+	was := pushPing
+	t.Cleanup(func() { pushPing = was })
+	pushPing = d
+}

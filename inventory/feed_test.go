@@ -1,0 +1,151 @@
+package inventory
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/veil/veiltest"
+)
+
+// recorder is an Observer that keeps what it was told, in order.
+type recorder struct {
+	mu  sync.Mutex
+	log []string // "listed <class> <id>=<name>,..." or "pushed <class> <id>=<name>"
+}
+
+// TestApplyWhileListingIsReplayed: a frame applied while a refresh lists the domains is
+// applied again over the refresh's result, so a listing older than the push does not undo it.
+func TestApplyWhileListingIsReplayed(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 11, VMs: 2}, pushCollect(), veil.Config{})
+	f.mustRefresh(t)
+	vm := f.sim.DomainIDs()[0]
+	old := f.inv.Domains()
+	f.inv.mu.Lock()
+	f.inv.listing = true // a refresh has started listing
+	f.inv.mu.Unlock()
+	obj, _ := json.Marshal(map[string]any{"id": vm, "verbose_name": "pushed-name", "status": "ACTIVE"})
+	if drops := f.inv.Apply([]veil.PushFrame{{Resource: "/domains/", Event: veil.PushUpdated, ID: vm, Object: obj}}); len(drops) != 0 {
+		t.Fatalf("dropped %v", drops)
+	}
+	// The refresh stores the listing it read before the push.
+	r := &refresh{s: f.inv, start: time.Now(), finished: time.Now(),
+		done:  []collected{{name: collDomains, set: func(s *Snapshot) { s.Domains = old }}},
+		fails: []failure{failNone}}
+	r.store()
+	if d, _ := domainOf(f.inv, vm); d.VerboseName != "pushed-name" {
+		t.Errorf("after the refresh the VM is named %q: the older listing undid the push", d.VerboseName)
+	}
+	if f.inv.listing || len(f.inv.replay) != 0 {
+		t.Error("the replay was not cleared")
+	}
+}
+
+// TestASilentSocketIsReplaced: a controller that accepts the socket and then neither sends nor
+// answers pings (a half-open connection) is found out by the ping and connected to again, each
+// connect followed by a full listing.
+func TestASilentSocketIsReplaced(t *testing.T) {
+	shortPushPing(t, 200*time.Millisecond)
+	sim := veiltest.New(veiltest.Options{Seed: 12, VMs: 2, NoPush: true})
+	t.Cleanup(sim.Close)
+	var conns atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		conns.Add(1)
+		<-r.Context().Done() // never reads: pings stay unanswered
+	})
+	f := withPushChannel(t, sim, mux)
+	logs := f.logs
+	feed := runFeed(t, f)
+	tu.Eventually(t, 20*time.Second, func() bool {
+		return conns.Load() >= 2 && testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")) >= 2
+	}, "the silent socket replaced")
+	if !strings.Contains(logs.String(), "push channel lost") {
+		t.Errorf("the lost socket was not logged:\n%s", logs.String())
+	}
+}
+
+// TestTheObserverNeverSeesAnOlderState: a frame applied while a listing runs reaches the
+// observer at once, and the listing it gets afterwards has the frame folded in (a VM renamed by
+// the push keeps its new name; one deleted by the push is not listed), so an observer never
+// sees an object go back to what an older page said.
+func TestTheObserverNeverSeesAnOlderState(t *testing.T) {
+	f := newFixture(t, veiltest.Options{Seed: 13, VMs: 3}, pushCollect(), veil.Config{})
+	rec := &recorder{}
+	f.inv.SetObserver(rec)
+	f.mustRefresh(t)
+	ids := f.sim.DomainIDs()
+	f.inv.mu.Lock()
+	f.inv.listing = true // a refresh is listing
+	f.inv.mu.Unlock()
+	obj, _ := json.Marshal(map[string]any{"id": ids[0], "verbose_name": "pushed-name", "status": "ACTIVE"})
+	f.inv.Apply([]veil.PushFrame{
+		{Resource: "/domains/", Event: veil.PushUpdated, ID: ids[0], Object: obj},
+		{Resource: "/domains/", Event: veil.PushDeleted, ID: ids[1]},
+	})
+	// The refresh stores what it listed before the frames.
+	old := make([]RawObject, 0, len(ids))
+	for _, id := range ids {
+		o, _ := json.Marshal(map[string]any{"id": id, "verbose_name": "listed-" + id[:4]})
+		old = append(old, RawObject{ID: id, JSON: o})
+	}
+	r := &refresh{s: f.inv, start: time.Now(), finished: time.Now(),
+		done: []collected{{name: collDomains, set: func(*Snapshot) {
+			f.inv.observeListed(ClassDomain, old)
+		}}},
+		fails: []failure{failNone}}
+	rec.mu.Lock()
+	rec.log = nil
+	rec.mu.Unlock()
+	r.store()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.log) != 1 {
+		t.Fatalf("the observer was told %d things after the listing, want the listing: %q", len(rec.log), rec.log)
+	}
+	got := rec.log[0]
+	if !strings.Contains(got, ids[0]+"=pushed-name") || strings.Contains(got, ids[1]+"=") || !strings.Contains(got, ids[2]+"=listed-") {
+		t.Errorf("the listing told: %s\nwant %s renamed by the push, %s gone, %s as listed", got, ids[0], ids[1], ids[2])
+	}
+}
+
+func name(raw json.RawMessage) string {
+	var o struct {
+		Name string `json:"verbose_name"`
+	}
+	json.Unmarshal(raw, &o)
+	return o.Name
+}
+
+func (r *recorder) Listed(class string, objs []RawObject) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for _, o := range objs {
+		parts = append(parts, o.ID+"="+name(o.JSON))
+	}
+	sort.Strings(parts)
+	r.log = append(r.log, "listed "+class+" "+strings.Join(parts, ","))
+}
+
+func (r *recorder) Pushed(class string, o RawObject, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf("pushed %s %s=%s deleted=%v", class, o.ID, name(o.JSON), deleted))
+}

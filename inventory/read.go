@@ -1,0 +1,105 @@
+// What readers get from a store without waiting for a refresh: the domains (with their
+// generation) for the guest checker, readiness, and the status.
+
+package inventory
+
+import (
+	"slices"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// Status is what the status page shows of one controller's inventory.
+type Status struct {
+	Controller   string
+	Up           bool
+	Ready        bool // the first refresh has finished (successfully or not)
+	AuthFailed   bool
+	LastAttempt  time.Time // start of the last finished refresh
+	LastStart    time.Time // start of the refresh running now, or of the last one: the loop is alive
+	LastDuration time.Duration
+	LastError    string
+	Nodes        int
+	Clusters     int
+	Datapools    int
+	Domains      int // after domain_include/exclude
+	DomainsTotal int
+	Tasks        map[string]int // by status
+	Version      string         // of the platform; "" until read or where the controller lacks it
+}
+
+// Domains returns the latest domain snapshot after domain_include/exclude. The slice is
+// shared: callers must not modify it.
+func (s *Store) Domains() []veil.Domain {
+	return s.Snapshot().Domains
+}
+
+// DomainsGen returns Domains with its generation, which grows each time the domains are read
+// again (0 before the first read), so a follower compares one number to know it has news.
+func (s *Store) DomainsGen() ([]veil.Domain, uint64) {
+	snap := s.Snapshot()
+	return snap.Domains, snap.DomainsGen
+}
+
+// Ready reports whether the first refresh has finished (successfully or not).
+func (s *Store) Ready() bool {
+	return s.Snapshot().Refreshed
+}
+
+// GuestTargets returns the VMs of the latest snapshot that service discovery lists
+// (Snapshot.GuestTargets).
+func (s *Store) GuestTargets() []GuestTarget {
+	return s.Snapshot().GuestTargets()
+}
+
+// Status returns a copy of the inventory's state for the status page.
+func (s *Store) Status() Status {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	snap := s.snap
+	st := Status{
+		Controller:   s.controller,
+		Up:           snap.Up,
+		Ready:        snap.Refreshed,
+		AuthFailed:   s.authFailed,
+		LastAttempt:  s.lastAttempt,
+		LastStart:    s.lastStart,
+		LastDuration: s.lastDuration,
+		LastError:    s.lastError,
+		Nodes:        len(snap.Nodes),
+		Clusters:     len(snap.Clusters),
+		Datapools:    len(snap.Datapools),
+		Domains:      len(snap.Domains),
+		DomainsTotal: snap.DomainsTotal,
+		Tasks:        map[string]int{},
+		Version:      snap.Version,
+	}
+	for status, n := range snap.TaskCounts {
+		st.Tasks[status] = int(n)
+	}
+	return st
+}
+
+// RunStatus reports the last run of each enabled collection (nodes, clusters, datapools,
+// domains, tasks, vdisks, interfaces, version; backups are part of tasks) and of the device
+// detail sweep where it runs (device_details) for the daemon's
+// veil_collector_* families and the status page. It implements runstatus.Reporter.
+func (s *Store) RunStatus() []runstatus.Status {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]runstatus.Status, 0, len(s.enabled)+1)
+	names := s.enabled
+	if s.runs[collDetails] != nil {
+		names = append(slices.Clip(names), collDetails)
+	}
+	for _, name := range names {
+		r := s.runs[name]
+		out = append(out, runstatus.Status{
+			Collector: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess,
+			Unavailable: r.unavailable, Error: r.err,
+		})
+	}
+	return out
+}

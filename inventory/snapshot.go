@@ -1,0 +1,89 @@
+package inventory
+
+// Snapshot: what the store holds of one controller at one instant, immutable, with its
+// generation and the signal that a newer one replaced it.
+
+import (
+	"sync"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// Snapshot is the store's state at one instant. It never changes: a refresh, a pushed batch or
+// a detail sweep stores a new one (Store.Snapshot), and Changed is closed then. Its slices and
+// maps are shared between snapshots and with readers: nobody may modify them.
+type Snapshot struct {
+	// Gen grows with every snapshot stored (1 is the store's first, before any refresh).
+	Gen uint64
+	// Up says the last refresh succeeded; Refreshed that one has finished (successfully or not).
+	Up, Refreshed bool
+
+	Nodes        []veil.Node
+	Clusters     []veil.Cluster
+	Datapools    []veil.Datapool
+	Domains      []veil.Domain // after domain_include/exclude, sorted by id
+	DomainsTotal int           // before filtering
+	// DomainsGen grows each time Domains is replaced (0 before the first read): a follower
+	// compares one number to know it has news.
+	DomainsGen uint64
+	TaskCounts map[string]float64 // by status; nil: tasks not read (off or unavailable)
+	Version    string             // of the platform; "" until read or where the controller lacks it
+
+	Vdisks          []Vdisk            // of the VMs selected, and free disks; nil: not read
+	PoolProvisioned map[string]float64 // datapool id → virtual sizes of every disk on it, bytes
+	Interfaces      []Interface        // of the VMs selected; nil: not read
+	// Details are what the detail sweep added, by disk and interface id (Vdisk.WithDetail).
+	Details map[string]DeviceDetail
+	// DevicesGen grows when what the device families are made of may have changed.
+	DevicesGen uint64
+	// Applied counts the pushed frames applied so far.
+	Applied uint64
+
+	backups        map[string]LastBackup // by domain id; read through Backups
+	backupLookback time.Duration
+
+	changed chan struct{} // closed when a newer snapshot is stored
+	targets struct {      // GuestTargets, made at the first call
+		once sync.Once
+		v    []GuestTarget
+	}
+}
+
+// Changed is closed once a newer snapshot has been stored.
+func (s *Snapshot) Changed() <-chan struct{} { return s.changed }
+
+// next returns a copy of s to change and store as the next generation.
+func (s *Snapshot) next() *Snapshot {
+	n := &Snapshot{
+		Gen: s.Gen + 1, Up: s.Up, Refreshed: s.Refreshed,
+		Nodes: s.Nodes, Clusters: s.Clusters, Datapools: s.Datapools, Domains: s.Domains,
+		DomainsTotal: s.DomainsTotal, DomainsGen: s.DomainsGen, TaskCounts: s.TaskCounts, Version: s.Version,
+		Vdisks: s.Vdisks, PoolProvisioned: s.PoolProvisioned, Interfaces: s.Interfaces, Details: s.Details,
+		DevicesGen: s.DevicesGen, Applied: s.Applied,
+		backups: s.backups, backupLookback: s.backupLookback,
+		changed: make(chan struct{}),
+	}
+	return n
+}
+
+// DomainBackup is one VM's last backup as the task journal told it.
+type DomainBackup struct {
+	ID string
+	LastBackup
+}
+
+// Backups returns the last backups of the snapshot's domains, in their order (none while
+// backups are not followed or tasks not read).
+func (s *Snapshot) Backups() []DomainBackup {
+	if len(s.backups) == 0 || s.TaskCounts == nil {
+		return nil
+	}
+	var out []DomainBackup
+	for i := range s.Domains {
+		if lb, ok := s.backups[s.Domains[i].ID]; ok {
+			out = append(out, DomainBackup{s.Domains[i].ID, lb})
+		}
+	}
+	return out
+}
