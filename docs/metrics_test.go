@@ -231,8 +231,8 @@ func renderDoc(fams map[string]*dto.MetricFamily) []byte {
 Every family veil-exporter serves on ` + "`/metrics`" + `, as the code describes it: name, type, label names and
 HELP text. The list is what the exporter serves with every feature on (the push channel, device
 details, guest checks with their statistics, events, the inventory on NATS, replicas), read from
-a running exporter against the simulator (` + "`docs/metrics_test.go`" + `); a HELP text that names an
-interval shows the test's configuration (1s). Besides these, the standard ` + "`go_*`" + `, ` + "`process_*`" + ` and
+a running exporter against the simulator (` + "`docs/metrics_test.go`" + `); HELP texts are fixed,
+naming the settings they depend on. Besides these, the standard ` + "`go_*`" + `, ` + "`process_*`" + ` and
 ` + "`promhttp_metric_handler_*`" + ` families are served unless ` + "`--web.disable-exporter-metrics`" + `.
 What the families mean, when they are absent and how to join them: [the metrics guide](metrics-guide.md).
 
