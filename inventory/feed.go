@@ -79,6 +79,7 @@ func NewPushFeed(controller string, client *veil.Client, inv *Store, resync time
 		mode:   PushModeConnecting, since: time.Now(), dropped: map[PushDrop]float64{},
 	}
 	f.outage.Logger, f.outage.EachCause = f.logger, true
+	inv.pushDialed = make(chan struct{}) // the store's first refresh waits for the first dial
 	c := prometheus.Labels{"controller": controller}
 	f.descs = pushDescs{
 		mode:      prometheus.NewDesc("veil_push_mode", "How the inventory of the controller is kept fresh, 1 for the current mode: push (the controller's push channel is open: changes within a second), polling (the controller has no push channel: listed every collect.interval) or connecting.", []string{"mode"}, c),
@@ -93,6 +94,11 @@ func NewPushFeed(controller string, client *veil.Client, inv *Store, resync time
 // Run keeps the channel open until ctx is done.
 func (f *PushFeed) Run(ctx context.Context) {
 	backoff := pushBackoffFirst
+	// dialed tells the store's first refresh, once, that the first dial ended: after connected()
+	// it lists with the socket open, after a failure without one.
+	var once sync.Once
+	dialed := func() { once.Do(func() { close(f.inv.pushDialed) }) }
+	defer dialed()
 	for ctx.Err() == nil {
 		p, err := f.client.DialPush(ctx, f.inv.PushResources())
 		switch {
@@ -100,12 +106,14 @@ func (f *PushFeed) Run(ctx context.Context) {
 			return
 		case errors.Is(err, veil.ErrNoPush):
 			f.noPush(err)
+			dialed()
 			if !sleepCtx(ctx, f.noPushWait) {
 				return
 			}
 			continue
 		case err != nil:
 			backoff = f.retry(err, backoff)
+			dialed()
 			if !sleepCtx(ctx, jittered(backoff)) {
 				return
 			}
@@ -114,6 +122,7 @@ func (f *PushFeed) Run(ctx context.Context) {
 		}
 		opened := time.Now()
 		f.connected()
+		dialed()
 		err = f.read(ctx, p)
 		p.Close()
 		f.inv.SetPushed(false)

@@ -81,9 +81,12 @@ type Store struct {
 	slowAt   time.Time // when the slow collections are listed next
 	listing  bool
 	replay   []veil.PushFrame
-	kick     chan struct{}          // a refresh now (Resync)
-	observer Observer               // nil: none (observe.go)
-	listed   map[string][]RawObject // listings of the refresh being stored, for the observer
+	kick     chan struct{} // a refresh now (Resync)
+	// pushDialed is closed once a push channel's first dial ended (nil: no push channel); the
+	// first refresh waits for it, so that a socket opened meanwhile does not list it all again.
+	pushDialed chan struct{}
+	observer   Observer               // nil: none (observe.go)
+	listed     map[string][]RawObject // listings of the refresh being stored, for the observer
 }
 
 type collectionRun struct {
@@ -174,15 +177,15 @@ func (s *Store) Run(ctx context.Context) {
 		}()
 		defer func() { <-detailsDone }()
 	}
+	s.awaitPushDial(ctx)
 	interval := s.cfg.Interval
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		// Refreshes never overlap (the next starts once this one ended and a tick came). A slow
 		// controller may take longer than one interval, its requests each bounded by the
-		// client's timeout; a refresh still running after three intervals is abandoned (failed):
-		// data that old is stale anyway.
-		rctx, cancel := context.WithTimeout(ctx, refreshLimit(interval))
+		// client's timeout; a refresh still running at RefreshLimit is abandoned (failed).
+		rctx, cancel := context.WithTimeout(ctx, RefreshLimit(interval))
 		_ = s.Refresh(rctx) // errors are kept in the status and logged on state change
 		cancel()
 		select {
@@ -194,8 +197,35 @@ func (s *Store) Run(ctx context.Context) {
 	}
 }
 
-// refreshLimit is how long one refresh may take: three intervals.
-func refreshLimit(interval time.Duration) time.Duration { return 3 * interval }
+// RefreshLimit is how long one refresh may take: three intervals, and at least a minute. Data
+// that old is stale anyway; but a first listing of a large inventory, or many controllers'
+// first listings at once on a slow machine, may take longer than three short intervals, and a
+// listing cut off starts over from its first page: every controller's in step, none ends.
+func RefreshLimit(interval time.Duration) time.Duration { return max(3*interval, time.Minute) }
+
+// pushDialWait bounds how long the first refresh waits for the push channel's first dial.
+const pushDialWait = 10 * time.Second
+
+// awaitPushDial waits, before the first refresh, until the push channel's first dial ended
+// (or pushDialWait passed): a socket opened during that refresh would list everything again
+// at once, since the listing began before the socket could carry changes. The Resync of that
+// connect is then the first refresh itself.
+func (s *Store) awaitPushDial(ctx context.Context) {
+	if s.pushDialed == nil {
+		return
+	}
+	t := time.NewTimer(pushDialWait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-s.pushDialed:
+	case <-t.C:
+	}
+	select {
+	case <-s.kick: // the connect's Resync: the first refresh lists everything anyway
+	default:
+	}
+}
 
 // Refresh reads every enabled collection concurrently (within the client's limits) and
 // replaces the snapshot of each one that succeeded. It returns the failures joined; a

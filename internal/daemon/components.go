@@ -60,8 +60,9 @@ type (
 // (the guest checks).
 
 // inventoryPart is the inventory as a component. It owns the rule of when a refresh loop is
-// stuck: no refresh started for stuck (four intervals plus a request timeout: a refresh is
-// abandoned after three intervals, and the next starts at once), counted from its own start.
+// stuck: no refresh started for stuck (inventory.RefreshLimit, after which a refresh is
+// abandoned and the next starts at once, plus an interval and a request timeout), counted from
+// its own start.
 type inventoryPart struct {
 	*inventory.Store
 	metrics *collector.Inventory // its metric view
