@@ -22,7 +22,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/dashboards"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
-	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -210,14 +210,14 @@ nats:
 
 	// Operations that run as tasks (some fail) while the exporter watches, so the task panels
 	// and the task alert have data.
-	client, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token})
+	ops, err := veilops.New(sim.URL, sim.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, id := range sim.DomainIDs()[:8] {
-		if _, err := client.ShutdownDomain(ctx, id, true); err != nil {
+		if _, err := ops.ShutdownDomain(ctx, id, true); err != nil {
 			t.Logf("shutdown %s: %v", id, err)
 		}
 	}

@@ -197,7 +197,7 @@ type request struct {
 	path     string // escaped path
 	query    url.Values
 	body     []byte
-	retry    bool          // safe to send again (GET, or a body with an idempotency key)
+	retry    bool          // safe to send again (a GET)
 	timeout  time.Duration // on the wire, per attempt; 0 = the client's
 	slotted  func()        // if set, called once the first attempt holds a request slot
 }

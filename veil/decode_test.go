@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -200,7 +201,11 @@ func TestSimulatorQuirksDecode(t *testing.T) {
 	ctx := context.Background()
 	// A running task next to finished ones: executed as a number and as a string.
 	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
-	if _, err := c.StartDomain(ctx, off.ID, false); err != nil {
+	ops, err := veilops.New(sim.URL, sim.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ops.StartDomain(ctx, off.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	tasks, err := c.Tasks(ctx, nil)

@@ -39,9 +39,9 @@ func TestErrorClasses(t *testing.T) {
 			is:   veil.ErrUnauthorized, status: 401, want: "401 unauthorized",
 		},
 		{
-			name: "403 read-only token on an operation is ErrForbidden",
+			name: "403 read-only token on a guest command is ErrForbidden",
 			mod:  func(c *veil.Config) { c.Token = "read-only-secret" },
-			call: func(c *veil.Client) error { _, err := c.StartDomain(ctx, off.ID, false); return err },
+			call: func(c *veil.Client) error { _, err := c.GuestPing(ctx, domainID, time.Second); return err },
 			is:   veil.ErrForbidden, status: 403, want: "403 forbidden",
 		},
 		{
@@ -63,10 +63,10 @@ func TestErrorClasses(t *testing.T) {
 		{
 			name: "400 field error names the field",
 			call: func(c *veil.Client) error {
-				_, err := c.CloneDomain(ctx, off.ID, "no-such-node", "x", "")
+				_, err := c.GuestCommand(ctx, off.ID, "guest-no-such-command", nil, time.Second)
 				return err
 			},
-			status: 400, want: "400 bad request: node: Node is not found. (code invalid)",
+			status: 400, want: "400 bad request: qemu_cmd: ",
 		},
 		{
 			name:   "HTML error page gives status and a text snippet",
@@ -161,7 +161,6 @@ func TestRetries(t *testing.T) {
 	sim := newSim(t, veiltest.Options{Seed: 6, VMs: 20})
 	ctx := context.Background()
 	ready := findDomain(t, sim, guestReady)
-	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
 
 	for _, tc := range []struct {
 		name     string
@@ -186,8 +185,6 @@ func TestRetries(t *testing.T) {
 			func(c *veil.Client) error { _, err := c.Nodes(ctx); return err }, "GET", "/api/nodes/", true, 1},
 		{"guest-command POST without key never retried", veiltest.Fault{Path: "/api/domains/*/guest-command/", Kind: "status", Status: 503},
 			func(c *veil.Client) error { _, err := c.GuestPing(ctx, ready.ID, time.Second); return err }, "POST", "/api/domains/" + ready.ID + "/guest-command", true, 1},
-		{"operation POST with key retried", veiltest.Fault{Path: "/api/domains/*/start/", Kind: "status", Status: 503, Count: 2},
-			func(c *veil.Client) error { _, err := c.StartDomain(ctx, off.ID, false); return err }, "POST", "/api/domains/" + off.ID + "/start", false, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.SetFaults(tc.fault)
@@ -201,13 +198,6 @@ func TestRetries(t *testing.T) {
 			reqs := requestsTo(sim, tc.method, tc.path)
 			if len(reqs) != tc.attempts {
 				t.Fatalf("%d requests to %s %s, want %d: %+v", len(reqs), tc.method, tc.path, tc.attempts, reqs)
-			}
-			if tc.method == "POST" && len(reqs) > 1 {
-				for _, r := range reqs[1:] {
-					if r.Body != reqs[0].Body || !strings.Contains(r.Body, "idempotency_key") {
-						t.Errorf("retry body %s differs from first %s", r.Body, reqs[0].Body)
-					}
-				}
 			}
 		})
 	}
