@@ -1,6 +1,6 @@
 package e2e
 
-// The poison suite (issue 36, item 8; DESIGN §8): what a controller or a guest sends on a bad
+// The poison suite (DESIGN §8): what a controller or a guest sends on a bad
 // day, served by the simulator on request (/_sim/events/poison, /_sim/odd_fields,
 // /_sim/domains/<id>/guest_hostile), with good events and good VMs around it. The contract of
 // every row: one bad thing costs only itself, is counted, is said once, and never stops anything
@@ -47,8 +47,8 @@ const (
 	// poisonTokenLen is what a subject token from controller data is cut to, before '-' and 8
 	// hex characters of a hash.
 	poisonTokenLen = 55
-	// maxGuestDevices is the collector's bound of NICs and disks per guest, which filesystems
-	// share (issue 36: "filesystems per VM capped as NICs and disks are").
+	// maxGuestFilesystems is the collector's bound of NICs and disks per guest, which
+	// filesystems share: filesystems per VM are capped as NICs and disks are.
 	maxGuestFilesystems = 64
 )
 

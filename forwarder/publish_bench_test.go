@@ -18,8 +18,8 @@ import (
 )
 
 // BenchmarkPublishOptions measures the ways of publishing with an expectation the stream enforces
-// (issue 19, point 4) against publishing with none (Nats-Msg-Id alone, as before), on an embedded
-// server with file storage: events per second, reported as events/s. The forwarder uses
+// against publishing with none (Nats-Msg-Id alone, as before), on an embedded server with file
+// storage: events per second, reported as events/s. The forwarder uses
 // atomic_batch; serial_expect is its fallback on a stream without allow_atomic.
 func BenchmarkPublishOptions(b *testing.B) {
 	const events = 20000

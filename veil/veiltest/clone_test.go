@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of clone and task responses through raw HTTP (issue 10, point 7): clone takes the
+// Conformance of clone and task responses through raw HTTP: clone takes the
 // ids the client chose (domains_ids) and count, names the VMs from verbose_name (numbered when
 // count > 1), and GET /api/tasks/<id>/response/ returns the created VM or VMs.
 

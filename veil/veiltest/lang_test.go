@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of languages through raw HTTP (issue 10, point 10): Accept-Language ru gives
+// Conformance of languages through raw HTTP: Accept-Language ru gives
 // Russian event messages, task names and error texts; en, the default and any other language
 // give English. The vendor's Python client sends ru by default for events.
 

@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of collection queries through raw HTTP (issue 10, point 8): the filters the
+// Conformance of collection queries through raw HTTP: the filters the
 // vendor's clients send (nodes cluster; domains node, cluster, datapool, resource_pool,
 // template, status, power_state, ids, name; data-pools node, cluster; tasks parent, status;
 // events type, user, task), ordering on every collection and fields= on every collection and

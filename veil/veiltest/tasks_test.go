@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of the task journal through raw HTTP (issue 10, point 9): tasks are named by
+// Conformance of the task journal through raw HTTP: tasks are named by
 // sentences naming their entities, with verbose_name and their journal events inline in the
 // detail; every operation writes "created" then "finished" or "failed" events linked to its
 // task; the background activity of EventRate is made of such operations, so inventory, tasks
