@@ -63,7 +63,7 @@ func TestErrorClasses(t *testing.T) {
 		{
 			name: "400 field error names the field",
 			call: func(c *veil.Client) error {
-				_, err := c.GuestCommand(ctx, off.ID, "guest-no-such-command", nil, time.Second)
+				_, err := c.GuestCommand(ctx, off.ID, "guest-get-no-such-command", nil, time.Second)
 				return err
 			},
 			status: 400, want: "400 bad request: qemu_cmd: ",

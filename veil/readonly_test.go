@@ -1,15 +1,20 @@
 package veil
 
 import (
+	"context"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The exporter only reads: the client has no call that changes the platform's state. Tests that
@@ -94,5 +99,32 @@ func TestClientSendsOnlyGETsAndGuestCommands(t *testing.T) {
 	}
 	if posts != 1 {
 		t.Errorf("%d POSTs in guestCommand, want 1", posts)
+	}
+}
+
+func TestGuestCommandsThatChangeTheGuestAreRefusedUnsent(t *testing.T) {
+	var sent atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent.Add(1)
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	c, err := New(Config{URL: srv.URL, Token: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"guest-exec", "guest-file-open", "guest-set-user-password", "guest-shutdown",
+		"guest-suspend-disk", "guest-fsfreeze-freeze", "guest-set-time", "guest-network-set-interfaces", "ping"} {
+		if _, err := c.GuestCommand(context.Background(), "vm-1", cmd, nil, time.Second); err == nil || !strings.Contains(err.Error(), "not a read-only guest command") {
+			t.Errorf("GuestCommand(%s) = %v, want refused", cmd, err)
+		}
+	}
+	for _, cmd := range []string{"guest-ping", "guest-info", "guest-get-osinfo", "guest-get-fsinfo", "guest-network-get-interfaces"} {
+		if !readOnlyGuestCommand(cmd) {
+			t.Errorf("read-only %s refused", cmd)
+		}
+	}
+	if n := sent.Load(); n != 0 {
+		t.Errorf("%d requests sent for refused commands", n)
 	}
 }
