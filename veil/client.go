@@ -295,23 +295,9 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	target := c.base + r.path
-	if len(r.query) > 0 {
-		target += "?" + r.query.Encode()
-	}
-	var rd io.Reader
-	if r.body != nil {
-		rd = bytes.NewReader(r.body)
-	}
-	req, err := http.NewRequestWithContext(actx, r.method, target, rd)
+	req, err := c.httpRequest(actx, r)
 	if err != nil {
 		return nil, 0, 0, err
-	}
-	req.Header.Set("Authorization", "jwt "+c.currentToken())
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	if r.body != nil {
-		req.Header.Set("Content-Type", "application/json")
 	}
 
 	start := time.Now()
@@ -326,7 +312,37 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 		return nil, 0, 0, err
 	}
 	defer resp.Body.Close()
-	status, observed = resp.StatusCode, resp.StatusCode
+	observed = resp.StatusCode
+	return c.answer(resp)
+}
+
+// httpRequest is one attempt of r, with the token and the headers of every request.
+func (c *Client) httpRequest(ctx context.Context, r *request) (*http.Request, error) {
+	target := c.base + r.path
+	if len(r.query) > 0 {
+		target += "?" + r.query.Encode()
+	}
+	var rd io.Reader
+	if r.body != nil {
+		rd = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, target, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "jwt "+c.currentToken())
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// answer reads the body of a 2xx answer within MaxResponseBytes, or makes an *APIError of
+// another (with the Retry-After it asks for).
+func (c *Client) answer(resp *http.Response) (body []byte, status int, retryAfter time.Duration, err error) {
+	status = resp.StatusCode
 	ok := status >= 200 && status < 300
 	limit := c.maxBytes
 	if !ok && limit > maxErrorBody {
