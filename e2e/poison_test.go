@@ -39,8 +39,8 @@ import (
 const (
 	poisonController = "poison"
 	poisonPrefix     = "veil.events"
-	// poisonMaxHeaders bounds the headers of any message ("a few KiB whatever the number of
-	// events at one instant"; 65 KiB were measured at 3,000).
+	// poisonMaxHeaders bounds the headers of any message: a few KiB whatever the number of
+	// events at one instant.
 	poisonMaxHeaders = 4 << 10
 	// poisonMaxLabel bounds every label value on /metrics (label values capped in length).
 	poisonMaxLabel = 1024

@@ -378,8 +378,8 @@ const bodyPrealloc = 1 << 20
 
 // readBody reads at most limit+1 bytes of the answer into a buffer grown as the bytes arrive.
 // The announced length only sizes the first buffer (up to bodyPrealloc): a page of VMs of 200 KB
-// is read into one buffer without a copy, as when it was preallocated whole (grown from a small
-// buffer by io.ReadAll it was copied and cleared about twice over, a tenth of a refresh's CPU).
+// is read into one buffer without a copy, as when it was preallocated whole, where io.ReadAll
+// would grow it from a small buffer, copying and clearing it on the way.
 // One that sends more than it announced is cut at the announced length by the transport.
 func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	n := resp.ContentLength
