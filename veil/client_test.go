@@ -107,6 +107,61 @@ func TestEveryReadEndpointDecodes(t *testing.T) {
 	})
 	ctx := context.Background()
 
+	readInfrastructure(t, ctx, c)
+	domains, err := c.Domains(ctx, nil)
+	if err != nil || len(domains) != 30 {
+		t.Fatalf("Domains = %d, %v", len(domains), err)
+	}
+	want := findDomain(t, sim, guestReady)
+	d, err := c.Domain(ctx, want.ID)
+	if err != nil || d.VerboseName != want.Name || d.Node.ID != want.NodeID || !d.GuestUtils.QemuState ||
+		d.UserPowerState != veil.PowerOn || d.Cluster.ID == "" {
+		t.Fatalf("Domain = %+v, %v; want %+v", d, err, want)
+	}
+	filtered, err := c.Domains(ctx, veil.Query{"name": {want.Name}})
+	if err != nil || !slices.ContainsFunc(filtered, func(x veil.Domain) bool { return x.ID == want.ID }) {
+		t.Fatalf("Domains(name=%s) = %v, %v", want.Name, filtered, err)
+	}
+	readJournals(t, ctx, c)
+	if v, err := c.ControllerVersion(ctx); err != nil || v != veiltest.DefaultControllerVersion {
+		t.Fatalf("ControllerVersion = %q, %v; want %s", v, err, veiltest.DefaultControllerVersion)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ep := range []string{"/api/controllers/base-version/", "/api/nodes/", "/api/nodes/{id}/", "/api/clusters/", "/api/clusters/{id}/",
+		"/api/data-pools/", "/api/data-pools/{id}/", "/api/domains/", "/api/domains/{id}/", "/api/tasks/",
+		"/api/tasks/{id}/", "/api/events/", "/api/events/{id}/"} {
+		if seen[ep] == 0 {
+			t.Errorf("observer never saw endpoint %s (saw %v)", ep, seen)
+		}
+	}
+}
+
+// readJournals reads tasks and events, as collections and details.
+func readJournals(t *testing.T, ctx context.Context, c *veil.Client) {
+	t.Helper()
+	tasks, err := c.Tasks(ctx, nil)
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("Tasks = %v, %v", tasks, err)
+	}
+	task, err := c.Task(ctx, tasks[0].ID)
+	if err != nil || task.ID != tasks[0].ID || task.Created.IsZero() {
+		t.Fatalf("Task = %+v, %v", task, err)
+	}
+	page, err := c.EventsPage(ctx, 0, 10, "-created")
+	if err != nil || page.Count != 30 || len(page.Results) != 10 {
+		t.Fatalf("EventsPage = %d/%d, %v", len(page.Results), page.Count, err)
+	}
+	ev, err := c.Event(ctx, page.Results[0].ID)
+	if err != nil || ev.ID != page.Results[0].ID || string(ev.Raw) != string(page.Results[0].Raw) {
+		t.Fatalf("Event = %+v, %v; want the same bytes as in the page", ev, err)
+	}
+}
+
+// readInfrastructure reads nodes, clusters and data pools, as collections and details.
+func readInfrastructure(t *testing.T, ctx context.Context, c *veil.Client) {
+	t.Helper()
 	nodes, err := c.Nodes(ctx)
 	if err != nil || len(nodes) != 4 {
 		t.Fatalf("Nodes = %d, %v; want 4", len(nodes), err)
@@ -134,50 +189,6 @@ func TestEveryReadEndpointDecodes(t *testing.T) {
 	}
 	if p, err := c.Datapool(ctx, pools[1].ID); err != nil || p.ID != pools[1].ID {
 		t.Fatalf("Datapool = %+v, %v", p, err)
-	}
-	domains, err := c.Domains(ctx, nil)
-	if err != nil || len(domains) != 30 {
-		t.Fatalf("Domains = %d, %v", len(domains), err)
-	}
-	want := findDomain(t, sim, guestReady)
-	d, err := c.Domain(ctx, want.ID)
-	if err != nil || d.VerboseName != want.Name || d.Node.ID != want.NodeID || !d.GuestUtils.QemuState ||
-		d.UserPowerState != veil.PowerOn || d.Cluster.ID == "" {
-		t.Fatalf("Domain = %+v, %v; want %+v", d, err, want)
-	}
-	filtered, err := c.Domains(ctx, veil.Query{"name": {want.Name}})
-	if err != nil || !slices.ContainsFunc(filtered, func(x veil.Domain) bool { return x.ID == want.ID }) {
-		t.Fatalf("Domains(name=%s) = %v, %v", want.Name, filtered, err)
-	}
-	tasks, err := c.Tasks(ctx, nil)
-	if err != nil || len(tasks) == 0 {
-		t.Fatalf("Tasks = %v, %v", tasks, err)
-	}
-	task, err := c.Task(ctx, tasks[0].ID)
-	if err != nil || task.ID != tasks[0].ID || task.Created.IsZero() {
-		t.Fatalf("Task = %+v, %v", task, err)
-	}
-	page, err := c.EventsPage(ctx, 0, 10, "-created")
-	if err != nil || page.Count != 30 || len(page.Results) != 10 {
-		t.Fatalf("EventsPage = %d/%d, %v", len(page.Results), page.Count, err)
-	}
-	ev, err := c.Event(ctx, page.Results[0].ID)
-	if err != nil || ev.ID != page.Results[0].ID || string(ev.Raw) != string(page.Results[0].Raw) {
-		t.Fatalf("Event = %+v, %v; want the same bytes as in the page", ev, err)
-	}
-
-	if v, err := c.ControllerVersion(ctx); err != nil || v != veiltest.DefaultControllerVersion {
-		t.Fatalf("ControllerVersion = %q, %v; want %s", v, err, veiltest.DefaultControllerVersion)
-	}
-
-	mu.Lock()
-	defer mu.Unlock()
-	for _, ep := range []string{"/api/controllers/base-version/", "/api/nodes/", "/api/nodes/{id}/", "/api/clusters/", "/api/clusters/{id}/",
-		"/api/data-pools/", "/api/data-pools/{id}/", "/api/domains/", "/api/domains/{id}/", "/api/tasks/",
-		"/api/tasks/{id}/", "/api/events/", "/api/events/{id}/"} {
-		if seen[ep] == 0 {
-			t.Errorf("observer never saw endpoint %s (saw %v)", ep, seen)
-		}
 	}
 }
 

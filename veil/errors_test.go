@@ -17,21 +17,20 @@ import (
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
-func TestErrorClasses(t *testing.T) {
-	sim := newSim(t, veiltest.Options{Seed: 5, VMs: 50, ReadOnlyToken: "read-only-secret"})
-	ctx := context.Background()
-	domainID := sim.DomainIDs()[0]
-	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
+// errorCase is a call that fails, and what its error must say.
+type errorCase struct {
+	name   string
+	mod    func(*veil.Config)
+	faults []veiltest.Fault
+	call   func(c *veil.Client) error
+	is     error  // errors.Is target, or nil
+	status int    // *APIError status, 0 = not an APIError
+	want   string // substring of Error()
+}
 
-	for _, tc := range []struct {
-		name   string
-		mod    func(*veil.Config)
-		faults []veiltest.Fault
-		call   func(c *veil.Client) error
-		is     error  // errors.Is target, or nil
-		status int    // *APIError status, 0 = not an APIError
-		want   string // substring of Error()
-	}{
+// errorCases are TestErrorClasses's rows: one of each class of failure.
+func errorCases(ctx context.Context, sim *veiltest.Server, domainID string, off veiltest.DomainInfo) []errorCase {
+	return []errorCase{
 		{
 			name: "401 wrong token is ErrUnauthorized",
 			mod:  func(c *veil.Config) { c.Token = "jwt wrong-secret" },
@@ -92,7 +91,16 @@ func TestErrorClasses(t *testing.T) {
 			call: func(c *veil.Client) error { _, err := c.Domains(ctx, nil); return err },
 			is:   veil.ErrTooLarge, want: "response too large",
 		},
-	} {
+	}
+}
+
+func TestErrorClasses(t *testing.T) {
+	sim := newSim(t, veiltest.Options{Seed: 5, VMs: 50, ReadOnlyToken: "read-only-secret"})
+	ctx := context.Background()
+	domainID := sim.DomainIDs()[0]
+	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
+
+	for _, tc := range errorCases(ctx, sim, domainID, off) {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.SetFaults(tc.faults...)
 			defer sim.ClearFaults()

@@ -109,26 +109,7 @@ func TestOperationsChangeStateThroughTasks(t *testing.T) {
 		t.Errorf("ballooning not on: %+v, %v", n, err)
 	}
 
-	// Every operation was sent with ?async=1 and a fresh UUIDv4 idempotency key.
-	keys := map[string]bool{}
-	for _, r := range sim.Requests() {
-		if r.Method == "GET" {
-			continue
-		}
-		if !strings.Contains(r.Query, "async=1") {
-			t.Errorf("%s %s without async=1", r.Method, r.Path)
-		}
-		var body struct {
-			Key string `json:"idempotency_key"`
-		}
-		if err := json.Unmarshal([]byte(r.Body), &body); err != nil || len(body.Key) != 36 || body.Key[14] != '4' {
-			t.Errorf("%s %s: body %s has no UUIDv4 key", r.Method, r.Path, r.Body)
-		}
-		if keys[body.Key] {
-			t.Errorf("key %s reused across operations", body.Key)
-		}
-		keys[body.Key] = true
-	}
+	checkKeys(t, sim)
 }
 
 func TestWaitTaskStopsWithContext(t *testing.T) {
@@ -181,5 +162,29 @@ func TestReadOnlyTokenCannotOperate(t *testing.T) {
 	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
 	if _, err := o.StartDomain(context.Background(), off.ID, false); err == nil || !strings.Contains(err.Error(), "403 forbidden") {
 		t.Fatalf("StartDomain with a read-only token: %v, want 403", err)
+	}
+}
+
+// checkKeys: every operation was sent with ?async=1 and a fresh UUIDv4 idempotency key.
+func checkKeys(t *testing.T, sim *veiltest.Server) {
+	t.Helper()
+	keys := map[string]bool{}
+	for _, r := range sim.Requests() {
+		if r.Method == "GET" {
+			continue
+		}
+		if !strings.Contains(r.Query, "async=1") {
+			t.Errorf("%s %s without async=1", r.Method, r.Path)
+		}
+		var body struct {
+			Key string `json:"idempotency_key"`
+		}
+		if err := json.Unmarshal([]byte(r.Body), &body); err != nil || len(body.Key) != 36 || body.Key[14] != '4' {
+			t.Errorf("%s %s: body %s has no UUIDv4 key", r.Method, r.Path, r.Body)
+		}
+		if keys[body.Key] {
+			t.Errorf("key %s reused across operations", body.Key)
+		}
+		keys[body.Key] = true
 	}
 }
