@@ -48,8 +48,8 @@ func (c *Client) AvailableGuestCommands(ctx context.Context, id string) ([]strin
 }
 
 // GuestCommand POSTs {"qemu_cmd","fargs","timeout"} and returns the raw value under the key
-// named cmd; a command that is not read-only (readOnlyGuestCommand) is refused unsent. It is never retried: it carries no idempotency key, and the guest checker counts
-// failures itself.
+// named cmd; a command that is not read-only (readOnlyGuestCommand) is refused unsent. It is
+// never retried: it carries no idempotency key, and the guest checker counts failures itself.
 //
 // timeout (rounded up to whole seconds) is sent to the platform when positive, and bounds the
 // request on the wire (plus a margin for the platform's own timeout answer) from the moment it

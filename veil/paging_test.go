@@ -162,7 +162,8 @@ func TestListCopesWithChangingCollection(t *testing.T) {
 	}
 }
 
-// checkListed: a listing of a changing collection yields only objects that existed, misses none when it only grew, and at least half.
+// checkListed: a listing of a changing collection yields only objects that existed, misses none
+// when it only grew, and at least half.
 func checkListed(t *testing.T, orig, added []string, seen map[string]bool) {
 	t.Helper()
 	known := map[string]bool{}
