@@ -182,19 +182,7 @@ func TestNemesis(t *testing.T) {
 	live := startLiveSubscriber(t, cluster.URLs(), stream)
 
 	plan := schedule(seed, dur, replicas, names)
-	report := func() string {
-		var b strings.Builder
-		fmt.Fprintf(&b, "nemesis seed %d (replay: VEIL_NEMESIS_SEED=%d VEIL_NEMESIS_DURATION=%s), schedule:\n", seed, seed, dur)
-		for _, f := range plan {
-			fmt.Fprintf(&b, "  %s\n", f)
-		}
-		return b.String()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(report())
-		}
-	})
+	logScheduleOnFailure(t, seed, dur, plan)
 	n := &nemesis{t: t, cluster: cluster, procs: procs, sims: sims, stopped: map[string]func(){}}
 	n.run(plan)
 
@@ -535,4 +523,22 @@ func startNemesisReplicas(t *testing.T, replicas []string, bin, dir, ctrls, clie
 		p.start()
 	}
 	return procs
+}
+
+// logScheduleOnFailure logs, when the test fails, the seed and the schedule of faults, with how
+// to replay them.
+func logScheduleOnFailure(t *testing.T, seed uint64, dur time.Duration, plan []fault) {
+	report := func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "nemesis seed %d (replay: VEIL_NEMESIS_SEED=%d VEIL_NEMESIS_DURATION=%s), schedule:\n", seed, seed, dur)
+		for _, f := range plan {
+			fmt.Fprintf(&b, "  %s\n", f)
+		}
+		return b.String()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(report())
+		}
+	})
 }
