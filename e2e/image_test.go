@@ -41,16 +41,7 @@ func TestImage(t *testing.T) {
 	version := "e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 
 	// The image, built as a user builds it; the version stamp must reach the binary.
-	build := exec.Command(makeBin, "-C", root, "image", "IMAGE="+image, "IMAGE_DIR="+filepath.Join(dir, "context"),
-		"CONTAINER_ENGINE="+podman, "VERSION="+version)
-	out, err := build.CombinedOutput()
-	t.Cleanup(func() { _, _ = podmanRun(podman, "rmi", "-f", image) })
-	if err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
-	}
-	if user, err := podmanRun(podman, "image", "inspect", "--format", "{{.Config.User}}", image); err != nil || user != "65532:65532" {
-		t.Fatalf("image user %q (%v), want 65532:65532", user, err)
-	}
+	buildImage(t, makeBin, podman, root, dir, image, version)
 
 	// The platform: a journal that holds still unless the test adds events.
 	sim := veiltest.New(veiltest.Options{Seed: 11, Nodes: 2, Clusters: 1, Datapools: 1, VMs: 10, InitialEvents: 40})
@@ -66,25 +57,7 @@ func TestImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	webAddr, natsAddr := freeAddr(t), freeAddr(t)
-	cfg := fmt.Sprintf(`controllers:
-  - name: img
-    url: %s
-    token_file: /etc/veil-exporter/token
-collect: {interval: 1s}
-guest: {enabled: false}
-events:
-  poll_interval: 200ms
-  start: earliest
-  checkpoint: {store: file, dir: /var/lib/veil-exporter}
-nats:
-  url: nats://%s
-  embedded: {enabled: true, listen: %s, store_dir: /var/lib/veil-exporter/nats}
-`, sim.URL, natsAddr, natsAddr)
-	for name, data := range map[string]string{"config.yaml": cfg, "token": sim.Token + "\n"} {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeImageConfig(t, etc, sim, natsAddr)
 
 	container, volume := unique, unique
 	t.Cleanup(func() {
@@ -95,6 +68,51 @@ nats:
 		_, _ = podmanRun(podman, "rm", "-f", "--time", "0", container)
 		_, _ = podmanRun(podman, "volume", "rm", "-f", volume)
 	})
+	runContainer(t, podman, container, volume, etc, image, webAddr)
+	checkNonRoot(t, podman, container)
+	waitStampedVersion(t, webAddr, version)
+
+	// Events reach the embedded NATS, also those added while the container runs.
+	sim.AddEvents(25, veiltest.EventSpec{})
+	journal := imageJournal(t, client)
+	js, nc := imageJetStream(t, natsAddr)
+	imageCaughtUp(t, js, len(journal))
+	nc.Close()
+
+	// SIGTERM (podman stop sends the image's stop signal, SIGTERM, and kills after 10 s): the
+	// exporter ends within 10 s, exit status 0, the position of the newest event in the volume.
+	stopAndCheckPosition(t, podman, container, volume, journal)
+
+	// Events while it is away; the restarted container publishes those, and only those.
+	added := sim.AddEvents(15, veiltest.EventSpec{})
+	if _, err := podmanRun(podman, "start", container); err != nil {
+		t.Fatal(err)
+	}
+	journal = imageJournal(t, client)
+	js, nc = imageJetStream(t, natsAddr)
+	defer nc.Close()
+	imageCaughtUp(t, js, len(journal))
+	if v := classify(journal, readWholeStream(t, js, "VEIL_EVENTS")["img"]); !v.clean() {
+		t.Errorf("after the restart, not every journal id once and in order: lost %v, duplicated %v, out of order %v, foreign %v",
+			v.lost, v.duplicated, v.outOfOrder, v.foreign)
+	}
+	// The stream's deduplication would hide a start from the beginning; the counter does not.
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		m, err := scrape("http://" + webAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		if n := sumSamples(m, "veil_events_published_total"); n != float64(len(added)) {
+			return fmt.Errorf("the restarted exporter published %v events, want the %d added while it was away", n, len(added))
+		}
+		return nil
+	}, "the restarted exporter's published count")
+}
+
+// runContainer starts the container: read-only, on the host's network, the config mounted from etc
+// and the state on volume.
+func runContainer(t *testing.T, podman, container, volume, etc, image, webAddr string) {
+	t.Helper()
 	// On our test machines crun refuses the cgroup layout, so the container runs with runc; and
 	// runc sets every rlimit it is given, and may not raise one above the hard limit podman runs
 	// under, so the limits are given explicitly: open files as this process may, 4096 processes.
@@ -110,20 +128,11 @@ nats:
 		image, "--config.file=/etc/veil-exporter/config.yaml", "--web.listen-address="+webAddr); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// Non-root: the container's process runs as 65532 (read on the host, in /proc).
-	pid, err := podmanRun(podman, "inspect", "--format", "{{.State.Pid}}", container)
-	if err != nil {
-		t.Fatal(err)
-	}
-	status, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !regexp.MustCompile(`(?m)^Uid:\s+65532\s+65532\s+65532\s+65532$`).Match(status) {
-		t.Errorf("the container's process is not 65532:\n%s", status)
-	}
-
+// waitStampedVersion waits for veil_up 1 and the stamped version on /metrics.
+func waitStampedVersion(t *testing.T, webAddr, version string) {
+	t.Helper()
 	upRE := regexp.MustCompile(`(?m)^veil_up\{[^}]*controller="img"[^}]*\} 1$`)
 	buildRE := regexp.MustCompile(`(?m)^veil_exporter_build_info\{[^}]*version="` + regexp.QuoteMeta(version) + `"[^}]*\} 1$`)
 	testutil.EventuallyNil(t, 60*time.Second, func() error {
@@ -139,16 +148,12 @@ nats:
 		}
 		return nil
 	}, "veil_up 1 and the stamped version on /metrics")
+}
 
-	// Events reach the embedded NATS, also those added while the container runs.
-	sim.AddEvents(25, veiltest.EventSpec{})
-	journal := imageJournal(t, client)
-	js, nc := imageJetStream(t, natsAddr)
-	imageCaughtUp(t, js, len(journal))
-	nc.Close()
-
-	// SIGTERM (podman stop sends the image's stop signal, SIGTERM, and kills after 10 s): the
-	// exporter ends within 10 s, exit status 0, the position of the newest event in the volume.
+// stopAndCheckPosition stops the container (podman stop sends SIGTERM, and kills after 10 s): the
+// exporter ends within 10 s, exit status 0, the position of the newest event in the volume.
+func stopAndCheckPosition(t *testing.T, podman, container, volume string, journal []string) {
+	t.Helper()
 	began := time.Now()
 	if _, err := podmanRun(podman, "stop", "--time", "10", container); err != nil {
 		t.Fatal(err)
@@ -178,31 +183,63 @@ nats:
 	if last := journal[len(journal)-1]; !slices.Contains(pos.IDs, last) {
 		t.Errorf("the saved position %s does not hold the newest event %s", b, last)
 	}
+}
 
-	// Events while it is away; the restarted container publishes those, and only those.
-	added := sim.AddEvents(15, veiltest.EventSpec{})
-	if _, err := podmanRun(podman, "start", container); err != nil {
+// checkNonRoot: the container's process runs as 65532 (read on the host, in /proc).
+func checkNonRoot(t *testing.T, podman, container string) {
+	t.Helper()
+	pid, err := podmanRun(podman, "inspect", "--format", "{{.State.Pid}}", container)
+	if err != nil {
 		t.Fatal(err)
 	}
-	journal = imageJournal(t, client)
-	js, nc = imageJetStream(t, natsAddr)
-	defer nc.Close()
-	imageCaughtUp(t, js, len(journal))
-	if v := classify(journal, readWholeStream(t, js, "VEIL_EVENTS")["img"]); !v.clean() {
-		t.Errorf("after the restart, not every journal id once and in order: lost %v, duplicated %v, out of order %v, foreign %v",
-			v.lost, v.duplicated, v.outOfOrder, v.foreign)
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The stream's deduplication would hide a start from the beginning; the counter does not.
-	testutil.EventuallyNil(t, 10*time.Second, func() error {
-		m, err := scrape("http://" + webAddr + "/metrics")
-		if err != nil {
-			return err
+	if !regexp.MustCompile(`(?m)^Uid:\s+65532\s+65532\s+65532\s+65532$`).Match(status) {
+		t.Errorf("the container's process is not 65532:\n%s", status)
+	}
+}
+
+// writeImageConfig writes the exporter's config and token into etc, readable by the container's
+// user.
+func writeImageConfig(t *testing.T, etc string, sim *veiltest.Server, natsAddr string) {
+	t.Helper()
+	cfg := fmt.Sprintf(`controllers:
+  - name: img
+    url: %s
+    token_file: /etc/veil-exporter/token
+collect: {interval: 1s}
+guest: {enabled: false}
+events:
+  poll_interval: 200ms
+  start: earliest
+  checkpoint: {store: file, dir: /var/lib/veil-exporter}
+nats:
+  url: nats://%s
+  embedded: {enabled: true, listen: %s, store_dir: /var/lib/veil-exporter/nats}
+`, sim.URL, natsAddr, natsAddr)
+	for name, data := range map[string]string{"config.yaml": cfg, "token": sim.Token + "\n"} {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		if n := sumSamples(m, "veil_events_published_total"); n != float64(len(added)) {
-			return fmt.Errorf("the restarted exporter published %v events, want the %d added while it was away", n, len(added))
-		}
-		return nil
-	}, "the restarted exporter's published count")
+	}
+}
+
+// buildImage builds the image as a user builds it (make image), removed with the test; its user is
+// 65532.
+func buildImage(t *testing.T, makeBin, podman, root, dir, image, version string) {
+	t.Helper()
+	build := exec.Command(makeBin, "-C", root, "image", "IMAGE="+image, "IMAGE_DIR="+filepath.Join(dir, "context"),
+		"CONTAINER_ENGINE="+podman, "VERSION="+version)
+	out, err := build.CombinedOutput()
+	t.Cleanup(func() { _, _ = podmanRun(podman, "rmi", "-f", image) })
+	if err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	if user, err := podmanRun(podman, "image", "inspect", "--format", "{{.Config.User}}", image); err != nil || user != "65532:65532" {
+		t.Fatalf("image user %q (%v), want 65532:65532", user, err)
+	}
 }
 
 // needImageTool is need with the image test's packages in its message.
