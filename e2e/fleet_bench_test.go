@@ -66,23 +66,7 @@ func BenchmarkFleet(b *testing.B) {
 		fmt.Fprintf(&ctrls, "  - name: %s\n    url: %s\n    token_file: %s\n", names[i], u, tok)
 	}
 	proc := func(inst string) *replicaProc {
-		cfg := filepath.Join(dir, inst+".yaml")
-		body := "controllers:\n" + ctrls.String() +
-			fmt.Sprintf("collect:\n  interval: %s\nguest:\n  enabled: false\n", fleetInterval) +
-			"events:\n  enabled: true\n  poll_interval: 1s\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
-			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", cluster.URLs(), fleetStream) +
-			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, fleetLeaseTTL)
-		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-			b.Fatal(err)
-		}
-		p := &replicaProc{t: b, bin: exporter, cfg: cfg, web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), logPath: filepath.Join(dir, inst+".log")}
-		b.Cleanup(func() {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-		})
-		return p
+		return fleetProc(b, dir, exporter, ctrls.String(), cluster.URLs(), inst)
 	}
 	js := cluster.JetStream(b)
 	leases := watchLeases(b, js)
@@ -120,18 +104,7 @@ func BenchmarkFleet(b *testing.B) {
 	dev := max(hi-share, share-lo)
 	three, cpuRep, rssRep, simThree := sim.window(b, reps[insts[0]], reps[insts[1]], reps[insts[2]])
 	if float64(three) > 1.05*float64(single) {
-		// Say why: the replicas' lines about the push channel (a controller without it is
-		// listed every collect.interval).
-		for _, inst := range insts {
-			log, _ := os.ReadFile(reps[inst].logPath)
-			n := 0
-			for _, l := range strings.Split(string(log), "\n") {
-				if strings.Contains(l, "push") && n < 15 {
-					b.Logf("%s: %s", inst, l)
-					n++
-				}
-			}
-		}
+		logPushLines(b, reps, insts)
 	}
 
 	// kill -9 the owner of c00, takeoverTrials times (restarting it in between): its
@@ -141,37 +114,11 @@ func BenchmarkFleet(b *testing.B) {
 	var victim string
 	var after map[string]int
 	for trial := range takeoverTrials {
-		before := leases.owners()
-		victim = before["c00"]
-		var survivors []string
-		for _, inst := range insts {
-			if inst != victim {
-				survivors = append(survivors, inst)
-			}
-		}
-		killed := time.Now()
-		reps[victim].signal(syscall.SIGKILL)
-		reps[victim].wait()
-		testutil.Eventually(b, fleetLeaseTTL+30*time.Second, func() bool {
-			o := leases.owners()
-			for _, n := range names {
-				if !slices.Contains(survivors, o[n]) {
-					return false
-				}
-			}
-			return true
-		}, "the controllers of %s to move to %v", victim, survivors)
-		takeovers = append(takeovers, time.Since(killed))
-		// Two lease times more: a survivor's controller handed over after the take-over shows by then.
-		leases.waitStable(b, 2*fleetLeaseTTL, survivors)
-		healthy := leases.movedSince(killed, func(ct string) bool { return before[ct] != victim })
+		var took time.Duration
+		var healthy []string
+		victim, took, healthy, after = fleetKill(b, leases, reps, insts, names, trial)
+		takeovers = append(takeovers, took)
 		moved = append(moved, healthy...)
-		// Say how each moved: X -> "" -> X is a lease that lapsed and was taken again by its
-		// holder (its renewals came too late), X -> "" -> Y a hand-over or a take-over.
-		for _, h := range leases.history(killed, healthy) {
-			b.Logf("trial %d, kill -9 of %s: healthy %s", trial+1, victim, h)
-		}
-		after = leases.counts()
 		if trial < takeoverTrials-1 {
 			reps[victim].start()
 			restarted := victim
@@ -183,7 +130,147 @@ func BenchmarkFleet(b *testing.B) {
 
 	// The end: stop the feed, wait for the stream to hold every event, judge each controller.
 	journal := feed.stop()
-	want := 0
+	want, lost, dup, disorder, foreign := fleetJudge(b, js, journal, leases, reps, names)
+	refusals := inflightRefusals(one, reps[insts[0]], reps[insts[1]], reps[insts[2]])
+
+	fleetFigures{settle: settle, count: count, victim: victim, after: after, takeovers: takeovers, moved: moved,
+		want: want, lost: lost, dup: dup, disorder: disorder, foreign: foreign, single: single, three: three,
+		cpuOne: cpuOne, cpuRep: cpuRep, simOne: simOne, simThree: simThree, rssOne: rssOne, rssRep: rssRep,
+		refusals: refusals, dev: dev, lo: lo, hi: hi}.report(b)
+}
+
+// inflightRefusals counts the "too many inflight" lines in the logs of procs.
+func inflightRefusals(procs ...*replicaProc) int {
+	refusals := 0
+	for _, p := range procs {
+		log, _ := os.ReadFile(p.logPath)
+		refusals += bytes.Count(log, []byte("too many inflight"))
+	}
+	return refusals
+}
+
+// fleetFigures are what BenchmarkFleet measured.
+type fleetFigures struct {
+	settle                             time.Duration
+	count, after                       map[string]int
+	victim                             string
+	takeovers                          []time.Duration
+	moved                              []string
+	want, lost, dup, disorder, foreign int
+	single, three                      int
+	cpuOne, cpuRep, simOne, simThree   float64
+	rssOne, rssRep                     float64
+	refusals, dev, lo, hi              int
+}
+
+// report logs the figures and reports them as the benchmark's metrics.
+func (fig fleetFigures) report(b *testing.B) {
+	bound := fleetLeaseTTL + 2*time.Second
+	b.Logf("fleet: %d controllers x %d VMs; settled %v after the replicas started: %v; after the last kill -9 (of %s): %v; takeovers %v, %d healthy moved; %d events, lost %d, duplicated %d, out of order %d, foreign %d; requests one %d, three %d; CPU one %.2f cores, busiest replica %.2f, simulator %.2f/%.2f; VmHWM one %.0f MiB, largest replica %.0f MiB; too many inflight %d",
+		fleetControllers, fleetVMs, fig.settle.Round(100*time.Millisecond), fig.count, fig.victim, fig.after, fig.takeovers, len(fig.moved), fig.want, fig.lost, fig.dup, fig.disorder, fig.foreign, fig.single, fig.three, fig.cpuOne, fig.cpuRep, fig.simOne, fig.simThree, fig.rssOne, fig.rssRep, fig.refusals)
+	if len(fig.moved) > 0 {
+		b.Logf("healthy controllers moved: %v", fig.moved)
+	}
+	b.ReportMetric(float64(fig.dev), "spread-dev")
+	b.ReportMetric(float64(fig.dev)/2, "spread-ratio")
+	b.ReportMetric(float64(fig.lo), "spread-min")
+	b.ReportMetric(float64(fig.hi), "spread-max")
+	b.ReportMetric(fig.settle.Seconds(), "settle-s")
+	reportTrials(b, "takeover", fig.takeovers)
+	b.ReportMetric(bound.Seconds(), "bound-s")
+	b.ReportMetric(float64(len(fig.moved)), "healthy-moved")
+	b.ReportMetric(float64(fig.want), "events")
+	b.ReportMetric(float64(fig.lost), "lost")
+	b.ReportMetric(float64(fig.dup), "duplicated")
+	b.ReportMetric(float64(fig.disorder+fig.foreign), "disorder")
+	b.ReportMetric(float64(fig.single), "requests-one")
+	b.ReportMetric(float64(fig.three), "requests-three")
+	b.ReportMetric(float64(fig.three)/float64(max(fig.single, 1)), "requests-ratio")
+	b.ReportMetric(fig.cpuOne, "cpu-one-cores")
+	b.ReportMetric(fig.cpuRep, "cpu-replica-cores")
+	b.ReportMetric(max(fig.simOne, fig.simThree), "sim-cpu-cores")
+	b.ReportMetric(fig.rssOne, "hwm-one-MiB")
+	b.ReportMetric(fig.rssRep, "hwm-replica-MiB")
+	b.ReportMetric(float64(fig.refusals), "inflight-refusals")
+}
+
+// fleetProc is replica inst of the fleet (not started) with the controllers ctrls (YAML
+// entries), on the cluster at clusterURLs; killed at the end if it runs.
+func fleetProc(b *testing.B, dir, exporter, ctrls, clusterURLs, inst string) *replicaProc {
+	cfg := filepath.Join(dir, inst+".yaml")
+	body := "controllers:\n" + ctrls +
+		fmt.Sprintf("collect:\n  interval: %s\nguest:\n  enabled: false\n", fleetInterval) +
+		"events:\n  enabled: true\n  poll_interval: 1s\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+		fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", clusterURLs, fleetStream) +
+		fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, fleetLeaseTTL)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	p := &replicaProc{t: b, bin: exporter, cfg: cfg, web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), logPath: filepath.Join(dir, inst+".log")}
+	b.Cleanup(func() {
+		if p.cmd != nil && p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// logPushLines says why the replicas asked more than one exporter: their lines about the push
+// channel (a controller without it is listed every collect.interval).
+func logPushLines(b *testing.B, reps map[string]*replicaProc, insts []string) {
+	for _, inst := range insts {
+		log, _ := os.ReadFile(reps[inst].logPath)
+		n := 0
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "push") && n < 15 {
+				b.Logf("%s: %s", inst, l)
+				n++
+			}
+		}
+	}
+}
+
+// fleetKill kills -9 the owner of c00 and waits until its controllers moved to the others, and
+// for two lease times more (a survivor's controller handed over after the take-over shows by
+// then): it returns the victim, how long the take-over took, the healthy controllers that moved
+// and the controllers each replica then holds.
+func fleetKill(b *testing.B, leases *leaseWatch, reps map[string]*replicaProc, insts, names []string, trial int) (victim string, took time.Duration, healthy []string, after map[string]int) {
+	before := leases.owners()
+	victim = before["c00"]
+	var survivors []string
+	for _, inst := range insts {
+		if inst != victim {
+			survivors = append(survivors, inst)
+		}
+	}
+	killed := time.Now()
+	reps[victim].signal(syscall.SIGKILL)
+	reps[victim].wait()
+	testutil.Eventually(b, fleetLeaseTTL+30*time.Second, func() bool {
+		o := leases.owners()
+		for _, n := range names {
+			if !slices.Contains(survivors, o[n]) {
+				return false
+			}
+		}
+		return true
+	}, "the controllers of %s to move to %v", victim, survivors)
+	took = time.Since(killed)
+	// Two lease times more: a survivor's controller handed over after the take-over shows by then.
+	leases.waitStable(b, 2*fleetLeaseTTL, survivors)
+	healthy = leases.movedSince(killed, func(ct string) bool { return before[ct] != victim })
+	// Say how each moved: X -> "" -> X is a lease that lapsed and was taken again by its
+	// holder (its renewals came too late), X -> "" -> Y a hand-over or a take-over.
+	for _, h := range leases.history(killed, healthy) {
+		b.Logf("trial %d, kill -9 of %s: healthy %s", trial+1, victim, h)
+	}
+	return victim, took, healthy, leases.counts()
+}
+
+// fleetJudge waits for the stream to hold every event of journal, then classifies each
+// controller's: the events wanted, lost, duplicated, out of order and foreign.
+func fleetJudge(b *testing.B, js jetstream.JetStream, journal map[string][]string, leases *leaseWatch, reps map[string]*replicaProc, names []string) (want, lost, dup, disorder, foreign int) {
 	for _, ids := range journal {
 		want += len(ids)
 	}
@@ -197,44 +284,11 @@ func BenchmarkFleet(b *testing.B) {
 		}
 	}
 	got := readWholeStream(b, js, fleetStream)
-	var lost, dup, disorder, foreign int
 	for _, n := range names {
 		v := classify(journal[n], got[n])
 		lost, dup, disorder, foreign = lost+len(v.lost), dup+len(v.duplicated), disorder+len(v.outOfOrder), foreign+len(v.foreign)
 	}
-	refusals := 0
-	for _, p := range append([]*replicaProc{one}, reps[insts[0]], reps[insts[1]], reps[insts[2]]) {
-		log, _ := os.ReadFile(p.logPath)
-		refusals += bytes.Count(log, []byte("too many inflight"))
-	}
-
-	bound := fleetLeaseTTL + 2*time.Second
-	b.Logf("fleet: %d controllers x %d VMs; settled %v after the replicas started: %v; after the last kill -9 (of %s): %v; takeovers %v, %d healthy moved; %d events, lost %d, duplicated %d, out of order %d, foreign %d; requests one %d, three %d; CPU one %.2f cores, busiest replica %.2f, simulator %.2f/%.2f; VmHWM one %.0f MiB, largest replica %.0f MiB; too many inflight %d",
-		fleetControllers, fleetVMs, settle.Round(100*time.Millisecond), count, victim, after, takeovers, len(moved), want, lost, dup, disorder, foreign, single, three, cpuOne, cpuRep, simOne, simThree, rssOne, rssRep, refusals)
-	if len(moved) > 0 {
-		b.Logf("healthy controllers moved: %v", moved)
-	}
-	b.ReportMetric(float64(dev), "spread-dev")
-	b.ReportMetric(float64(dev)/2, "spread-ratio")
-	b.ReportMetric(float64(lo), "spread-min")
-	b.ReportMetric(float64(hi), "spread-max")
-	b.ReportMetric(settle.Seconds(), "settle-s")
-	reportTrials(b, "takeover", takeovers)
-	b.ReportMetric(bound.Seconds(), "bound-s")
-	b.ReportMetric(float64(len(moved)), "healthy-moved")
-	b.ReportMetric(float64(want), "events")
-	b.ReportMetric(float64(lost), "lost")
-	b.ReportMetric(float64(dup), "duplicated")
-	b.ReportMetric(float64(disorder+foreign), "disorder")
-	b.ReportMetric(float64(single), "requests-one")
-	b.ReportMetric(float64(three), "requests-three")
-	b.ReportMetric(float64(three)/float64(max(single, 1)), "requests-ratio")
-	b.ReportMetric(cpuOne, "cpu-one-cores")
-	b.ReportMetric(cpuRep, "cpu-replica-cores")
-	b.ReportMetric(max(simOne, simThree), "sim-cpu-cores")
-	b.ReportMetric(rssOne, "hwm-one-MiB")
-	b.ReportMetric(rssRep, "hwm-replica-MiB")
-	b.ReportMetric(float64(refusals), "inflight-refusals")
+	return want, lost, dup, disorder, foreign
 }
 
 // fleetShortfall says, when the stream lacks events at the end, which controllers miss how
