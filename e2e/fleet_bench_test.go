@@ -75,13 +75,7 @@ func BenchmarkFleet(b *testing.B) {
 	// One exporter running all 60 (with ha on, alone: the stream and the positions bucket get
 	// three replicas from the start, as in production).
 	one := proc("solo")
-	one.start()
-	testutil.Eventually(b, 60*time.Second, func() bool { return ready(one) && len(leases.owners()) == fleetControllers },
-		"the single exporter to hold all %d controllers", fleetControllers)
-	leases.waitStable(b, 2*time.Second, nil)
-	single, cpuOne, rssOne, simOne := sim.window(b, one)
-	one.signal(syscall.SIGTERM)
-	one.wait()
+	single, cpuOne, rssOne, simOne := fleetSolo(b, sim, leases, one)
 
 	// Three replicas: the same window once the owners settled.
 	insts := []string{"pod-a", "pod-b", "pod-c"}
@@ -95,13 +89,7 @@ func BenchmarkFleet(b *testing.B) {
 	settleStart := time.Now()
 	leases.waitStable(b, 2*fleetLeaseTTL, insts)
 	settle := leases.lastChange().Sub(settleStart)
-	count := leases.counts()
-	lo, hi := fleetControllers, 0
-	for _, inst := range insts {
-		lo, hi = min(lo, count[inst]), max(hi, count[inst])
-	}
-	share := fleetControllers / len(insts)
-	dev := max(hi-share, share-lo)
+	count, lo, hi, share, dev := fleetSpread(leases.counts(), insts)
 	three, cpuRep, rssRep, simThree := sim.window(b, reps[insts[0]], reps[insts[1]], reps[insts[2]])
 	if float64(three) > 1.05*float64(single) {
 		logPushLines(b, reps, insts)
@@ -315,4 +303,28 @@ func fleetShortfall(b *testing.B, js jetstream.JetStream, journal map[string][]s
 			}
 		}
 	}
+}
+
+// fleetSpread is how the controllers spread over insts: the count of each, the least and most
+// held, the even share and the deviation from it.
+func fleetSpread(count map[string]int, insts []string) (_ map[string]int, lo, hi, share, dev int) {
+	lo, hi = fleetControllers, 0
+	for _, inst := range insts {
+		lo, hi = min(lo, count[inst]), max(hi, count[inst])
+	}
+	share = fleetControllers / len(insts)
+	return count, lo, hi, share, max(hi-share, share-lo)
+}
+
+// fleetSolo starts one, the single exporter, waits until it holds every controller, measures
+// its window and stops it.
+func fleetSolo(b *testing.B, sim *fleetSim, leases *leaseWatch, one *replicaProc) (requests int, busiest, rss, simCPU float64) {
+	one.start()
+	testutil.Eventually(b, 60*time.Second, func() bool { return ready(one) && len(leases.owners()) == fleetControllers },
+		"the single exporter to hold all %d controllers", fleetControllers)
+	leases.waitStable(b, 2*time.Second, nil)
+	requests, busiest, rss, simCPU = sim.window(b, one)
+	one.signal(syscall.SIGTERM)
+	one.wait()
+	return requests, busiest, rss, simCPU
 }
