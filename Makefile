@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revisi
              -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 PKGS      := ./...
 
-.PHONY: all build image test test-deps vet race fuzz-seed rules-test fuzz faults demo demo-ha bench bench-reference lint clean
+.PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz faults demo demo-ha bench bench-reference lint clean
 
 all: build
 
@@ -79,6 +79,11 @@ race:
 
 rules-test:
 	bash deploy/prometheus/test.sh
+
+## docs: regenerate docs/metrics.md from the families the exporter serves with every feature on
+## (docs/metrics_test.go runs it against the simulator; `make test` fails when the file drifts).
+docs:
+	$(GO) test -count=1 -run '^TestMetrics$$' ./docs -update
 
 ## fuzz: a longer fuzzing run of every fuzz target of every package, one target at a time for
 ## FUZZTIME each (not part of `make test`, which runs their seed corpora); FUZZPARALLEL=1 fuzzes

@@ -169,17 +169,31 @@ type NATS struct {
 	JetStream     JetStream `yaml:"jetstream"`
 	Embedded      Embedded  `yaml:"embedded"`
 	Inventory     Inventory `yaml:"inventory"`
+	// Configured says the file has a nats: section. Then NATS is used even with events and
+	// replicas off: the inventory bucket is written (unless nats.inventory.enabled is false).
+	Configured bool `yaml:"-"`
 }
 
 // Inventory configures the inventory on NATS: every node, cluster, datapool and VM of the
-// controllers a replica runs, in a JetStream KV bucket (written whenever NATS is connected
-// with JetStream: events or ha on).
+// controllers a replica runs, in a JetStream KV bucket (written whenever NATS is used with
+// JetStream: a nats: section, events or ha on).
 type Inventory struct {
 	Enabled bool   `yaml:"enabled"`
 	Bucket  string `yaml:"bucket"`
 	// History is how many values of each key the bucket keeps (1..64).
 	History int `yaml:"history"`
 }
+
+// InventoryOnNATS says whether the inventory bucket is written: JetStream and the bucket on, and
+// NATS used (a nats: section, events or replicas).
+func (c *Config) InventoryOnNATS() bool {
+	n := c.NATS
+	return n.JetStream.Enabled && n.Inventory.Enabled && (n.Configured || c.Events.Enabled || c.HA.Enabled)
+}
+
+// UsesNATS says whether anything of c needs a NATS connection: the event forwarder, the
+// replicas' leases or the inventory bucket.
+func (c *Config) UsesNATS() bool { return c.Events.Enabled || c.HA.Enabled || c.InventoryOnNATS() }
 
 // NATSTLS configures TLS towards NATS.
 type NATSTLS struct {

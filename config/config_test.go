@@ -120,10 +120,15 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
-func TestEventsDisabledSkipsNATSValidation(t *testing.T) {
-	_, err := Parse([]byte("controllers:\n  - {name: a, url: 'http://x', token: t}\nevents: {enabled: false}\nnats: {url: 'bogus'}\n"))
-	if err != nil {
-		t.Fatalf("NATS settings are irrelevant without events, got %v", err)
+// TestUnusedNATSSkipsNATSValidation: a nats: section is validated when something uses it (events,
+// or the inventory bucket, which a nats: section turns on), and only then.
+func TestUnusedNATSSkipsNATSValidation(t *testing.T) {
+	const head = "controllers:\n  - {name: a, url: 'http://x', token: t}\nevents: {enabled: false}\n"
+	if _, err := Parse([]byte(head + "nats: {url: 'bogus', inventory: {enabled: false}}\n")); err != nil {
+		t.Errorf("NATS settings are irrelevant without events and the inventory bucket, got %v", err)
+	}
+	if _, err := Parse([]byte(head + "nats: {url: 'bogus'}\n")); err == nil || !strings.Contains(err.Error(), "nats.url") {
+		t.Errorf("a nats: section writes the inventory bucket, so its URL is checked; got %v", err)
 	}
 }
 

@@ -75,6 +75,7 @@ func parse(data []byte, baseDir string) (*Config, error) {
 		n.TLS.CertFile = resolvePath(baseDir, n.TLS.CertFile)
 		n.TLS.KeyFile = resolvePath(baseDir, n.TLS.KeyFile)
 	}
+	_, cfg.NATS.Configured = lines["nats"]
 	v := validator{lines: lines}
 	v.config(&cfg)
 	if err := v.err(); err != nil {
@@ -263,6 +264,8 @@ func (v *validator) config(c *Config) {
 	v.guest(&c.Guest)
 	if c.Events.Enabled {
 		v.events(&c.Events)
+	}
+	if c.Events.Enabled || c.NATS.Configured && c.InventoryOnNATS() {
 		v.nats(&c.NATS)
 	}
 	v.ha(c)

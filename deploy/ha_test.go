@@ -287,7 +287,7 @@ func TestHADeploymentRunsThreeReplicasOnThreeNodes(t *testing.T) {
 	}
 
 	// Probes: the paths the daemon serves, on the container's metrics port.
-	src := string(readFile(t, "../internal/daemon/http.go"))
+	src := string(readFile(t, "../internal/web/handler.go"))
 	ports, _ := at(c, "ports").([]any)
 	for probe, path := range map[string]string{"livenessProbe": "/-/healthy", "readinessProbe": "/-/ready"} {
 		get := at(c, probe, "httpGet")
@@ -295,7 +295,7 @@ func TestHADeploymentRunsThreeReplicasOnThreeNodes(t *testing.T) {
 			t.Errorf("%s path = %q, want %s", probe, str(get, "path"), path)
 		}
 		if !strings.Contains(src, fmt.Sprintf("HandleFunc(%q", str(get, "path"))) {
-			t.Errorf("%s: the daemon serves no %q (internal/daemon/http.go)", probe, str(get, "path"))
+			t.Errorf("%s: the daemon serves no %q (internal/web/handler.go)", probe, str(get, "path"))
 		}
 		if port := str(get, "port"); !slices.ContainsFunc(ports, func(p any) bool { return str(p, "name") == port }) {
 			t.Errorf("%s port %q is not a container port (%v)", probe, port, ports)

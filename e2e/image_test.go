@@ -32,16 +32,13 @@ import (
 // volume, and the restarted container resumes from it: every journal event once on the stream.
 func TestImage(t *testing.T) {
 	podman := needImageTool(t, "podman")
-	needImageTool(t, "runc")
-	makeBin := needImageTool(t, "make")
-	root := repoRoot(t)
 	dir := t.TempDir()
 	unique := fmt.Sprintf("veil-e2e-%d-%d", os.Getpid(), time.Now().UnixNano())
-	image := "localhost/" + unique + ":latest"
 	version := "e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-
-	// The image, built as a user builds it; the version stamp must reach the binary.
-	buildImage(t, makeBin, podman, root, dir, image, version)
+	image := buildImage(t, podman, unique, version)
+	if user, err := podmanRun(podman, "image", "inspect", "--format", "{{.Config.User}}", image); err != nil || user != "65532:65532" {
+		t.Fatalf("image user %q (%v), want 65532:65532", user, err)
+	}
 
 	// The platform: a journal that holds still unless the test adds events.
 	sim := veiltest.New(veiltest.Options{Seed: 11, Nodes: 2, Clusters: 1, Datapools: 1, VMs: 10, InitialEvents: 40})
@@ -52,12 +49,8 @@ func TestImage(t *testing.T) {
 	}
 
 	// The config directory, mounted read-only; the container's user (65532) must read it.
-	etc := filepath.Join(dir, "etc")
-	if err := os.Mkdir(etc, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	webAddr, natsAddr := freeAddr(t), freeAddr(t)
-	writeImageConfig(t, etc, sim, natsAddr)
+	etc := writeImageConfig(t, dir, sim, natsAddr)
 
 	container, volume := unique, unique
 	t.Cleanup(func() {
@@ -68,7 +61,13 @@ func TestImage(t *testing.T) {
 		_, _ = podmanRun(podman, "rm", "-f", "--time", "0", container)
 		_, _ = podmanRun(podman, "volume", "rm", "-f", volume)
 	})
-	runContainer(t, podman, container, volume, etc, image, webAddr)
+	run := append([]string{"run", "--detach", "--name", container}, runcFlags(t)...)
+	if _, err := podmanRun(podman, append(run, "--read-only", "--network", "host",
+		"--volume", etc+":/etc/veil-exporter:ro", "--volume", volume+":/var/lib/veil-exporter",
+		image, "--config.file=/etc/veil-exporter/config.yaml", "--web.listen-address="+webAddr)...); err != nil {
+		t.Fatal(err)
+	}
+
 	checkNonRoot(t, podman, container)
 	waitStampedVersion(t, webAddr, version)
 
@@ -109,47 +108,6 @@ func TestImage(t *testing.T) {
 	}, "the restarted exporter's published count")
 }
 
-// runContainer starts the container: read-only, on the host's network, the config mounted from etc
-// and the state on volume.
-func runContainer(t *testing.T, podman, container, volume, etc, image, webAddr string) {
-	t.Helper()
-	// On our test machines crun refuses the cgroup layout, so the container runs with runc; and
-	// runc sets every rlimit it is given, and may not raise one above the hard limit podman runs
-	// under, so the limits are given explicitly: open files as this process may, 4096 processes.
-	var nofile syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
-		t.Fatal(err)
-	}
-	nofileMax := min(nofile.Max, 65536)
-	if _, err := podmanRun(podman, "run", "--detach", "--name", container,
-		"--runtime", "runc", fmt.Sprintf("--ulimit=nofile=%d:%d", nofileMax, nofileMax), "--ulimit=nproc=4096:4096",
-		"--read-only", "--network", "host",
-		"--volume", etc+":/etc/veil-exporter:ro", "--volume", volume+":/var/lib/veil-exporter",
-		image, "--config.file=/etc/veil-exporter/config.yaml", "--web.listen-address="+webAddr); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitStampedVersion waits for veil_up 1 and the stamped version on /metrics.
-func waitStampedVersion(t *testing.T, webAddr, version string) {
-	t.Helper()
-	upRE := regexp.MustCompile(`(?m)^veil_up\{[^}]*controller="img"[^}]*\} 1$`)
-	buildRE := regexp.MustCompile(`(?m)^veil_exporter_build_info\{[^}]*version="` + regexp.QuoteMeta(version) + `"[^}]*\} 1$`)
-	testutil.EventuallyNil(t, 60*time.Second, func() error {
-		m, err := scrape("http://" + webAddr + "/metrics")
-		if err != nil {
-			return err
-		}
-		if !upRE.Match(m) {
-			return fmt.Errorf("no veil_up{controller=\"img\"} 1")
-		}
-		if !buildRE.Match(m) {
-			return fmt.Errorf("no veil_exporter_build_info with version %q", version)
-		}
-		return nil
-	}, "veil_up 1 and the stamped version on /metrics")
-}
-
 // stopAndCheckPosition stops the container (podman stop sends SIGTERM, and kills after 10 s): the
 // exporter ends within 10 s, exit status 0, the position of the newest event in the volume.
 func stopAndCheckPosition(t *testing.T, podman, container, volume string, journal []string) {
@@ -185,6 +143,26 @@ func stopAndCheckPosition(t *testing.T, podman, container, volume string, journa
 	}
 }
 
+// waitStampedVersion waits for veil_up 1 and the stamped version on /metrics.
+func waitStampedVersion(t *testing.T, webAddr, version string) {
+	t.Helper()
+	upRE := regexp.MustCompile(`(?m)^veil_up\{[^}]*controller="img"[^}]*\} 1$`)
+	buildRE := regexp.MustCompile(`(?m)^veil_exporter_build_info\{[^}]*version="` + regexp.QuoteMeta(version) + `"[^}]*\} 1$`)
+	testutil.EventuallyNil(t, 60*time.Second, func() error {
+		m, err := scrape("http://" + webAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		if !upRE.Match(m) {
+			return fmt.Errorf("no veil_up{controller=\"img\"} 1")
+		}
+		if !buildRE.Match(m) {
+			return fmt.Errorf("no veil_exporter_build_info with version %q", version)
+		}
+		return nil
+	}, "veil_up 1 and the stamped version on /metrics")
+}
+
 // checkNonRoot: the container's process runs as 65532 (read on the host, in /proc).
 func checkNonRoot(t *testing.T, podman, container string) {
 	t.Helper()
@@ -201,10 +179,14 @@ func checkNonRoot(t *testing.T, podman, container string) {
 	}
 }
 
-// writeImageConfig writes the exporter's config and token into etc, readable by the container's
-// user.
-func writeImageConfig(t *testing.T, etc string, sim *veiltest.Server, natsAddr string) {
+// writeImageConfig writes the exporter's config and token into dir/etc, readable by the
+// container's user, and returns that directory.
+func writeImageConfig(t *testing.T, dir string, sim *veiltest.Server, natsAddr string) string {
 	t.Helper()
+	etc := filepath.Join(dir, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cfg := fmt.Sprintf(`controllers:
   - name: img
     url: %s
@@ -224,22 +206,38 @@ nats:
 			t.Fatal(err)
 		}
 	}
+	return etc
 }
 
-// buildImage builds the image as a user builds it (make image), removed with the test; its user is
-// 65532.
-func buildImage(t *testing.T, makeBin, podman, root, dir, image, version string) {
+// buildImage builds the image as a user does (make image) under the name unique, the version
+// stamped, and removes it when the test ends.
+func buildImage(t *testing.T, podman, unique, version string) string {
 	t.Helper()
-	build := exec.Command(makeBin, "-C", root, "image", "IMAGE="+image, "IMAGE_DIR="+filepath.Join(dir, "context"),
+	needImageTool(t, "runc")
+	makeBin := needImageTool(t, "make")
+	image := "localhost/" + unique + ":latest"
+	build := exec.Command(makeBin, "-C", repoRoot(t), "image", "IMAGE="+image, "IMAGE_DIR="+filepath.Join(t.TempDir(), "context"),
 		"CONTAINER_ENGINE="+podman, "VERSION="+version)
 	out, err := build.CombinedOutput()
 	t.Cleanup(func() { _, _ = podmanRun(podman, "rmi", "-f", image) })
 	if err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}
-	if user, err := podmanRun(podman, "image", "inspect", "--format", "{{.Config.User}}", image); err != nil || user != "65532:65532" {
-		t.Fatalf("image user %q (%v), want 65532:65532", user, err)
+	return image
+}
+
+// runcFlags are podman run's flags for our test machines, where crun refuses the cgroup layout:
+// the container runs with runc, and runc sets every rlimit it is given and may not raise one
+// above the hard limit podman runs under, so the limits are given explicitly: open files as
+// this process may, 4096 processes.
+func runcFlags(t *testing.T) []string {
+	t.Helper()
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
 	}
+	nofileMax := min(nofile.Max, 65536)
+	return []string{"--runtime", "runc", fmt.Sprintf("--ulimit=nofile=%d:%d", nofileMax, nofileMax), "--ulimit=nproc=4096:4096"}
 }
 
 // needImageTool is need with the image test's packages in its message.

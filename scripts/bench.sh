@@ -10,9 +10,24 @@
 # BENCH_COUNT (runs per benchmark, default 5), BENCH_SIZES (default "1000 10000 50000"),
 # BENCH_GUEST_VMS (default 10000), BENCH_GUEST_COUNT (default 3), BENCH_EVENTS_COUNT (runs of each
 # forwarder benchmark, default 3), BENCH_SCRAPE_SIZES (VMs of the scrape and memory runs with guest
-# checks on, default "10000 50000").
+# checks on, default "10000 50000"). BENCH_CPUS (say 1 on a 2-core machine) runs the whole bench
+# under a CPU quota of that many cores, as a stand-in for a slower machine: a cgroup with cpu.max
+# (cgroup v2) or cpu.cfs_quota_us (v1) holding this script and everything it starts; needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+quota_cg=
+if [ -n "${BENCH_CPUS:-}" ]; then
+  quota=$(awk -v c="$BENCH_CPUS" 'BEGIN { printf "%d", c * 100000 }')
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    quota_cg=/sys/fs/cgroup/veil-bench-$$
+    mkdir "$quota_cg" && echo "$quota 100000" >"$quota_cg/cpu.max"
+  else
+    quota_cg=/sys/fs/cgroup/cpu/veil-bench-$$
+    mkdir "$quota_cg" && echo 100000 >"$quota_cg/cpu.cfs_period_us" && echo "$quota" >"$quota_cg/cpu.cfs_quota_us"
+  fi
+  echo $$ >"$quota_cg/cgroup.procs"
+fi
 
 COUNT=${BENCH_COUNT:-5}
 SIZES=${BENCH_SIZES:-1000 10000 50000}
@@ -34,9 +49,14 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "$quota_cg" ]; then
+    echo $$ >"$(dirname "$quota_cg")/cgroup.procs" 2>/dev/null || true
+    rmdir "$quota_cg" 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT INT TERM
 
+[ -n "$quota_cg" ] && stage "under a CPU quota of $BENCH_CPUS cores ($quota_cg)"
 stage "building"
 go build -o "$OUT/veil-sim" ./cmd/veil-sim
 go build -o "$OUT/veil-exporter" ./cmd/veil-exporter

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
@@ -57,6 +58,7 @@ type flags struct {
 	logFormat   string
 	version     bool
 	help        bool // --help or -h was given: the usage is printed, nothing else runs
+	memLimit    bool // --auto-gomemlimit
 }
 
 // parseFlags parses args as every Prometheus exporter does (kingpin, exporter-toolkit's web
@@ -78,6 +80,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	app.Flag("web.disable-exporter-metrics", "Exclude metrics about the exporter itself (promhttp_*, process_*, go_*).").BoolVar(&f.handler.DisableExporterMetrics)
 	app.Flag("web.disable-openmetrics", "Never answer in OpenMetrics: scrapers that ask for it first get their next choice (protobuf or text).").BoolVar(&f.handler.DisableOpenMetrics)
 	app.Flag("web.openmetrics-created-samples", "Add a _created series for every counter, histogram and summary that has a start time to OpenMetrics answers (protobuf answers always carry it).").BoolVar(&f.handler.CreatedSamples)
+	app.Flag("auto-gomemlimit", "Set the Go soft memory limit (GOMEMLIMIT) to 90% of the cgroup's memory limit, so the GC slows the heap's growth near it instead of the process being killed. An explicit GOMEMLIMIT wins.").Default("true").BoolVar(&f.memLimit)
 	logCfg := &promslog.Config{}
 	promslogflag.AddFlags(app, logCfg)
 	app.Flag("version", "Show the version and exit.").BoolVar(&f.version)
@@ -200,6 +203,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	base, webLogger, err := newLoggers(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
+	}
+	if f.memLimit {
+		setMemLimit(log.With(base, "component", "daemon"), memlimit.FromCgroup)
 	}
 	cfg, err := config.Load(f.configFile)
 	if err != nil {

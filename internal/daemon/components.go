@@ -1,14 +1,16 @@
 package daemon
 
 // A controller's components: the inventory, its push channel, the inventory on NATS, the guest
-// checks and the event forwarder, each behind one interface, so that the daemon runs, collects,
-// renders, reports and judges them in one loop over a controller's parts. Adding a kind of work
-// is adding one component here and appending it in buildController.
+// checks and the event forwarder. Each satisfies component; what else it offers (rendered
+// series, a part of the status page, problems, liveness, readiness, service discovery) it says
+// by the capabilities below, which controller.add finds once, when the component is added.
+// Adding a kind of work is adding one component here and adding it in buildController.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
@@ -20,58 +22,71 @@ import (
 	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/internal/web"
 )
 
-// component is one kind of work of a controller.
+// component is what every kind of work of a controller does.
 type component interface {
 	// run works until ctx is done.
 	run(ctx context.Context, logger log.Logger)
+	// RunStatus reports its runs (veil_collector_*, the status page's collectors).
 	runstatus.Reporter
 	// collectLive sends the families encoded at each scrape.
 	collectLive(ch chan<- prometheus.Metric)
-	// rendered is the Set a scrape writes as it is (nil: none); collectRendered sends the same
-	// series encoded live, for name[] filters and the protobuf text forms.
-	rendered() *exposition.Set
-	collectRendered(ch chan<- prometheus.Metric)
-	// view adds the component's part to the controller's status page and its problems.
-	view(cs *controllerStatus, ps *[]collector.Problem)
-	// unhealthy says why /-/healthy fails for it ("" if it does not); notReady the same for
-	// /-/ready.
-	unhealthy(h healthLimits) string
-	notReady() string
 }
 
-// healthLimits is what judging a component's health needs from the daemon.
-type healthLimits struct {
-	now, started time.Time
-	stuck        time.Duration // a refresh loop without a start for this long is stuck
-}
-
-// inventoryPart is the inventory as a component.
-type inventoryPart struct{ *collector.Inventory }
-
-func (p inventoryPart) run(ctx context.Context, _ log.Logger)       { p.Run(ctx) }
-func (p inventoryPart) collectLive(ch chan<- prometheus.Metric)     { p.CollectLive(ch) }
-func (p inventoryPart) rendered() *exposition.Set                   { return p.Rendered() }
-func (p inventoryPart) collectRendered(ch chan<- prometheus.Metric) { p.CollectRendered(ch) }
-func (p inventoryPart) view(_ *controllerStatus, ps *[]collector.Problem) {
-	*ps = append(*ps, p.Problems()...)
-}
-
-// unhealthy: a loop that has not started a refresh in four intervals plus a request timeout is
-// stuck (a refresh is abandoned after three intervals, and the next starts at once).
-func (p inventoryPart) unhealthy(h healthLimits) string {
-	st := p.Status()
-	if !st.LastStart.IsZero() && h.now.Sub(st.LastStart) > h.stuck {
-		return fmt.Sprintf("no inventory refresh for %s", h.now.Sub(st.LastStart).Round(time.Second))
+// The capabilities a component may have besides.
+type (
+	// renderedPart has series rendered once per change: rendered is the Set a scrape writes as
+	// it is, collectRendered sends the same series encoded live, for name[] filters and the
+	// protobuf text forms.
+	renderedPart interface {
+		rendered() *exposition.Set
+		collectRendered(ch chan<- prometheus.Metric)
 	}
-	if st.LastStart.IsZero() && h.now.Sub(h.started) > h.stuck {
+	// viewer fills its part of the controller's status page.
+	viewer interface{ view(c *web.Controller) }
+	// problemSource lists what is wrong, by name, for the status page.
+	problemSource interface{ Problems() []collector.Problem }
+	// liveness says why /-/healthy fails for it at now ("" while it does not).
+	liveness interface{ unhealthy(now time.Time) string }
+	// readiness says why /-/ready fails for it ("" while it does not).
+	readiness interface{ notReady() string }
+)
+
+// Service discovery's capabilities are web.TargetSource (the inventory) and web.GuestSource
+// (the guest checks).
+
+// inventoryPart is the inventory as a component. It owns the rule of when a refresh loop is
+// stuck: no refresh started for stuck (four intervals plus a request timeout: a refresh is
+// abandoned after three intervals, and the next starts at once), counted from its own start.
+type inventoryPart struct {
+	*collector.Inventory
+	stuck   time.Duration
+	started atomic.Int64 // Unix nanoseconds run began; 0 before
+}
+
+func (p *inventoryPart) run(ctx context.Context, _ log.Logger) {
+	p.started.Store(time.Now().UnixNano())
+	p.Run(ctx)
+}
+func (p *inventoryPart) collectLive(ch chan<- prometheus.Metric)     { p.CollectLive(ch) }
+func (p *inventoryPart) rendered() *exposition.Set                   { return p.Rendered() }
+func (p *inventoryPart) collectRendered(ch chan<- prometheus.Metric) { p.CollectRendered(ch) }
+func (p *inventoryPart) view(c *web.Controller)                      { c.Inventory = p.Status() }
+
+func (p *inventoryPart) unhealthy(now time.Time) string {
+	st := p.Status()
+	if !st.LastStart.IsZero() && now.Sub(st.LastStart) > p.stuck {
+		return fmt.Sprintf("no inventory refresh for %s", now.Sub(st.LastStart).Round(time.Second))
+	}
+	if started := p.started.Load(); st.LastStart.IsZero() && started != 0 && now.Sub(time.Unix(0, started)) > p.stuck {
 		return "inventory never refreshed"
 	}
 	return ""
 }
 
-func (p inventoryPart) notReady() string {
+func (p *inventoryPart) notReady() string {
 	if !p.Ready() {
 		return "first inventory refresh not done"
 	}
@@ -85,38 +100,22 @@ func (p guestPart) run(ctx context.Context, _ log.Logger)       { p.Run(ctx) }
 func (p guestPart) collectLive(ch chan<- prometheus.Metric)     { p.CollectLive(ch) }
 func (p guestPart) rendered() *exposition.Set                   { return p.Rendered() }
 func (p guestPart) collectRendered(ch chan<- prometheus.Metric) { p.CollectRendered(ch) }
-func (p guestPart) unhealthy(healthLimits) string               { return "" }
-func (p guestPart) notReady() string                            { return "" }
-func (p guestPart) view(cs *controllerStatus, ps *[]collector.Problem) {
-	cs.Guest = guestView(p.Status())
-	*ps = append(*ps, p.Problems()...)
-}
+func (p guestPart) view(c *web.Controller)                      { st := p.Status(); c.Guest = &st }
 
-// pushPart is the inventory's push channel as a component.
+// pushPart is the inventory's push channel as a component; its part of the page says what the
+// channel is (its mode, connected since when).
 type pushPart struct{ *collector.PushFeed }
 
-func (p pushPart) run(ctx context.Context, _ log.Logger)    { p.Run(ctx) }
-func (p pushPart) collectLive(ch chan<- prometheus.Metric)  { p.Collect(ch) }
-func (p pushPart) rendered() *exposition.Set                { return nil }
-func (p pushPart) collectRendered(chan<- prometheus.Metric) {}
-func (p pushPart) unhealthy(healthLimits) string            { return "" }
-func (p pushPart) notReady() string                         { return "" }
-func (p pushPart) view(cs *controllerStatus, _ *[]collector.Problem) {
-	cs.Inventory.Push = pushView(p.Status())
-}
+func (p pushPart) run(ctx context.Context, _ log.Logger)   { p.Run(ctx) }
+func (p pushPart) collectLive(ch chan<- prometheus.Metric) { p.Collect(ch) }
+func (p pushPart) view(c *web.Controller)                  { st := p.Status(); c.Push = &st }
 
 // kvPart is the inventory on NATS as a component.
 type kvPart struct{ *changefeed.Writer }
 
-func (p kvPart) run(ctx context.Context, _ log.Logger)    { p.Run(ctx) }
-func (p kvPart) collectLive(ch chan<- prometheus.Metric)  { p.Collect(ch) }
-func (p kvPart) rendered() *exposition.Set                { return nil }
-func (p kvPart) collectRendered(chan<- prometheus.Metric) {}
-func (p kvPart) unhealthy(healthLimits) string            { return "" }
-func (p kvPart) notReady() string                         { return "" }
-func (p kvPart) view(cs *controllerStatus, _ *[]collector.Problem) {
-	cs.Inventory.KV = kvView(p.Status())
-}
+func (p kvPart) run(ctx context.Context, _ log.Logger)   { p.Run(ctx) }
+func (p kvPart) collectLive(ch chan<- prometheus.Metric) { p.Collect(ch) }
+func (p kvPart) view(c *web.Controller)                  { st := p.Status(); c.KV = &st }
 
 // eventsPart is the event forwarder as a component.
 type eventsPart struct {
@@ -129,21 +128,55 @@ func (p eventsPart) run(ctx context.Context, logger log.Logger) {
 		level.Error(logger).Log("msg", "event forwarder stopped", "controller", p.controller, "err", err)
 	}
 }
-func (p eventsPart) collectLive(ch chan<- prometheus.Metric)  { p.Collect(ch) }
-func (p eventsPart) rendered() *exposition.Set                { return nil }
-func (p eventsPart) collectRendered(chan<- prometheus.Metric) {}
-func (p eventsPart) view(cs *controllerStatus, _ *[]collector.Problem) {
-	cs.Events = eventsView(p.Status())
-}
+func (p eventsPart) collectLive(ch chan<- prometheus.Metric) { p.Collect(ch) }
+func (p eventsPart) view(c *web.Controller)                  { st := p.Status(); c.Events = &st }
 func (p eventsPart) notReady() string {
 	if why := p.NotReady(); why != "" {
 		return "events are not forwarded: " + why
 	}
 	return ""
 }
-func (p eventsPart) unhealthy(healthLimits) string {
+func (p eventsPart) unhealthy(time.Time) string {
 	if fs := p.Status(); fs.Stopped {
 		return "event forwarder stopped: " + fs.LastError
 	}
 	return ""
+}
+
+// parts are a controller's components and their capabilities, found once by add.
+type parts struct {
+	all       []component
+	rendered  []renderedPart
+	viewers   []viewer
+	problems  []problemSource
+	liveness  []liveness
+	readiness []readiness
+	targets   web.TargetSource // the inventory
+	guests    web.GuestSource  // nil without guest checks
+}
+
+// add appends c and records what it offers.
+func (ps *parts) add(c component) {
+	ps.all = append(ps.all, c)
+	if r, ok := c.(renderedPart); ok {
+		ps.rendered = append(ps.rendered, r)
+	}
+	if v, ok := c.(viewer); ok {
+		ps.viewers = append(ps.viewers, v)
+	}
+	if p, ok := c.(problemSource); ok {
+		ps.problems = append(ps.problems, p)
+	}
+	if l, ok := c.(liveness); ok {
+		ps.liveness = append(ps.liveness, l)
+	}
+	if r, ok := c.(readiness); ok {
+		ps.readiness = append(ps.readiness, r)
+	}
+	if t, ok := c.(web.TargetSource); ok {
+		ps.targets = t
+	}
+	if g, ok := c.(web.GuestSource); ok {
+		ps.guests = g
+	}
 }

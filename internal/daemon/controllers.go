@@ -24,12 +24,11 @@ import (
 
 // controller is everything that runs for one platform controller.
 type controller struct {
-	cfg       config.Controller
-	settings  settings             // what it was built from; a reload keeps it while these stay equal
-	inventory *collector.Inventory // also parts[0]: the guest checker reads its domains
-	// parts are its components (components.go): the inventory, then the guest checker and the
-	// event forwarder when they are on.
-	parts  []component
+	cfg      config.Controller
+	settings settings // what it was built from; a reload keeps it while these stay equal
+	// parts are its components (components.go): the inventory, then the push channel, the
+	// inventory on NATS, the guest checker and the event forwarder when they are on.
+	parts  parts
 	cancel context.CancelFunc // nil until started
 	done   sync.WaitGroup
 	// With replicas: the lease it runs under (the forwarder's fence), and whether it was ever
@@ -68,25 +67,35 @@ func NewClient(c config.Controller, api *collector.APIMetrics) (*veil.Client, er
 	return client, err
 }
 
-// settings is everything of a configuration that shapes one controller's loops. A reload keeps
-// a running controller whose settings are equal (and whose NATS connection is kept), so its
-// counters, guest series and readiness carry on.
+// settings is everything of a configuration that building one controller reads: buildController
+// takes nothing else, so a reload that finds them equal may keep the controller running (its
+// counters, guest series and readiness carry on) on the same NATS connection.
 type settings struct {
 	Controller config.Controller
 	CA         string // content of tls.ca_file: a replaced CA file takes effect on reload
 	Collect    config.Collect
 	Guest      config.Guest  // zero when guest checks are off
 	Events     config.Events // zero when events are off
-	NATS       config.NATS   // zero when events are off
+	// NATS is what the components read through the connection (zero when none uses it): the
+	// events stream, the inventory bucket (when InventoryOnNATS).
+	NATS            config.NATS
+	InventoryOnNATS bool
+	// Fenced: replicas are on, so what is published or written waits for the lease; Replicas is
+	// the replicas of the streams and buckets made.
+	Fenced   bool
+	Replicas int
 }
 
 func settingsOf(cfg *config.Config, cc config.Controller) settings {
-	s := settings{Controller: cc, Collect: cfg.Collect}
+	s := settings{Controller: cc, Collect: cfg.Collect, InventoryOnNATS: cfg.InventoryOnNATS(), Fenced: cfg.HA.Enabled, Replicas: replicasOf(cfg)}
 	if cfg.Guest.Enabled {
 		s.Guest = cfg.Guest
 	}
 	if cfg.Events.Enabled {
-		s.Events, s.NATS = cfg.Events, cfg.NATS
+		s.Events = cfg.Events
+	}
+	if cfg.Events.Enabled || s.InventoryOnNATS {
+		s.NATS = cfg.NATS
 	}
 	if cc.TLS.CAFile != "" {
 		// An unreadable file differs from any content that built before, so the controller is
@@ -105,7 +114,7 @@ func settingsOf(cfg *config.Config, cc config.Controller) settings {
 func (d *Daemon) build(cfg *config.Config, conn *natsLink) ([]*controller, error) {
 	var out []*controller
 	for _, cc := range cfg.Controllers {
-		ct, err := d.buildController(cfg, cc, conn)
+		ct, err := d.buildController(settingsOf(cfg, cc), conn)
 		if err != nil {
 			return nil, err
 		}
@@ -114,10 +123,12 @@ func (d *Daemon) build(cfg *config.Config, conn *natsLink) ([]*controller, error
 	return out, nil
 }
 
-// buildController constructs (without starting) controller cc of cfg. Every log line carries
-// controller and component (inventory, guest, events): the component is set here where the
-// package does not set it itself; the packages add the controller.
-func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn *natsLink) (*controller, error) {
+// buildController constructs (without starting) the controller s describes; it reads nothing
+// of the configuration but s. Every log line carries controller and component (inventory,
+// guest, events): the component is set here where the package does not set it itself; the
+// packages add the controller.
+func (d *Daemon) buildController(s settings, conn *natsLink) (*controller, error) {
+	cc := s.Controller
 	d.mu.RLock()
 	api := d.apiMetrics[cc.Name]
 	d.mu.RUnlock()
@@ -128,55 +139,40 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	inv, err := collector.NewInventory(cc.Name, client, cfg.Collect, log.With(d.base, "component", "inventory"), d.renderer)
+	inv, err := collector.NewInventory(cc.Name, client, s.Collect, log.With(d.base, "component", "inventory"), d.renderer)
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
-	ct := &controller{cfg: cc, settings: settingsOf(cfg, cc), inventory: inv, parts: []component{inventoryPart{inv}}}
-	if cfg.Collect.Push {
-		feed := collector.NewPushFeed(cc.Name, client, inv, cfg.Collect.ResyncInterval, log.With(d.base, "component", "push"))
-		ct.parts = append(ct.parts, pushPart{feed})
+	ct := &controller{cfg: cc, settings: s}
+	ct.parts.add(&inventoryPart{Inventory: inv, stuck: 4*s.Collect.Interval + cc.Timeout})
+	var fence func() bool
+	if s.Fenced {
+		// Nothing is published or written once another replica may run the controller.
+		fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
 	}
-	if conn != nil && cfg.NATS.JetStream.Enabled && cfg.NATS.Inventory.Enabled {
-		var fence func() bool
-		if cfg.HA.Enabled {
-			fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
-		}
+	if s.Collect.Push {
+		feed := collector.NewPushFeed(cc.Name, client, inv, s.Collect.ResyncInterval, log.With(d.base, "component", "push"))
+		ct.parts.add(pushPart{feed})
+	}
+	if conn != nil && s.InventoryOnNATS {
 		w, err := changefeed.New(changefeed.Options{
-			Controller: cc.Name, Conn: conn.Conn, Config: cfg.NATS.Inventory, Replicas: replicasOf(cfg),
+			Controller: cc.Name, Conn: conn.Conn, Config: s.NATS.Inventory, Replicas: s.Replicas,
 			Fence: fence, Resync: inv.Resync, Logger: d.base,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 		}
 		inv.SetObserver(w)
-		ct.parts = append(ct.parts, kvPart{w})
+		ct.parts.add(kvPart{w})
 	}
-	if cfg.Guest.Enabled {
-		g := collector.NewGuestChecker(cc.Name, client, cfg.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
-		ct.parts = append(ct.parts, guestPart{g})
+	if s.Guest.Enabled {
+		g := collector.NewGuestChecker(cc.Name, client, s.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
+		ct.parts.add(guestPart{g})
 	}
-	if cfg.Events.Enabled {
-		var fence func() bool
-		if cfg.HA.Enabled {
-			// Nothing is published or saved once another replica may run the controller.
-			fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
+	if s.Events.Enabled {
+		if err := d.addForwarder(ct, client, conn, fence); err != nil {
+			return nil, err
 		}
-		var stream *forwarder.Stream
-		if conn != nil {
-			stream = conn.stream
-		}
-		fw, err := forwarder.New(forwarder.Options{
-			Controller: cc.Name, ControllerURL: cc.URL, Client: client,
-			Events: cfg.Events, Stream: stream, Logger: d.base, // adds component=events
-			// Catch-up may read as many pages at once as the controller admits requests.
-			Concurrency: cc.MaxConcurrency,
-			Fence:       fence,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
-		}
-		ct.parts = append(ct.parts, eventsPart{fw, cc.Name})
 	}
 	d.mu.Lock()
 	d.apiMetrics[cc.Name] = api
@@ -184,10 +180,31 @@ func (d *Daemon) buildController(cfg *config.Config, cc config.Controller, conn 
 	return ct, nil
 }
 
+// addForwarder adds the event forwarder of ct's settings, publishing on conn's stream.
+func (d *Daemon) addForwarder(ct *controller, client *veil.Client, conn *natsLink, fence func() bool) error {
+	var stream *forwarder.Stream
+	if conn != nil {
+		stream = conn.stream
+	}
+	cc := ct.settings.Controller
+	fw, err := forwarder.New(forwarder.Options{
+		Controller: cc.Name, ControllerURL: cc.URL, Client: client,
+		Events: ct.settings.Events, Stream: stream, Logger: d.base, // adds component=events
+		// Catch-up may read as many pages at once as the controller admits requests.
+		Concurrency: cc.MaxConcurrency,
+		Fence:       fence,
+	})
+	if err != nil {
+		return fmt.Errorf("controller %s: %w", cc.Name, err)
+	}
+	ct.parts.add(eventsPart{fw, cc.Name})
+	return nil
+}
+
 func (ct *controller) start(parent context.Context, logger log.Logger) {
 	ctx, cancel := context.WithCancel(parent)
 	ct.cancel, ct.used = cancel, true
-	for _, p := range ct.parts {
+	for _, p := range ct.parts.all {
 		ct.done.Add(1)
 		go func() { defer ct.done.Done(); p.run(ctx, logger) }()
 	}

@@ -47,7 +47,6 @@ type Daemon struct {
 	started  time.Time
 
 	reloadOK, reloadTime prometheus.Gauge
-	sd                   *sdGuard // /sd/domains' places and counters
 
 	// Run's goroutine owns what follows mu: it alone writes it, under mu so that the handlers
 	// and collectors may read it. Reloads and the coordinator's acquisitions and releases reach
@@ -115,7 +114,6 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 		reloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "veil_config_last_reload_success_timestamp_seconds", Help: "Unix time of the last successful configuration load.",
 		}),
-		sd:      newSDGuard(),
 		reloads: make(chan chan error),
 		inbox:   newInbox(),
 		leases:  map[string]*leaseRun{},
@@ -126,7 +124,6 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 	d.registry.MustRegister(
 		versioncollector.NewCollector("veil_exporter"),
 		d.reloadOK, d.reloadTime,
-		d.sd.requestsRefused, d.sd.targetsRefused,
 		controllersCollector{d},
 		newRunStatusCollector(d.runs),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -1,6 +1,6 @@
 // Fuzz target of the HTTP handlers' query parameters, against a daemon running two simulated
 // controllers: whatever the query, /sd/domains answers the http_sd list it selects (controller=,
-// port=) or 400 for a port that is none or parameters beyond their bounds (checkSDQuery), and the status page answers JSON for format=json and a
+// port=) or 400 for a port that is none or parameters beyond their bounds, and the status page answers JSON for format=json and a
 // whole HTML page otherwise; never a 5xx.
 
 package daemon
@@ -34,7 +34,7 @@ func FuzzHandlerQuery(f *testing.F) {
 		"port=+80", "port=0080", "port=-1", "port=9100&port=x", "port=%39%31%30%30", "port=1e3", "port=99999999999999999999",
 		"format=json", "format=JSON", "format=", "format=html", "format=json&format=html", "format=%6Aso%6E",
 		"format=<script>alert(1)</script>", "format=json;port=1", "%zz", "port=%", "a=1&&b", "controller=al%00pha",
-		"controller=alpha&port=9100&format=json", strings.Repeat("tag=a&", sdMaxValues+1), "tag=" + strings.Repeat("x", sdMaxValueLen+1),
+		"controller=alpha&port=9100&format=json", strings.Repeat("tag=a&", 65), "tag=" + strings.Repeat("x", 257), // beyond web's 64 values of 256 bytes
 	} {
 		f.Add(q)
 	}
@@ -47,11 +47,10 @@ func FuzzHandlerQuery(f *testing.F) {
 			n, err := strconv.Atoi(q.Get("port"))
 			port, portOK = strconv.Itoa(n), err == nil && n >= 1 && n <= 65535
 		}
-		_, tooMuch := checkSDQuery(q)
 		switch {
-		case tooMuch != "":
-			if code != http.StatusBadRequest || !strings.Contains(string(body), tooMuch) {
-				t.Fatalf("/sd/domains?%s beyond the bounds (%s): %d %q, want 400", query, tooMuch, code, body)
+		case beyondSDBounds(q):
+			if code != http.StatusBadRequest {
+				t.Fatalf("/sd/domains?%s beyond the bounds: %d %q, want 400", query, code, body)
 			}
 		case !portOK:
 			if code != http.StatusBadRequest || !strings.HasPrefix(ctype, "text/plain") {
@@ -83,7 +82,7 @@ func FuzzHandlerQuery(f *testing.F) {
 		case code != http.StatusOK:
 			t.Fatalf("/?%s: %d %q, want 200", query, code, body)
 		case q.Get("format") == "json":
-			var s statusData
+			var s struct{ Controllers []json.RawMessage }
 			if err := json.Unmarshal(body, &s); ctype != "application/json" || err != nil || len(s.Controllers) != 2 {
 				t.Fatalf("/?%s: %s, %v, %d controllers, want JSON of both:\n%s", query, ctype, err, len(s.Controllers), body)
 			}
@@ -92,6 +91,24 @@ func FuzzHandlerQuery(f *testing.F) {
 			t.Fatalf("/?%s: %s, want a whole HTML page:\n%.300s", query, ctype, body)
 		}
 	})
+}
+
+// beyondSDBounds says whether q has more than 64 values or a name or value longer than 256
+// bytes: what /sd/domains refuses with 400 before it looks at a VM.
+func beyondSDBounds(q url.Values) bool {
+	n := 0
+	for k, vs := range q {
+		n += len(vs)
+		if len(k) > 256 {
+			return true
+		}
+		for _, v := range vs {
+			if len(v) > 256 {
+				return true
+			}
+		}
+	}
+	return n > 64
 }
 
 // sdPort is sd.port in fuzzDaemon's config.

@@ -28,7 +28,7 @@ func TestEndpointsWithoutControllers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
-	srv := httptest.NewServer(d.handler(handlerOptions{telemetryPath: "/metrics"}))
+	srv := httptest.NewServer(d.Handler(HandlerOptions{TelemetryPath: "/metrics"}))
 	defer srv.Close()
 
 	tests := []struct {
@@ -124,101 +124,5 @@ func TestHealthyFailsWhenForwarderStops(t *testing.T) {
 	testutil.Eventually(t, 15*time.Second, func() bool { code, body = d.get(t, "/-/healthy"); return code == 503 }, "/-/healthy to fail")
 	if !strings.Contains(body, "controller alpha: event forwarder stopped") {
 		t.Errorf("/-/healthy = %d %q, want the stopped forwarder named", code, body)
-	}
-}
-
-// TestLifecycleAndBrowserHeaders: /-/reload as Prometheus's (POST or PUT, 403 without
-// --web.enable-lifecycle, 405 for other methods), a browser's cross-site POST refused even
-// with it, and every answer carries nosniff, a CSP with frame-ancestors 'none' and
-// X-Frame-Options.
-func TestLifecycleAndBrowserHeaders(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := newDaemon(ctx, filepath.Join(t.TempDir(), "missing.yaml"), log.NewNopLogger(), "test")
-	off := newTestServer(t, d.handler(handlerOptions{telemetryPath: "/metrics"}))
-	// Enabled, the guard in front of a stand-in for the reload (this daemon does not Run: a
-	// reload would wait for it). The daemon's own reload behind it: TestDaemonEndToEnd.
-	on := newTestServer(t, lifecycle(true, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "reload refused (stand-in)", http.StatusInternalServerError)
-	})))
-
-	tests := []struct {
-		name     string
-		base     string
-		method   string
-		header   [2]string
-		wantCode int
-		wantBody string
-	}{
-		{"disabled POST", off, http.MethodPost, [2]string{}, http.StatusForbidden, "Lifecycle API is not enabled"},
-		{"disabled PUT", off, http.MethodPut, [2]string{}, http.StatusForbidden, "Lifecycle API is not enabled"},
-		{"disabled GET", off, http.MethodGet, [2]string{}, http.StatusMethodNotAllowed, "Only POST or PUT"},
-		{"enabled GET", on, http.MethodGet, [2]string{}, http.StatusMethodNotAllowed, "Only POST or PUT"},
-		{"enabled DELETE", on, http.MethodDelete, [2]string{}, http.StatusMethodNotAllowed, "Only POST or PUT"},
-		// The file is missing: the reload is tried and refused, which is what reaching it means.
-		{"enabled POST reloads", on, http.MethodPost, [2]string{}, http.StatusInternalServerError, "reload refused"},
-		{"enabled PUT reloads", on, http.MethodPut, [2]string{}, http.StatusInternalServerError, "reload refused"},
-		{"enabled same-origin POST reloads", on, http.MethodPost, [2]string{"Sec-Fetch-Site", "same-origin"}, http.StatusInternalServerError, "reload refused"},
-		{"enabled cross-site POST refused", on, http.MethodPost, [2]string{"Sec-Fetch-Site", "cross-site"}, http.StatusForbidden, ""},
-		{"enabled foreign Origin refused", on, http.MethodPost, [2]string{"Origin", "https://evil.example"}, http.StatusForbidden, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tt.method, tt.base+"/-/reload", nil)
-			if tt.header[0] != "" {
-				req.Header.Set(tt.header[0], tt.header[1])
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tt.wantCode || !strings.Contains(string(b), tt.wantBody) {
-				t.Errorf("%s /-/reload = %d %q, want %d containing %q", tt.method, resp.StatusCode, b, tt.wantCode, tt.wantBody)
-			}
-			if resp.StatusCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != "POST, PUT" {
-				t.Errorf("Allow = %q, want POST, PUT", resp.Header.Get("Allow"))
-			}
-		})
-	}
-
-	for _, path := range []string{"/", "/?format=json", "/metrics", "/-/healthy", "/-/ready", "/sd/domains", "/-/reload", "/nope"} {
-		resp, err := http.Get(off + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		h := resp.Header
-		if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
-			!strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
-			t.Errorf("%s (%d): nosniff %q, X-Frame-Options %q, CSP %q", path, resp.StatusCode, h.Get("X-Content-Type-Options"), h.Get("X-Frame-Options"), h.Get("Content-Security-Policy"))
-		}
-	}
-}
-
-// TestStatusPageCSPAllowsItsStyle: the status page's CSP names the hash of the <style> it
-// sends (a changed stylesheet would otherwise go unapplied), and the page has no other inline
-// style or script.
-func TestStatusPageCSPAllowsItsStyle(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
-	base := newTestServer(t, d.handler(handlerOptions{telemetryPath: "/metrics"}))
-	resp, err := http.Get(base + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	page := string(b)
-	csp := resp.Header.Get("Content-Security-Policy")
-	if want := "style-src '" + styleHash(page) + "'"; !strings.Contains(csp, want) {
-		t.Errorf("CSP %q lacks %q, the hash of the <style> sent", csp, want)
-	}
-	for _, inline := range []string{"<script", " style=", " onclick=", " onload="} {
-		if strings.Contains(page, inline) {
-			t.Errorf("the status page has %q, which its CSP blocks", inline)
-		}
 	}
 }

@@ -20,7 +20,7 @@ func (d *Daemon) renderedSets() []*exposition.Set {
 	ctrls := d.exported()
 	sets := make([]*exposition.Set, 0, 2*len(ctrls))
 	for _, ct := range ctrls {
-		for _, p := range ct.parts {
+		for _, p := range ct.parts.rendered {
 			if s := p.rendered(); s != nil {
 				sets = append(sets, s)
 			}
@@ -58,7 +58,7 @@ type renderedCollector struct{ d *Daemon }
 func (renderedCollector) Describe(chan<- *prometheus.Desc) {}
 func (c renderedCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, ct := range c.d.exported() {
-		for _, p := range ct.parts {
+		for _, p := range ct.parts.rendered {
 			p.collectRendered(ch)
 		}
 	}
@@ -79,7 +79,7 @@ func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
 	c.d.mu.RUnlock()
 	for i, ct := range ctrls {
 		api[i].Collect(ch)
-		for _, p := range ct.parts {
+		for _, p := range ct.parts.all {
 			p.collectLive(ch)
 		}
 	}
@@ -93,8 +93,8 @@ type controllerRuns struct {
 
 // reporters lists the components of ct, each of which reports its runs.
 func reporters(ct *controller) []runstatus.Reporter {
-	out := make([]runstatus.Reporter, len(ct.parts))
-	for i, p := range ct.parts {
+	out := make([]runstatus.Reporter, len(ct.parts.all))
+	for i, p := range ct.parts.all {
 		out[i] = p
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/internal/web"
 )
 
 // fakeReporter is a component that reports fixed runs.
@@ -63,27 +64,37 @@ veil_collector_last_success_timestamp_seconds{collector="nodes",controller="prod
 	}
 }
 
-// TestCollectorViewStates: the page's state of a run: ok, failing, or unavailable (neutral).
-func TestCollectorViewStates(t *testing.T) {
+// TestComponentCapabilities: add finds each component's capabilities once: rendered series
+// (inventory, guest checks), a part of the status page (all), problems (inventory, guest
+// checks), liveness and readiness (inventory, events), service discovery's targets (inventory)
+// and guest details (guest checks).
+func TestComponentCapabilities(t *testing.T) {
+	var ps parts
+	inv, guest := &inventoryPart{}, guestPart{}
+	for _, c := range []component{inv, pushPart{}, kvPart{}, guest, eventsPart{}} {
+		ps.add(c)
+	}
 	for _, tt := range []struct {
-		in   runstatus.Status
-		want string
+		what      string
+		got, want int
 	}{
-		{runstatus.Status{Collector: "nodes", Success: true}, "ok"},
-		{runstatus.Status{Collector: "tasks", Error: "timeout"}, "failing"},
-		{runstatus.Status{Collector: "datapools", Unavailable: true, Error: "404"}, "unavailable"},
+		{"components", len(ps.all), 5},
+		{"rendered", len(ps.rendered), 2},
+		{"viewers", len(ps.viewers), 5},
+		{"problem sources", len(ps.problems), 2},
+		{"liveness", len(ps.liveness), 2},
+		{"readiness", len(ps.readiness), 2},
 	} {
-		if got := collectorView(tt.in); got.State != tt.want || got.Collector != tt.in.Collector || got.Error != tt.in.Error {
-			t.Errorf("collectorView(%+v) = %+v, want state %s", tt.in, got, tt.want)
+		if tt.got != tt.want {
+			t.Errorf("%d %s, want %d", tt.got, tt.what, tt.want)
 		}
 	}
-}
-
-// TestReportersOfController: each part reports, and only the parts that are on: the inventory
-// alone for a controller with guest checks and events off.
-func TestReportersOfController(t *testing.T) {
-	ct := &controller{parts: []component{inventoryPart{}}} // guest checks and events off
-	if rs := reporters(ct); len(rs) != 1 {
-		t.Errorf("%d reporters of a controller with only an inventory", len(rs))
+	if ps.targets != web.TargetSource(inv) || ps.guests != web.GuestSource(guest) {
+		t.Errorf("service discovery reads targets %T and guests %T, want the inventory and the guest checks", ps.targets, ps.guests)
+	}
+	var alone parts
+	alone.add(&inventoryPart{})
+	if rs := reporters(&controller{parts: alone}); len(rs) != 1 || alone.guests != nil {
+		t.Errorf("a controller with only an inventory: %d reporters, guests %v", len(rs), alone.guests)
 	}
 }

@@ -20,7 +20,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -221,5 +223,72 @@ func TestAConnectionTheServerClosesIsDialledAgain(t *testing.T) {
 	// Said once by the connection (a forwarder that failed meanwhile quotes it in its own line).
 	if n := strings.Count(d.logs.String(), "connection was closed for good after a server error"); n != 1 {
 		t.Errorf("%d lines saying the connection was closed for good, want 1:\n%s", n, d.logs.String())
+	}
+}
+
+// TestInventoryBucketWithoutEventsOrReplicas: a nats: section alone (events and replicas off)
+// connects NATS for the inventory bucket, which then holds the controller's objects; with
+// nats.inventory.enabled false nothing is dialled for it.
+func TestInventoryBucketWithoutEventsOrReplicas(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	startNATSAt(t, addr)
+	sim := veiltest.New(veiltest.Options{Seed: 5, Token: testutil.SecretToken, VMs: 3})
+	defer sim.Close()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
+	cfgFile := filepath.Join(dir, "veil.yaml")
+	cfg := "controllers:\n" + testutil.ControllerYAML("alpha", sim.URL, tok) +
+		"collect:\n  interval: 1s\nguest:\n  enabled: false\nevents:\n  enabled: false\n" +
+		fmt.Sprintf("nats:\n  url: nats://%s\n", addr)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfgFile)
+	d.waitReady(t)
+	// 3 VMs and the simulator's nodes, clusters and datapools: more than 3 keys.
+	testutil.Eventually(t, 15*time.Second, func() bool { return streamMsgs(addr, "KV_VEIL_INVENTORY") > 3 },
+		"the inventory bucket written with events and replicas off")
+
+	off := strings.Replace(cfg, "nats:\n", "nats:\n  inventory: {enabled: false}\n", 1)
+	if err := os.WriteFile(cfgFile, []byte(off), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := d.do(t, http.MethodPost, "/-/reload"); code != http.StatusOK {
+		t.Fatalf("reload = %d %s", code, body)
+	}
+	d.d.mu.RLock()
+	conn := d.d.conn
+	d.d.mu.RUnlock()
+	if conn != nil {
+		t.Error("NATS still connected with the inventory bucket off and nothing else using it")
+	}
+}
+
+// TestEmbeddedNATSExposure: the embedded server (which has no authentication) is warned about
+// when it listens beyond loopback, and only then.
+func TestEmbeddedNATSExposure(t *testing.T) {
+	tests := []struct {
+		listen string
+		warn   bool
+	}{
+		{"127.0.0.1:4222", false},
+		{"[::1]:4222", false},
+		{"localhost:4222", false},
+		{"127.0.0.5:4222", false},
+		{":4222", true},
+		{"0.0.0.0:4222", true},
+		{"[::]:4222", true},
+		{"10.1.2.3:4222", true},
+		{"nats.example:4222", true},
+	}
+	for _, tt := range tests {
+		why := natsconn.EmbeddedExposure(config.Embedded{Enabled: true, Listen: tt.listen})
+		if (why != "") != tt.warn || tt.warn && !strings.Contains(why, "without authentication") {
+			t.Errorf("listen %s: warning %q, want one: %v", tt.listen, why, tt.warn)
+		}
+	}
+	if why := natsconn.EmbeddedExposure(config.Embedded{Listen: ":4222"}); why != "" {
+		t.Errorf("no embedded server, yet %q", why)
 	}
 }

@@ -23,6 +23,17 @@ import (
 // changes says what a successful apply did to the controllers, by name.
 type changes struct{ kept, started, stopped []string }
 
+// reloadPlan is the NATS side of one apply: the connection the new controllers use, and what
+// happened to the old one.
+type reloadPlan struct {
+	old      *config.Config
+	oldConn  *natsLink     // nil once torn down
+	running  []*controller // the controllers running before (none once torn down)
+	conn     *natsLink     // what the new configuration's components use; nil: none
+	fresh    bool          // conn was dialled by this apply
+	tornDown bool          // the old embedded server was stopped first (restored on failure)
+}
+
 // apply replaces the running configuration with cfg; on error the old one keeps running. A
 // controller whose settings did not change keeps running untouched unless its NATS connection
 // is replaced; the others are stopped (a forwarder saves its position) before their
@@ -31,70 +42,95 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	d.mu.RLock()
 	old, oldConn, running, standby := d.cfg, d.conn, d.controllers, d.standby
 	d.mu.RUnlock()
-	if err := d.replicasChange(old, cfg, oldConn); err != nil {
+	if err := replicasChange(old, cfg, oldConn); err != nil {
 		return changes{}, err
 	}
-
 	var ch changes
-	// d.conn is always open: a new connection is needed only when forwarding (or replicas) and
-	// NATS changed (or the last connection was lost in a failed reload).
-	var conn *natsLink
-	fresh := false
-	if cfg.Events.Enabled || cfg.HA.Enabled {
-		conn = oldConn
-		// NATS connection lifecycle (natsconn): a replaced credential, key or CA file also
-		// needs a new connection, though the configuration text is the same.
-		fresh = oldConn == nil || !reflect.DeepEqual(old.NATS, cfg.NATS) || oldConn.FilesChanged() || oldConn.LostReason() != ""
+	p := reloadPlan{old: old, oldConn: oldConn, running: running}
+	if err := d.dial(cfg, &p, &ch); err != nil {
+		return changes{}, err
 	}
-	tornDown := false
-	if fresh {
-		if oldConn != nil && sharesEmbedded(old.NATS, cfg.NATS) {
-			// Two embedded servers cannot share a port or a store: the old one must go first,
-			// and comes back should the new configuration fail.
-			d.stopControllers()
-			d.mu.Lock()
-			d.conn = nil
-			d.mu.Unlock()
-			oldConn.Close()
-			oldConn, tornDown = nil, true
-			for _, ct := range running {
-				ch.stopped = append(ch.stopped, ct.cfg.Name)
-			}
-			running = nil
-		}
-		var err error
-		if conn, err = d.connect(cfg); err != nil {
-			if tornDown {
-				d.restore(old)
-			}
-			return changes{}, fmt.Errorf("couldn't connect to NATS: %w", err)
-		}
-	}
-
-	if !fresh && conn != nil && cfg.Events.Enabled && conn.stream == nil {
-		// Events turned on over the replicas' connection: the stream goes on it as it stays.
-		var err error
-		if conn, err = d.link(cfg, conn.Conn); err != nil {
-			return changes{}, err
-		}
-	}
-
 	var keep map[string]*controller
-	if !fresh { // every forwarder of a kept controller publishes on conn, which stays
-		keep = keepable(running, standby)
+	if !p.fresh { // every component of a kept controller uses conn, which stays
+		keep = keepable(p.running, standby)
 	}
-	next, built, err := d.assemble(cfg, conn, keep, &ch)
+	next, built, err := d.assemble(cfg, p.conn, keep, &ch)
 	if err != nil {
-		if fresh {
-			conn.Close()
+		if p.fresh {
+			p.conn.Close()
 		}
-		if tornDown {
+		if p.tornDown {
 			d.restore(old)
 		}
 		return changes{}, err
 	}
+	d.swap(cfg, &p, next, built, &ch)
+	return ch, nil
+}
+
+// redials says whether cfg's components need a NATS connection other than conn, the one open
+// under old (nil: none): NATS changed, a credential, key or CA file was replaced though the
+// text is the same, or the server closed conn for good.
+func redials(old, cfg *config.Config, conn *natsLink) bool {
+	if !cfg.UsesNATS() {
+		return false
+	}
+	return conn == nil || natsChanged(old, cfg) || conn.FilesChanged() || conn.LostReason() != ""
+}
+
+// natsChanged says whether the nats section differs between old and cfg.
+func natsChanged(old, cfg *config.Config) bool {
+	return old == nil || !reflect.DeepEqual(old.NATS, cfg.NATS)
+}
+
+// dial sets p.conn: the open connection when it serves cfg as it is, a new one when redials
+// says so, none when no component of cfg uses NATS.
+func (d *Daemon) dial(cfg *config.Config, p *reloadPlan, ch *changes) error {
+	if !cfg.UsesNATS() {
+		return nil
+	}
+	p.conn = p.oldConn
+	if !redials(p.old, cfg, p.oldConn) {
+		if cfg.Events.Enabled && p.conn.stream == nil {
+			// Events turned on over a connection that stays: the stream goes on it.
+			conn, err := d.link(cfg, p.conn.Conn)
+			if err != nil {
+				return err
+			}
+			p.conn = conn
+		}
+		return nil
+	}
+	if p.oldConn != nil && sharesEmbedded(p.old.NATS, cfg.NATS) {
+		// Two embedded servers cannot share a port or a store: the old one must go first,
+		// and comes back should the new configuration fail.
+		d.stopControllers()
+		d.mu.Lock()
+		d.conn = nil
+		d.mu.Unlock()
+		p.oldConn.Close()
+		p.oldConn, p.tornDown = nil, true
+		for _, ct := range p.running {
+			ch.stopped = append(ch.stopped, ct.cfg.Name)
+		}
+		p.running = nil
+	}
+	conn, err := d.connect(cfg)
+	if err != nil {
+		if p.tornDown {
+			d.restore(p.old)
+		}
+		return fmt.Errorf("couldn't connect to NATS: %w", err)
+	}
+	p.conn, p.fresh = conn, true
+	return nil
+}
+
+// swap stops the controllers of p.running that next does not keep, closes a replaced
+// connection, starts what was built (with replicas, what runs under a lease) and commits.
+func (d *Daemon) swap(cfg *config.Config, p *reloadPlan, next, built []*controller, ch *changes) {
 	var retired []*controller
-	for _, ct := range running {
+	for _, ct := range p.running {
 		if !slices.Contains(next, ct) {
 			retired = append(retired, ct)
 			ch.stopped = append(ch.stopped, ct.cfg.Name)
@@ -103,10 +139,10 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 	// The retired ones serve their last data until the swap below, so a kept controller's
 	// series and readiness never pause.
 	d.stopAll(retired)
-	if oldConn != nil && (conn == nil || oldConn.Conn != conn.Conn) {
-		oldConn.Close()
+	if p.oldConn != nil && (p.conn == nil || p.oldConn.Conn != p.conn.Conn) {
+		p.oldConn.Close()
 	}
-	next, idle := d.split(cfg, next, running)
+	next, idle := d.split(cfg, next, p.running)
 	for _, ct := range built {
 		if idle[ct.cfg.Name] == ct {
 			continue // a replica's standby: started when its lease is acquired
@@ -119,8 +155,7 @@ func (d *Daemon) apply(cfg *config.Config) (changes, error) {
 			idle[ct.cfg.Name] = ct
 		}
 	}
-	d.commit(cfg, next, idle, conn)
-	return ch, nil
+	d.commit(cfg, next, idle, p.conn)
 }
 
 // keepable are the controllers a reload may keep running (or standing by) untouched, by name.
@@ -140,12 +175,13 @@ func keepable(running []*controller, standby map[string]*controller) map[string]
 func (d *Daemon) assemble(cfg *config.Config, conn *natsLink, keep map[string]*controller, ch *changes) (next, built []*controller, err error) {
 	next = make([]*controller, 0, len(cfg.Controllers))
 	for _, cc := range cfg.Controllers {
-		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, settingsOf(cfg, cc)) {
+		s := settingsOf(cfg, cc)
+		if ct := keep[cc.Name]; ct != nil && reflect.DeepEqual(ct.settings, s) {
 			next = append(next, ct)
 			ch.kept = append(ch.kept, cc.Name)
 			continue
 		}
-		ct, err := d.buildController(cfg, cc, conn)
+		ct, err := d.buildController(s, conn)
 		if err != nil {
 			return nil, nil, err
 		}

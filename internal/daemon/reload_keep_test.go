@@ -163,174 +163,204 @@ func fetch(url string) (int, string, error) {
 // daemon stays ready); a changed controller is rebuilt alone, a removed one disappears, a NATS
 // change rebuilds every forwarder, and a refused reload touches nothing.
 func TestReloadKeepsUnchangedControllers(t *testing.T) {
-	tests := []struct {
-		name   string
-		change func(c twoControllers) string // the file reloaded
-		// wantCode of POST /-/reload; kept never lose a series or see a counter go down, even
-		// while the reload runs; rebuilt restart their event counters; gone have no series after.
-		wantCode            int
-		kept, rebuilt, gone []string
-		readyThroughout     bool
-		wantLog             string
-	}{
-		{
-			name:            "unchanged file keeps every controller running",
-			change:          func(c twoControllers) string { return c.yaml() },
-			wantCode:        200,
-			kept:            []string{"alpha", "beta"},
-			readyThroughout: true,
-			wantLog:         `kept=alpha,beta started= stopped=`,
-		},
-		{
-			name: "changed controller is rebuilt alone",
-			change: func(c twoControllers) string {
-				c.betaExtra = "    timeout: 7s\n"
-				return c.yaml()
-			},
-			wantCode: 200,
-			kept:     []string{"alpha"},
-			rebuilt:  []string{"beta"},
-			wantLog:  `kept=alpha started=beta stopped=beta`,
-		},
-		{
-			name: "removed controller stops and its series vanish",
-			change: func(c twoControllers) string {
-				c.noBeta = true
-				return c.yaml()
-			},
-			wantCode:        200,
-			kept:            []string{"alpha"},
-			gone:            []string{"beta"},
-			readyThroughout: true,
-			wantLog:         `kept=alpha started= stopped=beta`,
-		},
-		{
-			name: "changed NATS rebuilds every forwarder",
-			change: func(c twoControllers) string {
-				c.jetstreamExtra = ", publish_timeout: 3s"
-				return c.yaml()
-			},
-			wantCode: 200,
-			rebuilt:  []string{"alpha", "beta"},
-			wantLog:  `kept= started=alpha,beta stopped=alpha,beta`,
-		},
-		{
-			name:            "refused reload keeps everything",
-			change:          func(c twoControllers) string { return c.yaml() + "colour: red\n" },
-			wantCode:        500,
-			kept:            []string{"alpha", "beta"},
-			readyThroughout: true,
-			wantLog:         `configuration reload refused`,
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range keepCases {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			opts := veiltest.Options{Token: testutil.SecretToken, VMs: 3, RunningFraction: 1, AgentFraction: 1, InitialEvents: 30, EventsOrder: "oldest_first"}
-			opts.Seed = 5
-			simA := veiltest.New(opts)
-			defer simA.Close()
-			opts.Seed = 6
-			simB := veiltest.New(opts)
-			defer simB.Close()
-			tok := filepath.Join(dir, "token")
-			if err := os.WriteFile(tok, []byte(testutil.SecretToken), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg := twoControllers{alphaURL: simA.URL, betaURL: simB.URL, tok: tok, dir: dir, listen: freeAddr(t)}
-			cfgFile := filepath.Join(dir, "veil.yaml")
-			if err := os.WriteFile(cfgFile, []byte(cfg.yaml()), 0o600); err != nil {
-				t.Fatal(err)
-			}
-
-			d := startDaemon(t, cfgFile)
-			d.waitReady(t)
-			published := func(ctrl string) float64 {
-				_, m := d.get(t, "/metrics")
-				v, _ := sumSeries(m, "veil_events_published_total", ctrl)
-				return v
-			}
-			// A task finishes on each controller, so that veil_tasks_finished_total has a series.
-			for _, sim := range []*veiltest.Server{simA, simB} {
-				finishTask(t, sim)
-			}
-			// base is what each controller published before the reload: the initial events and
-			// those of the task.
-			base := map[string]float64{}
-			for c, sim := range map[string]*veiltest.Server{"alpha": simA, "beta": simB} {
-				testutil.Eventually(t, 15*time.Second, func() bool {
-					_, m := d.get(t, "/metrics")
-					v, _ := sumSeries(m, "veil_events_published_total", c)
-					_, pinged := sumSeries(m, "veil_guest_ping_success", c)
-					_, counted := sumSeries(m, "veil_tasks_finished_total", c)
-					base[c] = v
-					return v == float64(sim.EventCount()) && pinged && counted
-				}, "%s", c+"'s events published, guests pinged and a task counted")
-			}
-
-			if err := os.WriteFile(cfgFile, []byte(tt.change(cfg)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			w := watch(d.base, tt.kept)
-			testutil.Eventually(t, 15*time.Second, func() bool { return w.count() > 0 }, "a scrape before the reload")
-			code, body := d.do(t, http.MethodPost, "/-/reload")
-			after := w.count()
-			// A rebuilt controller has a gap from the swap (which the reload's answer follows)
-			// until its fresh inventory and guest checker have run: the watcher goes on until the
-			// rebuilt ones are whole again, so a kept one rebuilt by mistake shows in its scrapes.
-			testutil.Eventually(t, 15*time.Second, func() bool {
-				_, m := d.get(t, "/metrics")
-				for _, c := range tt.rebuilt {
-					if _, ok := sumSeries(m, "veil_guest_ping_success", c); !ok {
-						return false
-					}
-				}
-				return w.count() >= after+3
-			}, "the rebuilt controllers back and scrapes after the reload")
-			_, problems, notReady := w.finish()
-			if code != tt.wantCode {
-				t.Fatalf("reload = %d %s, want %d", code, body, tt.wantCode)
-			}
-			for _, p := range problems {
-				t.Errorf("kept controller interrupted: %s", p)
-			}
-			if tt.readyThroughout && notReady > 0 {
-				t.Errorf("/-/ready failed %d times around the reload", notReady)
-			}
-			if !strings.Contains(d.logs.String(), tt.wantLog) {
-				t.Errorf("logs lack %q:\n%s", tt.wantLog, d.logs.String())
-			}
-			d.waitReady(t)
-
-			_, m := d.get(t, "/metrics")
-			for _, c := range tt.gone {
-				if strings.Contains(m, `controller="`+c+`"`) {
-					t.Errorf("series of removed controller %s remain", c)
-				}
-			}
-			for _, c := range tt.rebuilt {
-				if v := published(c); v >= base[c] {
-					t.Errorf("%s's veil_events_published_total = %g after the reload, want it restarted below %g", c, v, base[c])
-				}
-			}
-
-			// Every controller that runs goes on forwarding: a kept one adds to its count, a
-			// rebuilt one resumes from its checkpoint and counts only what is new.
-			const more = 5
-			simA.AddEvents(more, veiltest.EventSpec{Type: "info"})
-			simB.AddEvents(more, veiltest.EventSpec{Type: "info"})
-			for _, c := range tt.kept {
-				testutil.Eventually(t, 15*time.Second, func() bool { return published(c) == base[c]+more }, "%s", c+" keeps counting")
-			}
-			for _, c := range tt.rebuilt {
-				testutil.Eventually(t, 15*time.Second, func() bool { return published(c) == more }, "%s", c+" counts anew")
-			}
-			// A removed controller's earlier events stay in the stream; its new ones never come.
-			want := int(base["alpha"]+base["beta"]) + more*(2-len(tt.gone))
-			got := 0
-			testutil.Eventually(t, 15*time.Second, func() bool { got = streamMsgs(cfg.listen, "VEIL_EVENTS"); return got == want }, "every event on NATS once")
+			r := newKeepRig(t)
+			base := r.baseline(t)
+			r.reload(t, tt)
+			r.goesOn(t, tt, base)
 		})
 	}
+}
+
+// keepCase is one reload of TestReloadKeepsUnchangedControllers.
+type keepCase struct {
+	name   string
+	change func(c twoControllers) string // the file reloaded
+	// wantCode of POST /-/reload; kept never lose a series or see a counter go down, even
+	// while the reload runs; rebuilt restart their event counters; gone have no series after.
+	wantCode            int
+	kept, rebuilt, gone []string
+	readyThroughout     bool
+	wantLog             string
+}
+
+var keepCases = []keepCase{
+	{
+		name:            "unchanged file keeps every controller running",
+		change:          func(c twoControllers) string { return c.yaml() },
+		wantCode:        200,
+		kept:            []string{"alpha", "beta"},
+		readyThroughout: true,
+		wantLog:         `kept=alpha,beta started= stopped=`,
+	},
+	{
+		name: "changed controller is rebuilt alone",
+		change: func(c twoControllers) string {
+			c.betaExtra = "    timeout: 7s\n"
+			return c.yaml()
+		},
+		wantCode: 200,
+		kept:     []string{"alpha"},
+		rebuilt:  []string{"beta"},
+		wantLog:  `kept=alpha started=beta stopped=beta`,
+	},
+	{
+		name: "removed controller stops and its series vanish",
+		change: func(c twoControllers) string {
+			c.noBeta = true
+			return c.yaml()
+		},
+		wantCode:        200,
+		kept:            []string{"alpha"},
+		gone:            []string{"beta"},
+		readyThroughout: true,
+		wantLog:         `kept=alpha started= stopped=beta`,
+	},
+	{
+		name: "changed NATS rebuilds every forwarder",
+		change: func(c twoControllers) string {
+			c.jetstreamExtra = ", publish_timeout: 3s"
+			return c.yaml()
+		},
+		wantCode: 200,
+		rebuilt:  []string{"alpha", "beta"},
+		wantLog:  `kept= started=alpha,beta stopped=alpha,beta`,
+	},
+	{
+		name:            "refused reload keeps everything",
+		change:          func(c twoControllers) string { return c.yaml() + "colour: red\n" },
+		wantCode:        500,
+		kept:            []string{"alpha", "beta"},
+		readyThroughout: true,
+		wantLog:         `configuration reload refused`,
+	},
+}
+
+// keepRig is TestReloadKeepsUnchangedControllers' daemon: alpha and beta, each on a simulator,
+// forwarding through an embedded NATS server.
+type keepRig struct {
+	d          *daemonUnderTest
+	simA, simB *veiltest.Server
+	cfg        twoControllers
+	cfgFile    string
+}
+
+func newKeepRig(t *testing.T) *keepRig {
+	dir := t.TempDir()
+	opts := veiltest.Options{Token: testutil.SecretToken, VMs: 3, RunningFraction: 1, AgentFraction: 1, InitialEvents: 30, EventsOrder: "oldest_first"}
+	opts.Seed = 5
+	simA := veiltest.New(opts)
+	t.Cleanup(simA.Close)
+	opts.Seed = 6
+	simB := veiltest.New(opts)
+	t.Cleanup(simB.Close)
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte(testutil.SecretToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &keepRig{simA: simA, simB: simB, cfgFile: filepath.Join(dir, "veil.yaml"),
+		cfg: twoControllers{alphaURL: simA.URL, betaURL: simB.URL, tok: tok, dir: dir, listen: freeAddr(t)}}
+	if err := os.WriteFile(r.cfgFile, []byte(r.cfg.yaml()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.d = startDaemon(t, r.cfgFile)
+	r.d.waitReady(t)
+	return r
+}
+
+func (r *keepRig) published(t *testing.T, ctrl string) float64 {
+	_, m := r.d.get(t, "/metrics")
+	v, _ := sumSeries(m, "veil_events_published_total", ctrl)
+	return v
+}
+
+// baseline finishes a task on each controller (so that veil_tasks_finished_total has a series)
+// and returns what each published before the reload: the initial events and the task's.
+func (r *keepRig) baseline(t *testing.T) map[string]float64 {
+	for _, sim := range []*veiltest.Server{r.simA, r.simB} {
+		finishTask(t, sim)
+	}
+	base := map[string]float64{}
+	for c, sim := range map[string]*veiltest.Server{"alpha": r.simA, "beta": r.simB} {
+		testutil.Eventually(t, 15*time.Second, func() bool {
+			_, m := r.d.get(t, "/metrics")
+			v, _ := sumSeries(m, "veil_events_published_total", c)
+			_, pinged := sumSeries(m, "veil_guest_ping_success", c)
+			_, counted := sumSeries(m, "veil_tasks_finished_total", c)
+			base[c] = v
+			return v == float64(sim.EventCount()) && pinged && counted
+		}, "%s", c+"'s events published, guests pinged and a task counted")
+	}
+	return base
+}
+
+// reload writes tt's file and reloads it while scrapes watch the kept controllers.
+func (r *keepRig) reload(t *testing.T, tt keepCase) {
+	d := r.d
+	if err := os.WriteFile(r.cfgFile, []byte(tt.change(r.cfg)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := watch(d.base, tt.kept)
+	testutil.Eventually(t, 15*time.Second, func() bool { return w.count() > 0 }, "a scrape before the reload")
+	code, body := d.do(t, http.MethodPost, "/-/reload")
+	after := w.count()
+	// A rebuilt controller has a gap from the swap (which the reload's answer follows)
+	// until its fresh inventory and guest checker have run: the watcher goes on until the
+	// rebuilt ones are whole again, so a kept one rebuilt by mistake shows in its scrapes.
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		_, m := d.get(t, "/metrics")
+		for _, c := range tt.rebuilt {
+			if _, ok := sumSeries(m, "veil_guest_ping_success", c); !ok {
+				return false
+			}
+		}
+		return w.count() >= after+3
+	}, "the rebuilt controllers back and scrapes after the reload")
+	_, problems, notReady := w.finish()
+	if code != tt.wantCode {
+		t.Fatalf("reload = %d %s, want %d", code, body, tt.wantCode)
+	}
+	for _, p := range problems {
+		t.Errorf("kept controller interrupted: %s", p)
+	}
+	if tt.readyThroughout && notReady > 0 {
+		t.Errorf("/-/ready failed %d times around the reload", notReady)
+	}
+	if !strings.Contains(d.logs.String(), tt.wantLog) {
+		t.Errorf("logs lack %q:\n%s", tt.wantLog, d.logs.String())
+	}
+	d.waitReady(t)
+}
+
+// goesOn checks after the reload: a removed controller has no series, and every controller
+// that runs goes on forwarding: a kept one adds to its count, a rebuilt one resumes from its
+// checkpoint and counts only what is new.
+func (r *keepRig) goesOn(t *testing.T, tt keepCase, base map[string]float64) {
+	_, m := r.d.get(t, "/metrics")
+	for _, c := range tt.gone {
+		if strings.Contains(m, `controller="`+c+`"`) {
+			t.Errorf("series of removed controller %s remain", c)
+		}
+	}
+	for _, c := range tt.rebuilt {
+		if v := r.published(t, c); v >= base[c] {
+			t.Errorf("%s's veil_events_published_total = %g after the reload, want it restarted below %g", c, v, base[c])
+		}
+	}
+	const more = 5
+	r.simA.AddEvents(more, veiltest.EventSpec{Type: "info"})
+	r.simB.AddEvents(more, veiltest.EventSpec{Type: "info"})
+	for _, c := range tt.kept {
+		testutil.Eventually(t, 15*time.Second, func() bool { return r.published(t, c) == base[c]+more }, "%s", c+" keeps counting")
+	}
+	for _, c := range tt.rebuilt {
+		testutil.Eventually(t, 15*time.Second, func() bool { return r.published(t, c) == more }, "%s", c+" counts anew")
+	}
+	// A removed controller's earlier events stay in the stream; its new ones never come.
+	want := int(base["alpha"]+base["beta"]) + more*(2-len(tt.gone))
+	got := 0
+	testutil.Eventually(t, 15*time.Second, func() bool { got = streamMsgs(r.cfg.listen, "VEIL_EVENTS"); return got == want }, "every event on NATS once")
 }
 
 // finishTask starts a short task on sim (a node's ballooning).

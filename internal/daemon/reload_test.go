@@ -127,22 +127,7 @@ func TestFailedReloadKeepsForwarding(t *testing.T) {
 			if code != http.StatusInternalServerError || !strings.Contains(body, tt.wantErr) {
 				t.Fatalf("bad reload = %d %q, want 500 naming %q", code, body, tt.wantErr)
 			}
-			var st struct {
-				Controllers []struct {
-					Name string `json:"name"`
-				} `json:"controllers"`
-				NATS *struct {
-					Connected bool `json:"connected"`
-				} `json:"nats"`
-			}
-			_, js := d.get(t, "/?format=json")
-			if err := json.Unmarshal([]byte(js), &st); err != nil || len(st.Controllers) != 1 || st.NATS == nil {
-				t.Errorf("after the refused reload the status lacks the controller or NATS (%v): %s", err, js)
-			}
-			d.waitReady(t)
-			if code, body := d.get(t, "/-/healthy"); code != 200 {
-				t.Errorf("/-/healthy after the refused reload = %d %s", code, body)
-			}
+			stillRuns(t, d)
 			sim.AddEvents(10, veiltest.EventSpec{Type: "info"})
 			forwarded("events added after the refused reload on NATS")
 
@@ -192,4 +177,26 @@ func embeddedNATS(listen, store string, enabled bool) config.NATS {
 	n := config.Default().NATS
 	n.Embedded = config.Embedded{Enabled: enabled, Listen: listen, StoreDir: store}
 	return n
+}
+
+// stillRuns checks that after a refused reload the status lists the one controller and NATS,
+// and the daemon is ready and healthy.
+func stillRuns(t *testing.T, d *daemonUnderTest) {
+	t.Helper()
+	var st struct {
+		Controllers []struct {
+			Name string `json:"name"`
+		} `json:"controllers"`
+		NATS *struct {
+			Connected bool `json:"connected"`
+		} `json:"nats"`
+	}
+	_, js := d.get(t, "/?format=json")
+	if err := json.Unmarshal([]byte(js), &st); err != nil || len(st.Controllers) != 1 || st.NATS == nil {
+		t.Errorf("after the refused reload the status lacks the controller or NATS (%v): %s", err, js)
+	}
+	d.waitReady(t)
+	if code, body := d.get(t, "/-/healthy"); code != 200 {
+		t.Errorf("/-/healthy after the refused reload = %d %s", code, body)
+	}
 }

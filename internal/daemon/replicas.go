@@ -20,7 +20,7 @@ import (
 // replicasChange refuses a reload that switches replicas on or off, or changes the ha or nats
 // sections while they are on: the leases live on that connection, and a new one would let go of
 // every controller at once. A restart hands them over one by one.
-func (d *Daemon) replicasChange(old, cfg *config.Config, conn *natsLink) error {
+func replicasChange(old, cfg *config.Config, conn *natsLink) error {
 	if old == nil {
 		return nil
 	}
@@ -132,7 +132,7 @@ func (d *Daemon) startLeased(r *leaseRun) {
 		return // removed by a reload: the coordinator releases it
 	}
 	if ct.used {
-		nct, err := d.buildController(d.cfg, ct.cfg, d.conn)
+		nct, err := d.buildController(ct.settings, d.conn)
 		if err != nil {
 			// It built at the last reload; only a file gone since (ca_file) fails it now.
 			level.Error(d.logger).Log("msg", "couldn't start an acquired controller", "controller", name, "err", err)

@@ -46,99 +46,146 @@ func leads(t *testing.T, d *daemonUnderTest) (mine []string, foreign []string) {
 	return mine, foreign
 }
 
+// TestReplicasShareControllersAndHandOverOnStop: three replicas run every controller exactly
+// once between them and forward every event once; the status page says who runs what; a reload
+// of the ha section is refused; a stopped replica's controllers move at once.
 func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
+	r := newReplicaRig(t)
+	all := []string{"pod-a", "pod-b", "pod-c"}
+	testutil.Eventually(t, 30*time.Second, func() bool { return r.oneEach(t, all...) && r.spread(t) },
+		"every controller run by exactly one replica, each replica running some; logs:\n%s", r.ds["pod-a"].logs)
+	for inst, d := range r.ds {
+		testutil.Eventually(t, 20*time.Second, func() bool { code, _ := d.get(t, "/-/ready"); return code == http.StatusOK },
+			"%s ready", inst)
+	}
+	r.allForwarded(t, "")
+	r.statusSaysWhoRuns(t)
+	r.haReloadRefused(t)
+	r.handOverOnStop(t)
+	r.allForwarded(t, " after the hand-over")
+}
+
+// replicaRig is three replicas (pod-a, pod-b, pod-c) sharing four controllers over a NATS
+// cluster, forwarding to one stream.
+type replicaRig struct {
+	dir   string
+	names []string
+	sims  map[string]*veiltest.Server
+	ds    map[string]*daemonUnderTest
+	url   string // of one of the cluster's servers
+}
+
+const replicaStream = "VEIL_HA_TEST"
+
+func newReplicaRig(t *testing.T) *replicaRig {
 	cluster := testutil.StartCluster(t)
-	dir := t.TempDir()
-	tok := filepath.Join(dir, "token")
+	r := &replicaRig{dir: t.TempDir(), names: []string{"alpha", "bravo", "charlie", "delta"}, sims: map[string]*veiltest.Server{}}
+	r.url = strings.Split(strings.ReplaceAll(cluster.URLs(), "nats://", ""), ",")[0]
+	tok := filepath.Join(r.dir, "token")
 	os.WriteFile(tok, []byte(testutil.SecretToken), 0o600)
-	names := []string{"alpha", "bravo", "charlie", "delta"}
-	sims := map[string]*veiltest.Server{}
 	var ctrls strings.Builder
-	for i, n := range names {
+	for i, n := range r.names {
 		sim := veiltest.New(veiltest.Options{Seed: int64(i + 1), Token: testutil.SecretToken, VMs: 2, InitialEvents: 25, EventsOrder: "oldest_first"})
 		t.Cleanup(sim.Close)
-		sims[n] = sim
+		r.sims[n] = sim
 		ctrls.WriteString(testutil.ControllerYAML(n, sim.URL, tok))
 	}
-	stream := "VEIL_HA_TEST"
 	start := func(instance string) *daemonUnderTest {
-		f := filepath.Join(dir, instance+".yaml")
+		f := filepath.Join(r.dir, instance+".yaml")
 		cfg := "controllers:\n" + ctrls.String() +
 			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
 			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
-			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", cluster.URLs(), stream) +
+			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", cluster.URLs(), replicaStream) +
 			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: 3s\n  replicas: 3\n", instance)
 		if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return startDaemon(t, f)
 	}
-	ds := map[string]*daemonUnderTest{"pod-a": start("pod-a"), "pod-b": start("pod-b"), "pod-c": start("pod-c")}
+	r.ds = map[string]*daemonUnderTest{"pod-a": start("pod-a"), "pod-b": start("pod-b"), "pod-c": start("pod-c")}
+	return r
+}
 
-	// owners maps each controller to the replicas whose /metrics say they run it; a replica
-	// exporting series of a controller it does not run fails the test.
-	owners := func(live ...string) map[string][]string {
-		out := map[string][]string{}
-		for _, inst := range live {
-			mine, foreign := leads(t, ds[inst])
-			if len(foreign) > 0 {
-				t.Errorf("%s exports series of %v, which it does not run", inst, foreign)
-			}
-			for _, ct := range mine {
-				out[ct] = append(out[ct], inst)
-			}
+// owners maps each controller to the replicas of live whose /metrics say they run it; a replica
+// exporting series of a controller it does not run fails the test.
+func (r *replicaRig) owners(t *testing.T, live ...string) map[string][]string {
+	out := map[string][]string{}
+	for _, inst := range live {
+		mine, foreign := leads(t, r.ds[inst])
+		if len(foreign) > 0 {
+			t.Errorf("%s exports series of %v, which it does not run", inst, foreign)
 		}
-		return out
-	}
-	oneEach := func(live ...string) bool {
-		o := owners(live...)
-		for _, n := range names {
-			if len(o[n]) != 1 {
-				return false
-			}
+		for _, ct := range mine {
+			out[ct] = append(out[ct], inst)
 		}
-		return true
 	}
-	spread := func() bool {
-		for _, d := range ds {
-			if m, _ := leads(t, d); len(m) == 0 {
-				return false
-			}
+	return out
+}
+
+// oneEach says whether every controller is run by exactly one replica of live.
+func (r *replicaRig) oneEach(t *testing.T, live ...string) bool {
+	o := r.owners(t, live...)
+	for _, n := range r.names {
+		if len(o[n]) != 1 {
+			return false
 		}
-		return true
 	}
-	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach("pod-a", "pod-b", "pod-c") && spread() },
-		"every controller run by exactly one replica, each replica running some; logs:\n%s", ds["pod-a"].logs)
-	for inst, d := range ds {
-		testutil.Eventually(t, 20*time.Second, func() bool { code, _ := d.get(t, "/-/ready"); return code == http.StatusOK },
-			"%s ready", inst)
+	return true
+}
+
+// spread says whether every replica runs some controller.
+func (r *replicaRig) spread(t *testing.T) bool {
+	for _, d := range r.ds {
+		if m, _ := leads(t, d); len(m) == 0 {
+			return false
+		}
 	}
+	return true
+}
+
+// allForwarded waits until the stream holds every event of every simulator, once.
+func (r *replicaRig) allForwarded(t *testing.T, when string) {
 	total := 0
-	for _, sim := range sims {
+	for _, sim := range r.sims {
 		total += sim.EventCount()
 	}
-	urls := strings.Split(strings.ReplaceAll(cluster.URLs(), "nats://", ""), ",")
-	testutil.Eventually(t, 30*time.Second, func() bool { return streamMsgs(urls[0], stream) == total },
-		"%d events on the stream (has %d)", total, streamMsgs(urls[0], stream))
+	testutil.Eventually(t, 30*time.Second, func() bool { return streamMsgs(r.url, replicaStream) == total },
+		"%d events on the stream%s (has %d)", total, when, streamMsgs(r.url, replicaStream))
+}
 
-	// The status page says who runs what, the same on every replica.
-	_, js := ds["pod-b"].get(t, "/?format=json")
-	var st statusData
+// statusSaysWhoRuns: the status page says who runs what, as the metrics do.
+func (r *replicaRig) statusSaysWhoRuns(t *testing.T) {
+	_, js := r.ds["pod-b"].get(t, "/?format=json")
+	var st struct {
+		Replicas *struct {
+			Instance    string   `json:"instance"`
+			Instances   []string `json:"instances"`
+			Controllers []struct {
+				Controller string    `json:"controller"`
+				Owner      string    `json:"owner"`
+				Since      time.Time `json:"since"`
+				Mine       bool      `json:"mine"`
+			} `json:"controllers"`
+		} `json:"replicas"`
+	}
 	if err := json.Unmarshal([]byte(js), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Replicas == nil || st.Replicas.Instance != "pod-b" || len(st.Replicas.Controllers) != len(names) || len(st.Replicas.Instances) != 3 {
+	if st.Replicas == nil || st.Replicas.Instance != "pod-b" || len(st.Replicas.Controllers) != len(r.names) || len(st.Replicas.Instances) != 3 {
 		t.Fatalf("status replicas section = %+v", st.Replicas)
 	}
-	o := owners("pod-a", "pod-b", "pod-c")
+	o := r.owners(t, "pod-a", "pod-b", "pod-c")
 	for _, c := range st.Replicas.Controllers {
 		if len(o[c.Controller]) != 1 || c.Owner != o[c.Controller][0] || c.Mine != (c.Owner == "pod-b") || c.Since.IsZero() {
 			t.Errorf("status says %s is run by %q (mine %v), metrics say %v", c.Controller, c.Owner, c.Mine, o[c.Controller])
 		}
 	}
+}
 
-	// A reload may not change the ha section while replicas run: refused, the old one goes on.
-	cfgA := filepath.Join(dir, "pod-a.yaml")
+// haReloadRefused: a reload may not change the ha section while replicas run: refused, the old
+// one goes on.
+func (r *replicaRig) haReloadRefused(t *testing.T) {
+	cfgA := filepath.Join(r.dir, "pod-a.yaml")
 	body, err := os.ReadFile(cfgA)
 	if err != nil {
 		t.Fatal(err)
@@ -146,48 +193,43 @@ func TestReplicasShareControllersAndHandOverOnStop(t *testing.T) {
 	if err := os.WriteFile(cfgA, []byte(strings.Replace(string(body), "lease_ttl: 3s", "lease_ttl: 4s", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, msg := ds["pod-a"].do(t, http.MethodPost, "/-/reload"); code != http.StatusInternalServerError || !strings.Contains(msg, "the ha section changed") {
+	if code, msg := r.ds["pod-a"].do(t, http.MethodPost, "/-/reload"); code != http.StatusInternalServerError || !strings.Contains(msg, "the ha section changed") {
 		t.Errorf("reload changing ha.lease_ttl = %d %q, want refused", code, msg)
 	}
 	if err := os.WriteFile(cfgA, body, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// Stop the replica that runs the most (SIGTERM): the others take its controllers over at
-	// once, well before its leases could expire, and forward what comes meanwhile exactly once.
+// handOverOnStop stops the replica that runs the most (SIGTERM): the others take its
+// controllers over at once, well before its leases could expire; events come meanwhile.
+func (r *replicaRig) handOverOnStop(t *testing.T) {
 	victim, gone := "", []string(nil)
 	for _, inst := range []string{"pod-a", "pod-b", "pod-c"} {
-		if m, _ := leads(t, ds[inst]); victim == "" || len(m) > len(gone) {
+		if m, _ := leads(t, r.ds[inst]); victim == "" || len(m) > len(gone) {
 			victim, gone = inst, m
 		}
 	}
 	rest := []string{}
-	for inst := range ds {
+	for inst := range r.ds {
 		if inst != victim {
 			rest = append(rest, inst)
 		}
 	}
-	for _, sim := range sims {
+	for _, sim := range r.sims {
 		sim.AddEvents(10, veiltest.EventSpec{})
 	}
 	stopped := time.Now()
-	ds[victim].stop()
-	ds[victim].stop = func() {}
-	testutil.Eventually(t, 15*time.Second, func() bool { return oneEach(rest...) }, "%v to move from %s to %v", gone, victim, rest)
-	took := time.Since(stopped)
-	t.Logf("%s stopped; %v moved to %v in %v (lease_ttl 3s)", victim, gone, rest, took)
-	if !strings.Contains(ds[victim].logs.String(), `why="shutting down"`) {
-		t.Errorf("%s did not release its leases on stop:\n%s", victim, ds[victim].logs)
+	r.ds[victim].stop()
+	r.ds[victim].stop = func() {}
+	testutil.Eventually(t, 15*time.Second, func() bool { return r.oneEach(t, rest...) }, "%v to move from %s to %v", gone, victim, rest)
+	t.Logf("%s stopped; %v moved to %v in %v (lease_ttl 3s)", victim, gone, rest, time.Since(stopped))
+	if !strings.Contains(r.ds[victim].logs.String(), `why="shutting down"`) {
+		t.Errorf("%s did not release its leases on stop:\n%s", victim, r.ds[victim].logs)
 	}
-	for _, sim := range sims {
+	for _, sim := range r.sims {
 		sim.AddEvents(10, veiltest.EventSpec{})
 	}
-	total = 0
-	for _, sim := range sims {
-		total += sim.EventCount()
-	}
-	testutil.Eventually(t, 30*time.Second, func() bool { return streamMsgs(urls[0], stream) == total },
-		"%d events on the stream after the hand-over (has %d)", total, streamMsgs(urls[0], stream))
 }
 
 // TestReleasedControllerExportsNothing: pod-a runs both controllers; pod-b joins and one is

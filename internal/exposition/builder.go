@@ -30,6 +30,8 @@ type Builder struct {
 	adds  int
 	done  []*Family // flushed, for Finish
 	lines []line
+	keyed []keyedLine // lines with their sort keys in keys, while a family is sorted
+	keys  []byte
 	// free are text and offset buffers of flushed families, for the next.
 	free     [][]byte
 	freeOffs [][]uint32
@@ -276,15 +278,63 @@ func (b *Builder) ordered(f *famBuf) (whole []byte, lines []line) {
 	if strictly {
 		return f.buf, nil
 	}
-	slices.SortStableFunc(b.lines, cmp)
+	// Each line's values, decoded once into a key that compares as compareValues does: a sort
+	// then compares bytes, not escapes (decoding at every comparison was most of a render's CPU).
+	b.keys, b.keyed = b.keys[:0], b.keyed[:0]
+	for _, l := range b.lines {
+		k := uint32(len(b.keys))
+		if len(f.d.slots) > 0 {
+			b.keys = appendKey(b.keys, f.buf[l.start:l.end], start)
+		}
+		b.keyed = append(b.keyed, keyedLine{l, k, uint32(len(b.keys))})
+	}
+	key := func(x keyedLine) []byte { return b.keys[x.kstart:x.kend] }
+	// Equal label sets keep the order they were added in (the first stays, below): a sort by
+	// the lines' offsets among equals is a stable sort without its merging's cost.
+	slices.SortFunc(b.keyed, func(x, y keyedLine) int {
+		if c := bytes.Compare(key(x), key(y)); c != 0 {
+			return c
+		}
+		return int(x.start) - int(y.start)
+	})
 	lines = b.lines[:0]
-	for i, l := range b.lines {
-		if i > 0 && cmp(b.lines[i-1], l) == 0 {
+	for i, l := range b.keyed {
+		if i > 0 && bytes.Equal(key(b.keyed[i-1]), key(l)) {
 			continue
 		}
-		lines = append(lines, l)
+		lines = append(lines, l.line)
 	}
 	return nil, lines
+}
+
+// keyedLine is a line with its sort key's place in Builder.keys.
+type keyedLine struct {
+	line
+	kstart, kend uint32
+}
+
+// appendKey appends the sort key of a line (its label values from start, decoded): each value's
+// bytes, a 0 byte written 0x00 0xff, and 0x00 0x00 after each value, so that keys compare as
+// compareValues compares the lines (a value that ends sorts before any that goes on).
+func appendKey(dst, l []byte, start int) []byte {
+	i := start
+	for {
+		c, next, end := nextByte(l, i)
+		i = next
+		switch {
+		case end:
+			dst = append(dst, 0, 0)
+			if l[i] == '}' {
+				return dst
+			}
+			// `,name="` of the next label.
+			i += bytes.IndexByte(l[i:], '"') + 1
+		case c == 0:
+			dst = append(dst, 0, 0xff)
+		default:
+			dst = append(dst, c)
+		}
+	}
 }
 
 // compareValues compares two lines of one family by their label values, decoded, in the

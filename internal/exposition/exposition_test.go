@@ -56,7 +56,7 @@ func (r *renderable) render(b *Builder, prev *Set) *Set {
 	return b.Finish(prev)
 }
 
-var nasty = []string{"", "a", "ab", "a b", "a!", "a\"b", `a\b`, "a\nb", "Ä", "日本", "z", " ", "!", "\"", `\`, "\t", "web 2", "web", "web-1", "\xff\xfe"}
+var nasty = []string{"", "a", "ab", "a b", "a!", "a\"b", `a\b`, "a\nb", "Ä", "日本", "z", " ", "!", "\"", `\`, "\t", "web 2", "web", "web-1", "\xff\xfe", "\x00", "a\x00", "a\x00b", "a\x01"}
 
 func randomValue(r *rand.Rand) float64 {
 	switch r.IntN(10) {

@@ -7,7 +7,7 @@
 // http_sd client refuses gzip and 50,000 VMs make 12 MB. It is answered from the cached inventory
 // and the guest checker's results: never from the controller.
 
-package daemon
+package web
 
 import (
 	"encoding/json"
@@ -67,7 +67,9 @@ const (
 	sdNotAnAddress  = "not_an_address"
 )
 
-func newSDGuard() *sdGuard {
+// newSDGuard makes the guard of /sd/domains with its counters registered in reg (nil: none);
+// counters already there are shared.
+func newSDGuard(reg *prometheus.Registry) *sdGuard {
 	g := &sdGuard{
 		places: make(chan struct{}, sdMaxInFlight),
 		requestsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -86,7 +88,24 @@ func newSDGuard() *sdGuard {
 	for _, r := range []string{sdNotAllowed, sdNotAnAddress} {
 		g.targetsRefused.WithLabelValues(r)
 	}
+	if reg != nil {
+		g.requestsRefused = registerOnce(reg, g.requestsRefused)
+		g.targetsRefused = registerOnce(reg, g.targetsRefused)
+	}
 	return g
+}
+
+// registerOnce registers c in reg, or returns what reg already holds in its place.
+func registerOnce[C prometheus.Collector](reg *prometheus.Registry, c C) C {
+	if err := reg.Register(c); err != nil {
+		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
 }
 
 // refused counts a target left out and logs it once per VM and address.
@@ -187,14 +206,14 @@ const (
 // keep a removed controller's guests as targets forever. 400 for a bad port; 503 while a
 // controller's first inventory refresh is not done (Prometheus then keeps its last list rather
 // than dropping every target of a restarted exporter).
-func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
+func (s *server) serveSD(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if reason, why := checkSDQuery(q); reason != "" {
-		d.sd.requestsRefused.WithLabelValues(reason).Inc()
+		s.sd.requestsRefused.WithLabelValues(reason).Inc()
 		http.Error(w, why, http.StatusBadRequest)
 		return
 	}
-	body, code, msg := d.sdAnswer(r, q)
+	body, code, msg := s.sdAnswer(r, q)
 	if code != http.StatusOK {
 		http.Error(w, msg, code)
 		return
@@ -207,14 +226,14 @@ func (d *Daemon) serveSD(w http.ResponseWriter, r *http.Request) {
 
 // sdAnswer computes the answer to a valid query under one of the sdMaxInFlight places: the
 // body, or a status and message.
-func (d *Daemon) sdAnswer(r *http.Request, q map[string][]string) ([]byte, int, string) {
+func (s *server) sdAnswer(r *http.Request, q map[string][]string) ([]byte, int, string) {
 	t := time.NewTimer(sdQueueWait)
 	defer t.Stop()
 	select {
-	case d.sd.places <- struct{}{}:
-		defer func() { <-d.sd.places }()
+	case s.sd.places <- struct{}{}:
+		defer func() { <-s.sd.places }()
 	case <-t.C:
-		d.sd.requestsRefused.WithLabelValues(sdBusy).Inc()
+		s.sd.requestsRefused.WithLabelValues(sdBusy).Inc()
 		return nil, http.StatusServiceUnavailable, fmt.Sprintf("too many service discovery requests at once (%d), try again later", sdMaxInFlight)
 	case <-r.Context().Done():
 		return nil, http.StatusServiceUnavailable, "request cancelled"
@@ -226,14 +245,8 @@ func (d *Daemon) sdAnswer(r *http.Request, q map[string][]string) ([]byte, int, 
 		return ""
 	}
 	has := func(k string) bool { _, ok := q[k]; return ok }
-	d.mu.RLock()
-	ctrls, cfg := d.controllers, d.cfg
-	d.mu.RUnlock()
-	port := 9100
-	var nets []netip.Prefix
-	if cfg != nil {
-		port, nets = cfg.SD.Port, cfg.SD.Networks()
-	}
+	disc := s.src.Discovery()
+	port, nets := disc.Port, disc.Networks
 	if p := get("port"); p != "" || has("port") {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
@@ -243,7 +256,7 @@ func (d *Daemon) sdAnswer(r *http.Request, q map[string][]string) ([]byte, int, 
 	}
 	sq := sdQuery{port: strconv.Itoa(port), family: familyIPv4, osIDs: q["os_id"], nodes: q["node"], nets: nets,
 		refused: func(controller string, t *collector.GuestTarget, host, reason string) {
-			d.sd.refused(d.logger, controller, t, host, reason)
+			s.sd.refused(s.logger, controller, t, host, reason)
 		}}
 	if has("family") {
 		switch f := get("family"); f {
@@ -258,28 +271,26 @@ func (d *Daemon) sdAnswer(r *http.Request, q map[string][]string) ([]byte, int, 
 	}
 	only, filter := get("controller"), has("controller")
 	var srcs []sdSource
-	for _, ct := range ctrls {
-		if filter && ct.cfg.Name != only {
+	for _, c := range disc.Controllers {
+		if filter && c.Name != only {
 			continue
 		}
-		if !ct.inventory.Ready() {
-			return nil, http.StatusServiceUnavailable, fmt.Sprintf("controller %s: first inventory refresh not done", ct.cfg.Name)
+		if !c.Targets.Ready() {
+			return nil, http.StatusServiceUnavailable, fmt.Sprintf("controller %s: first inventory refresh not done", c.Name)
 		}
-		s := sdSource{controller: ct.cfg.Name, targets: ct.inventory.GuestTargets()}
-		for _, p := range ct.parts {
-			if g, ok := p.(guestPart); ok {
-				s.osIDs = g.OSIDs()
-				if sq.family != familyIPv4 {
-					s.ipv6 = g.GuestIPv6()
-				}
+		src := sdSource{controller: c.Name, targets: c.Targets.GuestTargets()}
+		if c.Guests != nil {
+			src.osIDs = c.Guests.OSIDs()
+			if sq.family != familyIPv4 {
+				src.ipv6 = c.Guests.GuestIPv6()
 			}
 		}
-		srcs = append(srcs, s)
+		srcs = append(srcs, src)
 	}
 	slices.SortFunc(srcs, func(a, b sdSource) int { return strings.Compare(a.controller, b.controller) })
 	n := 0
-	for _, s := range srcs {
-		n += len(s.targets)
+	for _, src := range srcs {
+		n += len(src.targets)
 	}
 	if len(sq.tags) > 0 || sq.osIDs != nil || sq.nodes != nil {
 		n /= 8 // a guess: filters select a part

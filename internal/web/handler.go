@@ -1,7 +1,6 @@
-// The daemon's HTTP endpoints: /metrics, /-/healthy, /-/ready, /-/reload, /sd/domains and the
-// status page on /.
+// The endpoints: /metrics, /-/healthy, /-/ready, /-/reload, /sd/domains and the status page on /.
 
-package daemon
+package web
 
 import (
 	"bytes"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -40,44 +40,51 @@ type HandlerOptions struct {
 // scrape timeout (10 s), whose scrapes have given up by then anyway.
 const DefaultWriteTimeout = 15 * time.Second
 
-// Handler serves every endpoint of the daemon.
-func (d *Daemon) Handler(o HandlerOptions) http.Handler {
-	return d.handler(handlerOptions{telemetryPath: o.TelemetryPath, maxRequests: o.MaxRequests, disableExporterMetrics: o.DisableExporterMetrics,
-		disableOpenMetrics: o.DisableOpenMetrics, createdSamples: o.CreatedSamples, writeTimeout: o.WriteTimeout,
-		enableLifecycle: o.EnableLifecycle})
+// Metrics is what /metrics serves beside the controllers' rendered sets.
+type Metrics struct {
+	// Live holds the exporter's own families, encoded at each scrape; the Go, process and
+	// promhttp families join it.
+	Live *prometheus.Registry
+	// Rendered encodes live what the rendered sets hold, for name[] filters and the protobuf
+	// text forms.
+	Rendered prometheus.Gatherer
+	// Renderer is shared with the controllers' rendered families: renders pause for scrapes.
+	Renderer *exposition.Renderer
 }
 
-// handlerOptions are HandlerOptions as the handler reads them.
-type handlerOptions struct {
-	telemetryPath          string
-	maxRequests            int  // parallel scrapes at most; 0: no limit
-	disableExporterMetrics bool // no go_*, process_*, promhttp_*
-	disableOpenMetrics     bool
-	createdSamples         bool
-	writeTimeout           time.Duration // 0: none
-	enableLifecycle        bool
+// server is the endpoints over one Source.
+type server struct {
+	src    Source
+	logger log.Logger
+	sd     *sdGuard
 }
 
-func (d *Daemon) handler(o handlerOptions) http.Handler {
+// Handler serves every endpoint over src. It registers veil_sd_* (and, unless disabled, the Go,
+// process and promhttp families) in m.Live; a second Handler on the same registry shares them.
+func Handler(src Source, m Metrics, logger log.Logger, o HandlerOptions) http.Handler {
+	s := &server{src: src, logger: logger, sd: newSDGuard(m.Live)}
+	return s.handler(m, o)
+}
+
+func (s *server) handler(m Metrics, o HandlerOptions) http.Handler {
 	opts := promhttp.HandlerOpts{
 		// One inconsistent family must not cost the whole scrape.
 		ErrorHandling:       promhttp.ContinueOnError,
-		ErrorLog:            promLogger{d},
+		ErrorLog:            promLogger{s.logger},
 		OfferedCompressions: []promhttp.Compression{promhttp.Identity, promhttp.Gzip, promhttp.Zstd},
-		EnableOpenMetrics:   !o.disableOpenMetrics,
+		EnableOpenMetrics:   !o.DisableOpenMetrics,
 		// As client_golang: _created lines only when asked for (a series more per counter).
-		EnableOpenMetricsTextCreatedSamples: o.createdSamples,
+		EnableOpenMetricsTextCreatedSamples: o.CreatedSamples,
 	}
 	// A scrape in text, OpenMetrics or protobuf writes the controllers' rendered series as they
-	// are and encodes only d.registry's, the exporter's own; name[] filters and the protobuf
-	// text forms encode everything. The Go, process
-	// and handler families join d.registry: one registry gathered is half the garbage of two
-	// (a Gather allocates 32 KiB of channels per registry, and scrapes' garbage is what makes
-	// the collector run during scrapes).
-	all := prometheus.Gatherers{d.registry, d.renderedRegistry}
+	// are and encodes only m.Live's, the exporter's own; name[] filters and the protobuf text
+	// forms encode everything. The Go, process and handler families join m.Live: one registry
+	// gathered is half the garbage of two (a Gather allocates 32 KiB of channels per registry,
+	// and scrapes' garbage is what makes the collector run during scrapes).
+	all := prometheus.Gatherers{m.Live, m.Rendered}
 	var exporter *prometheus.Registry
-	if !o.disableExporterMetrics {
-		exporter = d.registry
+	if !o.DisableExporterMetrics {
+		exporter = m.Live
 		for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 			if err := exporter.Register(c); err != nil {
 				if _, again := err.(prometheus.AlreadyRegisteredError); !again {
@@ -91,28 +98,28 @@ func (d *Daemon) handler(o handlerOptions) http.Handler {
 	// describe it otherwise).
 	errs := handlerErrors(exporter)
 	metrics := exposition.Handler(exposition.HandlerOpts{
-		Live:                d.registry,
-		Sets:                d.renderedSets,
+		Live:                m.Live,
+		Sets:                s.src.RenderedSets,
 		Fallback:            promhttp.HandlerFor(all, opts),
-		Renderer:            d.renderer,
-		DisableOpenMetrics:  o.disableOpenMetrics,
-		CreatedSamples:      o.createdSamples,
+		Renderer:            m.Renderer,
+		DisableOpenMetrics:  o.DisableOpenMetrics,
+		CreatedSamples:      o.CreatedSamples,
 		ErrorLog:            opts.ErrorLog,
 		Errors:              errs,
-		MaxRequestsInFlight: o.maxRequests,
+		MaxRequestsInFlight: o.MaxRequests,
 	})
-	metrics = d.logSendOnce(metrics)
+	metrics = s.logSendOnce(metrics)
 	if exporter != nil {
 		metrics = promhttp.InstrumentMetricHandler(exporter, metrics)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(o.telemetryPath, metrics)
-	mux.HandleFunc("/-/healthy", d.serveHealthy)
-	mux.HandleFunc("/-/ready", d.serveReady)
-	mux.Handle("/-/reload", lifecycle(o.enableLifecycle, http.HandlerFunc(d.serveReload)))
-	mux.HandleFunc("GET /sd/domains", d.serveSD)
-	mux.HandleFunc("GET /{$}", d.serveStatus) // GET also answers HEAD; other methods get 405
-	return withWriteDeadline(browserHeaders(mux), o.writeTimeout)
+	mux.Handle(o.TelemetryPath, metrics)
+	mux.HandleFunc("/-/healthy", s.serveHealthy)
+	mux.HandleFunc("/-/ready", s.serveReady)
+	mux.Handle("/-/reload", lifecycle(o.EnableLifecycle, http.HandlerFunc(s.serveReload)))
+	mux.HandleFunc("GET /sd/domains", s.serveSD)
+	mux.HandleFunc("GET /{$}", s.serveStatus) // GET also answers HEAD; other methods get 405
+	return withWriteDeadline(browserHeaders(mux), o.WriteTimeout)
 }
 
 // lifecycle guards an endpoint that changes the daemon as Prometheus guards its /-/reload:
@@ -191,7 +198,7 @@ func handlerErrors(reg *prometheus.Registry) *prometheus.CounterVec {
 
 // promLogger is promhttp's ErrorLog. A failed write of the response (the scraper hung up) is
 // reported once per scrape by logSendOnce rather than once per metric family here.
-type promLogger struct{ d *Daemon }
+type promLogger struct{ logger log.Logger }
 
 func (l promLogger) Println(v ...any) {
 	for _, x := range v {
@@ -201,17 +208,17 @@ func (l promLogger) Println(v ...any) {
 			return
 		}
 	}
-	level.Error(l.d.logger).Log("msg", "error gathering metrics", "err", fmt.Sprint(v...))
+	level.Error(l.logger).Log("msg", "error gathering metrics", "err", fmt.Sprint(v...))
 }
 
 // logSendOnce logs one line for a scrape whose response could not be sent, with the number of
 // metric families that were not; promhttp would log each family.
-func (d *Daemon) logSendOnce(next http.Handler) http.Handler {
+func (s *server) logSendOnce(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &sendWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		if err, failed := sw.result(); err != nil {
-			level.Warn(d.logger).Log("msg", "couldn't send the scrape response", "remote", r.RemoteAddr, "families_not_sent", failed, "err", err.err)
+			level.Warn(s.logger).Log("msg", "couldn't send the scrape response", "remote", r.RemoteAddr, "families_not_sent", failed, "err", err.err)
 		}
 	})
 }
@@ -259,106 +266,47 @@ func (w *sendWriter) result() (*sendError, int) {
 	return w.err, w.failed
 }
 
-// serveHealthy is the liveness check: 503 with the reason when the daemon cannot recover
+// serveHealthy is the liveness check: 503 with the reason when the exporter cannot recover
 // without a restart (or a reload). A controller that is down is not such a reason.
-func (d *Daemon) serveHealthy(w http.ResponseWriter, r *http.Request) {
-	if reason := d.unhealthy(time.Now()); reason != "" {
+func (s *server) serveHealthy(w http.ResponseWriter, r *http.Request) {
+	if reason := s.src.Unhealthy(time.Now()); reason != "" {
 		http.Error(w, reason, http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "Healthy")
 }
 
-// unhealthy says why the daemon is not live at now, or "".
-func (d *Daemon) unhealthy(now time.Time) string {
-	d.mu.RLock()
-	ctrls, cfg, conn, reloadErr, coord := d.controllers, d.cfg, d.conn, d.reloadError, d.coord
-	d.mu.RUnlock()
-	// A replica that runs nothing (the others hold every lease) is healthy: restarting it mends nothing.
-	if len(ctrls) == 0 && coord == nil || cfg == nil {
-		if reloadErr != "" {
-			return "no controller runs; last reload: " + reloadErr
-		}
-		return "no controller runs"
-	}
-	if cfg.Events.Enabled && conn == nil {
-		return "events are not forwarded: the NATS connection was lost in a failed reload"
-	}
-	if conn != nil && conn.Conn != nil {
-		if why := conn.LostReason(); why != "" {
-			return "the NATS connection was closed for good by a server error (" + why + ")"
-		}
-	}
-	for _, ct := range ctrls {
-		h := healthLimits{now: now, started: d.started, stuck: 4*cfg.Collect.Interval + ct.cfg.Timeout}
-		for _, p := range ct.parts {
-			if why := p.unhealthy(h); why != "" {
-				return fmt.Sprintf("controller %s: %s", ct.cfg.Name, why)
-			}
-		}
-	}
-	return ""
-}
-
-// serveReady: every first refresh done, and NATS connected when forwarding.
-func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
-	d.mu.RLock()
-	ctrls, conn, cfg, coord := d.controllers, d.conn, d.cfg, d.coord
-	d.mu.RUnlock()
-	if coord != nil {
-		// With replicas, ready once the lease bucket was read: this replica then knows what it
-		// runs, which may be nothing.
-		if st := coord.Status(); !st.Synced {
-			why := "lease bucket " + st.Bucket + " not read yet"
-			if st.LastError != "" {
-				why += ": " + st.LastError
-			}
-			http.Error(w, why, http.StatusServiceUnavailable)
-			return
-		}
-	} else if len(ctrls) == 0 {
-		http.Error(w, "no controller runs", http.StatusServiceUnavailable)
-		return
-	}
-	// NATS connection lifecycle (natsconn, forwarder): forwarding is ready once every forwarder
-	// has NATS, its stream and its position store; otherwise say which and why.
-	for _, ct := range ctrls {
-		for _, p := range ct.parts {
-			if why := p.notReady(); why != "" {
-				http.Error(w, fmt.Sprintf("controller %s: %s", ct.cfg.Name, why), http.StatusServiceUnavailable)
-				return
-			}
-		}
-	}
-	if cfg != nil && cfg.Events.Enabled && conn == nil {
-		http.Error(w, "events are not forwarded: the NATS connection was lost in a failed reload", http.StatusServiceUnavailable)
+// serveReady: 503 with the reason until the source is ready.
+func (s *server) serveReady(w http.ResponseWriter, r *http.Request) {
+	if why := s.src.NotReady(); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "Ready")
 }
 
-func (d *Daemon) serveReload(w http.ResponseWriter, r *http.Request) {
-	if err := d.Reload(); err != nil {
+func (s *server) serveReload(w http.ResponseWriter, r *http.Request) {
+	if err := s.src.Reload(); err != nil {
 		http.Error(w, "reload refused, the previous configuration keeps running: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	fmt.Fprintln(w, "Reloaded")
 }
 
-func (d *Daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
-	s := d.status()
+func (s *server) serveStatus(w http.ResponseWriter, r *http.Request) {
+	st := statusOf(s.src.Status())
 	if r.URL.Query().Get("format") == "json" {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false) // subjects end in ">"; this is JSON, not HTML
-		_ = enc.Encode(s)
+		_ = enc.Encode(st)
 		return
 	}
 	// Rendered whole before sending, so a template error is a 500 rather than half a page.
 	var buf bytes.Buffer
-	if err := statusPage.Execute(&buf, statusPageData{statusData: s, Now: time.Now()}); err != nil {
-		level.Error(d.logger).Log("msg", "couldn't render the status page", "err", err)
+	if err := statusPage.Execute(&buf, statusPageData{statusData: st, Now: time.Now()}); err != nil {
+		level.Error(s.logger).Log("msg", "couldn't render the status page", "err", err)
 		http.Error(w, "couldn't render the status page", http.StatusInternalServerError)
 		return
 	}

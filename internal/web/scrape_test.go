@@ -1,18 +1,16 @@
 // Tests of /metrics: parallel scrapes at most --web.max-requests, one log line for a scraper
 // that hung up, compression.
 
-package daemon
+package web
 
 import (
 	"compress/gzip"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,15 +22,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
-
-func newTestServer(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
 
 // heldCollector holds every scrape in Collect until released, then emits its metrics.
 type heldCollector struct {
@@ -86,12 +78,10 @@ func TestMaxRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
+			h, reg := newHandler(&fakeSource{}, HandlerOptions{MaxRequests: tt.limit})
 			held := newHeldCollector()
-			d.registry.MustRegister(held)
-			url := newTestServer(t, d.handler(handlerOptions{telemetryPath: "/metrics", maxRequests: tt.limit})) + "/metrics"
+			reg.MustRegister(held)
+			url := newTestServer(t, h) + "/metrics"
 			var wg sync.WaitGroup
 			codes := make(chan int, tt.held)
 			for i := 0; i < tt.held; i++ {
@@ -148,14 +138,13 @@ func TestScrapeHangUpLogsOnce(t *testing.T) {
 	}
 	for _, enc := range []string{"identity", "gzip", "zstd"} {
 		t.Run(enc, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
 			logs := &testutil.SyncBuffer{}
-			d := newDaemon(ctx, "veil.yaml", log.NewLogfmtLogger(logs), "test")
+			reg := prometheus.NewRegistry()
 			held := newHeldCollector()
 			held.metrics = metrics
-			d.registry.MustRegister(held)
-			h := d.handler(handlerOptions{telemetryPath: "/metrics"})
+			reg.MustRegister(held)
+			ms := Metrics{Live: reg, Rendered: prometheus.NewRegistry(), Renderer: exposition.NewRenderer()}
+			h := Handler(&fakeSource{}, ms, log.NewLogfmtLogger(logs), HandlerOptions{TelemetryPath: "/metrics"})
 			served := make(chan struct{})
 			srv := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				defer close(served)
@@ -197,10 +186,8 @@ func TestScrapeHangUpLogsOnce(t *testing.T) {
 
 // TestScrapeCompression: zstd and gzip are offered to scrapers; identity when asked for none.
 func TestScrapeCompression(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
-	srv := newTestServer(t, d.handler(handlerOptions{telemetryPath: "/metrics"}))
+	h, _ := newHandler(&fakeSource{}, HandlerOptions{})
+	srv := newTestServer(t, h)
 	tests := []struct {
 		accept, want string
 		decode       func(io.Reader) (io.Reader, error)
@@ -230,8 +217,8 @@ func TestScrapeCompression(t *testing.T) {
 			if err != nil {
 				t.Fatalf("decoding %s: %v", tt.want, err)
 			}
-			if !strings.Contains(string(body), "veil_exporter_build_info{") {
-				t.Errorf("decoded body lacks the build info:\n%.500s", body)
+			if !strings.Contains(string(body), "veil_sd_requests_refused_total{") {
+				t.Errorf("decoded body lacks veil_sd_requests_refused_total:\n%.500s", body)
 			}
 		})
 	}

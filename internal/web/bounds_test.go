@@ -1,10 +1,9 @@
 // What a client or a guest sends to the web endpoints is bounded: SD parameters, SD requests
 // at once, addresses handed to Prometheus, status page texts.
 
-package daemon
+package web
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -17,18 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/veil-exporter/veil-exporter/collector"
-	"github.com/veil-exporter/veil-exporter/config"
-	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // TestSDQueryBounds: more parameter values than sdMaxValues, or one longer than
 // sdMaxValueLen, is a 400 (counted), before any VM is looked at.
 func TestSDQueryBounds(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
-	h := d.handler(handlerOptions{telemetryPath: "/metrics"})
+	d, h := newServer(&fakeSource{})
 	long := strings.Repeat("x", sdMaxValueLen+1)
 	tests := []struct {
 		name, query string
@@ -64,10 +58,7 @@ func TestSDQueryBounds(t *testing.T) {
 // TestSDBusy: with every place taken, one more SD request waits sdQueueWait and gets 503
 // (counted), and a free place serves it.
 func TestSDBusy(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
-	h := d.handler(handlerOptions{telemetryPath: "/metrics"})
+	d, h := newServer(&fakeSource{})
 	for range sdMaxInFlight {
 		d.sd.places <- struct{}{}
 	}
@@ -117,7 +108,7 @@ func TestSDAllowedAddresses(t *testing.T) {
 		}
 	}
 
-	g := newSDGuard()
+	g := newSDGuard(nil)
 	var logs strings.Builder
 	logger := log.NewLogfmtLogger(&logs)
 	a := &veil.Domain{ID: "id-a", VerboseName: "a", Node: veil.Ref{ID: "n1"}}
@@ -164,41 +155,10 @@ func TestStatusTextsCapped(t *testing.T) {
 		t.Error("a short text was changed")
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := newDaemon(ctx, "veil.yaml", log.NewNopLogger(), "test")
-	d.reloadError = strings.Repeat("x", 100_000)
+	_, h := newServer(&fakeSource{status: Status{LastReloadError: strings.Repeat("x", 100_000)}})
 	rec := httptest.NewRecorder()
-	d.handler(handlerOptions{telemetryPath: "/metrics"}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	if rec.Code != 200 || rec.Body.Len() > 50_000 || !strings.Contains(rec.Body.String(), "x…") {
 		t.Errorf("status page with a 100 kB reload error: %d, %d bytes", rec.Code, rec.Body.Len())
-	}
-}
-
-// TestEmbeddedNATSExposure: the embedded server (which has no authentication) is warned about
-// when it listens beyond loopback, and only then.
-func TestEmbeddedNATSExposure(t *testing.T) {
-	tests := []struct {
-		listen string
-		warn   bool
-	}{
-		{"127.0.0.1:4222", false},
-		{"[::1]:4222", false},
-		{"localhost:4222", false},
-		{"127.0.0.5:4222", false},
-		{":4222", true},
-		{"0.0.0.0:4222", true},
-		{"[::]:4222", true},
-		{"10.1.2.3:4222", true},
-		{"nats.example:4222", true},
-	}
-	for _, tt := range tests {
-		why := natsconn.EmbeddedExposure(config.Embedded{Enabled: true, Listen: tt.listen})
-		if (why != "") != tt.warn || tt.warn && !strings.Contains(why, "without authentication") {
-			t.Errorf("listen %s: warning %q, want one: %v", tt.listen, why, tt.warn)
-		}
-	}
-	if why := natsconn.EmbeddedExposure(config.Embedded{Listen: ":4222"}); why != "" {
-		t.Errorf("no embedded server, yet %q", why)
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package web
 
 import (
 	"bytes"
@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/go-kit/log"
 
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
@@ -36,15 +34,14 @@ func BenchmarkSDDomains(b *testing.B) {
 	}
 	cfg := config.Default()
 	cfg.Collect.Tasks = false
-	d := newDaemon(context.Background(), "bench.yaml", log.NewNopLogger(), "bench")
-	ct := &controller{cfg: config.Controller{Name: "bench"}}
-	if ct.inventory, err = newBenchInventory(client, cfg.Collect); err != nil {
+	inv, err := newBenchInventory(client, cfg.Collect)
+	if err != nil {
 		b.Fatal(err)
 	}
-	if err := ct.inventory.Refresh(context.Background()); err != nil {
+	if err := inv.Refresh(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	d.cfg, d.controllers = &cfg, []*controller{ct}
+	d, _ := newServer(&fakeSource{discovery: Discovery{Port: 9100, Controllers: []DiscoveryController{{Name: "bench", Targets: inv}}}})
 
 	var body []byte
 	serveQuery := func(b *testing.B, query string) int {
@@ -83,21 +80,21 @@ func BenchmarkSDDomains(b *testing.B) {
 		size := 0
 		for b.Loop() {
 			b.StopTimer()
-			ct.inventory.Refresh(context.Background()) // a new snapshot generation
+			inv.Refresh(context.Background()) // a new snapshot generation
 			b.StartTimer()
 			size = serve(b)
 		}
 		report(b, size)
 	})
 	b.Run("with os_id", func(b *testing.B) {
-		targets := ct.inventory.GuestTargets()
+		targets := inv.GuestTargets()
 		os := make(map[string]string, len(targets))
 		for _, t := range targets {
 			os[t.Domain.ID] = "ubuntu"
 		}
 		size := 0
 		for b.Loop() {
-			body = appendSD(nil, []sdSource{{controller: "bench", targets: ct.inventory.GuestTargets(), osIDs: os}}, &sdQuery{port: "9100", family: familyIPv4})
+			body = appendSD(nil, []sdSource{{controller: "bench", targets: inv.GuestTargets(), osIDs: os}}, &sdQuery{port: "9100", family: familyIPv4})
 			size = len(body)
 		}
 		report(b, size)
