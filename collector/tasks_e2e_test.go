@@ -35,7 +35,7 @@ func TestTaskLabelsNameNoVMEndToEnd(t *testing.T) {
 	for _, d := range f.inv.Domains() {
 		names[d.ID] = d.VerboseName
 	}
-	wait := func(env *veil.TaskEnvelope, err error) {
+	wait := func(env *veilops.TaskEnvelope, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)

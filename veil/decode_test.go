@@ -87,28 +87,6 @@ func TestRefAcceptsObjectStringOrNull(t *testing.T) {
 	}
 }
 
-func TestTaskEnvelopeForms(t *testing.T) {
-	for _, tc := range []struct {
-		name, in, task, entity string
-	}{
-		{"_entity object", `{"_task":{"id":"t1","status":"IN_PROGRESS","executed":0},"_entity":{"id":"d1"}}`, "t1", `{"id":"d1"}`},
-		{"entity uuid string", `{"_task":{"id":"t2","status":"SUCCESS","executed":"2.49"},"entity":"d2"}`, "t2", `"d2"`},
-		{"without entity", `{"_task":{"id":"t3"}}`, "t3", ``},
-		{"the object itself", `{"id":"d4","verbose_name":"vm"}`, "", `{"id":"d4","verbose_name":"vm"}`},
-		{"null answer", `null`, "", ``},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var env veil.TaskEnvelope
-			if err := json.Unmarshal([]byte(tc.in), &env); err != nil {
-				t.Fatal(err)
-			}
-			if env.Task.ID != tc.task || string(env.Entity) != tc.entity {
-				t.Fatalf("got task %q entity %s; want %q %s", env.Task.ID, env.Entity, tc.task, tc.entity)
-			}
-		})
-	}
-}
-
 func TestTaskExecutedNumberOrString(t *testing.T) {
 	var running, done veil.Task
 	if err := json.Unmarshal([]byte(`{"id":"a","status":"IN_PROGRESS","executed":0,"finished_time":null}`), &running); err != nil {

@@ -16,7 +16,7 @@
 // hands them over in order. Errors of the platform are *APIError values that work with
 // errors.Is and ErrUnauthorized, ErrForbidden and ErrNotFound. Decoding is lenient where the
 // real platform is inconsistent (see decode.go): numbers as strings, timestamps with or
-// without zone, references as objects or uuid strings, "_entity" or "entity".
+// without zone, references as objects or uuid strings.
 //
 // Owns the platform's API, paging and the controller's HTTP client (TLS); imports nothing of
 // this module, so it can serve any program.

@@ -6,7 +6,6 @@ package veil_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -44,17 +43,6 @@ func vendorServer(t *testing.T, routes map[string]string) *veil.Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// vendorEnvelope decodes a fixture of an operation's answer (the exporter sends no operation;
-// the envelope's decoding is the client's all the same).
-func vendorEnvelope(file string) (*veil.TaskEnvelope, error) {
-	b, err := os.ReadFile(filepath.Join("testdata", "vendor", file))
-	if err != nil {
-		return nil, err
-	}
-	env := new(veil.TaskEnvelope)
-	return env, json.Unmarshal(b, env)
 }
 
 func at(s string) veil.Time {
@@ -180,25 +168,6 @@ func vendorTasksDecode(t *testing.T, c *veil.Client) {
 	}
 	if done.Executed != 2.492376 || !done.Final() || done.FinishedTime != at("2021-08-20T10:08:12.253457Z") {
 		t.Errorf("finished task %+v", done)
-	}
-}
-
-// TestVendorEnvelopesDecode: an operation's answer with "entity" or "_entity".
-func TestVendorEnvelopesDecode(t *testing.T) {
-	env, err := vendorEnvelope("envelope_entity.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if env.Task.ID != "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e103" || string(env.Entity) != `"`+vendorVM+`"` {
-		t.Errorf("entity envelope: task %q entity %s", env.Task.ID, env.Entity)
-	}
-	env, err = vendorEnvelope("envelope__entity.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref veil.Ref
-	if env.Task.ID != "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e104" || ref.UnmarshalJSON(env.Entity) != nil || ref.ID != vendorVM {
-		t.Errorf("_entity envelope: task %q entity %s", env.Task.ID, env.Entity)
 	}
 }
 

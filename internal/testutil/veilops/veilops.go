@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,17 +59,17 @@ func New(url, token string) (*Operator, error) {
 }
 
 // StartDomain powers a domain on.
-func (o *Operator) StartDomain(ctx context.Context, id string, force bool) (*veil.TaskEnvelope, error) {
+func (o *Operator) StartDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
 	return o.operation(ctx, http.MethodPost, "/api/domains/{id}/start/", id, map[string]any{"force": force})
 }
 
 // ShutdownDomain powers a domain off (force: at once, without asking the guest).
-func (o *Operator) ShutdownDomain(ctx context.Context, id string, force bool) (*veil.TaskEnvelope, error) {
+func (o *Operator) ShutdownDomain(ctx context.Context, id string, force bool) (*TaskEnvelope, error) {
 	return o.operation(ctx, http.MethodPost, "/api/domains/{id}/shutdown/", id, map[string]any{"force": force})
 }
 
 // CloneDomain clones a template or domain; nodeID and datapoolID may be empty.
-func (o *Operator) CloneDomain(ctx context.Context, templateID, nodeID, verboseName, datapoolID string) (*veil.TaskEnvelope, error) {
+func (o *Operator) CloneDomain(ctx context.Context, templateID, nodeID, verboseName, datapoolID string) (*TaskEnvelope, error) {
 	body := map[string]any{"verbose_name": verboseName}
 	if nodeID != "" {
 		body["node"] = nodeID
@@ -80,17 +81,17 @@ func (o *Operator) CloneDomain(ctx context.Context, templateID, nodeID, verboseN
 }
 
 // SetTemplate makes a domain a template or an ordinary domain.
-func (o *Operator) SetTemplate(ctx context.Context, id string, template bool) (*veil.TaskEnvelope, error) {
+func (o *Operator) SetTemplate(ctx context.Context, id string, template bool) (*TaskEnvelope, error) {
 	return o.operation(ctx, http.MethodPut, "/api/domains/{id}/template/", id, map[string]any{"template": template})
 }
 
 // RemoveDomain deletes a domain (full: with its disks).
-func (o *Operator) RemoveDomain(ctx context.Context, id string, full bool) (*veil.TaskEnvelope, error) {
+func (o *Operator) RemoveDomain(ctx context.Context, id string, full bool) (*TaskEnvelope, error) {
 	return o.operation(ctx, http.MethodPost, "/api/domains/{id}/remove/", id, map[string]any{"full": full})
 }
 
 // BackupDomain starts a backup of a domain; datapoolID may be empty.
-func (o *Operator) BackupDomain(ctx context.Context, id, datapoolID string, compress bool, limitDays int) (*veil.TaskEnvelope, error) {
+func (o *Operator) BackupDomain(ctx context.Context, id, datapoolID string, compress bool, limitDays int) (*TaskEnvelope, error) {
 	if id == "" {
 		return nil, fmt.Errorf("veilops: POST /api/domains/backup/: empty domain id")
 	}
@@ -102,7 +103,7 @@ func (o *Operator) BackupDomain(ctx context.Context, id, datapoolID string, comp
 }
 
 // SSHInject puts an SSH key into a guest (user defaults to root).
-func (o *Operator) SSHInject(ctx context.Context, id string, createUser bool, user, key string) (*veil.TaskEnvelope, error) {
+func (o *Operator) SSHInject(ctx context.Context, id string, createUser bool, user, key string) (*TaskEnvelope, error) {
 	if user == "" {
 		user = "root" // the platform's default when no user is given
 	}
@@ -111,7 +112,7 @@ func (o *Operator) SSHInject(ctx context.Context, id string, createUser bool, us
 }
 
 // SetBallooning turns memory ballooning of a node on or off.
-func (o *Operator) SetBallooning(ctx context.Context, nodeID string, on bool) (*veil.TaskEnvelope, error) {
+func (o *Operator) SetBallooning(ctx context.Context, nodeID string, on bool) (*TaskEnvelope, error) {
 	return o.operation(ctx, http.MethodPut, "/api/nodes/{id}/ballooning/", nodeID, map[string]any{"ballooning": on})
 }
 
@@ -146,7 +147,7 @@ func (o *Operator) WaitTask(ctx context.Context, id string, every time.Duration,
 // operation sends one operation, again on a retryable failure with the same body (and key).
 // When the platform recognises the key of a finished operation it may answer with the object
 // itself: Task is then zero and Entity holds the object.
-func (o *Operator) operation(ctx context.Context, method, tmpl, id string, body map[string]any) (*veil.TaskEnvelope, error) {
+func (o *Operator) operation(ctx context.Context, method, tmpl, id string, body map[string]any) (*TaskEnvelope, error) {
 	path := tmpl
 	if strings.Contains(tmpl, "{id}") {
 		if id == "" {
@@ -163,7 +164,7 @@ func (o *Operator) operation(ctx context.Context, method, tmpl, id string, body 
 	for attempt := 0; ; attempt++ {
 		answer, status, err := o.send(ctx, method, path, b)
 		if err == nil {
-			env := new(veil.TaskEnvelope)
+			env := new(TaskEnvelope)
 			if err := json.Unmarshal(answer, env); err != nil {
 				return nil, fmt.Errorf("veilops: decoding %s %s: %w", method, tmpl, err)
 			}
@@ -209,4 +210,62 @@ func (o *Operator) send(ctx context.Context, method, path string, body []byte) (
 	}
 	return nil, resp.StatusCode, fmt.Errorf("%d %s: %s", resp.StatusCode,
 		strings.ToLower(http.StatusText(resp.StatusCode)), bytes.TrimSpace(answer))
+}
+
+// TaskEnvelope is the answer of an asynchronous operation: data_with_entity or
+// data_without_entity. Entity is "_entity" or, as vendor code shows, "entity" (an object or a
+// uuid string).
+type TaskEnvelope struct {
+	Task   veil.Task       `json:"_task"`
+	Entity json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON reads data_with_entity ("_task" + "_entity", or "entity" as vendor code shows)
+// and data_without_entity. An answer without "_task" (a repeated start answers with the domain
+// object) leaves Task zero and keeps the whole object in Entity. A null answer is no entity, as
+// a null "_entity" is, and leaves te untouched (encoding/json's convention for null).
+func (te *TaskEnvelope) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
+	var v struct {
+		Task    *veil.Task      `json:"_task"`
+		Entity  json.RawMessage `json:"_entity"`
+		Entity2 json.RawMessage `json:"entity"`
+	}
+	if err := tolerate(json.Unmarshal(b, &v)); err != nil {
+		return err
+	}
+	*te = TaskEnvelope{}
+	if v.Task == nil {
+		te.Entity = append(json.RawMessage(nil), bytes.TrimSpace(b)...)
+		return nil
+	}
+	te.Task = *v.Task
+	switch {
+	case len(v.Entity) > 0 && string(v.Entity) != "null":
+		te.Entity = v.Entity
+	case len(v.Entity2) > 0 && string(v.Entity2) != "null":
+		te.Entity = v.Entity2
+	}
+	return nil
+}
+
+// MarshalJSON writes the data_with_entity form ("_entity" omitted when empty).
+func (te TaskEnvelope) MarshalJSON() ([]byte, error) {
+	v := struct {
+		Task   veil.Task       `json:"_task"`
+		Entity json.RawMessage `json:"_entity,omitempty"`
+	}{te.Task, te.Entity}
+	return json.Marshal(v)
+}
+
+// tolerate drops a type mismatch of an ordinary field of the task (it stays zero; encoding/json
+// has decoded the rest) and keeps every other error, including a bad "id".
+func tolerate(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" && te.Field != "id" && !strings.HasSuffix(te.Field, ".id") {
+		return nil
+	}
+	return err
 }

@@ -1,9 +1,12 @@
 package veilops_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +48,7 @@ func TestOperationsChangeStateThroughTasks(t *testing.T) {
 	sim := newSim(t, veiltest.Options{Seed: 3, VMs: 40, TaskDuration: 30 * time.Millisecond})
 	c := newOperator(t, sim)
 	ctx := context.Background()
-	wait := func(env *veil.TaskEnvelope, err error) *veil.Task {
+	wait := func(env *veilops.TaskEnvelope, err error) *veil.Task {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -187,4 +190,86 @@ func checkKeys(t *testing.T, sim *veiltest.Server) {
 		}
 		keys[body.Key] = true
 	}
+}
+
+func TestTaskEnvelopeForms(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, task, entity string
+	}{
+		{"_entity object", `{"_task":{"id":"t1","status":"IN_PROGRESS","executed":0},"_entity":{"id":"d1"}}`, "t1", `{"id":"d1"}`},
+		{"entity uuid string", `{"_task":{"id":"t2","status":"SUCCESS","executed":"2.49"},"entity":"d2"}`, "t2", `"d2"`},
+		{"without entity", `{"_task":{"id":"t3"}}`, "t3", ``},
+		{"the object itself", `{"id":"d4","verbose_name":"vm"}`, "", `{"id":"d4","verbose_name":"vm"}`},
+		{"null answer", `null`, "", ``},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var env veilops.TaskEnvelope
+			if err := json.Unmarshal([]byte(tc.in), &env); err != nil {
+				t.Fatal(err)
+			}
+			if env.Task.ID != tc.task || string(env.Entity) != tc.entity {
+				t.Fatalf("got task %q entity %s; want %q %s", env.Task.ID, env.Entity, tc.task, tc.entity)
+			}
+		})
+	}
+}
+
+// vendorEnvelope decodes a fixture of an operation's answer from veil's vendor fixtures.
+func vendorEnvelope(file string) (*veilops.TaskEnvelope, error) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "veil", "testdata", "vendor", file))
+	if err != nil {
+		return nil, err
+	}
+	env := new(veilops.TaskEnvelope)
+	return env, json.Unmarshal(b, env)
+}
+
+// vendorVM is the VM of the envelope fixtures.
+const vendorVM = "6d3c1a52-3f7e-4f1b-9a55-0c2a51e4b001"
+
+// TestVendorEnvelopesDecode: an operation's answer with "entity" or "_entity".
+func TestVendorEnvelopesDecode(t *testing.T) {
+	env, err := vendorEnvelope("envelope_entity.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Task.ID != "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e103" || string(env.Entity) != `"`+vendorVM+`"` {
+		t.Errorf("entity envelope: task %q entity %s", env.Task.ID, env.Entity)
+	}
+	env, err = vendorEnvelope("envelope__entity.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref veil.Ref
+	if env.Task.ID != "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e104" || ref.UnmarshalJSON(env.Entity) != nil || ref.ID != vendorVM {
+		t.Errorf("_entity envelope: task %q entity %s", env.Task.ID, env.Entity)
+	}
+}
+
+// FuzzTaskEnvelope: whatever decodes as an envelope encodes, and its encoding decodes to the
+// same task and entity.
+func FuzzTaskEnvelope(f *testing.F) {
+	for _, s := range []string{
+		`{"_task":{"id":"t3","status":"FAILED"},"_entity":{"id":"d"}}`, `{"_task":{"id":"t4"},"entity":"d"}`,
+		`{"id":"d4","verbose_name":"vm"}`, `null`, `{"_task":{"id":"t5","executed":[1]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var env veilops.TaskEnvelope
+		if json.Unmarshal(data, &env) != nil {
+			return
+		}
+		b, err := json.Marshal(env)
+		if err != nil {
+			t.Fatalf("accepted envelope does not encode: %v (%+v)", err, env)
+		}
+		var again veilops.TaskEnvelope
+		if err := json.Unmarshal(b, &again); err != nil {
+			t.Fatalf("own encoding %s does not decode: %v", b, err)
+		}
+		if again.Task.ID != env.Task.ID || (env.Task.ID != "" && !bytes.Equal(again.Entity, env.Entity)) {
+			t.Fatalf("round trip changed the envelope: %s", b)
+		}
+	})
 }
