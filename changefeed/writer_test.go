@@ -280,22 +280,7 @@ func TestTheBucketFollowsTheController(t *testing.T) {
 	tu.Eventually(t, 20*time.Second, inBucket(t, r, kv), "the bucket to follow the changes")
 
 	// Per key, the values stored after the mark are the simulator's changes after it, each once.
-	want := map[string][]string{}
-	for _, c := range r.sim.Changes(mark) {
-		class := map[string]string{"/domains/": "domain", "/nodes/": "node", "/data-pools/": "datapool", "/clusters/": "cluster"}[c.Resource]
-		if class == "" {
-			continue
-		}
-		k := "sim." + class + "." + c.ID
-		v := canon(t, c.Object)
-		if c.Event == veiltest.ChangeDeleted {
-			v = "DEL"
-		}
-		if l := want[k]; len(l) > 0 && l[len(l)-1] == v {
-			continue // the same value again: nothing to store
-		}
-		want[k] = append(want[k], v)
-	}
+	want := storedSince(t, r.sim, mark)
 	if len(want[key(ids[0])]) < 2 || want[key(ids[3])][len(want[key(ids[3])])-1] != "DEL" || len(want[key(added[0])]) == 0 {
 		t.Fatalf("the simulator's change log lacks the changes made: %v", want)
 	}
@@ -559,4 +544,27 @@ func TestAListingMustLackAnObjectTwice(t *testing.T) {
 	changed.JSON = json.RawMessage(`{"id":"a","verbose_name":"renamed"}`)
 	w.Pushed("domain", changed, false)
 	tu.Eventually(t, 20*time.Second, func() bool { return stored(t, kv)["sim.domain.a"] == `{"id":"a","verbose_name":"renamed"}` }, "a written again after the operator's delete")
+}
+
+// storedSince is, per key, the values the bucket must have stored for the simulator's changes
+// after mark, in order, each once ("DEL" for a deletion).
+func storedSince(t *testing.T, sim *veiltest.Server, mark uint64) map[string][]string {
+	t.Helper()
+	want := map[string][]string{}
+	for _, c := range sim.Changes(mark) {
+		class := map[string]string{"/domains/": "domain", "/nodes/": "node", "/data-pools/": "datapool", "/clusters/": "cluster"}[c.Resource]
+		if class == "" {
+			continue
+		}
+		k := "sim." + class + "." + c.ID
+		v := canon(t, c.Object)
+		if c.Event == veiltest.ChangeDeleted {
+			v = "DEL"
+		}
+		if l := want[k]; len(l) > 0 && l[len(l)-1] == v {
+			continue // the same value again: nothing to store
+		}
+		want[k] = append(want[k], v)
+	}
+	return want
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -117,7 +118,7 @@ func TestLastBackupsFromTheJournal(t *testing.T) {
 	checkBackups(t, f, want)
 
 	// A backup run now, on a VM: followed by the task collection.
-	c, err := veil.New(veil.Config{URL: f.sim.URL, Token: f.sim.Token})
+	c, err := veilops.New(f.sim.URL, f.sim.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

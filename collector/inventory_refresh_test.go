@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -195,7 +196,7 @@ func TestTasksSeenFinishingAreCountedOnce(t *testing.T) {
 func TestTaskTrackerCountsTasksThatWereRunning(t *testing.T) {
 	f := newFixture(t, veiltest.Options{Seed: 5, VMs: 5, InitialTasks: 3, TaskDuration: 700 * time.Millisecond}, testCollect(), veil.Config{})
 	f.mustRefresh(t)
-	c, err := veil.New(veil.Config{URL: f.sim.URL, Token: f.sim.Token})
+	c, err := veilops.New(f.sim.URL, f.sim.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	tu "github.com/veil-exporter/veil-exporter/internal/testutil"
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -279,7 +280,7 @@ func startAndWait(t *testing.T, f *fixture, vmID string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := veil.New(veil.Config{URL: f.sim.URL, Token: f.sim.Token})
+	c, err := veilops.New(f.sim.URL, f.sim.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

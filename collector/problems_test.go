@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
@@ -62,7 +63,7 @@ func TestInventoryProblemsListVMsNotBackedUp(t *testing.T) {
 	if err := f.sim.SetNodeStatus(f.sim.NodeIDs()[0], "FAILED"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := veil.New(veil.Config{URL: f.sim.URL, Token: f.sim.Token})
+	c, err := veilops.New(f.sim.URL, f.sim.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-kit/log"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -23,6 +24,10 @@ func TestTaskLabelsNameNoVMEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ops, err := veilops.New(f.sim.URL, f.sim.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ids := f.sim.DomainIDs()
@@ -30,22 +35,22 @@ func TestTaskLabelsNameNoVMEndToEnd(t *testing.T) {
 	for _, d := range f.inv.Domains() {
 		names[d.ID] = d.VerboseName
 	}
-	wait := func(env *veil.TaskEnvelope, err error) {
+	wait := func(env *veilops.TaskEnvelope, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.WaitTask(ctx, env.Task.ID, 10*time.Millisecond, nil); err != nil {
+		if _, err := ops.WaitTask(ctx, env.Task.ID, 10*time.Millisecond, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, id := range ids[:4] {
 		startAndWait(t, f, id)
-		wait(c.BackupDomain(ctx, id, "", false, 1))
+		wait(ops.BackupDomain(ctx, id, "", false, 1))
 	}
 	f.mustRefresh(t)
 	victim := ids[5]
-	wait(c.RemoveDomain(ctx, victim, true))
+	wait(ops.RemoveDomain(ctx, victim, true))
 	f.mustRefresh(t)
 
 	task := append(series(t, f.inv, "veil_tasks_finished_total"), series(t, f.inv, "veil_task_duration_seconds_count")...)

@@ -324,5 +324,9 @@ func Default() Config {
 	}
 }
 
-// ControllerDefaults are applied to every controller entry that leaves a field empty.
-var controllerDefaults = Controller{Timeout: 10 * time.Second, MaxConcurrency: 8, MaxRequestsPerSecond: 50}
+// The defaults applied to every controller entry that leaves a field empty.
+const (
+	defaultControllerTimeout     = 10 * time.Second
+	defaultControllerConcurrency = 8
+	defaultControllerRate        = 50
+)

@@ -86,13 +86,13 @@ func parse(data []byte, baseDir string) (*Config, error) {
 
 func applyControllerDefaults(c *Controller) {
 	if c.Timeout == 0 {
-		c.Timeout = controllerDefaults.Timeout
+		c.Timeout = defaultControllerTimeout
 	}
 	if c.MaxConcurrency == 0 {
-		c.MaxConcurrency = controllerDefaults.MaxConcurrency
+		c.MaxConcurrency = defaultControllerConcurrency
 	}
 	if c.MaxRequestsPerSecond == 0 {
-		c.MaxRequestsPerSecond = controllerDefaults.MaxRequestsPerSecond
+		c.MaxRequestsPerSecond = defaultControllerRate
 	}
 }
 

@@ -1,6 +1,6 @@
 package e2e
 
-// The durability suite (issue 19, point 7): faults harder than the fault table's, composed and
+// The durability suite: faults harder than the fault table's, composed and
 // repeated, over real processes (veil-exporter and veil-sim binaries; an embedded NATS server,
 // or a three-node cluster of natsnode processes), while events keep coming. Every row ends with
 // the checker of durability_check_test.go: the whole stream read back and every id of the

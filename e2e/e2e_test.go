@@ -22,7 +22,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/dashboards"
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
-	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -155,12 +155,35 @@ func operatorKit(t *testing.T, profile string) {
 	root := repoRoot(t)
 	dir := t.TempDir()
 
+	sim := kitPlatform(t, profile)
+	webAddr := kitExporter(t, dir, sim)
+	kitOperations(t, sim)
+	kitMetrics(t, webAddr, promtool, sim.Token)
+
+	proms := startPrometheus(t, promBin, root, dir, webAddr)
+	waitSamples(t, proms)
+
+	// Each server stores the histograms as its mode says: the proof that the other mode's
+	// queries were not what answered.
+	t.Run("histograms stored per mode", func(t *testing.T) { histogramsPerMode(t, proms) })
+
+	for _, p := range proms {
+		promURL := p.url
+		t.Run(p.mode+"/rules load", func(t *testing.T) { rulesLoad(t, promURL) })
+		t.Run(p.mode+"/every dashboard query returns data", func(t *testing.T) { dashboardQueries(t, promURL, webAddr) })
+	}
+
+	t.Run("status page in a browser", func(t *testing.T) { statusPageInABrowser(t, chromium, root, dir, webAddr, sim.Token) })
+}
+
+// kitPlatform is the simulator of the operator kit.
+func kitPlatform(t *testing.T, profile string) *veiltest.Server {
 	// The platform: a small inventory with events and guest agents, and a fault now and then
 	// on one endpoint so the error panels have data too.
 	sim := veiltest.New(veiltest.Options{Seed: 7, Nodes: 4, Clusters: 2, Datapools: 3, VMs: 40,
 		InitialEvents: 30, EventRate: 5, TaskDuration: 200 * time.Millisecond, TaskFailureRate: 0.3,
 		GuestCommandsWindows: true, Profile: profile})
-	defer sim.Close()
+	t.Cleanup(sim.Close)
 	sim.SetFaults(veiltest.Fault{Path: "/api/clusters/*", Kind: "status", Status: 503, Rate: 0.2})
 	// A node in service mode and a guest agent that stopped answering: the "not ACTIVE" and
 	// "failing agents" panels and alerts must have something to show.
@@ -178,7 +201,12 @@ func operatorKit(t *testing.T, profile string) {
 			break
 		}
 	}
+	return sim
+}
 
+// kitExporter starts the exporter against sim, with the event forwarder on an embedded NATS
+// server, and returns its web address once it is ready.
+func kitExporter(t *testing.T, dir string, sim *veiltest.Server) string {
 	exporter := testutil.Build(t, "cmd/veil-exporter")
 
 	tokenFile := filepath.Join(dir, "token")
@@ -207,21 +235,29 @@ nats:
 	}
 	start(t, dir, exporter, "--config.file", cfgFile, "--web.listen-address", webAddr, "--log.level", "debug")
 	testutil.WaitHTTP(t, "http://"+webAddr+"/-/ready", 30*time.Second)
+	return webAddr
+}
 
+// kitOperations shuts the first VMs down through the API.
+func kitOperations(t *testing.T, sim *veiltest.Server) {
 	// Operations that run as tasks (some fail) while the exporter watches, so the task panels
 	// and the task alert have data.
-	client, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token})
+	ops, err := veilops.New(sim.URL, sim.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, id := range sim.DomainIDs()[:8] {
-		if _, err := client.ShutdownDomain(ctx, id, true); err != nil {
+		if _, err := ops.ShutdownDomain(ctx, id, true); err != nil {
 			t.Logf("shutdown %s: %v", id, err)
 		}
 	}
+}
 
+// kitMetrics waits for every contract family on /metrics, then checks the exposition with
+// promtool and for the token.
+func kitMetrics(t *testing.T, webAddr, promtool, token string) {
 	// Every family the README lists (Metrics) is exported once the loops have run.
 	var metrics []byte
 	testutil.EventuallyNil(t, 30*time.Second, func() error {
@@ -238,15 +274,20 @@ nats:
 	if out, err := check.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
-	if bytes.Contains(metrics, []byte(sim.Token)) {
+	if bytes.Contains(metrics, []byte(token)) {
 		t.Error("/metrics contains the controller token")
 	}
+}
 
+// promServer is a Prometheus server of the operator kit: its histogram mode and its URL.
+type promServer struct{ mode, url string }
+
+// startPrometheus starts the Prometheus servers scraping the exporter at webAddr.
+func startPrometheus(t *testing.T, promBin, root, dir, webAddr string) []promServer {
 	// Real Prometheus servers scraping the exporter and evaluating the shipped rules: one as by
 	// default (it asks for OpenMetrics first) and one with native histograms on (it asks for
 	// protobuf first and keeps a histogram exposed with both kinds of buckets only as a native
 	// one). The dashboards and the rules must answer in both.
-	type promServer struct{ mode, url string }
 	var proms []promServer
 	for _, mode := range []string{"classic", "native histograms"} {
 		promAddr := freeAddr(t)
@@ -271,142 +312,147 @@ scrape_configs:
 		start(t, pdir, promBin, args...)
 		proms = append(proms, promServer{mode, "http://" + promAddr})
 	}
+	return proms
+}
+
+// waitSamples waits until each server is ready and holds enough samples for rate() over the
+// dashboards' windows.
+func waitSamples(t *testing.T, proms []promServer) {
 	for _, p := range proms {
 		testutil.WaitHTTP(t, p.url+"/-/ready", 30*time.Second)
 	}
-	// Wait for enough samples for rate() over the dashboards' windows.
 	for _, p := range proms {
 		testutil.Eventually(t, 60*time.Second, func() bool {
 			r, err := promQuery(p.url, `count_over_time(veil_up[1m]) >= 8`)
 			return err == nil && len(r.Data.Result) > 0
 		}, "8 veil_up samples in Prometheus (%s)", p.mode)
 	}
+}
 
-	// Each server stores the histograms as its mode says: the proof that the other mode's
-	// queries were not what answered.
-	t.Run("histograms stored per mode", func(t *testing.T) {
-		for _, p := range proms {
-			// Every scrape parsed: OpenMetrics (classic) and protobuf (native) from rendered bytes.
-			if r, err := promQuery(p.url, `min_over_time(up{job="veil-exporter"}[1m]) == 1`); err != nil || len(r.Data.Result) != 1 {
-				t.Errorf("%s: a scrape of the exporter failed in the last minute (%v)", p.mode, err)
-			}
-			classic, err := promQuery(p.url, `veil_api_request_duration_seconds_bucket`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			native, err := promQuery(p.url, `veil_api_request_duration_seconds`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantNative := p.mode == "native histograms"
-			if (len(native.Data.Result) > 0) != wantNative || (len(classic.Data.Result) > 0) == wantNative {
-				t.Errorf("%s: %d native and %d classic bucket series of veil_api_request_duration_seconds", p.mode, len(native.Data.Result), len(classic.Data.Result))
+// histogramsPerMode: each server stores the histograms as its mode says, and every scrape parsed.
+func histogramsPerMode(t *testing.T, proms []promServer) {
+	for _, p := range proms {
+		// Every scrape parsed: OpenMetrics (classic) and protobuf (native) from rendered bytes.
+		if r, err := promQuery(p.url, `min_over_time(up{job="veil-exporter"}[1m]) == 1`); err != nil || len(r.Data.Result) != 1 {
+			t.Errorf("%s: a scrape of the exporter failed in the last minute (%v)", p.mode, err)
+		}
+		classic, err := promQuery(p.url, `veil_api_request_duration_seconds_bucket`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		native, err := promQuery(p.url, `veil_api_request_duration_seconds`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantNative := p.mode == "native histograms"
+		if (len(native.Data.Result) > 0) != wantNative || (len(classic.Data.Result) > 0) == wantNative {
+			t.Errorf("%s: %d native and %d classic bucket series of veil_api_request_duration_seconds", p.mode, len(native.Data.Result), len(classic.Data.Result))
+		}
+	}
+}
+
+// rulesLoad: the server loaded the shipped rules, all healthy.
+func rulesLoad(t *testing.T, promURL string) {
+	var rules struct {
+		Status string `json:"status"`
+		Data   struct {
+			Groups []struct {
+				Name  string `json:"name"`
+				Rules []struct {
+					Name      string `json:"name"`
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(get(t, promURL+"/api/v1/rules"), &rules); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rules.Data.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Health == "err" || r.LastError != "" {
+				t.Errorf("rule %s/%s: health %s: %s", g.Name, r.Name, r.Health, r.LastError)
 			}
 		}
-	})
+	}
+	if n == 0 {
+		t.Fatal("Prometheus loaded no rules")
+	}
+}
 
-	for _, p := range proms {
-		promURL := p.url
-		t.Run(p.mode+"/rules load", func(t *testing.T) {
-			var rules struct {
-				Status string `json:"status"`
-				Data   struct {
-					Groups []struct {
-						Name  string `json:"name"`
-						Rules []struct {
-							Name      string `json:"name"`
-							Health    string `json:"health"`
-							LastError string `json:"lastError"`
-						} `json:"rules"`
-					} `json:"groups"`
-				} `json:"data"`
-			}
-			if err := json.Unmarshal(get(t, promURL+"/api/v1/rules"), &rules); err != nil {
-				t.Fatal(err)
-			}
-			n := 0
-			for _, g := range rules.Data.Groups {
-				for _, r := range g.Rules {
-					n++
-					if r.Health == "err" || r.LastError != "" {
-						t.Errorf("rule %s/%s: health %s: %s", g.Name, r.Name, r.Health, r.LastError)
-					}
-				}
-			}
-			if n == 0 {
-				t.Fatal("Prometheus loaded no rules")
-			}
-		})
-
-		t.Run(p.mode+"/every dashboard query returns data", func(t *testing.T) {
-			queries, err := dashboards.Queries()
+// dashboardQueries: every query of the shipped dashboards returns data.
+func dashboardQueries(t *testing.T, promURL, webAddr string) {
+	queries, err := dashboards.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := make([]string, 0, len(queries))
+	for f := range queries {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	total := 0
+	for _, f := range files {
+		for _, q := range queries[f] {
+			total++
+			r, err := promQuery(promURL, q)
 			if err != nil {
-				t.Fatal(err)
+				t.Errorf("%s: %q: %v", f, q, err)
+				continue
 			}
-			files := make([]string, 0, len(queries))
-			for f := range queries {
-				files = append(files, f)
-			}
-			sort.Strings(files)
-			total := 0
-			for _, f := range files {
-				for _, q := range queries[f] {
-					total++
-					r, err := promQuery(promURL, q)
-					if err != nil {
-						t.Errorf("%s: %q: %v", f, q, err)
-						continue
-					}
-					if len(r.Data.Result) == 0 {
-						t.Errorf("%s: %q returned no data", f, q)
-						if os.Getenv("E2E_DEBUG") != "" {
-							for _, l := range strings.Split(string(get(t, "http://"+webAddr+"/metrics")), "\n") {
-								if strings.HasPrefix(l, "veil_guest_ping_success") || strings.HasPrefix(l, "veil_guest_command_errors") {
-									t.Log(l)
-								}
-							}
+			if len(r.Data.Result) == 0 {
+				t.Errorf("%s: %q returned no data", f, q)
+				if os.Getenv("E2E_DEBUG") != "" {
+					for _, l := range strings.Split(string(get(t, "http://"+webAddr+"/metrics")), "\n") {
+						if strings.HasPrefix(l, "veil_guest_ping_success") || strings.HasPrefix(l, "veil_guest_command_errors") {
+							t.Log(l)
 						}
 					}
 				}
 			}
-			if total == 0 {
-				t.Fatal("the dashboards hold no queries")
-			}
-		})
+		}
 	}
+	if total == 0 {
+		t.Fatal("the dashboards hold no queries")
+	}
+}
 
-	t.Run("status page in a browser", func(t *testing.T) {
-		out := filepath.Join(root, "bin", "e2e")
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			t.Fatal(err)
+// statusPageInABrowser: the status page as chromium renders it shows every section and no
+// token; its screenshot is left in bin/e2e.
+func statusPageInABrowser(t *testing.T, chromium, root, dir, webAddr, token string) {
+	out := filepath.Join(root, "bin", "e2e")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(out, "status-page.png")
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + filepath.Join(dir, "chromium"), "--window-size=1280,1800"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dom, err := exec.CommandContext(ctx, chromium, append(args, "--dump-dom", "http://"+webAddr+"/")...).Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v", err)
+	}
+	page := string(dom)
+	for _, want := range []string{"e2e", "Inventory", "Nodes", "VMs", "Guest checks", "Event position", "Recent events"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page lacks %q", want)
 		}
-		shot := filepath.Join(out, "status-page.png")
-		args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-			"--disable-background-networking", "--disable-component-update", "--disable-sync",
-			"--user-data-dir=" + filepath.Join(dir, "chromium"), "--window-size=1280,1800"}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		dom, err := exec.CommandContext(ctx, chromium, append(args, "--dump-dom", "http://"+webAddr+"/")...).Output()
-		if err != nil {
-			t.Fatalf("chromium --dump-dom: %v", err)
-		}
-		page := string(dom)
-		for _, want := range []string{"e2e", "Inventory", "Nodes", "VMs", "Guest checks", "Event position", "Recent events"} {
-			if !strings.Contains(page, want) {
-				t.Errorf("status page lacks %q", want)
-			}
-		}
-		if strings.Contains(page, sim.Token) {
-			t.Error("status page shows the token")
-		}
-		if out, err := exec.CommandContext(ctx, chromium, append(args, "--screenshot="+shot, "http://"+webAddr+"/")...).CombinedOutput(); err != nil {
-			t.Fatalf("chromium --screenshot: %v\n%s", err, out)
-		}
-		if st, err := os.Stat(shot); err != nil || st.Size() < 1000 {
-			t.Fatalf("no screenshot at %s: %v", shot, err)
-		}
-		t.Logf("screenshot: %s", shot)
-	})
+	}
+	if strings.Contains(page, token) {
+		t.Error("status page shows the token")
+	}
+	if out, err := exec.CommandContext(ctx, chromium, append(args, "--screenshot="+shot, "http://"+webAddr+"/")...).CombinedOutput(); err != nil {
+		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
+	}
+	if st, err := os.Stat(shot); err != nil || st.Size() < 1000 {
+		t.Fatalf("no screenshot at %s: %v", shot, err)
+	}
+	t.Logf("screenshot: %s", shot)
 }
 
 // contractFamilies are the metric families the README promises (histograms by their base name).

@@ -10,7 +10,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
 
-// The fault table (issue 11, point 7): for each neighbour of the exporter — the controller's API
+// The fault table: for each neighbour of the exporter — the controller's API
 // and NATS — and each way it can fail — down at start, down during, flapping, slow — the real
 // veil-exporter binary, run against the veil-sim binary and an embedded NATS server, must
 //

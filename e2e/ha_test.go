@@ -149,13 +149,72 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 		fmt.Fprintf(&ctrls, "  - name: %s\n    url: %s\n    token_file: %s\n", n, sim.URL, tok)
 	}
 	const stream = "VEIL_EVENTS"
+	procs := startHAReplicas(t, bin, dir, ctrls.String(), cluster.URLs(), stream)
+
+	stopFeed := startHAFeed(names, sims)
+
+	all := []string{"pod-a", "pod-b", "pod-c"}
+	r := &haReplicas{t: t, procs: procs, names: names, all: all}
+	testutil.Eventually(t, 30*time.Second, func() bool { return r.oneEach(all...) }, "every controller run by exactly one replica")
+
+	// 1. kill -9 an owner: its controllers move after its leases expire.
+	victim := r.owner("alpha")
+	killed := time.Now()
+	procs[victim].signal(syscall.SIGKILL)
+	procs[victim].wait()
+	r.moved("kill -9", victim, killed)
+	procs[victim].start()
+	testutil.Eventually(t, 30*time.Second, func() bool { return r.oneEach(all...) }, "the restarted replica to join")
+
+	// 2. SIGTERM an owner: it releases its leases, so the others need not wait for them to expire.
+	victim = r.owner("bravo")
+	termed := time.Now()
+	procs[victim].signal(syscall.SIGTERM)
+	procs[victim].wait()
+	r.moved("SIGTERM", victim, termed)
+	if b, _ := os.ReadFile(procs[victim].logPath); !strings.Contains(string(b), `why="shutting down"`) {
+		t.Errorf("%s did not release its leases on SIGTERM (they would have had to expire)", victim)
+	}
+	procs[victim].start()
+	testutil.Eventually(t, 30*time.Second, func() bool { return r.oneEach(all...) }, "the restarted replica to join")
+
+	// 3. The NATS server leading the stream goes away mid-stream: a new leader is elected and
+	// forwarding goes on; the server comes back.
+	js := cluster.JetStream(t)
+	loseStreamLeader(t, cluster, js, stream)
+	testutil.Eventually(t, 30*time.Second, func() bool { return r.oneEach(all...) }, "every controller owned once after the NATS leader's loss")
+
+	// 4. SIGSTOP an owner past its lease, then SIGCONT: the others take over while it sleeps;
+	// awake, it lets go without publishing or saving anything.
+	victim = r.owner("charlie")
+	stopped := time.Now()
+	procs[victim].signal(syscall.SIGSTOP)
+	r.moved("SIGSTOP", victim, stopped)
+	procs[victim].signal(syscall.SIGCONT)
+	testutil.Eventually(t, 30*time.Second, func() bool { return r.oneEach(all...) }, "every controller owned once after SIGCONT")
+
+	// The end: every event created on each controller is on the stream once, in order.
+	created := stopFeed()
+	checkStreamHoldsJournals(t, js, stream, names, sims, created)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "VEIL_INVENTORY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInventoryBucket(t, kv, sims)
+}
+
+// startHAReplicas starts the replicas pod-a, pod-b and pod-c with the controllers ctrls (YAML
+// entries), events and HA on the cluster at clusterURLs; each ends with the test.
+func startHAReplicas(t *testing.T, bin, dir, ctrls, clusterURLs, stream string) map[string]*replicaProc {
 	procs := map[string]*replicaProc{}
 	for _, inst := range []string{"pod-a", "pod-b", "pod-c"} {
 		cfg := filepath.Join(dir, inst+".yaml")
-		body := "controllers:\n" + ctrls.String() +
+		body := "controllers:\n" + ctrls +
 			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
 			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
-			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n  inventory: {history: 64}\n", cluster.URLs(), stream) +
+			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n  inventory: {history: 64}\n", clusterURLs, stream) +
 			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, haLeaseTTL)
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -165,9 +224,13 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 		p.endWithTest(t, inst)
 		p.start()
 	}
+	return procs
+}
 
-	// Events keep coming on every controller for the whole run, and VMs are powered on and
-	// off (twice a second on each controller), which the inventory bucket follows.
+// startHAFeed keeps events coming on every controller, and powers VMs on and off (twice a
+// second on each controller), which the inventory bucket follows. stop ends it and returns the
+// events created on each controller.
+func startHAFeed(names []string, sims map[string]*veiltest.Server) (stop func() map[string][]string) {
 	var mu sync.Mutex
 	created := map[string][]string{}
 	stopFeed := make(chan struct{})
@@ -192,91 +255,19 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-
-	// owners maps each controller to the live replicas that say they run it.
-	live := func(insts ...string) map[string]*replicaProc {
-		m := map[string]*replicaProc{}
-		for _, i := range insts {
-			m[i] = procs[i]
-		}
-		return m
+	return func() map[string][]string {
+		close(stopFeed)
+		<-fed
+		mu.Lock()
+		defer mu.Unlock()
+		return created
 	}
-	owners := func(insts ...string) map[string][]string { return ownersOf(live(insts...)) }
-	oneEach := func(insts ...string) bool { return oneOwnerEach(live(insts...), names) }
-	all := []string{"pod-a", "pod-b", "pod-c"}
-	without := func(inst string) []string {
-		return slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == inst })
-	}
-	// moved waits until every controller of victim is run by exactly one of the others. How
-	// long that takes is a figure for make bench, logged here, not asserted.
-	moved := func(what, victim string, since time.Time) {
-		t.Helper()
-		testutil.Eventually(t, haLeaseTTL+20*time.Second, func() bool { return oneEach(without(victim)...) },
-			"%s: controllers of %s to move to the others", what, victim)
-		t.Logf("%s: controllers of %s moved in %v (lease_ttl %v)", what, victim, time.Since(since), haLeaseTTL)
-	}
-	owner := func(ct string) string {
-		t.Helper()
-		var o []string
-		testutil.Eventually(t, 20*time.Second, func() bool { o = owners(all...)[ct]; return len(o) == 1 }, "one owner of %s", ct)
-		return o[0]
-	}
-	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "every controller run by exactly one replica")
+}
 
-	// 1. kill -9 an owner: its controllers move after its leases expire.
-	victim := owner("alpha")
-	killed := time.Now()
-	procs[victim].signal(syscall.SIGKILL)
-	procs[victim].wait()
-	moved("kill -9", victim, killed)
-	procs[victim].start()
-	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "the restarted replica to join")
-
-	// 2. SIGTERM an owner: it releases its leases, so the others need not wait for them to expire.
-	victim = owner("bravo")
-	termed := time.Now()
-	procs[victim].signal(syscall.SIGTERM)
-	procs[victim].wait()
-	moved("SIGTERM", victim, termed)
-	if b, _ := os.ReadFile(procs[victim].logPath); !strings.Contains(string(b), `why="shutting down"`) {
-		t.Errorf("%s did not release its leases on SIGTERM (they would have had to expire)", victim)
-	}
-	procs[victim].start()
-	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "the restarted replica to join")
-
-	// 3. The NATS server leading the stream goes away mid-stream: a new leader is elected and
-	// forwarding goes on; the server comes back.
-	js := cluster.JetStream(t)
-	var lost *testutil.NATS
-	testutil.Eventually(t, 20*time.Second, func() bool {
-		info := streamInfo(js, stream)
-		lost = cluster.StreamLeader(stream)
-		return lost != nil && info != nil && info.Cluster != nil && len(info.Cluster.Replicas) == 2
-	}, "stream %s with a leader and two replicas (the exporter creates it with ha.replicas 3)", stream)
-	leader := lost.Name()
-	before := streamCount(t, js, stream)
-	lost.Stop()
-	testutil.Eventually(t, 30*time.Second, func() bool { return streamCount(t, js, stream) > before+30 },
-		"forwarding to go on without the stream's leader %s", leader)
-	lost.Start()
-	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "every controller owned once after the NATS leader's loss")
-
-	// 4. SIGSTOP an owner past its lease, then SIGCONT: the others take over while it sleeps;
-	// awake, it lets go without publishing or saving anything.
-	victim = owner("charlie")
-	stopped := time.Now()
-	procs[victim].signal(syscall.SIGSTOP)
-	moved("SIGSTOP", victim, stopped)
-	procs[victim].signal(syscall.SIGCONT)
-	testutil.Eventually(t, 30*time.Second, func() bool { return oneEach(all...) }, "every controller owned once after SIGCONT")
-
-	// The end: every event created on each controller is on the stream once, in order.
-	close(stopFeed)
-	<-fed
-	mu.Lock()
-	defer mu.Unlock()
-	// The journals also hold the events of the VMs powered on and off: the whole journal, in
-	// order, is what must be on the stream.
+// checkStreamHoldsJournals: every event of each controller's journal (those created and those
+// of the VMs powered on and off) is on the stream once, in order.
+func checkStreamHoldsJournals(t *testing.T, js jetstream.JetStream, stream string, names []string, sims map[string]*veiltest.Server, created map[string][]string) {
+	t.Helper()
 	for _, n := range names {
 		all := journal(t, sims[n])
 		if len(all) < len(created[n]) {
@@ -294,13 +285,67 @@ func TestReplicasSurviveKillStopAndNATSLeaderLoss(t *testing.T) {
 	for _, n := range names {
 		exactlyOnceInOrder(t, n, created[n], got[n])
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, "VEIL_INVENTORY")
-	if err != nil {
-		t.Fatal(err)
+}
+
+// loseStreamLeader stops the NATS server leading the stream mid-stream, waits for forwarding to
+// go on without it, and starts it again.
+func loseStreamLeader(t *testing.T, cluster *testutil.Cluster, js jetstream.JetStream, stream string) {
+	t.Helper()
+	var lost *testutil.NATS
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		info := streamInfo(js, stream)
+		lost = cluster.StreamLeader(stream)
+		return lost != nil && info != nil && info.Cluster != nil && len(info.Cluster.Replicas) == 2
+	}, "stream %s with a leader and two replicas (the exporter creates it with ha.replicas 3)", stream)
+	leader := lost.Name()
+	before := streamCount(t, js, stream)
+	lost.Stop()
+	testutil.Eventually(t, 30*time.Second, func() bool { return streamCount(t, js, stream) > before+30 },
+		"forwarding to go on without the stream's leader %s", leader)
+	lost.Start()
+}
+
+// haReplicas are the replicas of TestReplicasSurviveKillStopAndNATSLeaderLoss and the
+// controllers they share.
+type haReplicas struct {
+	t     *testing.T
+	procs map[string]*replicaProc
+	names []string
+	all   []string
+}
+
+// live are the replicas insts.
+func (r *haReplicas) live(insts ...string) map[string]*replicaProc {
+	m := map[string]*replicaProc{}
+	for _, i := range insts {
+		m[i] = r.procs[i]
 	}
-	checkInventoryBucket(t, kv, sims)
+	return m
+}
+
+// oneEach says whether every controller is run by exactly one of insts.
+func (r *haReplicas) oneEach(insts ...string) bool { return oneOwnerEach(r.live(insts...), r.names) }
+
+// without are the replicas but inst.
+func (r *haReplicas) without(inst string) []string {
+	return slices.DeleteFunc(slices.Clone(r.all), func(s string) bool { return s == inst })
+}
+
+// moved waits until every controller of victim is run by exactly one of the others. How long
+// that takes is a figure for make bench, logged here, not asserted.
+func (r *haReplicas) moved(what, victim string, since time.Time) {
+	r.t.Helper()
+	testutil.Eventually(r.t, haLeaseTTL+20*time.Second, func() bool { return r.oneEach(r.without(victim)...) },
+		"%s: controllers of %s to move to the others", what, victim)
+	r.t.Logf("%s: controllers of %s moved in %v (lease_ttl %v)", what, victim, time.Since(since), haLeaseTTL)
+}
+
+// owner is the one replica that runs ct, once there is one.
+func (r *haReplicas) owner(ct string) string {
+	r.t.Helper()
+	var o []string
+	testutil.Eventually(r.t, 20*time.Second, func() bool { o = ownersOf(r.live(r.all...))[ct]; return len(o) == 1 }, "one owner of %s", ct)
+	return o[0]
 }
 
 // journal is every event of the simulator's journal, oldest first.

@@ -35,26 +35,8 @@ func TestImageUnderMemoryLimit(t *testing.T) {
 
 	sim := veiltest.New(veiltest.Options{Seed: 17, Nodes: 20, Datapools: 10, VMs: 10000, InitialEvents: 500, EventRate: 5})
 	defer sim.Close()
-	etc := filepath.Join(t.TempDir(), "etc")
-	if err := os.Mkdir(etc, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	webAddr, natsAddr := freeAddr(t), freeAddr(t)
-	cfg := fmt.Sprintf(`controllers:
-  - name: mem
-    url: %s
-    token_file: /etc/veil-exporter/token
-collect: {interval: 5s}
-events: {poll_interval: 1s, start: earliest, checkpoint: {store: nats_kv}}
-nats:
-  url: nats://%s
-  embedded: {enabled: true, listen: "%s", store_dir: /tmp/nats}
-`, sim.URL, natsAddr, natsAddr)
-	for name, body := range map[string]string{"config.yaml": cfg, "token": sim.Token + "\n"} {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	etc := writeMemConfig(t, sim, natsAddr)
 	run := append([]string{"run", "--detach", "--name", unique, "--memory", strconv.Itoa(imageMemoryLimit)}, runcFlags(t)...)
 	if _, err := podmanRun(podman, append(run, "--read-only", "--tmpfs", "/tmp", "--network", "host",
 		"--volume", etc+":/etc/veil-exporter:ro",
@@ -115,6 +97,32 @@ nats:
 			t.Logf("%d scrapes answered under a %d MiB limit; VmHWM %s kB", scrapes, imageMemoryLimit>>20, hwm[1])
 		}
 	}
+}
+
+// writeMemConfig writes the config and the token of TestImageUnderMemoryLimit's exporter into a
+// directory of their own, and returns it.
+func writeMemConfig(t *testing.T, sim *veiltest.Server, natsAddr string) string {
+	t.Helper()
+	etc := filepath.Join(t.TempDir(), "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`controllers:
+  - name: mem
+    url: %s
+    token_file: /etc/veil-exporter/token
+collect: {interval: 5s}
+events: {poll_interval: 1s, start: earliest, checkpoint: {store: nats_kv}}
+nats:
+  url: nats://%s
+  embedded: {enabled: true, listen: "%s", store_dir: /tmp/nats}
+`, sim.URL, natsAddr, natsAddr)
+	for name, body := range map[string]string{"config.yaml": cfg, "token": sim.Token + "\n"} {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return etc
 }
 
 // scrapeGzip reads /metrics as a scraper does: one format asked, gzip accepted, 200 required.

@@ -49,30 +49,8 @@ func TestImage(t *testing.T) {
 	}
 
 	// The config directory, mounted read-only; the container's user (65532) must read it.
-	etc := filepath.Join(dir, "etc")
-	if err := os.Mkdir(etc, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	webAddr, natsAddr := freeAddr(t), freeAddr(t)
-	cfg := fmt.Sprintf(`controllers:
-  - name: img
-    url: %s
-    token_file: /etc/veil-exporter/token
-collect: {interval: 1s}
-guest: {enabled: false}
-events:
-  poll_interval: 200ms
-  start: earliest
-  checkpoint: {store: file, dir: /var/lib/veil-exporter}
-nats:
-  url: nats://%s
-  embedded: {enabled: true, listen: %s, store_dir: /var/lib/veil-exporter/nats}
-`, sim.URL, natsAddr, natsAddr)
-	for name, data := range map[string]string{"config.yaml": cfg, "token": sim.Token + "\n"} {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	etc := writeImageConfig(t, dir, sim, natsAddr)
 
 	container, volume := unique, unique
 	t.Cleanup(func() {
@@ -90,34 +68,8 @@ nats:
 		t.Fatal(err)
 	}
 
-	// Non-root: the container's process runs as 65532 (read on the host, in /proc).
-	pid, err := podmanRun(podman, "inspect", "--format", "{{.State.Pid}}", container)
-	if err != nil {
-		t.Fatal(err)
-	}
-	status, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !regexp.MustCompile(`(?m)^Uid:\s+65532\s+65532\s+65532\s+65532$`).Match(status) {
-		t.Errorf("the container's process is not 65532:\n%s", status)
-	}
-
-	upRE := regexp.MustCompile(`(?m)^veil_up\{[^}]*controller="img"[^}]*\} 1$`)
-	buildRE := regexp.MustCompile(`(?m)^veil_exporter_build_info\{[^}]*version="` + regexp.QuoteMeta(version) + `"[^}]*\} 1$`)
-	testutil.EventuallyNil(t, 60*time.Second, func() error {
-		m, err := scrape("http://" + webAddr + "/metrics")
-		if err != nil {
-			return err
-		}
-		if !upRE.Match(m) {
-			return fmt.Errorf("no veil_up{controller=\"img\"} 1")
-		}
-		if !buildRE.Match(m) {
-			return fmt.Errorf("no veil_exporter_build_info with version %q", version)
-		}
-		return nil
-	}, "veil_up 1 and the stamped version on /metrics")
+	checkNonRoot(t, podman, container)
+	waitStampedVersion(t, webAddr, version)
 
 	// Events reach the embedded NATS, also those added while the container runs.
 	sim.AddEvents(25, veiltest.EventSpec{})
@@ -128,6 +80,38 @@ nats:
 
 	// SIGTERM (podman stop sends the image's stop signal, SIGTERM, and kills after 10 s): the
 	// exporter ends within 10 s, exit status 0, the position of the newest event in the volume.
+	stopAndCheckPosition(t, podman, container, volume, journal)
+
+	// Events while it is away; the restarted container publishes those, and only those.
+	added := sim.AddEvents(15, veiltest.EventSpec{})
+	if _, err := podmanRun(podman, "start", container); err != nil {
+		t.Fatal(err)
+	}
+	journal = imageJournal(t, client)
+	js, nc = imageJetStream(t, natsAddr)
+	defer nc.Close()
+	imageCaughtUp(t, js, len(journal))
+	if v := classify(journal, readWholeStream(t, js, "VEIL_EVENTS")["img"]); !v.clean() {
+		t.Errorf("after the restart, not every journal id once and in order: lost %v, duplicated %v, out of order %v, foreign %v",
+			v.lost, v.duplicated, v.outOfOrder, v.foreign)
+	}
+	// The stream's deduplication would hide a start from the beginning; the counter does not.
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		m, err := scrape("http://" + webAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		if n := sumSamples(m, "veil_events_published_total"); n != float64(len(added)) {
+			return fmt.Errorf("the restarted exporter published %v events, want the %d added while it was away", n, len(added))
+		}
+		return nil
+	}, "the restarted exporter's published count")
+}
+
+// stopAndCheckPosition stops the container (podman stop sends SIGTERM, and kills after 10 s): the
+// exporter ends within 10 s, exit status 0, the position of the newest event in the volume.
+func stopAndCheckPosition(t *testing.T, podman, container, volume string, journal []string) {
+	t.Helper()
 	began := time.Now()
 	if _, err := podmanRun(podman, "stop", "--time", "10", container); err != nil {
 		t.Fatal(err)
@@ -157,31 +141,72 @@ nats:
 	if last := journal[len(journal)-1]; !slices.Contains(pos.IDs, last) {
 		t.Errorf("the saved position %s does not hold the newest event %s", b, last)
 	}
+}
 
-	// Events while it is away; the restarted container publishes those, and only those.
-	added := sim.AddEvents(15, veiltest.EventSpec{})
-	if _, err := podmanRun(podman, "start", container); err != nil {
-		t.Fatal(err)
-	}
-	journal = imageJournal(t, client)
-	js, nc = imageJetStream(t, natsAddr)
-	defer nc.Close()
-	imageCaughtUp(t, js, len(journal))
-	if v := classify(journal, readWholeStream(t, js, "VEIL_EVENTS")["img"]); !v.clean() {
-		t.Errorf("after the restart, not every journal id once and in order: lost %v, duplicated %v, out of order %v, foreign %v",
-			v.lost, v.duplicated, v.outOfOrder, v.foreign)
-	}
-	// The stream's deduplication would hide a start from the beginning; the counter does not.
-	testutil.EventuallyNil(t, 10*time.Second, func() error {
+// waitStampedVersion waits for veil_up 1 and the stamped version on /metrics.
+func waitStampedVersion(t *testing.T, webAddr, version string) {
+	t.Helper()
+	upRE := regexp.MustCompile(`(?m)^veil_up\{[^}]*controller="img"[^}]*\} 1$`)
+	buildRE := regexp.MustCompile(`(?m)^veil_exporter_build_info\{[^}]*version="` + regexp.QuoteMeta(version) + `"[^}]*\} 1$`)
+	testutil.EventuallyNil(t, 60*time.Second, func() error {
 		m, err := scrape("http://" + webAddr + "/metrics")
 		if err != nil {
 			return err
 		}
-		if n := sumSamples(m, "veil_events_published_total"); n != float64(len(added)) {
-			return fmt.Errorf("the restarted exporter published %v events, want the %d added while it was away", n, len(added))
+		if !upRE.Match(m) {
+			return fmt.Errorf("no veil_up{controller=\"img\"} 1")
+		}
+		if !buildRE.Match(m) {
+			return fmt.Errorf("no veil_exporter_build_info with version %q", version)
 		}
 		return nil
-	}, "the restarted exporter's published count")
+	}, "veil_up 1 and the stamped version on /metrics")
+}
+
+// checkNonRoot: the container's process runs as 65532 (read on the host, in /proc).
+func checkNonRoot(t *testing.T, podman, container string) {
+	t.Helper()
+	pid, err := podmanRun(podman, "inspect", "--format", "{{.State.Pid}}", container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^Uid:\s+65532\s+65532\s+65532\s+65532$`).Match(status) {
+		t.Errorf("the container's process is not 65532:\n%s", status)
+	}
+}
+
+// writeImageConfig writes the exporter's config and token into dir/etc, readable by the
+// container's user, and returns that directory.
+func writeImageConfig(t *testing.T, dir string, sim *veiltest.Server, natsAddr string) string {
+	t.Helper()
+	etc := filepath.Join(dir, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`controllers:
+  - name: img
+    url: %s
+    token_file: /etc/veil-exporter/token
+collect: {interval: 1s}
+guest: {enabled: false}
+events:
+  poll_interval: 200ms
+  start: earliest
+  checkpoint: {store: file, dir: /var/lib/veil-exporter}
+nats:
+  url: nats://%s
+  embedded: {enabled: true, listen: %s, store_dir: /var/lib/veil-exporter/nats}
+`, sim.URL, natsAddr, natsAddr)
+	for name, data := range map[string]string{"config.yaml": cfg, "token": sim.Token + "\n"} {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return etc
 }
 
 // buildImage builds the image as a user does (make image) under the name unique, the version

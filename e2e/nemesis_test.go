@@ -155,22 +155,7 @@ func TestNemesis(t *testing.T) {
 		fmt.Fprintf(&ctrls, "  - name: %s\n    url: %s\n    token_file: %s\n    timeout: 2s\n", n, sim.URL, tok)
 	}
 	replicas := []string{"r1", "r2", "r3"}
-	procs := map[string]*replicaProc{}
-	for _, inst := range replicas {
-		cfg := filepath.Join(dir, inst+".yaml")
-		body := "controllers:\n" + ctrls.String() +
-			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
-			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
-			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s, duplicate_window: 1s}\n", cluster.ClientURLs(), stream) +
-			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, haLeaseTTL)
-		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		p := &replicaProc{t: t, bin: bin, cfg: cfg, web: freeAddr(t), logPath: filepath.Join(dir, inst+".log")}
-		procs[inst] = p
-		p.endWithTest(t, inst)
-		p.start()
-	}
+	procs := startNemesisReplicas(t, replicas, bin, dir, ctrls.String(), cluster.ClientURLs(), stream)
 	testutil.Eventually(t, 60*time.Second, func() bool { return oneOwnerEach(procs, names) }, "every controller run by one replica")
 
 	// Events flow on every controller for the whole run.
@@ -197,19 +182,7 @@ func TestNemesis(t *testing.T) {
 	live := startLiveSubscriber(t, cluster.URLs(), stream)
 
 	plan := schedule(seed, dur, replicas, names)
-	report := func() string {
-		var b strings.Builder
-		fmt.Fprintf(&b, "nemesis seed %d (replay: VEIL_NEMESIS_SEED=%d VEIL_NEMESIS_DURATION=%s), schedule:\n", seed, seed, dur)
-		for _, f := range plan {
-			fmt.Fprintf(&b, "  %s\n", f)
-		}
-		return b.String()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(report())
-		}
-	})
+	logScheduleOnFailure(t, seed, dur, plan)
 	n := &nemesis{t: t, cluster: cluster, procs: procs, sims: sims, stopped: map[string]func(){}}
 	n.run(plan)
 
@@ -231,6 +204,12 @@ func TestNemesis(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, func() bool { return live.count() >= len(whole.order) }, "the live subscriber to read the whole stream")
 	seen := live.snapshot()
 
+	nemesisVerdict(t, seed, dur, plan, procs, names, created, whole.ids, seen)
+}
+
+// nemesisVerdict prints the run's table (faults, conflicts, adoptions, and per controller what the stream and the live subscriber hold against the journal) and fails when an event was lost, repeated or out of order.
+func nemesisVerdict(t *testing.T, seed uint64, dur time.Duration, plan []fault, procs map[string]*replicaProc, names []string, created, streamed, seen map[string][]string) {
+	t.Helper()
 	conflicts, adoptions := 0.0, 0.0
 	for _, p := range procs {
 		conflicts += metricSum(p, "veil_events_publish_conflicts_total")
@@ -250,7 +229,7 @@ func TestNemesis(t *testing.T) {
 	fmt.Fprintf(&table, "%-10s | %7s | %-36s | %-36s\n", "controller", "journal", "stream: ok / lost / dup / disorder", "live subscriber: ok / lost / dup / disorder")
 	bad := false
 	for _, c := range names {
-		s := classify(created[c], whole.ids[c])
+		s := classify(created[c], streamed[c])
 		l := classify(created[c], seen[c])
 		fmt.Fprintf(&table, "%-10s | %7d | %6d / %4d / %3d / %8d      | %6d / %4d / %3d / %8d\n", c, len(created[c]),
 			s.ok, len(s.lost), len(s.duplicated), len(s.outOfOrder)+len(s.foreign), l.ok, len(l.lost), len(l.duplicated), len(l.outOfOrder)+len(l.foreign))
@@ -522,4 +501,44 @@ func metricSum(p *replicaProc, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// startNemesisReplicas starts a replica of each name in replicas, with the controllers ctrls
+// (YAML entries), events and HA on the cluster at clientURLs; each ends with the test.
+func startNemesisReplicas(t *testing.T, replicas []string, bin, dir, ctrls, clientURLs, stream string) map[string]*replicaProc {
+	procs := map[string]*replicaProc{}
+	for _, inst := range replicas {
+		cfg := filepath.Join(dir, inst+".yaml")
+		body := "controllers:\n" + ctrls +
+			"collect:\n  interval: 1s\nguest:\n  enabled: false\n" +
+			"events:\n  enabled: true\n  poll_interval: 100ms\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+			fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s, duplicate_window: 1s}\n", clientURLs, stream) +
+			fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, haLeaseTTL)
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := &replicaProc{t: t, bin: bin, cfg: cfg, web: freeAddr(t), logPath: filepath.Join(dir, inst+".log")}
+		procs[inst] = p
+		p.endWithTest(t, inst)
+		p.start()
+	}
+	return procs
+}
+
+// logScheduleOnFailure logs, when the test fails, the seed and the schedule of faults, with how
+// to replay them.
+func logScheduleOnFailure(t *testing.T, seed uint64, dur time.Duration, plan []fault) {
+	report := func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "nemesis seed %d (replay: VEIL_NEMESIS_SEED=%d VEIL_NEMESIS_DURATION=%s), schedule:\n", seed, seed, dur)
+		for _, f := range plan {
+			fmt.Fprintf(&b, "  %s\n", f)
+		}
+		return b.String()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(report())
+		}
+	})
 }

@@ -97,54 +97,14 @@ events:
 	b.Cleanup(func() { p.signal(syscall.SIGKILL); p.wait() })
 	metrics := "http://" + p.web + "/metrics"
 
-	start := time.Now()
-	covered := regexp.MustCompile(`(?m)^veil_guest_(eligible|checked)_domains\{controller="bench"\} (\d+)$`)
-	testutil.Eventually(b, 10*time.Minute, func() bool {
-		raw, _, err := scrapeOnce(metrics)
-		if err != nil {
-			return false
-		}
-		got := map[string]string{}
-		for _, m := range covered.FindAllStringSubmatch(raw, -1) {
-			got[m[1]] = m[2]
-		}
-		return got["eligible"] != "" && got["eligible"] != "0" && got["eligible"] == got["checked"]
-	}, "every eligible VM checked")
-	sweep := time.Since(start)
+	sweep := waitGuestSweep(b, metrics)
 
-	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	// The body goes to one buffer, reused, as Prometheus' scrape loop reuses its buffers: a
-	// new one per read makes the client collect garbage, which both the scrape and the floor
-	// then wait for.
-	var buf bytes.Buffer
-	get := func(u, accept string) (time.Duration, []byte, http.Header) {
-		req, _ := http.NewRequest("GET", u, nil)
-		req.Header.Set("Accept", accept)
-		req.Header.Set("Accept-Encoding", "gzip")
-		t0 := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		buf.Reset()
-		_, err = buf.ReadFrom(resp.Body)
-		resp.Body.Close()
-		d := time.Since(t0)
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatalf("scrape: %d %v", resp.StatusCode, err)
-		}
-		return d, buf.Bytes(), resp.Header
-	}
-	type measured struct {
-		floor           *httptest.Server
-		scrapes, floors []float64
-		gzipMB          float64
-	}
-	ms := make([]*measured, len(scrapeFormats))
+	get := (&scraper{b: b, client: &http.Client{Transport: &http.Transport{DisableCompression: true}}}).get
+	ms := make([]*scrapeMeasure, len(scrapeFormats))
 	for i, f := range scrapeFormats {
 		_, got, hdr := get(metrics, f.accept)
 		last := bytes.Clone(got)
-		ms[i] = &measured{gzipMB: float64(len(last)) / 1e6}
+		ms[i] = &scrapeMeasure{gzipMB: float64(len(last)) / 1e6}
 		ms[i].floor = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", hdr.Get("Content-Type"))
 			w.Header().Set("Content-Encoding", hdr.Get("Content-Encoding"))
@@ -161,6 +121,73 @@ events:
 			ms[i].floors = append(ms[i].floors, d.Seconds()*1000)
 		}
 	}
+	reportScrapes(b, ms)
+	reportSeries(b, metrics)
+	b.ReportMetric(peakRSS(b, p.cmd.Process.Pid), "hwm-MiB")
+	b.ReportMetric(statusKB(b, p.cmd.Process.Pid, "VmRSS:")/1024, "rss-MiB")
+	b.ReportMetric(sweep.Seconds(), "sweep-s")
+}
+
+// scraper reads answers into one buffer, reused, as Prometheus' scrape loop reuses its buffers:
+// a new one per read makes the client collect garbage, which both the scrape and the floor then
+// wait for.
+type scraper struct {
+	b      *testing.B
+	client *http.Client
+	buf    bytes.Buffer
+}
+
+// get reads u asking for accept (and gzip), and returns how long it took, the body (valid until
+// the next get) and the headers.
+func (s *scraper) get(u, accept string) (time.Duration, []byte, http.Header) {
+	req, _ := http.NewRequest("GET", u, nil)
+	req.Header.Set("Accept", accept)
+	req.Header.Set("Accept-Encoding", "gzip")
+	t0 := time.Now()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	s.buf.Reset()
+	_, err = s.buf.ReadFrom(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if err != nil || resp.StatusCode != 200 {
+		s.b.Fatalf("scrape: %d %v", resp.StatusCode, err)
+	}
+	return d, s.buf.Bytes(), resp.Header
+}
+
+// waitGuestSweep waits until the exporter at metrics has checked every eligible VM, and returns
+// how long that took.
+func waitGuestSweep(b *testing.B, metrics string) time.Duration {
+	start := time.Now()
+	covered := regexp.MustCompile(`(?m)^veil_guest_(eligible|checked)_domains\{controller="bench"\} (\d+)$`)
+	testutil.Eventually(b, 10*time.Minute, func() bool {
+		raw, _, err := scrapeOnce(metrics)
+		if err != nil {
+			return false
+		}
+		got := map[string]string{}
+		for _, m := range covered.FindAllStringSubmatch(raw, -1) {
+			got[m[1]] = m[2]
+		}
+		return got["eligible"] != "" && got["eligible"] != "0" && got["eligible"] == got["checked"]
+	}, "every eligible VM checked")
+	return time.Since(start)
+}
+
+// scrapeMeasure is what benchScrape measured of one format: the scrapes of the exporter and of
+// a floor server answering the same bytes, in milliseconds, and the size of the answer.
+type scrapeMeasure struct {
+	floor           *httptest.Server
+	scrapes, floors []float64
+	gzipMB          float64
+}
+
+// reportScrapes reports, per format, the median and p99 of the scrapes and of the floor, their
+// ratios and the size of the answer.
+func reportScrapes(b *testing.B, ms []*scrapeMeasure) {
 	for i, f := range scrapeFormats {
 		m := ms[i]
 		slices.Sort(m.scrapes)
@@ -175,6 +202,10 @@ events:
 		b.ReportMetric(p99/floorP99, "ratio-p99-"+f.name)
 		b.ReportMetric(m.gzipMB, "gzip-MB-"+f.name)
 	}
+}
+
+// reportSeries reports the number of series the exporter at metrics serves.
+func reportSeries(b *testing.B, metrics string) {
 	raw, _, err := scrapeOnce(metrics)
 	if err != nil {
 		b.Fatal(err)
@@ -186,9 +217,6 @@ events:
 		}
 	}
 	b.ReportMetric(float64(series), "series")
-	b.ReportMetric(peakRSS(b, p.cmd.Process.Pid), "hwm-MiB")
-	b.ReportMetric(statusKB(b, p.cmd.Process.Pid, "VmRSS:")/1024, "rss-MiB")
-	b.ReportMetric(sweep.Seconds(), "sweep-s")
 }
 
 // scrapeOnce returns /metrics as text (the client decompresses).

@@ -52,7 +52,54 @@ sd: {port: 9182}
 	start(t, dir, exporter, "--config.file", cfgFile, "--web.listen-address", webAddr)
 	testutil.WaitHTTP(t, "http://"+webAddr+"/-/ready", 30*time.Second)
 
-	// What the platform's API says (read from the simulator, on loopback).
+	want := wantTargets(t, sim)
+
+	promCfg := fmt.Sprintf(`global: {scrape_interval: 1s}
+scrape_configs:
+  - job_name: guests
+    http_sd_configs:
+      - url: %q
+        refresh_interval: 1s
+    relabel_configs:
+      # Keep the guest's address as instance, then scrape loopback only: tests never send
+      # traffic to the guests' addresses.
+      - source_labels: [__address__]
+        target_label: instance
+      - target_label: __address__
+        replacement: %q
+`, "http://"+webAddr+"/sd/domains", nowhere)
+	promCfgFile := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(promCfgFile, []byte(promCfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, dir, promBin, "--config.file="+promCfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
+		"--web.listen-address="+promAddr)
+	promURL := "http://" + promAddr
+	testutil.WaitHTTP(t, promURL+"/-/ready", 30*time.Second)
+
+	var active []sdTarget
+	testutil.EventuallyNil(t, 60*time.Second, func() error {
+		var err error
+		if active, err = activeTargets(t, promURL); err != nil {
+			return err
+		}
+		return sameTargets(active, want)
+	}, "Prometheus to discover exactly the expected guests")
+	for _, tg := range active {
+		u, err := url.Parse(tg.ScrapeURL)
+		if err != nil || u.Host != nowhere {
+			t.Errorf("target %s is scraped at %s, want %s (loopback)", tg.Labels["instance"], tg.ScrapeURL, nowhere)
+		}
+		if want[tg.Labels["instance"]] == nil {
+			t.Errorf("target instance %q is not a guest's address", tg.Labels["instance"])
+		}
+	}
+}
+
+// wantTargets are the targets of the guests as the platform's API tells them (read from the
+// simulator, on loopback): guest address -> __address__ and __meta_veil_* labels.
+func wantTargets(t *testing.T, sim *veiltest.Server) map[string]map[string]string {
+	t.Helper()
 	want := map[string]map[string]string{} // guest address -> __address__ and __meta_veil_* labels
 	c, err := veil.New(veil.Config{URL: sim.URL, Token: sim.Token})
 	if err != nil {
@@ -94,80 +141,56 @@ sd: {port: 9182}
 	if len(want) == 0 || len(want) == len(doms) || withOS == 0 {
 		t.Fatalf("the simulator must have guests listed (%d, %d with an os_id) and VMs left out (of %d)", len(want), withOS, len(doms))
 	}
+	return want
+}
 
-	promCfg := fmt.Sprintf(`global: {scrape_interval: 1s}
-scrape_configs:
-  - job_name: guests
-    http_sd_configs:
-      - url: %q
-        refresh_interval: 1s
-    relabel_configs:
-      # Keep the guest's address as instance, then scrape loopback only: tests never send
-      # traffic to the guests' addresses.
-      - source_labels: [__address__]
-        target_label: instance
-      - target_label: __address__
-        replacement: %q
-`, "http://"+webAddr+"/sd/domains", nowhere)
-	promCfgFile := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(promCfgFile, []byte(promCfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	start(t, dir, promBin, "--config.file="+promCfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+promAddr)
-	promURL := "http://" + promAddr
-	testutil.WaitHTTP(t, promURL+"/-/ready", 30*time.Second)
+// sdTarget is an active target of Prometheus.
+type sdTarget struct {
+	DiscoveredLabels map[string]string `json:"discoveredLabels"`
+	Labels           map[string]string `json:"labels"`
+	ScrapeURL        string            `json:"scrapeUrl"`
+}
 
-	type target struct {
-		DiscoveredLabels map[string]string `json:"discoveredLabels"`
-		Labels           map[string]string `json:"labels"`
-		ScrapeURL        string            `json:"scrapeUrl"`
+// activeTargets are the active targets of the Prometheus server at promURL.
+func activeTargets(t *testing.T, promURL string) ([]sdTarget, error) {
+	var r struct {
+		Data struct {
+			ActiveTargets []sdTarget `json:"activeTargets"`
+		} `json:"data"`
 	}
-	var active []target
-	testutil.EventuallyNil(t, 60*time.Second, func() error {
-		var r struct {
-			Data struct {
-				ActiveTargets []target `json:"activeTargets"`
-			} `json:"data"`
-		}
-		if err := json.Unmarshal(get(t, promURL+"/api/v1/targets?state=active"), &r); err != nil {
-			return err
-		}
-		active = r.Data.ActiveTargets
-		got := map[string]map[string]string{}
-		for _, tg := range active {
-			// The discovered __address__ is read from instance, which the first rule copied from
-			// it: Prometheus 2.42 sometimes shows a target's discoveredLabels after relabelling.
-			l := map[string]string{"__address__": tg.Labels["instance"]}
-			for k, v := range tg.DiscoveredLabels {
-				if strings.HasPrefix(k, "__meta_veil_") {
-					l[k] = v
-				}
-			}
-			got[l["__address__"]] = l
-		}
-		if len(active) != len(got) || !reflect.DeepEqual(got, want) {
-			for a, g := range got {
-				if want[a] == nil {
-					return fmt.Errorf("%d active targets, want %d; unexpected %s: %v", len(active), len(want), a, g)
-				}
-			}
-			for a, w := range want {
-				if !reflect.DeepEqual(got[a], w) {
-					return fmt.Errorf("%d active targets, want %d; %s: got %v, want %v", len(active), len(want), a, got[a], w)
-				}
-			}
-			return fmt.Errorf("%d active targets, want %d; got %v", len(active), len(want), got)
-		}
-		return nil
-	}, "Prometheus to discover exactly the expected guests")
+	if err := json.Unmarshal(get(t, promURL+"/api/v1/targets?state=active"), &r); err != nil {
+		return nil, err
+	}
+	return r.Data.ActiveTargets, nil
+}
+
+// sameTargets says how the active targets differ from want (guest address -> __address__ and
+// __meta_veil_* labels), nil when they do not.
+func sameTargets(active []sdTarget, want map[string]map[string]string) error {
+	got := map[string]map[string]string{}
 	for _, tg := range active {
-		u, err := url.Parse(tg.ScrapeURL)
-		if err != nil || u.Host != nowhere {
-			t.Errorf("target %s is scraped at %s, want %s (loopback)", tg.Labels["instance"], tg.ScrapeURL, nowhere)
+		// The discovered __address__ is read from instance, which the first rule copied from
+		// it: Prometheus 2.42 sometimes shows a target's discoveredLabels after relabelling.
+		l := map[string]string{"__address__": tg.Labels["instance"]}
+		for k, v := range tg.DiscoveredLabels {
+			if strings.HasPrefix(k, "__meta_veil_") {
+				l[k] = v
+			}
 		}
-		if want[tg.Labels["instance"]] == nil {
-			t.Errorf("target instance %q is not a guest's address", tg.Labels["instance"])
-		}
+		got[l["__address__"]] = l
 	}
+	if len(active) != len(got) || !reflect.DeepEqual(got, want) {
+		for a, g := range got {
+			if want[a] == nil {
+				return fmt.Errorf("%d active targets, want %d; unexpected %s: %v", len(active), len(want), a, g)
+			}
+		}
+		for a, w := range want {
+			if !reflect.DeepEqual(got[a], w) {
+				return fmt.Errorf("%d active targets, want %d; %s: got %v, want %v", len(active), len(want), a, got[a], w)
+			}
+		}
+		return fmt.Errorf("%d active targets, want %d; got %v", len(active), len(want), got)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package forwarder
 
-// The Forwarder: its options and status, and the loop that polls, publishes and saves.
+// The Forwarder: its options and the loop that polls, publishes and saves (what it reports is
+// in status.go).
 
 import (
 	"context"
@@ -14,9 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
-	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
-	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -37,71 +36,6 @@ type Options struct {
 	// forwarder does neither and returns. nil: always (one replica).
 	Fence func() bool
 }
-
-// Status is what the status page shows of one controller's forwarding.
-type Status struct {
-	Controller  string
-	Order       string    // order in use: oldest_first, newest_first or unknown
-	Position    time.Time // created of the newest acknowledged event
-	PositionIDs []string  // ids acknowledged at that instant
-	Backlog     int       // events known but not yet published
-	LastAcked   time.Time // when the last acknowledgement arrived (wall clock)
-	Published   uint64
-	Duplicates  uint64
-	Gaps        uint64 // events known to be lost (exact or lower bound)
-	// GapEpisodes counts the times continuity with the stored position could not be proven;
-	// LastGap describes the latest.
-	GapEpisodes uint64
-	LastGap     GapEpisode
-	// Conflicts counts publishes the stream refused (its newest message of the controller was
-	// not the expected one); Rewinds the times the stream held less than the stored position,
-	// LastRewind the latest.
-	Conflicts  uint64
-	Rewinds    uint64
-	LastRewind Rewind
-	// PositionAdoptions counts the stored position found written by another instance while
-	// this replica held the lease, and stored over (a former owner's late write).
-	PositionAdoptions uint64
-	// Republished counts the events published again after a rewind: those the position had
-	// already passed when the rewind was noticed.
-	Republished uint64
-	// StreamSeq is the stream sequence of the controller's newest message (0: none known).
-	StreamSeq uint64
-	LastError string
-	// NotReady says why events are not forwarded now ("" when they are): NATS, stream or
-	// position store not available.
-	NotReady string
-	Stopped  bool // another instance owns the position
-	NATS     natsconn.Status
-	// Subject is the filter a subscriber uses for this controller's events: <prefix>.<controller>.>
-	Subject string
-	// Recent holds the last events published and acknowledged, newest first (at most 20).
-	Recent []RecentEvent
-	// Rejected counts, by reason, the events published in another form than the controller
-	// sent them; RecentRejected lists the last of them, newest first (at most 20).
-	Rejected       map[string]uint64
-	RecentRejected []RejectedEvent
-}
-
-// GapEpisode is one time the position's event was found gone with the events after it not
-// provably all still there: events created between After and Before may have been deleted
-// unread.
-type GapEpisode struct {
-	At     time.Time // when it was noticed (zero: never)
-	After  time.Time // created of the newest event published before it
-	Before time.Time // created of the oldest event still listed then (zero: the journal was empty)
-	// Lost is how many events are known to be lost (exact or a lower bound; often 0).
-	Lost uint64
-}
-
-// RecentEvent is one published and acknowledged event as the status page lists it.
-type RecentEvent struct {
-	ID, Type, Subject, Message string
-	Created                    time.Time
-}
-
-// recentLen bounds Status.Recent.
-const recentLen = 20
 
 // Forwarder tails one controller's events and publishes them.
 type Forwarder struct {
@@ -270,107 +204,140 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 // Run tails and publishes until ctx is done. It returns an error only when it must stop
 // forwarding for good (another instance owns the position).
 func (fw *Forwarder) Run(ctx context.Context) error {
-	pos, ok, err := fw.cp.Load(ctx)
-	for delay := time.Second; err != nil; delay = min(2*delay, maxSetUpRetry) {
-		// The nats_kv store needs NATS: until it comes, nothing is forwarded, and /-/ready says why.
-		fw.setNotReady(err)
-		fw.fail(err)
-		if !sleep(ctx, delay) {
-			return nil
-		}
-		pos, ok, err = fw.cp.Load(ctx)
-	}
-	fw.setNotReady(nil)
-	if !ok {
-		for {
-			pos, err = fw.initialPosition(ctx)
-			if err == nil {
-				err = fw.cp.Save(ctx, pos)
-			}
-			if err == nil {
-				break
-			}
-			if errors.Is(err, errCheckpointConflict) {
-				if !fw.adopt(ctx, err, 1) {
-					return fw.stop(err)
-				}
-				continue // the stored position read again: start from it, the stream decides
-			}
-			if errors.Is(err, errFenced) {
-				return nil
-			}
-			fw.fail(err)
-			if !sleep(ctx, time.Second) {
-				return nil
-			}
-		}
-		fw.setNotReady(nil)
+	pos, stop, err := fw.startPosition(ctx)
+	if stop {
+		return err
 	}
 	fw.mu.Lock()
 	fw.pos = pos
 	fw.mu.Unlock()
-	poll := fw.opts.Events.PollInterval
-	resyncs := 0    // in a row
-	setUpFails := 0 // in a row, with NATS connected
-	adoptions := 0  // in a row, without a cycle that ended well
+	var run runCounts
 	for {
 		start := time.Now()
 		n, err := fw.cycle(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		fw.mu.Lock()
-		fw.cycleDur, fw.cycleOK = time.Since(start), err == nil
-		if err == nil {
-			fw.lastOK, fw.lastErr = time.Now(), ""
-		}
-		fw.mu.Unlock()
-		if err == nil {
-			fw.outage.Recover(time.Now(), "event forwarding recovered")
-			adoptions = 0
-		}
-		wait := poll
-		if !errors.As(err, new(*setUpError)) {
-			setUpFails = 0
-		}
-		if errors.Is(err, errResync) {
-			resyncs++
-		} else {
-			resyncs = 0
-		}
-		switch {
-		case errors.Is(err, errCheckpointConflict):
-			adoptions++
-			if !fw.adopt(ctx, err, adoptions) {
-				return fw.stop(err)
-			}
-		case errors.Is(err, errFenced):
-			// Another replica runs the controller now; the daemon stops this one.
-			level.Info(fw.logger).Log("msg", "stopped forwarding: the lease of this controller ended")
-			return nil
-		case errors.Is(err, errResync):
-			// The reader widened its overlap: retry at once, then back off, so that a journal
-			// moving faster than it can be read is not hammered.
-			wait = 0
-			if resyncs > 1 {
-				wait = min(poll, 10*time.Millisecond<<min(resyncs-2, 10))
-			}
-		case errors.As(err, new(*setUpError)):
-			// Connected, but the stream or the bucket cannot be set up (missing, refused,
-			// JetStream disabled): back off, it is not mended by hammering.
-			fw.fail(err)
-			setUpFails++
-			wait = min(time.Second<<min(setUpFails-1, 5), maxSetUpRetry)
-		case err != nil:
-			fw.fail(err)
-			wait = min(poll, time.Second)
-		case n >= fw.page:
-			wait = 0 // catching up: there may be more already
+		fw.cycled(start, err)
+		wait, stop, err := fw.afterCycle(ctx, &run, n, err)
+		if stop {
+			return err
 		}
 		if !sleep(ctx, wait) {
 			return nil
 		}
 	}
+}
+
+// startPosition loads the stored position, retrying while the store cannot be read (the
+// nats_kv store needs NATS: until it comes, nothing is forwarded, and /-/ready says why), and
+// without one chooses the first position and saves it. stop says Run must return err.
+func (fw *Forwarder) startPosition(ctx context.Context) (pos position, stop bool, err error) {
+	pos, ok, err := fw.cp.Load(ctx)
+	for delay := time.Second; err != nil; delay = min(2*delay, maxSetUpRetry) {
+		fw.setNotReady(err)
+		fw.fail(err)
+		if !sleep(ctx, delay) {
+			return pos, true, nil
+		}
+		pos, ok, err = fw.cp.Load(ctx)
+	}
+	fw.setNotReady(nil)
+	if ok {
+		return pos, false, nil
+	}
+	for {
+		pos, err = fw.initialPosition(ctx)
+		if err == nil {
+			err = fw.cp.Save(ctx, pos)
+		}
+		if err == nil {
+			break
+		}
+		if errors.Is(err, errCheckpointConflict) {
+			if !fw.adopt(ctx, err, 1) {
+				return pos, true, fw.stop(err)
+			}
+			continue // the stored position read again: start from it, the stream decides
+		}
+		if errors.Is(err, errFenced) {
+			return pos, true, nil
+		}
+		fw.fail(err)
+		if !sleep(ctx, time.Second) {
+			return pos, true, nil
+		}
+	}
+	fw.setNotReady(nil)
+	return pos, false, nil
+}
+
+// runCounts are Run's failures in a row.
+type runCounts struct {
+	resyncs    int // cycles that ended in errResync
+	setUpFails int // set-up failures with NATS connected
+	adoptions  int // stored positions adopted without a cycle that ended well
+}
+
+// cycled records the end of a cycle that began at start.
+func (fw *Forwarder) cycled(start time.Time, err error) {
+	fw.mu.Lock()
+	fw.cycleDur, fw.cycleOK = time.Since(start), err == nil
+	if err == nil {
+		fw.lastOK, fw.lastErr = time.Now(), ""
+	}
+	fw.mu.Unlock()
+	if err == nil {
+		fw.outage.Recover(time.Now(), "event forwarding recovered")
+	}
+}
+
+// afterCycle decides from a cycle's outcome (n events read, err) how long to wait before the
+// next one, or that Run stops (returning the error given).
+func (fw *Forwarder) afterCycle(ctx context.Context, run *runCounts, n int, err error) (wait time.Duration, stop bool, _ error) {
+	poll := fw.opts.Events.PollInterval
+	if err == nil {
+		run.adoptions = 0
+	}
+	if !errors.As(err, new(*setUpError)) {
+		run.setUpFails = 0
+	}
+	if errors.Is(err, errResync) {
+		run.resyncs++
+	} else {
+		run.resyncs = 0
+	}
+	switch {
+	case errors.Is(err, errCheckpointConflict):
+		run.adoptions++
+		if !fw.adopt(ctx, err, run.adoptions) {
+			return 0, true, fw.stop(err)
+		}
+		return poll, false, nil
+	case errors.Is(err, errFenced):
+		// Another replica runs the controller now; the daemon stops this one.
+		level.Info(fw.logger).Log("msg", "stopped forwarding: the lease of this controller ended")
+		return 0, true, nil
+	case errors.Is(err, errResync):
+		// The reader widened its overlap: retry at once, then back off, so that a journal
+		// moving faster than it can be read is not hammered.
+		if run.resyncs > 1 {
+			return min(poll, 10*time.Millisecond<<min(run.resyncs-2, 10)), false, nil
+		}
+		return 0, false, nil
+	case errors.As(err, new(*setUpError)):
+		// Connected, but the stream or the bucket cannot be set up (missing, refused,
+		// JetStream disabled): back off, it is not mended by hammering.
+		fw.fail(err)
+		run.setUpFails++
+		return min(time.Second<<min(run.setUpFails-1, 5), maxSetUpRetry), false, nil
+	case err != nil:
+		fw.fail(err)
+		return min(poll, time.Second), false, nil
+	case n >= fw.page:
+		return 0, false, nil // catching up: there may be more already
+	}
+	return poll, false, nil
 }
 
 // pageSize is the page size to read with: events.page_size (0: the platform's cap of 100), no
@@ -549,75 +516,4 @@ func (fw *Forwarder) dir() direction {
 		return oldestFirst
 	}
 	return fw.order
-}
-
-// Status reports position, backlog, publishing and NATS state.
-func (fw *Forwarder) Status() Status {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
-		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
-		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
-		Conflicts: fw.conflicts, PositionAdoptions: fw.positionAdoptions, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
-		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
-		Subject: fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
-	n := min(fw.recentN, recentLen)
-	s.Recent = make([]RecentEvent, n)
-	for i := range n {
-		s.Recent[i] = fw.recent[(fw.recentN-1-i)%recentLen]
-	}
-	for _, n := range fw.published {
-		s.Published += n
-	}
-	s.Rejected = make(map[string]uint64, len(fw.rejected))
-	for k, n := range fw.rejected {
-		s.Rejected[k] = n
-	}
-	s.RecentRejected = fw.recentRejected()
-	s.NATS = fw.stream.conn.Status()
-	return s
-}
-
-// RunStatus reports the last polling cycle as the "events" collector; the daemon turns it into
-// the veil_collector_* families.
-func (fw *Forwarder) RunStatus() []runstatus.Status {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	st := runstatus.Status{Collector: "events", Success: fw.cycleOK, Duration: fw.cycleDur, LastSuccess: fw.lastOK}
-	if !fw.cycleOK {
-		st.Error = fw.lastErr
-	}
-	return []runstatus.Status{st}
-}
-
-// Describe implements prometheus.Collector.
-func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
-	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.rejected, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
-		ch <- x
-	}
-}
-
-// Collect implements prometheus.Collector with const metrics, so concurrent scrapes are safe.
-func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	d := fw.descs
-	for k, n := range fw.published {
-		ch <- prometheus.MustNewConstMetric(d.published, prometheus.CounterValue, float64(n), k.typ, k.class)
-	}
-	for reason, n := range fw.rejected {
-		ch <- prometheus.MustNewConstMetric(d.rejected, prometheus.CounterValue, float64(n), reason)
-	}
-	ch <- prometheus.MustNewConstMetric(d.pubErrors, prometheus.CounterValue, float64(fw.pubErrors))
-	ch <- prometheus.MustNewConstMetric(d.dups, prometheus.CounterValue, float64(fw.dups))
-	ch <- prometheus.MustNewConstMetric(d.gaps, prometheus.CounterValue, float64(fw.gaps))
-	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
-	ch <- prometheus.MustNewConstMetric(d.conflicts, prometheus.CounterValue, float64(fw.conflicts))
-	ch <- prometheus.MustNewConstMetric(d.adoptions, prometheus.CounterValue, float64(fw.positionAdoptions))
-	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
-	ch <- prometheus.MustNewConstMetric(d.republished, prometheus.CounterValue, float64(fw.republished))
-	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
-	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
-	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.stream.conn.Connected()))
 }

@@ -51,21 +51,7 @@ func TestNoEventLostNorDuplicated(t *testing.T) {
 			t.Cleanup(stop)
 			return append(want, wait()...)
 		}},
-		{"NATS stopped and restarted while events keep arriving", "oldest_first", "auto", func(t *testing.T, r *rig) []string {
-			want := r.sim.AddEvents(500, veiltest.EventSpec{})
-			fw, stop := r.run()
-			t.Cleanup(stop)
-			wait := feed(r.sim, 3, 10*time.Millisecond, 2*time.Second+natsOutage(), veiltest.EventSpec{})
-			testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published > 0 }, "publishing under way")
-			r.nats.Stop()
-			testutil.Eventually(t, 10*time.Second, func() bool { return !r.conn.Connected() }, "NATS seen gone")
-			// The outage lasts while events keep arriving: natsOutage's worth of them (3 a tick).
-			backlog := fw.Status().Backlog
-			grow := int(natsOutage()/(10*time.Millisecond)) * 3 / 2
-			testutil.Eventually(t, 2*natsOutage()+10*time.Second, func() bool { return fw.Status().Backlog >= backlog+grow }, "%d events arriving during the outage", grow)
-			r.nats.Start()
-			return append(want, wait()...)
-		}},
+		{"NATS stopped and restarted while events keep arriving", "oldest_first", "auto", natsStoppedWhileArriving},
 		{"API answering 500/503/418 or truncated JSON for 20% of requests", "newest_first", "auto", func(t *testing.T, r *rig) []string {
 			r.sim.SetFaults(
 				veiltest.Fault{Path: "/api/events/*", Rate: 0.15, Kind: "status", Status: 503},
@@ -283,4 +269,22 @@ func TestACycleWithNewEventsReadsTheListOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// natsStoppedWhileArriving stops NATS once publishing is under way, for natsOutage while events
+// keep arriving, and starts it again.
+func natsStoppedWhileArriving(t *testing.T, r *rig) []string {
+	want := r.sim.AddEvents(500, veiltest.EventSpec{})
+	fw, stop := r.run()
+	t.Cleanup(stop)
+	wait := feed(r.sim, 3, 10*time.Millisecond, 2*time.Second+natsOutage(), veiltest.EventSpec{})
+	testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Published > 0 }, "publishing under way")
+	r.nats.Stop()
+	testutil.Eventually(t, 10*time.Second, func() bool { return !r.conn.Connected() }, "NATS seen gone")
+	// The outage lasts while events keep arriving: natsOutage's worth of them (3 a tick).
+	backlog := fw.Status().Backlog
+	grow := int(natsOutage()/(10*time.Millisecond)) * 3 / 2
+	testutil.Eventually(t, 2*natsOutage()+10*time.Second, func() bool { return fw.Status().Backlog >= backlog+grow }, "%d events arriving during the outage", grow)
+	r.nats.Start()
+	return append(want, wait()...)
 }

@@ -259,6 +259,25 @@ func TestEventsThatCannotBePublishedAsTheyAreCostOnlyThemselves(t *testing.T) {
 		}
 	}
 	exactlyOnceInOrder(t, "prod", want, ids)
+	checkCutAndLongType(t, got, longType)
+	if n := bySubject["veil.events.prod.invalid"]; n != 5 {
+		t.Errorf("%d messages on veil.events.prod.invalid, want 5 (no id, bad created, null created, id not a string, not an object)", n)
+	}
+	checkRejectionsTold(t, r)
+	more := r.j.good(10)
+	got = r.waitStored(t, len(want)+10)
+	want = append(want, more...)
+	ids = ids[:0]
+	for _, m := range got {
+		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+	}
+	exactlyOnceInOrder(t, "prod", want, ids)
+}
+
+// checkCutAndLongType: the huge event is published cut, with headers saying so, on its usual
+// subject; the event of a long type on a subject cut and hashed, with its whole type in the body.
+func checkCutAndLongType(t *testing.T, got []jetstream.RawStreamMsg, longType string) {
+	t.Helper()
 	for _, m := range got {
 		switch id := m.Header.Get(nats.MsgIdHdr); id {
 		case "prod.huge":
@@ -281,10 +300,12 @@ func TestEventsThatCannotBePublishedAsTheyAreCostOnlyThemselves(t *testing.T) {
 			}
 		}
 	}
-	if n := bySubject["veil.events.prod.invalid"]; n != 5 {
-		t.Errorf("%d messages on veil.events.prod.invalid, want 5 (no id, bad created, null created, id not a string, not an object)", n)
-	}
-	// Counted, said once each, NATS still connected, and forwarding goes on.
+}
+
+// checkRejectionsTold: the events rejected are counted by reason, logged once each and listed on
+// the status page, and NATS is still connected.
+func checkRejectionsTold(t *testing.T, r *poisonRig) {
+	t.Helper()
 	wantCounts := map[string]float64{rejectTooLarge: 1, rejectLongToken: 1, rejectNoID: 2, rejectBadCreated: 2, rejectNotObject: 1}
 	for reason, n := range wantCounts {
 		if got := r.fw.Status().Rejected[reason]; float64(got) != n {
@@ -303,14 +324,6 @@ func TestEventsThatCannotBePublishedAsTheyAreCostOnlyThemselves(t *testing.T) {
 	if !r.conn.Connected() {
 		t.Error("NATS disconnected")
 	}
-	more := r.j.good(10)
-	got = r.waitStored(t, len(want)+10)
-	want = append(want, more...)
-	ids = ids[:0]
-	for _, m := range got {
-		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
-	}
-	exactlyOnceInOrder(t, "prod", want, ids)
 }
 
 // TestHeadersStayBoundedWhateverTheEventsAtOneInstant publishes thousands of events sharing one

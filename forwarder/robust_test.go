@@ -44,13 +44,55 @@ func (l *lostReplyKV) reply(rev uint64, err error) (uint64, error) {
 // TestKVCheckpointLostReplyIsNotAConflict proves that a write applied on the server whose reply
 // was lost does not make the next write a false conflict, while a real second instance still
 // conflicts (also when it stores the very same position).
+// lostReplyCase is what happens to the position store before the owner saves again, and whether that save must be a conflict.
+type lostReplyCase struct {
+	name string
+	// before runs on the owner (a) and may use a second instance (b) on the same key.
+	before       func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, b checkpoint)
+	wantConflict bool
+}
+
 func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
-	tests := []struct {
-		name string
-		// before runs on the owner (a) and may use a second instance (b) on the same key.
-		before       func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, b checkpoint)
-		wantConflict bool
-	}{
+	r := newRig(t, veiltest.Options{InitialTasks: -1}, "auto", "earliest")
+	for i, tt := range lostReplyCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			controller := "ctl" + string(rune('a'+i))
+			cp, err := newKVCheckpoint(r.stream, controller)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cp.(*kvCheckpoint)
+			if err := a.open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lost := &lostReplyKV{KeyValue: a.kv}
+			a.kv = lost
+			b, _ := newKVCheckpoint(r.stream, controller)
+			tt.before(t, a, lost, b)
+
+			err = a.Save(ctx, pos("next"))
+			if tt.wantConflict {
+				if !errors.Is(err, errCheckpointConflict) {
+					t.Fatalf("Save after another instance wrote: err=%v, want errCheckpointConflict", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Save after a lost reply: %v, want success", err)
+			}
+			mustSave(t, a, pos("after"))
+			got, ok, err := b.Load(ctx)
+			if err != nil || !ok || len(got.IDs) != 1 || got.IDs[0] != "after" {
+				t.Fatalf("stored %+v ok=%v err=%v, want the owner's last position", got, ok, err)
+			}
+		})
+	}
+}
+
+// lostReplyCases are the rows of TestKVCheckpointLostReplyIsNotAConflict.
+func lostReplyCases() []lostReplyCase {
+	return []lostReplyCase{
 		{
 			name: "lost reply to the first write (create)",
 			before: func(t *testing.T, a *kvCheckpoint, lost *lostReplyKV, _ checkpoint) {
@@ -104,41 +146,6 @@ func TestKVCheckpointLostReplyIsNotAConflict(t *testing.T) {
 			},
 			wantConflict: true,
 		},
-	}
-	r := newRig(t, veiltest.Options{InitialTasks: -1}, "auto", "earliest")
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
-			controller := "ctl" + string(rune('a'+i))
-			cp, err := newKVCheckpoint(r.stream, controller)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := cp.(*kvCheckpoint)
-			if err := a.open(ctx); err != nil {
-				t.Fatal(err)
-			}
-			lost := &lostReplyKV{KeyValue: a.kv}
-			a.kv = lost
-			b, _ := newKVCheckpoint(r.stream, controller)
-			tt.before(t, a, lost, b)
-
-			err = a.Save(ctx, pos("next"))
-			if tt.wantConflict {
-				if !errors.Is(err, errCheckpointConflict) {
-					t.Fatalf("Save after another instance wrote: err=%v, want errCheckpointConflict", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Save after a lost reply: %v, want success", err)
-			}
-			mustSave(t, a, pos("after"))
-			got, ok, err := b.Load(ctx)
-			if err != nil || !ok || len(got.IDs) != 1 || got.IDs[0] != "after" {
-				t.Fatalf("stored %+v ok=%v err=%v, want the owner's last position", got, ok, err)
-			}
-		})
 	}
 }
 

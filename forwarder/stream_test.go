@@ -38,20 +38,25 @@ func (b *logBuffer) logger() log.Logger { return log.NewLogfmtLogger(b) }
 // TestConnectLeavesAnExistingStreamAlone proves that starting (twice, as after a restart) with
 // create_stream: true creates a missing stream but never rewrites a provisioned one, and says
 // clearly when an existing stream does not fit.
-func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
+// existingStreamCase is a stream found at start (or none), and what Connect must make of it.
+type existingStreamCase struct {
+	name     string
+	existing *jetstream.StreamConfig // nil: no stream yet
+	create   bool
+	wantErr  string // "" means Connect succeeds
+	wantWarn string
+	check    func(t *testing.T, got jetstream.StreamConfig)
+}
+
+// existingStreamCases are the rows of TestConnectLeavesAnExistingStreamAlone, around a stream
+// provisioned by hand.
+func existingStreamCases() []existingStreamCase {
 	provisioned := jetstream.StreamConfig{
 		Name: "VEIL_EVENTS", Subjects: []string{"veil.events.>"}, Storage: jetstream.FileStorage,
 		MaxAge: 720 * time.Hour, MaxBytes: 10 << 30, MaxMsgSize: 1 << 20, Duplicates: 2 * time.Hour,
 		DenyDelete: true, AllowDirect: true, Description: "provisioned by hand", AllowAtomicPublish: true,
 	}
-	tests := []struct {
-		name     string
-		existing *jetstream.StreamConfig // nil: no stream yet
-		create   bool
-		wantErr  string // "" means Connect succeeds
-		wantWarn string
-		check    func(t *testing.T, got jetstream.StreamConfig)
-	}{
+	return []existingStreamCase{
 		{"provisioned limits survive two starts", &provisioned, true, "", "", func(t *testing.T, got jetstream.StreamConfig) {
 			if got.MaxAge != 720*time.Hour || got.MaxBytes != 10<<30 || got.MaxMsgSize != 1<<20 ||
 				got.Duplicates != 2*time.Hour || !got.DenyDelete || !got.AllowDirect || got.Description != "provisioned by hand" {
@@ -99,7 +104,10 @@ func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
 			}
 		}},
 	}
-	for _, tt := range tests {
+}
+
+func TestConnectLeavesAnExistingStreamAlone(t *testing.T) {
+	for _, tt := range existingStreamCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := testutil.StartNATS(t)
 			js := testutil.JetStream(t, ns.URL())

@@ -26,7 +26,7 @@ const (
 	// It costs that share of every page read, so it stays small while the list holds still and
 	// never goes past half a page, which leaves room for progress. The least is one row: a
 	// shift seen widens it at once (observe), so a still list pays only that row, not a margin
-	// for shifts it does not have (a catch-up of a still backlog reads 1% more pages per row).
+	// for shifts it does not have (each row of slack is a row more read per page).
 	minSlack   = 1
 	startSlack = 10
 )

@@ -52,22 +52,59 @@ func assign(eligible map[string][]string, held map[string]string) map[string]str
 // what it took last, never a controller it ran before: only the dead replica's controllers
 // move. With since nil it is assign.
 func assignSince(eligible map[string][]string, held map[string]string, since map[string]int64) map[string]string {
-	type pair struct {
-		c, i string
-		s    uint64
+	pairs, kept, n := scoredPairs(eligible, held)
+	m := len(eligible)
+	out := make(map[string]string, n)
+	if m == 0 {
+		return out
 	}
-	byScore := func(a, b pair) int {
-		if a.s != b.s {
-			return cmp.Compare(b.s, a.s)
+	base, extra := n/m, n%m
+	count := map[string]int{}
+	extra = keepHeld(kept, since, base, extra, out, count)
+	for _, p := range pairs {
+		if _, done := out[p.c]; done {
+			continue
 		}
-		if a.c != b.c {
-			return cmp.Compare(a.c, b.c)
+		switch k := count[p.i]; {
+		case k < base:
+		case k == base && extra > 0:
+			extra--
+		default:
+			continue
 		}
-		return cmp.Compare(a.i, b.i)
+		count[p.i]++
+		out[p.c] = p.i
 	}
-	var pairs []pair
+	for _, p := range pairs { // best score first
+		if _, done := out[p.c]; !done {
+			out[p.c] = p.i
+		}
+	}
+	return out
+}
+
+// pair is a controller c on an eligible instance i, with its score s.
+type pair struct {
+	c, i string
+	s    uint64
+}
+
+// byScore orders pairs best score first, then by controller and instance.
+func byScore(a, b pair) int {
+	if a.s != b.s {
+		return cmp.Compare(b.s, a.s)
+	}
+	if a.c != b.c {
+		return cmp.Compare(a.c, b.c)
+	}
+	return cmp.Compare(a.i, b.i)
+}
+
+// scoredPairs are every eligible pair, best score first; kept, per holder, the pairs it holds
+// and may keep; n the number of controllers.
+func scoredPairs(eligible map[string][]string, held map[string]string) (pairs []pair, kept map[string][]pair, n int) {
 	ctrls := map[string]bool{}
-	kept := map[string][]pair{} // per holder, what it holds and may keep
+	kept = map[string][]pair{}
 	for inst, cs := range eligible {
 		for _, c := range cs {
 			ctrls[c] = true
@@ -79,13 +116,13 @@ func assignSince(eligible map[string][]string, held map[string]string, since map
 		}
 	}
 	sort.Slice(pairs, func(a, b int) bool { return byScore(pairs[a], pairs[b]) < 0 })
-	n, m := len(ctrls), len(eligible)
-	out := make(map[string]string, n)
-	if m == 0 {
-		return out
-	}
-	base, extra := n/m, n%m
-	count := map[string]int{}
+	return pairs, kept, len(ctrls)
+}
+
+// keepHeld leaves each holder what it holds, up to its share (base, or base+1 while extra
+// places remain, given to those holding the most), what it has held longest first; it fills
+// out and count and returns the extra places left.
+func keepHeld(kept map[string][]pair, since map[string]int64, base, extra int, out map[string]string, count map[string]int) int {
 	holders := make([]string, 0, len(kept))
 	for inst, ps := range kept {
 		slices.SortFunc(ps, func(a, b pair) int {
@@ -114,24 +151,5 @@ func assignSince(eligible map[string][]string, held map[string]string, since map
 			count[inst]++
 		}
 	}
-	for _, p := range pairs {
-		if _, done := out[p.c]; done {
-			continue
-		}
-		switch k := count[p.i]; {
-		case k < base:
-		case k == base && extra > 0:
-			extra--
-		default:
-			continue
-		}
-		count[p.i]++
-		out[p.c] = p.i
-	}
-	for _, p := range pairs { // best score first
-		if _, done := out[p.c]; !done {
-			out[p.c] = p.i
-		}
-	}
-	return out
+	return extra
 }

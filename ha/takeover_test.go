@@ -25,13 +25,7 @@ func TestPausedOwnersControllerMovesWhenItsLeaseRunsOut(t *testing.T) {
 	// How long after the survivor's period starts the owner renews: enough for the survivor's
 	// round (a heartbeat and a look at the bucket) to be over, so it saw the lease still fresh.
 	const phase = 400 * time.Millisecond
-	ct := ""
-	for i := 0; ct == ""; i++ {
-		name := fmt.Sprintf("ctl%d", i)
-		if assign(everyone([]string{"pod-a", "pod-b"}, []string{name}), nil)[name] == "pod-a" {
-			ct = name
-		}
-	}
+	ct := assignedTo("pod-a", "pod-b")
 	w := newWorld(t, testutil.StartNATS(t).URL(), []string{ct})
 
 	const (
@@ -102,5 +96,16 @@ func TestPausedOwnersControllerMovesWhenItsLeaseRunsOut(t *testing.T) {
 	}, "the resumed owner to stop %s", ct)
 	if logs := w.logs.String(); strings.Contains(logs, "lost: another replica took it") {
 		t.Errorf("a lease was written over:\n%s", logs)
+	}
+}
+
+// assignedTo is the first of ctl0, ctl1... that the assignment gives to inst when other is the
+// only other replica.
+func assignedTo(inst, other string) string {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("ctl%d", i)
+		if assign(everyone([]string{inst, other}, []string{name}), nil)[name] == inst {
+			return name
+		}
 	}
 }

@@ -87,6 +87,38 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 		c.srv = srv
 		c.url, connURL = srv.ClientURL(), srv.ClientURL()
 	}
+	opts, err := c.options(cfg)
+	if err != nil {
+		c.shutdownServer()
+		return nil, err
+	}
+	nc, err := nats.Connect(connURL, opts...)
+	if err != nil {
+		c.shutdownServer()
+		return nil, fmt.Errorf("couldn't connect to NATS at %s: %w", c.url, errors.New(redactErr(err, cfg)))
+	}
+	c.mu.Lock()
+	c.nc = nc
+	c.mu.Unlock()
+	if nc.IsConnected() {
+		c.connected()
+	}
+	if cfg.JetStream.Enabled {
+		js, err := jetstream.New(nc,
+			jetstream.WithPublishAsyncMaxPending(max(cfg.JetStream.MaxPending, 1)),
+			jetstream.WithPublishAsyncTimeout(cfg.JetStream.PublishTimeout))
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("couldn't start JetStream: %w", err)
+		}
+		c.js = js
+	}
+	return c, nil
+}
+
+// options are the client's options: reconnecting forever with backoff, the handlers that keep
+// c's state, and the credentials and TLS files of cfg.
+func (c *Conn) options(cfg config.NATS) ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name("veil-exporter"),
 		nats.MaxReconnects(-1),
@@ -119,7 +151,6 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 	if cfg.NKeyFile != "" {
 		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
 		if err != nil {
-			c.shutdownServer()
 			return nil, fmt.Errorf("couldn't read nkey file: %w", err)
 		}
 		opts = append(opts, o)
@@ -133,28 +164,7 @@ func Connect(cfg config.NATS, logger log.Logger) (*Conn, error) {
 	if cfg.TLS.CertFile != "" {
 		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
 	}
-	nc, err := nats.Connect(connURL, opts...)
-	if err != nil {
-		c.shutdownServer()
-		return nil, fmt.Errorf("couldn't connect to NATS at %s: %w", c.url, errors.New(redactErr(err, cfg)))
-	}
-	c.mu.Lock()
-	c.nc = nc
-	c.mu.Unlock()
-	if nc.IsConnected() {
-		c.connected()
-	}
-	if cfg.JetStream.Enabled {
-		js, err := jetstream.New(nc,
-			jetstream.WithPublishAsyncMaxPending(max(cfg.JetStream.MaxPending, 1)),
-			jetstream.WithPublishAsyncTimeout(cfg.JetStream.PublishTimeout))
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("couldn't start JetStream: %w", err)
-		}
-		c.js = js
-	}
-	return c, nil
+	return opts, nil
 }
 
 // failed records a connection failure and logs the first of a run.

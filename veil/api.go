@@ -1,7 +1,7 @@
 package veil
 
-// The client's configuration, its errors and the reads of collections and details. Operations
-// are in ops.go, guest commands in guest.go, paging in paging.go and pages.go.
+// The client's configuration, its errors and the reads of collections and details. Guest
+// commands are in guest.go, paging in paging.go and pages.go.
 
 import (
 	"context"

@@ -197,7 +197,7 @@ type request struct {
 	path     string // escaped path
 	query    url.Values
 	body     []byte
-	retry    bool          // safe to send again (GET, or a body with an idempotency key)
+	retry    bool          // safe to send again (a GET)
 	timeout  time.Duration // on the wire, per attempt; 0 = the client's
 	slotted  func()        // if set, called once the first attempt holds a request slot
 }
@@ -295,23 +295,9 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	target := c.base + r.path
-	if len(r.query) > 0 {
-		target += "?" + r.query.Encode()
-	}
-	var rd io.Reader
-	if r.body != nil {
-		rd = bytes.NewReader(r.body)
-	}
-	req, err := http.NewRequestWithContext(actx, r.method, target, rd)
+	req, err := c.httpRequest(actx, r)
 	if err != nil {
 		return nil, 0, 0, err
-	}
-	req.Header.Set("Authorization", "jwt "+c.currentToken())
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	if r.body != nil {
-		req.Header.Set("Content-Type", "application/json")
 	}
 
 	start := time.Now()
@@ -326,7 +312,37 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 		return nil, 0, 0, err
 	}
 	defer resp.Body.Close()
-	status, observed = resp.StatusCode, resp.StatusCode
+	observed = resp.StatusCode
+	return c.answer(resp)
+}
+
+// httpRequest is one attempt of r, with the token and the headers of every request.
+func (c *Client) httpRequest(ctx context.Context, r *request) (*http.Request, error) {
+	target := c.base + r.path
+	if len(r.query) > 0 {
+		target += "?" + r.query.Encode()
+	}
+	var rd io.Reader
+	if r.body != nil {
+		rd = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, target, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "jwt "+c.currentToken())
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// answer reads the body of a 2xx answer within MaxResponseBytes, or makes an *APIError of
+// another (with the Retry-After it asks for).
+func (c *Client) answer(resp *http.Response) (body []byte, status int, retryAfter time.Duration, err error) {
+	status = resp.StatusCode
 	ok := status >= 200 && status < 300
 	limit := c.maxBytes
 	if !ok && limit > maxErrorBody {
@@ -362,8 +378,8 @@ const bodyPrealloc = 1 << 20
 
 // readBody reads at most limit+1 bytes of the answer into a buffer grown as the bytes arrive.
 // The announced length only sizes the first buffer (up to bodyPrealloc): a page of VMs of 200 KB
-// is read into one buffer without a copy, as when it was preallocated whole (grown from a small
-// buffer by io.ReadAll it was copied and cleared about twice over, a tenth of a refresh's CPU).
+// is read into one buffer without a copy, as when it was preallocated whole, where io.ReadAll
+// would grow it from a small buffer, copying and clearing it on the way.
 // One that sends more than it announced is cut at the announced length by the transport.
 func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	n := resp.ContentLength

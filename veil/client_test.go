@@ -107,6 +107,61 @@ func TestEveryReadEndpointDecodes(t *testing.T) {
 	})
 	ctx := context.Background()
 
+	readInfrastructure(t, ctx, c)
+	domains, err := c.Domains(ctx, nil)
+	if err != nil || len(domains) != 30 {
+		t.Fatalf("Domains = %d, %v", len(domains), err)
+	}
+	want := findDomain(t, sim, guestReady)
+	d, err := c.Domain(ctx, want.ID)
+	if err != nil || d.VerboseName != want.Name || d.Node.ID != want.NodeID || !d.GuestUtils.QemuState ||
+		d.UserPowerState != veil.PowerOn || d.Cluster.ID == "" {
+		t.Fatalf("Domain = %+v, %v; want %+v", d, err, want)
+	}
+	filtered, err := c.Domains(ctx, veil.Query{"name": {want.Name}})
+	if err != nil || !slices.ContainsFunc(filtered, func(x veil.Domain) bool { return x.ID == want.ID }) {
+		t.Fatalf("Domains(name=%s) = %v, %v", want.Name, filtered, err)
+	}
+	readJournals(t, ctx, c)
+	if v, err := c.ControllerVersion(ctx); err != nil || v != veiltest.DefaultControllerVersion {
+		t.Fatalf("ControllerVersion = %q, %v; want %s", v, err, veiltest.DefaultControllerVersion)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ep := range []string{"/api/controllers/base-version/", "/api/nodes/", "/api/nodes/{id}/", "/api/clusters/", "/api/clusters/{id}/",
+		"/api/data-pools/", "/api/data-pools/{id}/", "/api/domains/", "/api/domains/{id}/", "/api/tasks/",
+		"/api/tasks/{id}/", "/api/events/", "/api/events/{id}/"} {
+		if seen[ep] == 0 {
+			t.Errorf("observer never saw endpoint %s (saw %v)", ep, seen)
+		}
+	}
+}
+
+// readJournals reads tasks and events, as collections and details.
+func readJournals(t *testing.T, ctx context.Context, c *veil.Client) {
+	t.Helper()
+	tasks, err := c.Tasks(ctx, nil)
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("Tasks = %v, %v", tasks, err)
+	}
+	task, err := c.Task(ctx, tasks[0].ID)
+	if err != nil || task.ID != tasks[0].ID || task.Created.IsZero() {
+		t.Fatalf("Task = %+v, %v", task, err)
+	}
+	page, err := c.EventsPage(ctx, 0, 10, "-created")
+	if err != nil || page.Count != 30 || len(page.Results) != 10 {
+		t.Fatalf("EventsPage = %d/%d, %v", len(page.Results), page.Count, err)
+	}
+	ev, err := c.Event(ctx, page.Results[0].ID)
+	if err != nil || ev.ID != page.Results[0].ID || string(ev.Raw) != string(page.Results[0].Raw) {
+		t.Fatalf("Event = %+v, %v; want the same bytes as in the page", ev, err)
+	}
+}
+
+// readInfrastructure reads nodes, clusters and data pools, as collections and details.
+func readInfrastructure(t *testing.T, ctx context.Context, c *veil.Client) {
+	t.Helper()
 	nodes, err := c.Nodes(ctx)
 	if err != nil || len(nodes) != 4 {
 		t.Fatalf("Nodes = %d, %v; want 4", len(nodes), err)
@@ -134,50 +189,6 @@ func TestEveryReadEndpointDecodes(t *testing.T) {
 	}
 	if p, err := c.Datapool(ctx, pools[1].ID); err != nil || p.ID != pools[1].ID {
 		t.Fatalf("Datapool = %+v, %v", p, err)
-	}
-	domains, err := c.Domains(ctx, nil)
-	if err != nil || len(domains) != 30 {
-		t.Fatalf("Domains = %d, %v", len(domains), err)
-	}
-	want := findDomain(t, sim, guestReady)
-	d, err := c.Domain(ctx, want.ID)
-	if err != nil || d.VerboseName != want.Name || d.Node.ID != want.NodeID || !d.GuestUtils.QemuState ||
-		d.UserPowerState != veil.PowerOn || d.Cluster.ID == "" {
-		t.Fatalf("Domain = %+v, %v; want %+v", d, err, want)
-	}
-	filtered, err := c.Domains(ctx, veil.Query{"name": {want.Name}})
-	if err != nil || !slices.ContainsFunc(filtered, func(x veil.Domain) bool { return x.ID == want.ID }) {
-		t.Fatalf("Domains(name=%s) = %v, %v", want.Name, filtered, err)
-	}
-	tasks, err := c.Tasks(ctx, nil)
-	if err != nil || len(tasks) == 0 {
-		t.Fatalf("Tasks = %v, %v", tasks, err)
-	}
-	task, err := c.Task(ctx, tasks[0].ID)
-	if err != nil || task.ID != tasks[0].ID || task.Created.IsZero() {
-		t.Fatalf("Task = %+v, %v", task, err)
-	}
-	page, err := c.EventsPage(ctx, 0, 10, "-created")
-	if err != nil || page.Count != 30 || len(page.Results) != 10 {
-		t.Fatalf("EventsPage = %d/%d, %v", len(page.Results), page.Count, err)
-	}
-	ev, err := c.Event(ctx, page.Results[0].ID)
-	if err != nil || ev.ID != page.Results[0].ID || string(ev.Raw) != string(page.Results[0].Raw) {
-		t.Fatalf("Event = %+v, %v; want the same bytes as in the page", ev, err)
-	}
-
-	if v, err := c.ControllerVersion(ctx); err != nil || v != veiltest.DefaultControllerVersion {
-		t.Fatalf("ControllerVersion = %q, %v; want %s", v, err, veiltest.DefaultControllerVersion)
-	}
-
-	mu.Lock()
-	defer mu.Unlock()
-	for _, ep := range []string{"/api/controllers/base-version/", "/api/nodes/", "/api/nodes/{id}/", "/api/clusters/", "/api/clusters/{id}/",
-		"/api/data-pools/", "/api/data-pools/{id}/", "/api/domains/", "/api/domains/{id}/", "/api/tasks/",
-		"/api/tasks/{id}/", "/api/events/", "/api/events/{id}/"} {
-		if seen[ep] == 0 {
-			t.Errorf("observer never saw endpoint %s (saw %v)", ep, seen)
-		}
 	}
 }
 
@@ -226,107 +237,5 @@ func TestEventRawIsTheExactBytesServed(t *testing.T) {
 	}
 	if n != 250 {
 		t.Fatalf("listed %d events, want 250", n)
-	}
-}
-
-func TestOperationsChangeStateThroughTasks(t *testing.T) {
-	sim := newSim(t, veiltest.Options{Seed: 3, VMs: 40, TaskDuration: 30 * time.Millisecond})
-	c := newClient(t, sim, nil)
-	ctx := context.Background()
-	wait := func(env *veil.TaskEnvelope, err error) *veil.Task {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if env.Task.ID == "" {
-			t.Fatalf("no task in envelope %+v", env)
-		}
-		var polls int
-		task, err := c.WaitTask(ctx, env.Task.ID, 10*time.Millisecond, func(veil.Task) { polls++ })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if task.Status != veil.TaskSuccess || polls == 0 {
-			t.Fatalf("task %s ended %s after %d polls (%s)", task.Name, task.Status, polls, task.ErrorMessage)
-		}
-		return task
-	}
-
-	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool {
-		return d.PowerState == veil.PowerOff && !d.Template && d.Linux
-	})
-	wait(c.StartDomain(ctx, off.ID, false))
-	if d, _ := sim.Domain(off.ID); d.PowerState != veil.PowerOn {
-		t.Errorf("after start: power %d", d.PowerState)
-	}
-	wait(c.ShutdownDomain(ctx, off.ID, true))
-	if d, _ := sim.Domain(off.ID); d.PowerState != veil.PowerOff {
-		t.Errorf("after shutdown: power %d", d.PowerState)
-	}
-	wait(c.SSHInject(ctx, off.ID, false, "", "ssh-ed25519 AAAA test"))
-	wait(c.SetTemplate(ctx, off.ID, true))
-	if d, _ := sim.Domain(off.ID); !d.Template {
-		t.Errorf("after template: not a template")
-	}
-	env, err := c.CloneDomain(ctx, off.ID, sim.NodeIDs()[0], "clone-of-test", sim.DatapoolIDs()[0])
-	wait(env, err)
-	var entity struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(env.Entity, &entity); err != nil || entity.ID == "" {
-		t.Fatalf("clone envelope entity %s: %v", env.Entity, err)
-	}
-	if d, ok := sim.Domain(entity.ID); !ok || d.ParentID != off.ID {
-		t.Errorf("clone %s: %+v, parent want %s", entity.ID, d, off.ID)
-	}
-	// A template with a thin clone cannot be modified: a 400 that says why.
-	if _, err := c.SetTemplate(ctx, off.ID, false); err == nil || !strings.Contains(err.Error(), "400 bad request") {
-		t.Errorf("SetTemplate on a template with clones: %v", err)
-	}
-	wait(c.BackupDomain(ctx, entity.ID, sim.DatapoolIDs()[0], true, 7))
-	wait(c.RemoveDomain(ctx, entity.ID, true))
-	if _, ok := sim.Domain(entity.ID); ok {
-		t.Errorf("clone still there after remove")
-	}
-	wait(c.SetBallooning(ctx, sim.NodeIDs()[0], true))
-	if n, err := c.Node(ctx, sim.NodeIDs()[0]); err != nil || n.Ballooning == nil || !*n.Ballooning {
-		t.Errorf("ballooning not on: %+v, %v", n, err)
-	}
-
-	// Every operation was sent with ?async=1 and a fresh UUIDv4 idempotency key.
-	keys := map[string]bool{}
-	for _, r := range sim.Requests() {
-		if r.Method == "GET" {
-			continue
-		}
-		if !strings.Contains(r.Query, "async=1") {
-			t.Errorf("%s %s without async=1", r.Method, r.Path)
-		}
-		var body struct {
-			Key string `json:"idempotency_key"`
-		}
-		if err := json.Unmarshal([]byte(r.Body), &body); err != nil || len(body.Key) != 36 || body.Key[14] != '4' {
-			t.Errorf("%s %s: body %s has no UUIDv4 key", r.Method, r.Path, r.Body)
-		}
-		if keys[body.Key] {
-			t.Errorf("key %s reused across operations", body.Key)
-		}
-		keys[body.Key] = true
-	}
-}
-
-func TestWaitTaskStopsWithContext(t *testing.T) {
-	sim := newSim(t, veiltest.Options{Seed: 4, TaskDuration: time.Hour})
-	c := newClient(t, sim, nil)
-	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
-	env, err := c.StartDomain(context.Background(), off.ID, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err = c.WaitTask(ctx, env.Task.ID, 5*time.Millisecond, nil)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("WaitTask = %v, want deadline exceeded", err)
 	}
 }

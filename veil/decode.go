@@ -219,46 +219,6 @@ func (es *eventEntities) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// UnmarshalJSON reads data_with_entity ("_task" + "_entity", or "entity" as vendor code shows)
-// and data_without_entity. An answer without "_task" (a repeated start answers with the domain
-// object) leaves Task zero and keeps the whole object in Entity. A null answer is no entity, as
-// a null "_entity" is, and leaves te untouched (encoding/json's convention for null).
-func (te *TaskEnvelope) UnmarshalJSON(b []byte) error {
-	if string(bytes.TrimSpace(b)) == "null" {
-		return nil
-	}
-	var v struct {
-		Task    *Task           `json:"_task"`
-		Entity  json.RawMessage `json:"_entity"`
-		Entity2 json.RawMessage `json:"entity"`
-	}
-	if err := tolerate(json.Unmarshal(b, &v)); err != nil {
-		return err
-	}
-	*te = TaskEnvelope{}
-	if v.Task == nil {
-		te.Entity = append(json.RawMessage(nil), bytes.TrimSpace(b)...)
-		return nil
-	}
-	te.Task = *v.Task
-	switch {
-	case len(v.Entity) > 0 && string(v.Entity) != "null":
-		te.Entity = v.Entity
-	case len(v.Entity2) > 0 && string(v.Entity2) != "null":
-		te.Entity = v.Entity2
-	}
-	return nil
-}
-
-// MarshalJSON writes the data_with_entity form ("_entity" omitted when empty).
-func (te TaskEnvelope) MarshalJSON() ([]byte, error) {
-	v := struct {
-		Task   Task            `json:"_task"`
-		Entity json.RawMessage `json:"_entity,omitempty"`
-	}{te.Task, te.Entity}
-	return json.Marshal(v)
-}
-
 // tolerate drops a type mismatch of an ordinary field (it stays zero; encoding/json has decoded
 // the rest of the object) and keeps every other error, including a bad "id".
 func tolerate(err error) error {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil/veilops"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -83,28 +84,6 @@ func TestRefAcceptsObjectStringOrNull(t *testing.T) {
 		if (err != nil) != tc.wantErr || (err == nil && r != tc.want) {
 			t.Errorf("Ref(%s) = %+v, %v; want %+v (error %v)", tc.in, r, err, tc.want, tc.wantErr)
 		}
-	}
-}
-
-func TestTaskEnvelopeForms(t *testing.T) {
-	for _, tc := range []struct {
-		name, in, task, entity string
-	}{
-		{"_entity object", `{"_task":{"id":"t1","status":"IN_PROGRESS","executed":0},"_entity":{"id":"d1"}}`, "t1", `{"id":"d1"}`},
-		{"entity uuid string", `{"_task":{"id":"t2","status":"SUCCESS","executed":"2.49"},"entity":"d2"}`, "t2", `"d2"`},
-		{"without entity", `{"_task":{"id":"t3"}}`, "t3", ``},
-		{"the object itself", `{"id":"d4","verbose_name":"vm"}`, "", `{"id":"d4","verbose_name":"vm"}`},
-		{"null answer", `null`, "", ``},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var env veil.TaskEnvelope
-			if err := json.Unmarshal([]byte(tc.in), &env); err != nil {
-				t.Fatal(err)
-			}
-			if env.Task.ID != tc.task || string(env.Entity) != tc.entity {
-				t.Fatalf("got task %q entity %s; want %q %s", env.Task.ID, env.Entity, tc.task, tc.entity)
-			}
-		})
 	}
 }
 
@@ -200,7 +179,11 @@ func TestSimulatorQuirksDecode(t *testing.T) {
 	ctx := context.Background()
 	// A running task next to finished ones: executed as a number and as a string.
 	off := findDomain(t, sim, func(d veiltest.DomainInfo) bool { return d.PowerState == veil.PowerOff && !d.Template })
-	if _, err := c.StartDomain(ctx, off.ID, false); err != nil {
+	ops, err := veilops.New(sim.URL, sim.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ops.StartDomain(ctx, off.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	tasks, err := c.Tasks(ctx, nil)

@@ -3,8 +3,10 @@
 // A Client talks to one controller: it sends "Authorization: jwt <token>" (the token comes
 // from Config.Token or Config.TokenFile and never appears in errors), keeps within a request
 // rate and a number of requests in flight shared by all its callers, gives each request a
-// deadline, and retries GETs (and operations, which carry an idempotency key) on 5xx, 418,
-// 429 and connection failures with exponential backoff and jitter. Guest commands are never
+// deadline, and retries GETs on 5xx, 418, 429 and connection failures with exponential backoff
+// and jitter. The client only reads: its one POST is the guest agent's command (guest-command,
+// whose commands ask and change nothing), and it has no call that changes the platform's state
+// (tests drive the platform through internal/testutil/veilops). Guest commands are never
 // retried; their timeout bounds the request on the wire (not the wait for the client's limits),
 // and their failures wrap ErrGuestTimeout, ErrAgentNotRunning or ErrGuestUnsupported when they
 // are one of those.
@@ -14,7 +16,7 @@
 // hands them over in order. Errors of the platform are *APIError values that work with
 // errors.Is and ErrUnauthorized, ErrForbidden and ErrNotFound. Decoding is lenient where the
 // real platform is inconsistent (see decode.go): numbers as strings, timestamps with or
-// without zone, references as objects or uuid strings, "_entity" or "entity".
+// without zone, references as objects or uuid strings.
 //
 // Owns the platform's API, paging and the controller's HTTP client (TLS); imports nothing of
 // this module, so it can serve any program.

@@ -48,8 +48,8 @@ func (c *Client) AvailableGuestCommands(ctx context.Context, id string) ([]strin
 }
 
 // GuestCommand POSTs {"qemu_cmd","fargs","timeout"} and returns the raw value under the key
-// named cmd. It is never retried: it carries no idempotency key, and the guest checker counts
-// failures itself.
+// named cmd; a command that is not read-only (readOnlyGuestCommand) is refused unsent. It is
+// never retried: it carries no idempotency key, and the guest checker counts failures itself.
 //
 // timeout (rounded up to whole seconds) is sent to the platform when positive, and bounds the
 // request on the wire (plus a margin for the platform's own timeout answer) from the moment it
@@ -58,6 +58,17 @@ func (c *Client) AvailableGuestCommands(ctx context.Context, id string) ([]strin
 func (c *Client) GuestCommand(ctx context.Context, id, cmd string, fargs any, timeout time.Duration) ([]byte, error) {
 	raw, _, err := c.guestCommand(ctx, id, cmd, fargs, timeout)
 	return raw, err
+}
+
+// readOnlyGuestCommand says whether the guest agent's command cmd only reads: guest-ping,
+// guest-info, guest-network-get-interfaces and the guest-get-* family. Every other command
+// (guest-exec, file, password, freeze, suspend, shutdown...) is refused before any request.
+func readOnlyGuestCommand(cmd string) bool {
+	switch cmd {
+	case "guest-ping", "guest-info", "guest-network-get-interfaces":
+		return true
+	}
+	return strings.HasPrefix(cmd, "guest-get-")
 }
 
 // exchange is the timing of one request on the wire, in the local clock.
@@ -77,6 +88,9 @@ func (c *Client) guestCommand(ctx context.Context, id, cmd string, fargs any, ti
 	}
 	if cmd == "" {
 		return nil, ex, fmt.Errorf("veil: %s: empty command", r)
+	}
+	if !readOnlyGuestCommand(cmd) {
+		return nil, ex, fmt.Errorf("veil: %s: %q is not a read-only guest command: the client only reads", r, cmd)
 	}
 	if fargs == nil {
 		fargs = struct{}{}

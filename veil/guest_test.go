@@ -138,7 +138,7 @@ func TestGuestErrorsAreTyped(t *testing.T) {
 			return ping(ctx, hung, 5*time.Second)
 		}, veil.ErrGuestTimeout},
 		{"unknown command", func(ctx context.Context) error {
-			_, err := c.GuestCommand(ctx, fine, "guest-no-such-thing", nil, time.Second)
+			_, err := c.GuestCommand(ctx, fine, "guest-get-no-such-thing", nil, time.Second)
 			return err
 		}, veil.ErrGuestUnsupported},
 		{"windows guest", func(ctx context.Context) error { return ping(ctx, windows, time.Second) }, veil.ErrGuestUnsupported},

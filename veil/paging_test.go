@@ -157,27 +157,34 @@ func TestListCopesWithChangingCollection(t *testing.T) {
 				seen[d.ID] = true
 			}
 			wg.Wait()
-			known := map[string]bool{}
-			for _, id := range append(append([]string{}, orig...), added...) {
-				known[id] = true
-			}
-			for id := range seen {
-				if !known[id] {
-					t.Errorf("yielded %s, which never existed", id)
-				}
-			}
-			if added != nil {
-				// Growth only shifts objects to later pages: nothing that was there is missed.
-				for _, id := range orig {
-					if !seen[id] {
-						t.Errorf("original %s missed while the collection grew", id)
-					}
-				}
-			}
-			if len(seen) < len(orig)/2 {
-				t.Errorf("only %d of %d objects yielded", len(seen), len(orig))
-			}
+			checkListed(t, orig, added, seen)
 		})
+	}
+}
+
+// checkListed: a listing of a changing collection yields only objects that existed, misses none
+// when it only grew, and at least half.
+func checkListed(t *testing.T, orig, added []string, seen map[string]bool) {
+	t.Helper()
+	known := map[string]bool{}
+	for _, id := range append(append([]string{}, orig...), added...) {
+		known[id] = true
+	}
+	for id := range seen {
+		if !known[id] {
+			t.Errorf("yielded %s, which never existed", id)
+		}
+	}
+	if added != nil {
+		// Growth only shifts objects to later pages: nothing that was there is missed.
+		for _, id := range orig {
+			if !seen[id] {
+				t.Errorf("original %s missed while the collection grew", id)
+			}
+		}
+	}
+	if len(seen) < len(orig)/2 {
+		t.Errorf("only %d of %d objects yielded", len(seen), len(orig))
 	}
 }
 

@@ -220,13 +220,6 @@ type EventEntity struct {
 // Time decodes the platform's ISO 8601 timestamps ("2021-08-20T10:08:09.761081Z"); null or "" is zero.
 type Time struct{ time.Time }
 
-// TaskEnvelope is the answer of an asynchronous operation: data_with_entity or data_without_entity.
-// Entity is "_entity" or, as vendor code shows, "entity" (an object or a uuid string).
-type TaskEnvelope struct {
-	Task   Task            `json:"_task"`
-	Entity json.RawMessage `json:"-"`
-}
-
 // GuestOSInfo is the result of guest-get-osinfo; every field is optional.
 type GuestOSInfo struct {
 	ID            string `json:"id"`

@@ -185,35 +185,14 @@ func TestDaemonEndToEnd(t *testing.T) {
 	d := startDaemon(t, cfgFile, "--web.enable-lifecycle")
 	d.waitReady(t)
 
-	code, metrics := d.get(t, "/metrics")
-	for _, want := range []string{`veil_up{controller="alpha"} 1`, `veil_exporter_build_info{`, `veil_config_last_reload_successful 1`, "go_goroutines", `veil_api_requests_total{code="200",controller="alpha",endpoint="/api/domains/"}`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics (%d) lacks %s", code, want)
-		}
-	}
-	if code, body := d.get(t, "/-/healthy"); code != 200 {
-		t.Errorf("/-/healthy = %d %s", code, body)
-	}
-	if code, _ := d.get(t, "/-/reload"); code != http.StatusMethodNotAllowed {
-		t.Errorf("GET /-/reload = %d, want 405", code)
-	}
-	code, page := d.get(t, "/")
-	if code != 200 || !strings.Contains(page, `<h2>alpha <span class="badge ok">up</span>`) || !strings.Contains(page, "<td class=\"n\">4 / 4</td>") {
-		t.Errorf("status page (%d) does not show the controller and its counts:\n%s", code, page)
-	}
-	if code, js := d.get(t, "/?format=json"); code != 200 || !strings.Contains(js, `"name": "alpha"`) {
-		t.Errorf("json status (%d): %s", code, js)
-	}
-	if code, _ := d.get(t, "/nope"); code != 404 {
-		t.Errorf("/nope = %d", code)
-	}
+	checkEndpoints(t, d)
 
 	// A bad config is refused and the old one keeps running.
 	os.WriteFile(cfgFile, []byte("controllers:\n  - name: alpha\n    url: "+simA.URL+"\n    token_file: "+tok+"\n    bogus: 1\n"), 0o600)
 	if code, body := d.do(t, http.MethodPost, "/-/reload"); code != 500 || !strings.Contains(body, "bogus") {
 		t.Errorf("bad reload = %d %s", code, body)
 	}
-	_, metrics = d.get(t, "/metrics")
+	_, metrics := d.get(t, "/metrics")
 	if !strings.Contains(metrics, "veil_config_last_reload_successful 0") || !strings.Contains(metrics, `veil_up{controller="alpha"} 1`) {
 		t.Errorf("after a bad reload want reload_successful 0 and alpha still up")
 	}
@@ -235,25 +214,9 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 
 	// Break alpha: beta stays up, alpha keeps its last data with veil_up 0, then recovers.
-	simA.SetFaults(veiltest.Fault{Kind: "status", Status: 500})
-	testutil.Eventually(t, 15*time.Second, func() bool {
-		_, m := d.get(t, "/metrics")
-		return strings.Contains(m, `veil_up{controller="alpha"} 0`)
-	}, "alpha down")
-	_, metrics = d.get(t, "/metrics")
-	if !strings.Contains(metrics, `veil_up{controller="beta"} 1`) {
-		t.Error("beta affected by alpha's failure")
-	}
-	if n := strings.Count(metrics, `veil_domain_info{controller="alpha"`); n != 4 {
-		t.Errorf("alpha's last data not kept: %d domain_info series", n)
-	}
-	simA.ClearFaults()
-	testutil.Eventually(t, 15*time.Second, func() bool {
-		_, m := d.get(t, "/metrics")
-		return strings.Contains(m, `veil_up{controller="alpha"} 1`)
-	}, "alpha back up")
+	breakAlpha(t, d, simA)
 
-	_, page = d.get(t, "/")
+	_, page := d.get(t, "/")
 	_, js := d.get(t, "/?format=json")
 	_, metrics = d.get(t, "/metrics")
 	d.stop()
@@ -271,5 +234,55 @@ func TestDaemonEndToEnd(t *testing.T) {
 	// logs a cancelled refresh as a failure).
 	if strings.Count(logs, `controller=alpha msg="controller down`) != 1 {
 		t.Errorf("want one 'controller down' line of alpha, logs:\n%s", logs)
+	}
+}
+
+// breakAlpha: alpha failing, beta stays up and alpha keeps its last data with veil_up 0, then
+// recovers.
+func breakAlpha(t *testing.T, d *daemonUnderTest, simA *veiltest.Server) {
+	t.Helper()
+	simA.SetFaults(veiltest.Fault{Kind: "status", Status: 500})
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		_, m := d.get(t, "/metrics")
+		return strings.Contains(m, `veil_up{controller="alpha"} 0`)
+	}, "alpha down")
+	_, metrics := d.get(t, "/metrics")
+	if !strings.Contains(metrics, `veil_up{controller="beta"} 1`) {
+		t.Error("beta affected by alpha's failure")
+	}
+	if n := strings.Count(metrics, `veil_domain_info{controller="alpha"`); n != 4 {
+		t.Errorf("alpha's last data not kept: %d domain_info series", n)
+	}
+	simA.ClearFaults()
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		_, m := d.get(t, "/metrics")
+		return strings.Contains(m, `veil_up{controller="alpha"} 1`)
+	}, "alpha back up")
+}
+
+// checkEndpoints: /metrics, the lifecycle endpoints, the status page and its JSON of one controller up.
+func checkEndpoints(t *testing.T, d *daemonUnderTest) {
+	t.Helper()
+	code, metrics := d.get(t, "/metrics")
+	for _, want := range []string{`veil_up{controller="alpha"} 1`, `veil_exporter_build_info{`, `veil_config_last_reload_successful 1`, "go_goroutines", `veil_api_requests_total{code="200",controller="alpha",endpoint="/api/domains/"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics (%d) lacks %s", code, want)
+		}
+	}
+	if code, body := d.get(t, "/-/healthy"); code != 200 {
+		t.Errorf("/-/healthy = %d %s", code, body)
+	}
+	if code, _ := d.get(t, "/-/reload"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /-/reload = %d, want 405", code)
+	}
+	code, page := d.get(t, "/")
+	if code != 200 || !strings.Contains(page, `<h2>alpha <span class="badge ok">up</span>`) || !strings.Contains(page, "<td class=\"n\">4 / 4</td>") {
+		t.Errorf("status page (%d) does not show the controller and its counts:\n%s", code, page)
+	}
+	if code, js := d.get(t, "/?format=json"); code != 200 || !strings.Contains(js, `"name": "alpha"`) {
+		t.Errorf("json status (%d): %s", code, js)
+	}
+	if code, _ := d.get(t, "/nope"); code != 404 {
+		t.Errorf("/nope = %d", code)
 	}
 }

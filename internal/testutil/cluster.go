@@ -101,77 +101,13 @@ func StartCluster(t testing.TB, options ...ClusterOption) *Cluster {
 	for _, o := range options {
 		o(&cfg)
 	}
-	const size = 3
 	// A port chosen free may be taken by another test before the node binds it: the node then
 	// never gets ready. Start again on other ports, up to three times.
 	bin := Build(t, "internal/testutil/natsnode")
-	attempt := func() (*Cluster, error) {
-		clientPorts := make([]int, size)
-		routePorts := make([]int, size)
-		for i := range size {
-			clientPorts[i], routePorts[i] = FreePort(t), FreePort(t)
-		}
-		c := &Cluster{}
-		var extra []string // every node's arguments besides its own
-		if cfg.partitionable {
-			c.parts = &partitions{routes: make([][]*Link, size)}
-			for i := range size {
-				c.parts.routes[i] = make([]*Link, size)
-				for j := range size {
-					if j != i {
-						c.parts.routes[i][j] = newLink(t, "127.0.0.1:"+strconv.Itoa(routePorts[j]))
-					}
-				}
-				c.parts.clients = append(c.parts.clients, newLink(t, "127.0.0.1:"+strconv.Itoa(clientPorts[i])))
-				c.parts.monitors = append(c.parts.monitors, FreePort(t))
-			}
-			extra = []string{"-no-advertise", "-cluster-advertise", "127.0.0.1:" + strconv.Itoa(refusingPort(t))}
-		}
-		for i := range size {
-			var routes []string
-			for j := range size {
-				switch {
-				case j == i:
-				case c.parts != nil:
-					routes = append(routes, "nats-route://"+c.parts.routes[i][j].Addr())
-				default:
-					routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePorts[j]))
-				}
-			}
-			name := "n" + strconv.Itoa(i)
-			args := []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
-				"-cluster-port", strconv.Itoa(routePorts[i]), "-routes", joinComma(routes), "-store", t.TempDir()}
-			if c.parts != nil {
-				args = append(append(args, extra...), "-http", strconv.Itoa(c.parts.monitors[i]))
-			}
-			c.Nodes = append(c.Nodes, &NATS{t: t,
-				opts: server.Options{ServerName: name, Port: clientPorts[i]},
-				node: &node{bin: bin, args: args},
-			})
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, size)
-		for i, n := range c.Nodes {
-			wg.Go(func() { errs[i] = n.start() })
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			for _, n := range c.Nodes {
-				n.Stop()
-			}
-			return nil, err
-		}
-		t.Cleanup(func() {
-			for _, n := range c.Nodes {
-				n.Stop()
-			}
-		})
-		return c, nil
-	}
 	var c *Cluster
 	for try := 1; ; try++ {
 		var err error
-		if c, err = attempt(); err == nil {
+		if c, err = startClusterOnce(t, cfg, bin); err == nil {
 			break
 		} else if try == 3 {
 			t.Fatal(err)
@@ -184,7 +120,7 @@ func StartCluster(t testing.TB, options ...ClusterOption) *Cluster {
 		// Short attempts: one sent before there is a meta leader is never answered.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "READY_PROBE", Subjects: []string{"ready.probe"}, Replicas: size})
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "READY_PROBE", Subjects: []string{"ready.probe"}, Replicas: clusterSize})
 		return err
 	}, "an R3 probe stream to be placed")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -193,6 +129,82 @@ func StartCluster(t testing.TB, options ...ClusterOption) *Cluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// clusterSize is the number of nodes of a Cluster.
+const clusterSize = 3
+
+// startClusterOnce starts the nodes of a cluster on ports chosen free, stopped with the test;
+// it fails when a node does not start.
+func startClusterOnce(t testing.TB, cfg clusterConfig, bin string) (*Cluster, error) {
+	clientPorts := make([]int, clusterSize)
+	routePorts := make([]int, clusterSize)
+	for i := range clusterSize {
+		clientPorts[i], routePorts[i] = FreePort(t), FreePort(t)
+	}
+	c := &Cluster{}
+	var extra []string // every node's arguments besides its own
+	if cfg.partitionable {
+		c.parts = newPartitions(t, clientPorts, routePorts)
+		extra = []string{"-no-advertise", "-cluster-advertise", "127.0.0.1:" + strconv.Itoa(refusingPort(t))}
+	}
+	for i := range clusterSize {
+		var routes []string
+		for j := range clusterSize {
+			switch {
+			case j == i:
+			case c.parts != nil:
+				routes = append(routes, "nats-route://"+c.parts.routes[i][j].Addr())
+			default:
+				routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePorts[j]))
+			}
+		}
+		name := "n" + strconv.Itoa(i)
+		args := []string{"-name", name, "-port", strconv.Itoa(clientPorts[i]),
+			"-cluster-port", strconv.Itoa(routePorts[i]), "-routes", joinComma(routes), "-store", t.TempDir()}
+		if c.parts != nil {
+			args = append(append(args, extra...), "-http", strconv.Itoa(c.parts.monitors[i]))
+		}
+		c.Nodes = append(c.Nodes, &NATS{t: t,
+			opts: server.Options{ServerName: name, Port: clientPorts[i]},
+			node: &node{bin: bin, args: args},
+		})
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, clusterSize)
+	for i, n := range c.Nodes {
+		wg.Go(func() { errs[i] = n.start() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, n := range c.Nodes {
+			n.Stop()
+		}
+		return nil, err
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes {
+			n.Stop()
+		}
+	})
+	return c, nil
+}
+
+// newPartitions puts a link before every route between nodes and before every node's client
+// port, and gives every node a monitoring port.
+func newPartitions(t testing.TB, clientPorts, routePorts []int) *partitions {
+	p := &partitions{routes: make([][]*Link, clusterSize)}
+	for i := range clusterSize {
+		p.routes[i] = make([]*Link, clusterSize)
+		for j := range clusterSize {
+			if j != i {
+				p.routes[i][j] = newLink(t, "127.0.0.1:"+strconv.Itoa(routePorts[j]))
+			}
+		}
+		p.clients = append(p.clients, newLink(t, "127.0.0.1:"+strconv.Itoa(clientPorts[i])))
+		p.monitors = append(p.monitors, FreePort(t))
+	}
+	return p
 }
 
 // JetStream is a JetStream client of the cluster, its connection closed when the test ends.

@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of clone and task responses through raw HTTP (issue 10, point 7): clone takes the
+// Conformance of clone and task responses through raw HTTP: clone takes the
 // ids the client chose (domains_ids) and count, names the VMs from verbose_name (numbered when
 // count > 1), and GET /api/tasks/<id>/response/ returns the created VM or VMs.
 
@@ -16,56 +16,7 @@ func TestCloneHonoursDomainsIDsAndCount(t *testing.T) {
 	tpl := pickVM(t, s, func(d DomainInfo) bool { return d.Template })
 	tplName := c.json("GET", "/api/domains/"+tpl+"/", nil, 200)["verbose_name"].(string)
 
-	t.Run("three clones with the client's ids", func(t *testing.T) {
-		want := []string{
-			"0b5a2c1e-7d3f-4e8a-9b1c-2d3e4f5a6b01",
-			"0b5a2c1e-7d3f-4e8a-9b1c-2d3e4f5a6b02",
-			"0b5a2c1e-7d3f-4e8a-9b1c-2d3e4f5a6b03",
-		}
-		env := c.json("POST", "/api/domains/"+tpl+"/clone/?async=1",
-			map[string]any{"verbose_name": "desk", "domains_ids": want, "count": 3}, 202)
-		tk := env["_task"].(map[string]any)
-		id := tk["id"].(string)
-		if tk["is_multitask"] != true {
-			t.Fatalf("clone of 3 is not a multitask: %v", tk)
-		}
-		children := all(t, c, "/api/tasks/?parent="+id+"&ordering=created")
-		if len(children) != 3 {
-			t.Fatalf("%d child tasks, want 3", len(children))
-		}
-		for i, ch := range children {
-			name := fmt.Sprintf("desk-%d", i+1)
-			wantName := "Creating a virtual machine " + name + " as a thin clone of the template " + tplName + " snapshot."
-			if ch["name"] != wantName || ch["parent"] != id {
-				t.Fatalf("child %d: %v, want %q with parent %s", i, ch, wantName, id)
-			}
-			if _, ok := ch["entities"].(map[string]any)[want[i]]; !ok {
-				t.Fatalf("child %d entities %v lack %s", i, ch["entities"], want[i])
-			}
-		}
-		if done := waitTask(t, c, id); done["status"] != "SUCCESS" {
-			t.Fatalf("multitask %v", done)
-		}
-		resp := c.do2(t, "/api/tasks/"+id+"/response/")
-		var vms []map[string]any
-		if err := json.Unmarshal(resp, &vms); err != nil || len(vms) != 3 {
-			t.Fatalf("response of the multitask: %s", resp)
-		}
-		for i, vm := range vms {
-			if vm["id"] != want[i] || vm["verbose_name"] != fmt.Sprintf("desk-%d", i+1) || vm["status"] != "ACTIVE" || vm["thin"] != true {
-				t.Fatalf("created VM %d: %v", i, vm)
-			}
-			if got := c.json("GET", "/api/domains/"+want[i]+"/", nil, 200); got["verbose_name"] != vm["verbose_name"] {
-				t.Fatalf("VM %s: %v", want[i], got)
-			}
-		}
-		for _, ch := range children {
-			v := c.json("GET", "/api/tasks/"+ch["id"].(string)+"/response/", nil, 200)
-			if _, ok := ch["entities"].(map[string]any)[v["id"].(string)]; !ok {
-				t.Fatalf("child response %v is not its VM", v)
-			}
-		}
-	})
+	t.Run("three clones with the client's ids", func(t *testing.T) { cloneThreeWithIDs(t, s, c, tpl, tplName) })
 
 	t.Run("one clone with its id: the response is the VM", func(t *testing.T) {
 		id := "0b5a2c1e-7d3f-4e8a-9b1c-2d3e4f5a6b10"
@@ -113,6 +64,58 @@ func TestCloneHonoursDomainsIDsAndCount(t *testing.T) {
 	}
 	if st, _ := c.do("GET", "/api/tasks/00000000-0000-4000-8000-000000000000/response/", nil); st != 404 {
 		t.Fatalf("response of an unknown task: %d", st)
+	}
+}
+
+// cloneThreeWithIDs: three clones of tpl with the ids the client chose, as a multitask.
+func cloneThreeWithIDs(t *testing.T, s *Server, c *client, tpl, tplName string) {
+	want := []string{
+		"0b5a2c1e-7d3f-4e8a-9b1c-2d3e4f5a6b01",
+		"0b5a2c1e-7d3f-4e8a-9b1c-2d3e4f5a6b02",
+		"0b5a2c1e-7d3f-4e8a-9b1c-2d3e4f5a6b03",
+	}
+	env := c.json("POST", "/api/domains/"+tpl+"/clone/?async=1",
+		map[string]any{"verbose_name": "desk", "domains_ids": want, "count": 3}, 202)
+	tk := env["_task"].(map[string]any)
+	id := tk["id"].(string)
+	if tk["is_multitask"] != true {
+		t.Fatalf("clone of 3 is not a multitask: %v", tk)
+	}
+	children := all(t, c, "/api/tasks/?parent="+id+"&ordering=created")
+	if len(children) != 3 {
+		t.Fatalf("%d child tasks, want 3", len(children))
+	}
+	for i, ch := range children {
+		name := fmt.Sprintf("desk-%d", i+1)
+		wantName := "Creating a virtual machine " + name + " as a thin clone of the template " + tplName + " snapshot."
+		if ch["name"] != wantName || ch["parent"] != id {
+			t.Fatalf("child %d: %v, want %q with parent %s", i, ch, wantName, id)
+		}
+		if _, ok := ch["entities"].(map[string]any)[want[i]]; !ok {
+			t.Fatalf("child %d entities %v lack %s", i, ch["entities"], want[i])
+		}
+	}
+	if done := waitTask(t, c, id); done["status"] != "SUCCESS" {
+		t.Fatalf("multitask %v", done)
+	}
+	resp := c.do2(t, "/api/tasks/"+id+"/response/")
+	var vms []map[string]any
+	if err := json.Unmarshal(resp, &vms); err != nil || len(vms) != 3 {
+		t.Fatalf("response of the multitask: %s", resp)
+	}
+	for i, vm := range vms {
+		if vm["id"] != want[i] || vm["verbose_name"] != fmt.Sprintf("desk-%d", i+1) || vm["status"] != "ACTIVE" || vm["thin"] != true {
+			t.Fatalf("created VM %d: %v", i, vm)
+		}
+		if got := c.json("GET", "/api/domains/"+want[i]+"/", nil, 200); got["verbose_name"] != vm["verbose_name"] {
+			t.Fatalf("VM %s: %v", want[i], got)
+		}
+	}
+	for _, ch := range children {
+		v := c.json("GET", "/api/tasks/"+ch["id"].(string)+"/response/", nil, 200)
+		if _, ok := ch["entities"].(map[string]any)[v["id"].(string)]; !ok {
+			t.Fatalf("child response %v is not its VM", v)
+		}
 	}
 }
 

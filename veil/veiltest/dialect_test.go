@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance to the vendor clients' dialect through raw HTTP (issue 21, point 4): with the
+// Conformance to the vendor clients' dialect through raw HTTP: with the
 // default profile, the vendor's Go client decodes domain tags as {colour, verbose_name}
 // objects (a string fails it), and the vendor's Python client takes the first key of a task's
 // entities as the entity the task creates (VeilTask.first_entity), so entities keep the order

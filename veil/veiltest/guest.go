@@ -186,29 +186,11 @@ func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now ti
 	case "guest-get-host-name":
 		return map[string]any{"host-name": d.hostname()}, nil
 	case "guest-get-osinfo":
-		if !d.linux {
-			return map[string]any{"id": "mswindows", "name": "Microsoft Windows", "pretty-name": "Windows Server 2019 Standard",
-				"version": "Microsoft Windows Server 2019", "version-id": "2019", "variant": "server", "variant-id": "server",
-				"kernel-release": "17763", "kernel-version": "10.0", "machine": "x86_64"}, nil
-		}
-		if seed%2 == 0 {
-			return map[string]any{"id": "ubuntu", "name": "Ubuntu", "pretty-name": "Ubuntu 22.04.4 LTS",
-				"version": "22.04.4 LTS (Jammy Jellyfish)", "version-id": "22.04", "kernel-release": "5.15.0-105-generic",
-				"kernel-version": "#115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024", "machine": "x86_64"}, nil
-		}
-		return map[string]any{"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 12 (bookworm)",
-			"version": "12 (bookworm)", "version-id": "12", "kernel-release": "6.1.0-21-amd64",
-			"kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.1.90-1 (2024-05-03)", "machine": "x86_64"}, nil
+		return d.osinfo(seed), nil
+	case "guest-info":
+		return d.guestInfo(), nil
 	case "guest-get-fsinfo":
 		return d.fsinfo(seed), nil
-	case "guest-info":
-		offered := d.guestCommands()
-		cmds := make([]map[string]any, 0, len(offered))
-		for _, c := range offered {
-			noReply := c == "guest-shutdown" || c == "guest-suspend-ram" || c == "guest-suspend-disk" || c == "guest-suspend-hybrid"
-			cmds = append(cmds, map[string]any{"name": c, "enabled": true, "success-response": !noReply})
-		}
-		return map[string]any{"version": d.agentVersion(), "supported_commands": cmds}, nil
 	case "guest-network-get-interfaces":
 		return d.interfaces(seed), nil
 	case "guest-get-diskstats":
@@ -217,6 +199,14 @@ func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now ti
 		return d.cpustats(now), nil
 	case "guest-get-load":
 		return d.load(), nil
+	}
+	return d.otherGuestResult(cmd, fargs, now, seed)
+}
+
+// otherGuestResult answers the rest of the agent's schema: commands the exporter never sends,
+// answered so that the simulator serves any client as the agent would.
+func (d *domain) otherGuestResult(cmd string, fargs map[string]any, now time.Time, seed uint64) (any, *apiError) {
+	switch cmd {
 	case "guest-get-timezone":
 		return map[string]any{"zone": "MSK", "offset": 10800}, nil
 	case "guest-get-users":
@@ -270,6 +260,34 @@ func (st *state) guestResult(d *domain, cmd string, fargs map[string]any, now ti
 		return []map[string]any{{"name": "/dev/vda", "partition": false, "dependencies": []string{}}}, nil
 	}
 	return map[string]any{}, nil
+}
+
+// osinfo is guest-get-osinfo's answer: Windows Server, or Ubuntu or Debian by seed.
+func (d *domain) osinfo(seed uint64) map[string]any {
+	if !d.linux {
+		return map[string]any{"id": "mswindows", "name": "Microsoft Windows", "pretty-name": "Windows Server 2019 Standard",
+			"version": "Microsoft Windows Server 2019", "version-id": "2019", "variant": "server", "variant-id": "server",
+			"kernel-release": "17763", "kernel-version": "10.0", "machine": "x86_64"}
+	}
+	if seed%2 == 0 {
+		return map[string]any{"id": "ubuntu", "name": "Ubuntu", "pretty-name": "Ubuntu 22.04.4 LTS",
+			"version": "22.04.4 LTS (Jammy Jellyfish)", "version-id": "22.04", "kernel-release": "5.15.0-105-generic",
+			"kernel-version": "#115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024", "machine": "x86_64"}
+	}
+	return map[string]any{"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 12 (bookworm)",
+		"version": "12 (bookworm)", "version-id": "12", "kernel-release": "6.1.0-21-amd64",
+		"kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.1.90-1 (2024-05-03)", "machine": "x86_64"}
+}
+
+// guestInfo is guest-info's answer: the agent's version and the commands it offers.
+func (d *domain) guestInfo() map[string]any {
+	offered := d.guestCommands()
+	cmds := make([]map[string]any, 0, len(offered))
+	for _, c := range offered {
+		noReply := c == "guest-shutdown" || c == "guest-suspend-ram" || c == "guest-suspend-disk" || c == "guest-suspend-hybrid"
+		cmds = append(cmds, map[string]any{"name": c, "enabled": true, "success-response": !noReply})
+	}
+	return map[string]any{"version": d.agentVersion(), "supported_commands": cmds}
 }
 
 func (d *domain) fsinfo(seed uint64) []map[string]any {

@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of guest-exec through raw HTTP (issue 10, point 5): the result is
+// Conformance of guest-exec through raw HTTP: the result is
 // {exitcode, out-data, exited} at once, as the spec's table shows and vendor code reads it;
 // the output echoes the arguments, a path that does not exist gives a non-zero exit code, and
 // guest-exec-status answers the same result for the pid.

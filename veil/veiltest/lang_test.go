@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of languages through raw HTTP (issue 10, point 10): Accept-Language ru gives
+// Conformance of languages through raw HTTP: Accept-Language ru gives
 // Russian event messages, task names and error texts; en, the default and any other language
 // give English. The vendor's Python client sends ru by default for events.
 
@@ -78,79 +78,16 @@ func TestAcceptLanguageSelectsTexts(t *testing.T) {
 		})
 	}
 
-	t.Run("task names and task events in Russian", func(t *testing.T) {
-		st, b := getLang(t, s, "GET", "/api/tasks/"+taskID+"/", "ru", s.Token)
-		var tk map[string]any
-		if st != 200 || json.Unmarshal(b, &tk) != nil {
-			t.Fatalf("%d %s", st, b)
-		}
-		want := "Выключение виртуальной машины " + vmName + "."
-		if tk["name"] != want || tk["verbose_name"] != "Задача" {
-			t.Fatalf("task name %q verbose_name %q, want %q", tk["name"], tk["verbose_name"], want)
-		}
-		evs := tk["events"].([]any)
-		if m := evs[0].(map[string]any)["message"]; m != "Задача создана:  "+want {
-			t.Fatalf("created event %q", m)
-		}
-		st, b = getLang(t, s, "GET", "/api/events/"+evs[1].(map[string]any)["id"].(string)+"/", "ru", s.Token)
-		if st != 200 || !strings.Contains(string(b), "Задача успешно завершена:  "+want) {
-			t.Fatalf("finished event in Russian: %d %s", st, b)
-		}
-	})
+	t.Run("task names and task events in Russian", func(t *testing.T) { russianTask(t, s, taskID, vmName) })
 
-	for _, tc := range []struct {
-		name, method, path, token, want string
-		status                          int
-	}{
+	for _, tc := range []langError{
 		{"not found", "GET", "/api/domains/00000000-0000-4000-8000-000000000000/", s.Token, "Виртуальная машина не найдена.", 404},
 		{"unknown URL", "GET", "/api/nothing/", s.Token, "URL не найден.", 404},
 		{"no token", "GET", "/api/nodes/", "", "Учетные данные не были предоставлены.", 401},
 		{"required field", "POST", "/api/domains/" + vm + "/ssh-inject/", s.Token, "Обязательное поле.", 400},
 		{"rule", "POST", "/api/domains/" + vm + "/guest-command/", s.Token, "Гостевой агент", 400},
 	} {
-		t.Run("error "+tc.name, func(t *testing.T) {
-			if tc.name == "rule" {
-				_ = s.SetGuestAgent(vm, false)
-				_ = s.PowerOn(vm)
-			}
-			body := "{}"
-			if tc.name == "rule" {
-				body = `{"qemu_cmd":"guest-ping"}`
-			}
-			req, _ := http.NewRequest(tc.method, s.URL+tc.path, strings.NewReader(body))
-			if tc.token != "" {
-				req.Header.Set("Authorization", "jwt "+tc.token)
-			}
-			req.Header.Set("Accept-Language", "ru")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != tc.status {
-				t.Fatalf("status %d: %s", resp.StatusCode, b)
-			}
-			e := errorOf(t, b)
-			if msg := e[e["msg_key"].(string)].(string); !strings.Contains(msg, tc.want) {
-				t.Fatalf("message %q, want %q", msg, tc.want)
-			}
-			// The same request in English.
-			req2, _ := http.NewRequest(tc.method, s.URL+tc.path, strings.NewReader(body))
-			if tc.token != "" {
-				req2.Header.Set("Authorization", "jwt "+tc.token)
-			}
-			resp2, err := http.DefaultClient.Do(req2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b2, _ := io.ReadAll(resp2.Body)
-			resp2.Body.Close()
-			e2 := errorOf(t, b2)
-			if msg := e2[e2["msg_key"].(string)].(string); cyrillic.MatchString(msg) || e2["code"] != e["code"] {
-				t.Fatalf("English error %q code %v, Russian code %v", msg, e2["code"], e["code"])
-			}
-		})
+		t.Run("error "+tc.name, func(t *testing.T) { checkRussianError(t, s, vm, tc) })
 	}
 
 	t.Run("an injected fault in Russian", func(t *testing.T) {
@@ -160,4 +97,77 @@ func TestAcceptLanguageSelectsTexts(t *testing.T) {
 			t.Fatalf("%d %s", st, b)
 		}
 	})
+}
+
+// russianTask: a task's name and its events in Russian.
+func russianTask(t *testing.T, s *Server, taskID, vmName string) {
+	st, b := getLang(t, s, "GET", "/api/tasks/"+taskID+"/", "ru", s.Token)
+	var tk map[string]any
+	if st != 200 || json.Unmarshal(b, &tk) != nil {
+		t.Fatalf("%d %s", st, b)
+	}
+	want := "Выключение виртуальной машины " + vmName + "."
+	if tk["name"] != want || tk["verbose_name"] != "Задача" {
+		t.Fatalf("task name %q verbose_name %q, want %q", tk["name"], tk["verbose_name"], want)
+	}
+	evs := tk["events"].([]any)
+	if m := evs[0].(map[string]any)["message"]; m != "Задача создана:  "+want {
+		t.Fatalf("created event %q", m)
+	}
+	st, b = getLang(t, s, "GET", "/api/events/"+evs[1].(map[string]any)["id"].(string)+"/", "ru", s.Token)
+	if st != 200 || !strings.Contains(string(b), "Задача успешно завершена:  "+want) {
+		t.Fatalf("finished event in Russian: %d %s", st, b)
+	}
+}
+
+// langError is a request that fails, with the Russian text its error must hold.
+type langError struct {
+	name, method, path, token, want string
+	status                          int
+}
+
+// checkRussianError: the error of tc's request asked in Russian says tc.want, and the same
+// request in English has the same code and no Cyrillic.
+func checkRussianError(t *testing.T, s *Server, vm string, tc langError) {
+	if tc.name == "rule" {
+		_ = s.SetGuestAgent(vm, false)
+		_ = s.PowerOn(vm)
+	}
+	body := "{}"
+	if tc.name == "rule" {
+		body = `{"qemu_cmd":"guest-ping"}`
+	}
+	req, _ := http.NewRequest(tc.method, s.URL+tc.path, strings.NewReader(body))
+	if tc.token != "" {
+		req.Header.Set("Authorization", "jwt "+tc.token)
+	}
+	req.Header.Set("Accept-Language", "ru")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != tc.status {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	e := errorOf(t, b)
+	if msg := e[e["msg_key"].(string)].(string); !strings.Contains(msg, tc.want) {
+		t.Fatalf("message %q, want %q", msg, tc.want)
+	}
+	// The same request in English.
+	req2, _ := http.NewRequest(tc.method, s.URL+tc.path, strings.NewReader(body))
+	if tc.token != "" {
+		req2.Header.Set("Authorization", "jwt "+tc.token)
+	}
+	resp2, err := http.DefaultClient.Do(req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := io.ReadAll(resp2.Body)
+	resp2.Body.Close()
+	e2 := errorOf(t, b2)
+	if msg := e2[e2["msg_key"].(string)].(string); cyrillic.MatchString(msg) || e2["code"] != e["code"] {
+		t.Fatalf("English error %q code %v, Russian code %v", msg, e2["code"], e["code"])
+	}
 }

@@ -200,68 +200,17 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 		if e != nil {
 			return nil, e
 		}
-		var ids []string
-		if v, ok := body["domains_ids"]; ok && v != nil {
-			list, ok := v.([]any)
-			if !ok {
-				return nil, errField("domains_ids", "invalid", txt("Expected a list of UUIDs.", "Ожидается список UUID."))
-			}
-			seen := map[string]bool{}
-			for _, x := range list {
-				id, ok := x.(string)
-				if !ok || !isUUID(id) {
-					return nil, errField("domains_ids", "invalid", txt("Must be a list of valid UUIDs.", "Должен быть списком корректных UUID."))
-				}
-				id = strings.ToLower(id)
-				if seen[id] || s.st.domainByID[id] != nil {
-					return nil, errField("domains_ids", "unique", txtf("Virtual machine id %s is already used.", "Идентификатор виртуальной машины %s уже используется.", id))
-				}
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
-		count := max(len(ids), 1)
-		if v, ok := body["count"]; ok && v != nil {
-			n, err := strconv.Atoi(fmt.Sprint(v))
-			if err != nil || n < 1 || n > 1000 {
-				return nil, errField("count", "invalid", txt("Must be an integer from 1 to 1000.", "Должно быть целым числом от 1 до 1000."))
-			}
-			if len(ids) > 0 && n != len(ids) {
-				return nil, errField("domains_ids", "invalid", txtf("Expected %d ids for count %d, got %d.", "Ожидалось идентификаторов: %d (count %d), получено: %d.", n, n, len(ids)))
-			}
-			count = n
-		}
-		names := []string{name}
-		if count > 1 {
-			names = make([]string, count)
-			for i := range names {
-				names[i] = fmt.Sprintf("%s-%d", name, i+1)
-			}
-		}
-		taken := map[string]bool{}
-		for _, d := range s.st.domains {
-			taken[d.name] = true
-		}
-		for _, n := range names {
-			if taken[n] {
-				return nil, errField("verbose_name", "unique", txtf("A virtual machine named %s already exists.", "Виртуальная машина с именем %s уже существует.", n))
-			}
-		}
-		n := src.node
-		if v, e := stringField(body, "node", false); e != nil {
+		ids, count, e := s.st.cloneIDs(body)
+		if e != nil {
 			return nil, e
-		} else if v != "" {
-			if n = s.st.nodeByID[v]; n == nil {
-				return nil, errField("node", "invalid", txt("Node is not found.", "Узел не найден."))
-			}
 		}
-		pool := src.pool
-		if v, e := stringField(body, "datapool", false); e != nil {
+		names, e := s.st.cloneNames(name, count)
+		if e != nil {
 			return nil, e
-		} else if v != "" {
-			if pool = s.st.poolByID[v]; pool == nil {
-				return nil, errField("datapool", "invalid", txt("Data pool is not found.", "Пул данных не найден."))
-			}
+		}
+		n, pool, e := s.st.clonePlace(body, src)
+		if e != nil {
+			return nil, e
 		}
 		clones := make([]*domain, count)
 		for i := range clones {
@@ -282,6 +231,86 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		return s.st.startMultiClone(now, src, clones, key, user), nil
 	})
+}
+
+// cloneIDs reads domains_ids (ids the client chose, unused so far) and count from a clone's
+// body; count is len(ids) when only the ids are given.
+func (st *state) cloneIDs(body map[string]any) ([]string, int, *apiError) {
+	var ids []string
+	if v, ok := body["domains_ids"]; ok && v != nil {
+		list, ok := v.([]any)
+		if !ok {
+			return nil, 0, errField("domains_ids", "invalid", txt("Expected a list of UUIDs.", "Ожидается список UUID."))
+		}
+		seen := map[string]bool{}
+		for _, x := range list {
+			id, ok := x.(string)
+			if !ok || !isUUID(id) {
+				return nil, 0, errField("domains_ids", "invalid", txt("Must be a list of valid UUIDs.", "Должен быть списком корректных UUID."))
+			}
+			id = strings.ToLower(id)
+			if seen[id] || st.domainByID[id] != nil {
+				return nil, 0, errField("domains_ids", "unique", txtf("Virtual machine id %s is already used.", "Идентификатор виртуальной машины %s уже используется.", id))
+			}
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	count := max(len(ids), 1)
+	if v, ok := body["count"]; ok && v != nil {
+		n, err := strconv.Atoi(fmt.Sprint(v))
+		if err != nil || n < 1 || n > 1000 {
+			return nil, 0, errField("count", "invalid", txt("Must be an integer from 1 to 1000.", "Должно быть целым числом от 1 до 1000."))
+		}
+		if len(ids) > 0 && n != len(ids) {
+			return nil, 0, errField("domains_ids", "invalid", txtf("Expected %d ids for count %d, got %d.", "Ожидалось идентификаторов: %d (count %d), получено: %d.", n, n, len(ids)))
+		}
+		count = n
+	}
+	return ids, count, nil
+}
+
+// cloneNames are the names of count clones named name ("name-1", "name-2"... when several),
+// refused when one is taken.
+func (st *state) cloneNames(name string, count int) ([]string, *apiError) {
+	names := []string{name}
+	if count > 1 {
+		names = make([]string, count)
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-%d", name, i+1)
+		}
+	}
+	taken := map[string]bool{}
+	for _, d := range st.domains {
+		taken[d.name] = true
+	}
+	for _, n := range names {
+		if taken[n] {
+			return nil, errField("verbose_name", "unique", txtf("A virtual machine named %s already exists.", "Виртуальная машина с именем %s уже существует.", n))
+		}
+	}
+	return names, nil
+}
+
+// clonePlace is the node and data pool of a clone of src: the body's, or src's.
+func (st *state) clonePlace(body map[string]any, src *domain) (*node, *datapool, *apiError) {
+	n := src.node
+	if v, e := stringField(body, "node", false); e != nil {
+		return nil, nil, e
+	} else if v != "" {
+		if n = st.nodeByID[v]; n == nil {
+			return nil, nil, errField("node", "invalid", txt("Node is not found.", "Узел не найден."))
+		}
+	}
+	pool := src.pool
+	if v, e := stringField(body, "datapool", false); e != nil {
+		return nil, nil, e
+	} else if v != "" {
+		if pool = st.poolByID[v]; pool == nil {
+			return nil, nil, errField("datapool", "invalid", txt("Data pool is not found.", "Пул данных не найден."))
+		}
+	}
+	return n, pool, nil
 }
 
 // startMultiClone starts the multitask of a clone with count > 1 and a task per VM; the

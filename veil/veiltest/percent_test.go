@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of usage percentages through raw HTTP (issue 10, point 4): nodes, clusters and
+// Conformance of usage percentages through raw HTTP: nodes, clusters and
 // domains send cpu_used_percent_user and mem_used_percent_user as decimal strings by default,
 // as the vendor's Go client expects, and as JSON numbers with Options.PercentNumbers.
 

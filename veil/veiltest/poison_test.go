@@ -58,51 +58,15 @@ func control(t *testing.T, c *client, path string, body any, v any) {
 // TestPoisonEventsAreInTheJournal: every kind of bad event, added through /_sim/events/poison
 // between good ones, is listed by GET /api/events/ at its place in its bad wire form, and its
 // detail answers by its key; the good events around it are as usual.
+// poisonCase is a kind of poison event, its options, and what the journal must then hold.
+type poisonCase struct {
+	kind  string
+	body  map[string]any
+	check func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo)
+}
+
 func TestPoisonEventsAreInTheJournal(t *testing.T) {
-	for _, c := range []struct {
-		kind  string
-		body  map[string]any
-		check func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo)
-	}{
-		{PoisonHugeDetail, map[string]any{"size": DefaultHugeDetail}, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
-			if n := len(str(e["detail_message"])); n != DefaultHugeDetail {
-				t.Errorf("detail_message of %d bytes, want %d", n, DefaultHugeDetail)
-			}
-			if info.Size <= DefaultHugeDetail {
-				t.Errorf("size %d: want the whole event's JSON, more than its detail", info.Size)
-			}
-		}},
-		{PoisonLongType, map[string]any{"size": 5000}, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
-			if typ := str(e["type"]); len(typ) != 5000 || typ != info.Type {
-				t.Errorf("type of %d characters (answer says %d), want 5000", len(typ), len(info.Type))
-			}
-		}},
-		{PoisonBadCreated, map[string]any{"created": "2026-13-45T99:00:00Z"}, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
-			if got := str(e["created"]); got != "2026-13-45T99:00:00Z" || info.Created != got {
-				t.Errorf("created %q (answer %q)", got, info.Created)
-			}
-		}},
-		{PoisonBadCreated, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
-			if got := str(e["created"]); got != DefaultBadCreated {
-				t.Errorf("created %q, want %q", got, DefaultBadCreated)
-			}
-		}},
-		{PoisonNullCreated, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
-			if string(e["created"]) != "null" || info.Created != "null" {
-				t.Errorf("created %s (answer %q), want null", e["created"], info.Created)
-			}
-		}},
-		{PoisonNoCreated, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
-			if _, ok := e["created"]; ok || info.Created != "" {
-				t.Errorf("created %s (answer %q), want no key", e["created"], info.Created)
-			}
-		}},
-		{PoisonNoID, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
-			if _, ok := e["id"]; ok || info.ID != "" || info.Key == "" {
-				t.Errorf("id %s (answer id %q key %q), want no key and a journal key", e["id"], info.ID, info.Key)
-			}
-		}},
-	} {
+	for _, c := range poisonCases() {
 		t.Run(c.kind, func(t *testing.T) {
 			s, cl := newSim(t, Options{VMs: 3, InitialEvents: -1, InitialTasks: -1})
 			before := s.AddEvents(3, EventSpec{Type: "info"})
@@ -146,6 +110,50 @@ func TestPoisonEventsAreInTheJournal(t *testing.T) {
 			t.Fatalf("unknown kind answered %d %s", st, b)
 		}
 	})
+}
+
+// poisonCases are the rows of TestPoisonEventsAreInTheJournal.
+func poisonCases() []poisonCase {
+	return []poisonCase{
+		{PoisonHugeDetail, map[string]any{"size": DefaultHugeDetail}, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
+			if n := len(str(e["detail_message"])); n != DefaultHugeDetail {
+				t.Errorf("detail_message of %d bytes, want %d", n, DefaultHugeDetail)
+			}
+			if info.Size <= DefaultHugeDetail {
+				t.Errorf("size %d: want the whole event's JSON, more than its detail", info.Size)
+			}
+		}},
+		{PoisonLongType, map[string]any{"size": 5000}, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
+			if typ := str(e["type"]); len(typ) != 5000 || typ != info.Type {
+				t.Errorf("type of %d characters (answer says %d), want 5000", len(typ), len(info.Type))
+			}
+		}},
+		{PoisonBadCreated, map[string]any{"created": "2026-13-45T99:00:00Z"}, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
+			if got := str(e["created"]); got != "2026-13-45T99:00:00Z" || info.Created != got {
+				t.Errorf("created %q (answer %q)", got, info.Created)
+			}
+		}},
+		{PoisonBadCreated, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
+			if got := str(e["created"]); got != DefaultBadCreated {
+				t.Errorf("created %q, want %q", got, DefaultBadCreated)
+			}
+		}},
+		{PoisonNullCreated, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
+			if string(e["created"]) != "null" || info.Created != "null" {
+				t.Errorf("created %s (answer %q), want null", e["created"], info.Created)
+			}
+		}},
+		{PoisonNoCreated, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
+			if _, ok := e["created"]; ok || info.Created != "" {
+				t.Errorf("created %s (answer %q), want no key", e["created"], info.Created)
+			}
+		}},
+		{PoisonNoID, nil, func(t *testing.T, e map[string]json.RawMessage, info PoisonEventInfo) {
+			if _, ok := e["id"]; ok || info.ID != "" || info.Key == "" {
+				t.Errorf("id %s (answer id %q key %q), want no key and a journal key", e["id"], info.ID, info.Key)
+			}
+		}},
+	}
 }
 
 // TestFutureEventGoesLastAsOrderingByCreatedPutsIt: an event dated an hour ahead stays after

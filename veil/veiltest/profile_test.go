@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of the two profiles through raw HTTP (issue 10, point 12): where the vendor's
+// Conformance of the two profiles through raw HTTP: where the vendor's
 // clients disagree, the default profile sends one shape and Options.Profile "alternative" the
 // other (the vendor's clients disagree): "entity" (a uuid) instead of "_entity", number percentages, tags
 // as strings instead of objects, and the detail objects of the vendor's mock.

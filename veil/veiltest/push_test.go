@@ -369,52 +369,8 @@ func TestPushFaults(t *testing.T) {
 			t.Fatalf("upgrade without the channel: %v, %v", resp, err)
 		}
 	})
-	t.Run("drop_now", func(t *testing.T) {
-		s, c := newSim(t, Options{VMs: 3})
-		a, b := dialPush(t, s, s.Token), dialPush(t, s, s.Token)
-		a.command("add /domains/")
-		b.command("add /nodes/")
-		if n := s.DropPushSockets(); n != 2 {
-			t.Fatalf("dropped %d sockets, want 2", n)
-		}
-		for _, p := range []*pushClient{a, b} {
-			if err := p.end(); err == nil || websocket.CloseStatus(err) != -1 {
-				t.Fatalf("dropped socket ended with %v, want no close frame", err)
-			}
-		}
-		d := dialPush(t, s, s.Token) // through the control API
-		d.command("add /domains/")
-		if v := c.json("POST", "/_sim/ws/drop", nil, 200); v["dropped"] != 1.0 {
-			t.Fatalf("/_sim/ws/drop: %v", v)
-		}
-		if err := d.end(); websocket.CloseStatus(err) != -1 {
-			t.Fatalf("dropped socket ended with %v", err)
-		}
-	})
-	t.Run("lose", func(t *testing.T) {
-		s, c := newSim(t, Options{VMs: 10, RunningFraction: 1, ChangeLog: 100})
-		p := dialPush(t, s, s.Token)
-		p.command("add /domains/")
-		c.json("POST", "/_sim/faults", []map[string]any{{"kind": "ws_lose", "path": "/domains/", "count": 1}}, 200)
-		ids := s.DomainIDs()
-		for _, id := range ids[len(ids)-2:] {
-			if err := s.PowerOff(id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if m := p.data(); m.ID != ids[len(ids)-1] {
-			t.Fatalf("first frame %s, want the second VM's (the first is lost)", m.raw)
-		}
-		lost := 0
-		for _, ch := range s.Changes(0) {
-			if ch.Resource == "/domains/" && ch.ID == ids[len(ids)-2] {
-				lost++
-			}
-		}
-		if lost != 1 {
-			t.Fatalf("the change log holds the lost change %d times", lost)
-		}
-	})
+	t.Run("drop_now", func(t *testing.T) { pushDropNow(t) })
+	t.Run("lose", func(t *testing.T) { pushLose(t) })
 	t.Run("delay", func(t *testing.T) {
 		s, _ := newSim(t, Options{VMs: 10, RunningFraction: 1})
 		p := dialPush(t, s, s.Token)
@@ -450,6 +406,56 @@ func TestPushFaults(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// pushLose: ws_lose loses one change on the channel; the change log still has it.
+func pushLose(t *testing.T) {
+	s, c := newSim(t, Options{VMs: 10, RunningFraction: 1, ChangeLog: 100})
+	p := dialPush(t, s, s.Token)
+	p.command("add /domains/")
+	c.json("POST", "/_sim/faults", []map[string]any{{"kind": "ws_lose", "path": "/domains/", "count": 1}}, 200)
+	ids := s.DomainIDs()
+	for _, id := range ids[len(ids)-2:] {
+		if err := s.PowerOff(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := p.data(); m.ID != ids[len(ids)-1] {
+		t.Fatalf("first frame %s, want the second VM's (the first is lost)", m.raw)
+	}
+	lost := 0
+	for _, ch := range s.Changes(0) {
+		if ch.Resource == "/domains/" && ch.ID == ids[len(ids)-2] {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Fatalf("the change log holds the lost change %d times", lost)
+	}
+}
+
+// pushDropNow: dropped sockets end without a close frame, by the method or the control API.
+func pushDropNow(t *testing.T) {
+	s, c := newSim(t, Options{VMs: 3})
+	a, b := dialPush(t, s, s.Token), dialPush(t, s, s.Token)
+	a.command("add /domains/")
+	b.command("add /nodes/")
+	if n := s.DropPushSockets(); n != 2 {
+		t.Fatalf("dropped %d sockets, want 2", n)
+	}
+	for _, p := range []*pushClient{a, b} {
+		if err := p.end(); err == nil || websocket.CloseStatus(err) != -1 {
+			t.Fatalf("dropped socket ended with %v, want no close frame", err)
+		}
+	}
+	d := dialPush(t, s, s.Token) // through the control API
+	d.command("add /domains/")
+	if v := c.json("POST", "/_sim/ws/drop", nil, 200); v["dropped"] != 1.0 {
+		t.Fatalf("/_sim/ws/drop: %v", v)
+	}
+	if err := d.end(); websocket.CloseStatus(err) != -1 {
+		t.Fatalf("dropped socket ended with %v", err)
+	}
 }
 
 // TestPushDropsASlowClient holds a socket's writer (a long delay) so its queue of two fills:

@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of collection queries through raw HTTP (issue 10, point 8): the filters the
+// Conformance of collection queries through raw HTTP: the filters the
 // vendor's clients send (nodes cluster; domains node, cluster, datapool, resource_pool,
 // template, status, power_state, ids, name; data-pools node, cluster; tasks parent, status;
 // events type, user, task), ordering on every collection and fields= on every collection and
@@ -63,21 +63,9 @@ func TestFiltersSelectAndUnknownValuesGiveEmptyLists(t *testing.T) {
 		nodeCluster[n["id"].(string)] = refID(n["cluster"])
 	}
 	poolID := s.DatapoolIDs()[0]
-	var poolOfVM = map[string]string{}
-	for _, id := range s.DomainIDs() {
-		d := c.json("GET", "/api/domains/"+id+"/", nil, 200)
-		poolOfVM[id] = refID(d["datapool"])
-	}
+	poolOfVM := poolsOfVMs(s, c)
 	shutdownTask := tasks[0]["id"].(string) // newest first: the shutdown above
 	const unknown = "00000000-0000-4000-8000-000000000000"
-	connected := func(p map[string]any, pred func(string) bool) bool {
-		for _, x := range p["nodes_connected"].([]any) {
-			if pred(x.(map[string]any)["id"].(string)) {
-				return true
-			}
-		}
-		return false
-	}
 
 	for _, tc := range []struct {
 		path string
@@ -106,9 +94,9 @@ func TestFiltersSelectAndUnknownValuesGiveEmptyLists(t *testing.T) {
 		{"/api/domains/?node=" + node + "&power_state=3", where(domains, func(d map[string]any) bool {
 			return refID(d["node"]) == node && d["user_power_state"] == float64(3)
 		})},
-		{"/api/data-pools/?node=" + node, where(pools, func(p map[string]any) bool { return connected(p, func(id string) bool { return id == node }) })},
+		{"/api/data-pools/?node=" + node, where(pools, func(p map[string]any) bool { return connectedTo(p, func(id string) bool { return id == node }) })},
 		{"/api/data-pools/?cluster=" + cl, where(pools, func(p map[string]any) bool {
-			return connected(p, func(id string) bool { return nodeCluster[id] == cl })
+			return connectedTo(p, func(id string) bool { return nodeCluster[id] == cl })
 		})},
 		{"/api/data-pools/?node=" + unknown, nil},
 		{"/api/tasks/?status=SUCCESS", where(tasks, func(x map[string]any) bool { return x["status"] == "SUCCESS" })},
@@ -258,4 +246,24 @@ func TestFieldsKeepOnlyThoseKeys(t *testing.T) {
 			t.Fatalf("%d %s", st, b)
 		}
 	})
+}
+
+// connectedTo says whether a data pool is connected to a node that pred accepts.
+func connectedTo(p map[string]any, pred func(string) bool) bool {
+	for _, x := range p["nodes_connected"].([]any) {
+		if pred(x.(map[string]any)["id"].(string)) {
+			return true
+		}
+	}
+	return false
+}
+
+// poolsOfVMs maps each VM to its data pool, as its detail says.
+func poolsOfVMs(s *Server, c *client) map[string]string {
+	poolOfVM := map[string]string{}
+	for _, id := range s.DomainIDs() {
+		d := c.json("GET", "/api/domains/"+id+"/", nil, 200)
+		poolOfVM[id] = refID(d["datapool"])
+	}
+	return poolOfVM
 }

@@ -61,23 +61,7 @@ func TestEventsOrderingRetentionAndSameCreated(t *testing.T) {
 		}
 	})
 
-	t.Run("retention deletes oldest", func(t *testing.T) {
-		s, c := newSim(t, Options{VMs: 3, EventsRetention: 10})
-		ids := s.AddEvents(25, EventSpec{})
-		if n := s.EventCount(); n != 10 {
-			t.Fatalf("%d events kept", n)
-		}
-		got := eventIDs(t, c, "ordering=created")
-		if got[0] != ids[15] || got[9] != ids[24] {
-			t.Fatalf("kept %v, want the newest 10", got)
-		}
-		if st, _ := c.do("GET", "/api/events/"+ids[0]+"/", nil); st != 404 {
-			t.Fatalf("deleted event answers %d", st)
-		}
-		if n := s.DeleteOldestEvents(3); n != 3 || s.EventCount() != 7 {
-			t.Fatalf("DeleteOldestEvents removed %d, %d left", n, s.EventCount())
-		}
-	})
+	t.Run("retention deletes oldest", func(t *testing.T) { eventsRetention(t) })
 
 	t.Run("background rate", func(t *testing.T) {
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -113,6 +97,26 @@ func TestEventsOrderingRetentionAndSameCreated(t *testing.T) {
 			t.Fatalf("rate 0 still generates: %d -> %d", after, n)
 		}
 	})
+}
+
+// eventsRetention: the journal keeps the newest EventsRetention events; the oldest are gone, also
+// on request.
+func eventsRetention(t *testing.T) {
+	s, c := newSim(t, Options{VMs: 3, EventsRetention: 10})
+	ids := s.AddEvents(25, EventSpec{})
+	if n := s.EventCount(); n != 10 {
+		t.Fatalf("%d events kept", n)
+	}
+	got := eventIDs(t, c, "ordering=created")
+	if got[0] != ids[15] || got[9] != ids[24] {
+		t.Fatalf("kept %v, want the newest 10", got)
+	}
+	if st, _ := c.do("GET", "/api/events/"+ids[0]+"/", nil); st != 404 {
+		t.Fatalf("deleted event answers %d", st)
+	}
+	if n := s.DeleteOldestEvents(3); n != 3 || s.EventCount() != 7 {
+		t.Fatalf("DeleteOldestEvents removed %d, %d left", n, s.EventCount())
+	}
 }
 
 func TestFaultsOfEachKind(t *testing.T) {
@@ -187,54 +191,64 @@ func TestFaultsOfEachKind(t *testing.T) {
 		})
 	}
 
-	t.Run("non-matching path and method are untouched", func(t *testing.T) {
-		s.SetFaults(Fault{Path: "/api/nodes/*", Kind: "status"}, Fault{Method: "POST", Kind: "status"})
-		defer s.ClearFaults()
-		if resp, _, err := get(); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("%v %v", err, resp)
-		}
-		if st, _ := c.do("GET", "/api/nodes/", nil); st != 500 {
-			t.Fatalf("nodes fault not applied: %d", st)
-		}
-	})
+	t.Run("non-matching path and method are untouched", func(t *testing.T) { faultsMatchPathAndMethod(t, s, c, get) })
 
-	t.Run("fault rate answers 500 503 or 418", func(t *testing.T) {
-		s.SetFaultRate(1)
-		defer s.SetFaultRate(0)
-		seen := map[int]bool{}
-		for range 30 {
-			st, b := c.do("GET", "/api/domains/", nil)
-			if st != 500 && st != 503 && st != 418 {
-				t.Fatalf("status %d", st)
-			}
-			errorOf(t, b)
-			seen[st] = true
-		}
-		if len(seen) < 2 {
-			t.Fatalf("fault statuses not random: %v", seen)
-		}
-	})
+	t.Run("fault rate answers 500 503 or 418", func(t *testing.T) { faultRate(t, s, c) })
 
-	t.Run("control API sets faults and is never faulted", func(t *testing.T) {
-		resp, err := http.Post(s.URL+"/_sim/faults", "application/json", strings.NewReader(`[{"kind":"status","status":418}]`))
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("%v %v", err, resp)
+	t.Run("control API sets faults and is never faulted", func(t *testing.T) { faultsByControlAPI(t, s, c) })
+}
+
+// faultsMatchPathAndMethod: a fault applies only to its path and method.
+func faultsMatchPathAndMethod(t *testing.T, s *Server, c *client, get func() (*http.Response, []byte, error)) {
+	s.SetFaults(Fault{Path: "/api/nodes/*", Kind: "status"}, Fault{Method: "POST", Kind: "status"})
+	defer s.ClearFaults()
+	if resp, _, err := get(); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", err, resp)
+	}
+	if st, _ := c.do("GET", "/api/nodes/", nil); st != 500 {
+		t.Fatalf("nodes fault not applied: %d", st)
+	}
+}
+
+// faultRate: with a fault rate of 1 every answer is a 500, 503 or 418, not always the same.
+func faultRate(t *testing.T, s *Server, c *client) {
+	s.SetFaultRate(1)
+	defer s.SetFaultRate(0)
+	seen := map[int]bool{}
+	for range 30 {
+		st, b := c.do("GET", "/api/domains/", nil)
+		if st != 500 && st != 503 && st != 418 {
+			t.Fatalf("status %d", st)
 		}
-		resp.Body.Close()
-		if st, _ := c.do("GET", "/api/nodes/", nil); st != 418 {
-			t.Fatalf("status %d, want 418", st)
-		}
-		resp, err = http.Get(s.URL + "/_sim/state")
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("%v %v", err, resp)
-		}
-		resp.Body.Close()
-		resp, _ = http.Post(s.URL+"/_sim/faults", "application/json", strings.NewReader(`[]`))
-		resp.Body.Close()
-		if st, _ := c.do("GET", "/api/nodes/", nil); st != 200 {
-			t.Fatalf("empty list did not clear faults: %d", st)
-		}
-	})
+		errorOf(t, b)
+		seen[st] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("fault statuses not random: %v", seen)
+	}
+}
+
+// faultsByControlAPI: faults set and cleared through /_sim/faults; the control API itself is never
+// faulted.
+func faultsByControlAPI(t *testing.T, s *Server, c *client) {
+	resp, err := http.Post(s.URL+"/_sim/faults", "application/json", strings.NewReader(`[{"kind":"status","status":418}]`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", err, resp)
+	}
+	resp.Body.Close()
+	if st, _ := c.do("GET", "/api/nodes/", nil); st != 418 {
+		t.Fatalf("status %d, want 418", st)
+	}
+	resp, err = http.Get(s.URL + "/_sim/state")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", err, resp)
+	}
+	resp.Body.Close()
+	resp, _ = http.Post(s.URL+"/_sim/faults", "application/json", strings.NewReader(`[]`))
+	resp.Body.Close()
+	if st, _ := c.do("GET", "/api/nodes/", nil); st != 200 {
+		t.Fatalf("empty list did not clear faults: %d", st)
+	}
 }
 
 func TestRequestLogAndInFlightMax(t *testing.T) {

@@ -113,38 +113,44 @@ func TestOperationsRunTasksAndChangeState(t *testing.T) {
 		}
 	})
 
-	t.Run("clone of a template is a thin clone", func(t *testing.T) {
-		tpl := pickVM(t, s, func(d DomainInfo) bool { return d.Template })
-		env := c.json("POST", "/api/domains/"+tpl+"/clone/?async=1", map[string]any{"verbose_name": "clone-1", "node": node2}, 202)
-		ent := env["_entity"].(map[string]any)
-		if ent["status"] != "CREATING" || ent["thin"] != true || ent["parent"].(map[string]any)["id"] != tpl {
-			t.Fatalf("clone entity %v", ent)
-		}
-		waitTask(t, c, env["_task"].(map[string]any)["id"].(string))
-		got := c.json("GET", "/api/domains/"+ent["id"].(string)+"/", nil, 200)
-		if got["status"] != "ACTIVE" || got["node"].(map[string]any)["id"] != node2 {
-			t.Fatalf("clone after task: %v", got)
-		}
-		if v := c.json("GET", "/api/domains/?name=clone-1", nil, 200); v["count"] != float64(1) {
-			t.Fatalf("name filter found %v", v["count"])
-		}
-	})
+	t.Run("clone of a template is a thin clone", func(t *testing.T) { cloneIsThin(t, s, c, node2) })
 
-	t.Run("template flag and remove", func(t *testing.T) {
-		vm2 := pickVM(t, s, func(d DomainInfo) bool { return plain(d) && d.ID != vm })
-		c.json("POST", "/api/domains/"+vm2+"/shutdown/", nil, 200)
-		c.json("PUT", "/api/domains/"+vm2+"/template/", map[string]any{"template": "true"}, 200)
-		if d, _ := s.Domain(vm2); !d.Template {
-			t.Fatal("template flag not set")
-		}
-		c.json("POST", "/api/domains/"+vm2+"/remove/", map[string]any{"full": true}, 200)
-		if _, ok := s.Domain(vm2); ok {
-			t.Fatal("VM still exists after remove")
-		}
-		if st, _ := c.do("GET", "/api/domains/"+vm2+"/", nil); st != 404 {
-			t.Fatalf("removed VM answers %d", st)
-		}
-	})
+	t.Run("template flag and remove", func(t *testing.T) { templateAndRemove(t, s, c, vm, plain) })
+}
+
+// templateAndRemove: the template flag is set, and a removed VM is gone (404).
+func templateAndRemove(t *testing.T, s *Server, c *client, vm string, plain func(DomainInfo) bool) {
+	vm2 := pickVM(t, s, func(d DomainInfo) bool { return plain(d) && d.ID != vm })
+	c.json("POST", "/api/domains/"+vm2+"/shutdown/", nil, 200)
+	c.json("PUT", "/api/domains/"+vm2+"/template/", map[string]any{"template": "true"}, 200)
+	if d, _ := s.Domain(vm2); !d.Template {
+		t.Fatal("template flag not set")
+	}
+	c.json("POST", "/api/domains/"+vm2+"/remove/", map[string]any{"full": true}, 200)
+	if _, ok := s.Domain(vm2); ok {
+		t.Fatal("VM still exists after remove")
+	}
+	if st, _ := c.do("GET", "/api/domains/"+vm2+"/", nil); st != 404 {
+		t.Fatalf("removed VM answers %d", st)
+	}
+}
+
+// cloneIsThin: a clone of a template is created thin, on the node asked, and found by name.
+func cloneIsThin(t *testing.T, s *Server, c *client, node2 string) {
+	tpl := pickVM(t, s, func(d DomainInfo) bool { return d.Template })
+	env := c.json("POST", "/api/domains/"+tpl+"/clone/?async=1", map[string]any{"verbose_name": "clone-1", "node": node2}, 202)
+	ent := env["_entity"].(map[string]any)
+	if ent["status"] != "CREATING" || ent["thin"] != true || ent["parent"].(map[string]any)["id"] != tpl {
+		t.Fatalf("clone entity %v", ent)
+	}
+	waitTask(t, c, env["_task"].(map[string]any)["id"].(string))
+	got := c.json("GET", "/api/domains/"+ent["id"].(string)+"/", nil, 200)
+	if got["status"] != "ACTIVE" || got["node"].(map[string]any)["id"] != node2 {
+		t.Fatalf("clone after task: %v", got)
+	}
+	if v := c.json("GET", "/api/domains/?name=clone-1", nil, 200); v["count"] != float64(1) {
+		t.Fatalf("name filter found %v", v["count"])
+	}
 }
 
 func TestIdempotencyKeyDoesNotRunTwice(t *testing.T) {
@@ -233,10 +239,11 @@ func TestRuleViolationsAnswer400(t *testing.T) {
 
 func TestGuestCommands(t *testing.T) {
 	s, c := newSim(t, Options{VMs: 30, Templates: -1, RunningFraction: 1, AgentFraction: 1, LinuxFraction: 0.5})
-	// A Linux guest with an older agent: the spec's 40 commands (guest_stats_test.go has the newer).
+	// A Linux guest with an older agent: the spec's 40 commands (guest_stats_test.go has the
+	// newer).
 	linux := pickVM(t, s, func(d DomainInfo) bool { return d.Linux && len(d.GuestCommands) == 40 })
 	win := pickVM(t, s, func(d DomainInfo) bool { return !d.Linux })
-	cmd := func(vm, name string, extra map[string]any) (int, map[string]any, []byte) {
+	cmd := guestCmd(func(vm, name string, extra map[string]any) (int, map[string]any, []byte) {
 		body := map[string]any{"qemu_cmd": name, "fargs": map[string]any{}}
 		for k, v := range extra {
 			body[k] = v
@@ -245,65 +252,16 @@ func TestGuestCommands(t *testing.T) {
 		var v map[string]any
 		_ = json.Unmarshal(b, &v)
 		return st, v, b
-	}
+	})
 
 	v := c.json("GET", "/api/domains/"+linux+"/available-guest-cmds/", nil, 200)
 	if cmds := v["qemu_available_cmds"].([]any); len(cmds) != 40 || cmds[0] != "guest-ssh-remove-authorized-keys" || cmds[39] != "guest-sync-delimited" {
 		t.Fatalf("available commands: %d %v", len(cmds), cmds)
 	}
 
-	t.Run("linux answers", func(t *testing.T) {
-		if st, v, b := cmd(linux, "guest-ping", nil); st != 200 || len(v["guest-ping"].(map[string]any)) != 0 {
-			t.Fatalf("ping %d %s", st, b)
-		}
-		_, v, _ = cmd(linux, "guest-get-osinfo", nil)
-		if id := v["guest-get-osinfo"].(map[string]any)["id"]; id != "ubuntu" && id != "debian" {
-			t.Fatalf("linux os id %v", id)
-		}
-		_, v, _ = cmd(linux, "guest-get-fsinfo", nil)
-		var tmpfs, noSize bool
-		for _, f := range v["guest-get-fsinfo"].([]any) {
-			fs := f.(map[string]any)
-			tmpfs = tmpfs || fs["type"] == "tmpfs"
-			_, has := fs["total-bytes"]
-			noSize = noSize || !has
-		}
-		if !tmpfs || !noSize {
-			t.Fatalf("fsinfo lacks tmpfs (%v) or a mount without sizes (%v)", tmpfs, noSize)
-		}
-		_, v, _ = cmd(linux, "guest-get-host-name", nil)
-		if v["guest-get-host-name"].(map[string]any)["host-name"] == "" {
-			t.Fatal("no host-name")
-		}
-		_, v, _ = cmd(linux, "guest-info", nil)
-		if sc := v["guest-info"].(map[string]any)["supported_commands"].([]any); len(sc) != 40 {
-			t.Fatalf("guest-info lists %d commands", len(sc))
-		}
-		_, v, _ = cmd(linux, "guest-network-get-interfaces", nil)
-		if ifs := v["guest-network-get-interfaces"].([]any); len(ifs) < 2 {
-			t.Fatalf("interfaces %v", ifs)
-		}
-	})
+	t.Run("linux answers", func(t *testing.T) { linuxGuestAnswers(t, linux, cmd) })
 
-	t.Run("guest time includes the clock offset", func(t *testing.T) {
-		if err := s.SetClockOffset(linux, time.Hour); err != nil {
-			t.Fatal(err)
-		}
-		before := time.Now()
-		st, _, b := cmd(linux, "guest-get-time", nil)
-		var raw map[string]json.Number
-		if st != 200 || json.Unmarshal(b, &raw) != nil {
-			t.Fatalf("time %d %s", st, b)
-		}
-		ns, err := raw["guest-get-time"].Int64()
-		if err != nil {
-			t.Fatalf("guest-get-time is not an integer: %s", b)
-		}
-		off := time.Unix(0, ns).Sub(before)
-		if off < 59*time.Minute || off > 61*time.Minute {
-			t.Fatalf("offset %v, want about 1h", off)
-		}
-	})
+	t.Run("guest time includes the clock offset", func(t *testing.T) { guestTimeOffset(t, s, linux, cmd) })
 
 	t.Run("windows is refused by default", func(t *testing.T) {
 		st, _, b := cmd(win, "guest-ping", nil)
@@ -346,6 +304,64 @@ func TestGuestCommands(t *testing.T) {
 			t.Fatalf("windows os id %v", id)
 		}
 	})
+}
+
+// guestTimeOffset: guest-get-time is the host's time plus the guest's clock offset, in integer
+// nanoseconds.
+func guestTimeOffset(t *testing.T, s *Server, linux string, cmd guestCmd) {
+	if err := s.SetClockOffset(linux, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	st, _, b := cmd(linux, "guest-get-time", nil)
+	var raw map[string]json.Number
+	if st != 200 || json.Unmarshal(b, &raw) != nil {
+		t.Fatalf("time %d %s", st, b)
+	}
+	ns, err := raw["guest-get-time"].Int64()
+	if err != nil {
+		t.Fatalf("guest-get-time is not an integer: %s", b)
+	}
+	off := time.Unix(0, ns).Sub(before)
+	if off < 59*time.Minute || off > 61*time.Minute {
+		t.Fatalf("offset %v, want about 1h", off)
+	}
+}
+
+// linuxGuestAnswers: a Linux guest answers ping, osinfo, fsinfo (with tmpfs and a mount without
+// sizes), host name, info and interfaces.
+func linuxGuestAnswers(t *testing.T, linux string, cmd guestCmd) {
+	var v map[string]any
+	if st, v, b := cmd(linux, "guest-ping", nil); st != 200 || len(v["guest-ping"].(map[string]any)) != 0 {
+		t.Fatalf("ping %d %s", st, b)
+	}
+	_, v, _ = cmd(linux, "guest-get-osinfo", nil)
+	if id := v["guest-get-osinfo"].(map[string]any)["id"]; id != "ubuntu" && id != "debian" {
+		t.Fatalf("linux os id %v", id)
+	}
+	_, v, _ = cmd(linux, "guest-get-fsinfo", nil)
+	var tmpfs, noSize bool
+	for _, f := range v["guest-get-fsinfo"].([]any) {
+		fs := f.(map[string]any)
+		tmpfs = tmpfs || fs["type"] == "tmpfs"
+		_, has := fs["total-bytes"]
+		noSize = noSize || !has
+	}
+	if !tmpfs || !noSize {
+		t.Fatalf("fsinfo lacks tmpfs (%v) or a mount without sizes (%v)", tmpfs, noSize)
+	}
+	_, v, _ = cmd(linux, "guest-get-host-name", nil)
+	if v["guest-get-host-name"].(map[string]any)["host-name"] == "" {
+		t.Fatal("no host-name")
+	}
+	_, v, _ = cmd(linux, "guest-info", nil)
+	if sc := v["guest-info"].(map[string]any)["supported_commands"].([]any); len(sc) != 40 {
+		t.Fatalf("guest-info lists %d commands", len(sc))
+	}
+	_, v, _ = cmd(linux, "guest-network-get-interfaces", nil)
+	if ifs := v["guest-network-get-interfaces"].([]any); len(ifs) < 2 {
+		t.Fatalf("interfaces %v", ifs)
+	}
 }
 
 func TestDriversChangeState(t *testing.T) {
@@ -398,3 +414,7 @@ func TestDriversChangeState(t *testing.T) {
 		t.Fatalf("node domains_count %v, want %v", n["domains_count"], want)
 	}
 }
+
+// guestCmd sends a guest command (with extra fields in the body) and returns the status, the
+// decoded answer and its bytes.
+type guestCmd func(vm, name string, extra map[string]any) (int, map[string]any, []byte)

@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of operation answers through raw HTTP (issue 10, point 6): without ?async=1 an
+// Conformance of operation answers through raw HTTP: without ?async=1 an
 // operation answers 200 with the resource once its task is done (start, shutdown, template →
 // the VM, as the vendor's Go client expects), with ?async=1 202 and the task envelope; a
 // repeated idempotency key still never runs the operation again.

@@ -1,6 +1,6 @@
 package veiltest
 
-// Conformance of the task journal through raw HTTP (issue 10, point 9): tasks are named by
+// Conformance of the task journal through raw HTTP: tasks are named by
 // sentences naming their entities, with verbose_name and their journal events inline in the
 // detail; every operation writes "created" then "finished" or "failed" events linked to its
 // task; the background activity of EventRate is made of such operations, so inventory, tasks
@@ -208,6 +208,14 @@ func TestBackgroundActivityTellsOneStory(t *testing.T) {
 	if agent == 0 {
 		t.Error("no guest agent lost or back")
 	}
+	checkTaskEvents(t, byID, perTask)
+	checkInventoryFollowsTasks(t, c, tasks)
+}
+
+// checkTaskEvents: each task has exactly its created and final events, at its created and finished
+// times.
+func checkTaskEvents(t *testing.T, byID map[string]map[string]any, perTask map[string][]map[string]any) {
+	t.Helper()
 	for id, tk := range byID {
 		evs := perTask[id]
 		final := "Task finished successfully:  "
@@ -221,8 +229,12 @@ func TestBackgroundActivityTellsOneStory(t *testing.T) {
 			t.Fatalf("task %s created %v finished %v, events at %v and %v", id, tk["created"], tk["finished_time"], evs[0]["created"], evs[1]["created"])
 		}
 	}
-	// The inventory is where the tasks left it: the power state of each VM is that of its
-	// last successful power task, and the names in the tasks are the VMs' names.
+}
+
+// checkInventoryFollowsTasks: the inventory is where the tasks left it: the power state of each
+// VM is that of its last successful power task, and the names in the tasks are the VMs' names.
+func checkInventoryFollowsTasks(t *testing.T, c *client, tasks []map[string]any) {
+	t.Helper()
 	lastPower := map[string]int{}
 	var order []map[string]any
 	for _, tk := range tasks {

@@ -1,0 +1,149 @@
+package forwarder
+
+// What a Forwarder reports: its status for the status page, its run status and its metrics.
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/internal/metricutil"
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
+	"github.com/veil-exporter/veil-exporter/natsconn"
+)
+
+// Status is what the status page shows of one controller's forwarding.
+type Status struct {
+	Controller  string
+	Order       string    // order in use: oldest_first, newest_first or unknown
+	Position    time.Time // created of the newest acknowledged event
+	PositionIDs []string  // ids acknowledged at that instant
+	Backlog     int       // events known but not yet published
+	LastAcked   time.Time // when the last acknowledgement arrived (wall clock)
+	Published   uint64
+	Duplicates  uint64
+	Gaps        uint64 // events known to be lost (exact or lower bound)
+	// GapEpisodes counts the times continuity with the stored position could not be proven;
+	// LastGap describes the latest.
+	GapEpisodes uint64
+	LastGap     GapEpisode
+	// Conflicts counts publishes the stream refused (its newest message of the controller was
+	// not the expected one); Rewinds the times the stream held less than the stored position,
+	// LastRewind the latest.
+	Conflicts  uint64
+	Rewinds    uint64
+	LastRewind Rewind
+	// PositionAdoptions counts the stored position found written by another instance while
+	// this replica held the lease, and stored over (a former owner's late write).
+	PositionAdoptions uint64
+	// Republished counts the events published again after a rewind: those the position had
+	// already passed when the rewind was noticed.
+	Republished uint64
+	// StreamSeq is the stream sequence of the controller's newest message (0: none known).
+	StreamSeq uint64
+	LastError string
+	// NotReady says why events are not forwarded now ("" when they are): NATS, stream or
+	// position store not available.
+	NotReady string
+	Stopped  bool // another instance owns the position
+	NATS     natsconn.Status
+	// Subject is the filter a subscriber uses for this controller's events: <prefix>.<controller>.>
+	Subject string
+	// Recent holds the last events published and acknowledged, newest first (at most 20).
+	Recent []RecentEvent
+	// Rejected counts, by reason, the events published in another form than the controller
+	// sent them; RecentRejected lists the last of them, newest first (at most 20).
+	Rejected       map[string]uint64
+	RecentRejected []RejectedEvent
+}
+
+// GapEpisode is one time the position's event was found gone with the events after it not
+// provably all still there: events created between After and Before may have been deleted
+// unread.
+type GapEpisode struct {
+	At     time.Time // when it was noticed (zero: never)
+	After  time.Time // created of the newest event published before it
+	Before time.Time // created of the oldest event still listed then (zero: the journal was empty)
+	// Lost is how many events are known to be lost (exact or a lower bound; often 0).
+	Lost uint64
+}
+
+// RecentEvent is one published and acknowledged event as the status page lists it.
+type RecentEvent struct {
+	ID, Type, Subject, Message string
+	Created                    time.Time
+}
+
+// recentLen bounds Status.Recent.
+const recentLen = 20
+
+// Status reports position, backlog, publishing and NATS state.
+func (fw *Forwarder) Status() Status {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
+		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
+		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
+		Conflicts: fw.conflicts, PositionAdoptions: fw.positionAdoptions, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
+		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
+		Subject: fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
+	n := min(fw.recentN, recentLen)
+	s.Recent = make([]RecentEvent, n)
+	for i := range n {
+		s.Recent[i] = fw.recent[(fw.recentN-1-i)%recentLen]
+	}
+	for _, n := range fw.published {
+		s.Published += n
+	}
+	s.Rejected = make(map[string]uint64, len(fw.rejected))
+	for k, n := range fw.rejected {
+		s.Rejected[k] = n
+	}
+	s.RecentRejected = fw.recentRejected()
+	s.NATS = fw.stream.conn.Status()
+	return s
+}
+
+// RunStatus reports the last polling cycle as the "events" collector; the daemon turns it into
+// the veil_collector_* families.
+func (fw *Forwarder) RunStatus() []runstatus.Status {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	st := runstatus.Status{Collector: "events", Success: fw.cycleOK, Duration: fw.cycleDur, LastSuccess: fw.lastOK}
+	if !fw.cycleOK {
+		st.Error = fw.lastErr
+	}
+	return []runstatus.Status{st}
+}
+
+// Describe implements prometheus.Collector.
+func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
+	d := fw.descs
+	for _, x := range []*prometheus.Desc{d.published, d.rejected, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
+		ch <- x
+	}
+}
+
+// Collect implements prometheus.Collector with const metrics, so concurrent scrapes are safe.
+func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	d := fw.descs
+	for k, n := range fw.published {
+		ch <- prometheus.MustNewConstMetric(d.published, prometheus.CounterValue, float64(n), k.typ, k.class)
+	}
+	for reason, n := range fw.rejected {
+		ch <- prometheus.MustNewConstMetric(d.rejected, prometheus.CounterValue, float64(n), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(d.pubErrors, prometheus.CounterValue, float64(fw.pubErrors))
+	ch <- prometheus.MustNewConstMetric(d.dups, prometheus.CounterValue, float64(fw.dups))
+	ch <- prometheus.MustNewConstMetric(d.gaps, prometheus.CounterValue, float64(fw.gaps))
+	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
+	ch <- prometheus.MustNewConstMetric(d.conflicts, prometheus.CounterValue, float64(fw.conflicts))
+	ch <- prometheus.MustNewConstMetric(d.adoptions, prometheus.CounterValue, float64(fw.positionAdoptions))
+	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
+	ch <- prometheus.MustNewConstMetric(d.republished, prometheus.CounterValue, float64(fw.republished))
+	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
+	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
+	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.stream.conn.Connected()))
+}
