@@ -59,6 +59,10 @@ func TestConfigExampleIsValidAndSetsEveryKeyToItsDefault(t *testing.T) {
 	want := config.Default()
 	got := *cfg
 	got.Controllers = nil
+	if !got.NATS.Configured {
+		t.Error("the example's nats: section is not seen as configured")
+	}
+	got.NATS.Configured = false // whether the file has a nats: section, not a setting
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("example differs from config.Default():\n got %+v\nwant %+v", got, want)
 	}

@@ -104,45 +104,17 @@ func walkSchema(s *spec.Schema, v any, path string, out *[]string) {
 	}
 	switch typ := s.Type[0]; typ {
 	case "object":
-		m, ok := v.(map[string]any)
-		if !ok {
-			bad("want an object, got %s", jsonType(v))
-			return
-		}
-		if len(s.Properties) == 0 && s.AdditionalProperties == nil {
-			return // free-form (RawExtension, FieldsV1)
-		}
-		for _, r := range s.Required {
-			if _, ok := m[r]; !ok {
-				bad("required field %s is missing", r)
-			}
-		}
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			p := path + "." + k
-			if ps, ok := s.Properties[k]; ok {
-				walkSchema(&ps, m[k], p, out)
-			} else if ap := s.AdditionalProperties; ap != nil && ap.Schema != nil {
-				walkSchema(ap.Schema, m[k], p, out)
-			} else if ap == nil || !ap.Allows {
-				*out = append(*out, p+": unknown field")
-			}
-		}
+		walkObject(s, v, path, out)
 	case "array":
 		l, ok := v.([]any)
 		if !ok {
 			bad("want an array, got %s", jsonType(v))
 			return
 		}
-		if s.Items == nil || s.Items.Schema == nil {
-			return
-		}
-		for i, item := range l {
-			walkSchema(s.Items.Schema, item, fmt.Sprintf("%s[%d]", path, i), out)
+		if s.Items != nil && s.Items.Schema != nil {
+			for i, item := range l {
+				walkSchema(s.Items.Schema, item, fmt.Sprintf("%s[%d]", path, i), out)
+			}
 		}
 	case "string":
 		if _, ok := v.(string); !ok && (s.Format != "int-or-string" || !isInteger(v)) {
@@ -164,6 +136,39 @@ func walkSchema(s *spec.Schema, v any, path string, out *[]string) {
 		}
 	default:
 		bad("schema type %q not handled", typ)
+	}
+}
+
+// walkObject checks the object v against s: its required fields, and each field against its
+// property's schema or the additional properties'.
+func walkObject(s *spec.Schema, v any, path string, out *[]string) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		*out = append(*out, path+": want an object, got "+jsonType(v))
+		return
+	}
+	if len(s.Properties) == 0 && s.AdditionalProperties == nil {
+		return // free-form (RawExtension, FieldsV1)
+	}
+	for _, r := range s.Required {
+		if _, ok := m[r]; !ok {
+			*out = append(*out, path+": required field "+r+" is missing")
+		}
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		p := path + "." + k
+		if ps, ok := s.Properties[k]; ok {
+			walkSchema(&ps, m[k], p, out)
+		} else if ap := s.AdditionalProperties; ap != nil && ap.Schema != nil {
+			walkSchema(ap.Schema, m[k], p, out)
+		} else if ap == nil || !ap.Allows {
+			*out = append(*out, p+": unknown field")
+		}
 	}
 }
 

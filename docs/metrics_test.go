@@ -88,13 +88,32 @@ var documentedFamily = regexp.MustCompile("(?m)^\\| `([a-z_:0-9]+)` \\|")
 
 // servedFamilies starts the exporter and returns its families once every one of wait is served.
 func servedFamilies(t *testing.T, wait []string) map[string]*dto.MetricFamily {
-	exporter := testutil.Build(t, "cmd/veil-exporter")
-	dir := t.TempDir()
+	listen := startDocsExporter(t, docsSimulator(t))
+	var fams map[string]*dto.MetricFamily
+	testutil.EventuallyNil(t, 240*time.Second, func() error {
+		var err error
+		if fams, err = scrape("http://" + listen + "/metrics"); err != nil {
+			return err
+		}
+		var missing []string
+		for _, w := range wait {
+			if fams[w] == nil {
+				missing = append(missing, w)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("not served: %s (a family docs/metrics.md lists that the code no longer serves? run %s)", strings.Join(missing, ", "), regenerate)
+		}
+		return nil
+	}, "waiting for every family")
+	return fams
+}
+
+// docsSimulator is a small platform with one odd object and one failed guest command, so that
+// their families have series.
+func docsSimulator(t *testing.T) *veiltest.Server {
 	sim := veiltest.New(veiltest.Options{Token: testutil.SecretToken, Seed: 1, VMs: 12, EventRate: 20, TaskDuration: 50 * time.Millisecond})
 	t.Cleanup(sim.Close)
-	nats := testutil.StartNATS(t)
-
-	// One odd object and one failed guest command, so that their families have series.
 	ids := sim.DomainIDs()
 	if err := sim.SetOddFields(veiltest.OddField{Collection: "domains", ID: ids[len(ids)-1], Field: "memory_count", Value: json.RawMessage(`"n/a"`)}); err != nil {
 		t.Fatal(err)
@@ -112,7 +131,15 @@ func servedFamilies(t *testing.T, wait []string) map[string]*dto.MetricFamily {
 	if err := sim.SetGuestCommandError(failing, "guest-get-time", "The command guest-get-time has been disabled"); err != nil {
 		t.Fatal(err)
 	}
+	return sim
+}
 
+// startDocsExporter runs the exporter with every feature on against sim and a NATS server, and
+// returns the address it listens on.
+func startDocsExporter(t *testing.T, sim *veiltest.Server) string {
+	exporter := testutil.Build(t, "cmd/veil-exporter")
+	dir := t.TempDir()
+	nats := testutil.StartNATS(t)
 	tok := filepath.Join(dir, "token")
 	if err := os.WriteFile(tok, []byte(testutil.SecretToken), 0o600); err != nil {
 		t.Fatal(err)
@@ -158,25 +185,7 @@ ha:
 		logf.Close()
 		testutil.RaceReport(t, "veil-exporter", logPath)
 	})
-
-	var fams map[string]*dto.MetricFamily
-	testutil.EventuallyNil(t, 240*time.Second, func() error {
-		var err error
-		if fams, err = scrape("http://" + listen + "/metrics"); err != nil {
-			return err
-		}
-		var missing []string
-		for _, w := range wait {
-			if fams[w] == nil {
-				missing = append(missing, w)
-			}
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("not served: %s (a family docs/metrics.md lists that the code no longer serves? run %s)", strings.Join(missing, ", "), regenerate)
-		}
-		return nil
-	}, "waiting for every family")
-	return fams
+	return listen
 }
 
 func scrape(u string) (map[string]*dto.MetricFamily, error) {

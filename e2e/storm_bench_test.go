@@ -48,122 +48,34 @@ var stormVMs, stormStarts, stormDuration = func() (int, int, time.Duration) {
 // and event-p99-s (from an event's created to its arrival on NATS), cpu-cores (the exporter's
 // CPU over the storm and 10 s after it, in cores), hwm-MiB and series.
 func BenchmarkBootStorm(b *testing.B) {
-	exporter := testutil.Build(b, "cmd/veil-exporter")
-	simBin := testutil.Build(b, "cmd/veil-sim")
-	dir := b.TempDir()
-	const token = "storm-bench-token"
-	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte(token), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	sims, _ := startSims(b, simBin, 1, "--token", token, "--seed", "3", "--vms", strconv.Itoa(stormVMs), "--nodes", "500",
-		"--datapools", "50", "--clusters", "5", "--latency", "1ms", "--event-rate", "0", "--running-fraction", "0.7",
-		"--change-log", "200000")
-	simURL := sims[0]
-	natsAddr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b))
-	cfg := filepath.Join(dir, "config.yaml")
-	body := fmt.Sprintf(`controllers:
-  - name: storm
-    url: %s
-    token_file: %s
-    max_concurrency: 32
-    max_requests_per_second: 20000
-collect:
-  interval: 30s
-guest:
-  enabled: true
-  ping_interval: 60s
-  concurrency: 32
-events:
-  enabled: true
-  poll_interval: 500ms
-  start: latest
-  checkpoint: {store: nats_kv}
-nats:
-  url: nats://%s
-  embedded: {enabled: true, listen: "%s", store_dir: %s}
-`, simURL, tok, natsAddr, natsAddr, filepath.Join(dir, "nats"))
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	p := &replicaProc{t: b, bin: exporter, cfg: cfg, web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), logPath: filepath.Join(dir, "exporter.log")}
-	p.start()
-	b.Cleanup(func() { p.signal(syscall.SIGKILL); p.wait() })
-	metrics := "http://" + p.web + "/metrics"
-
-	pushOpen := regexp.MustCompile(`(?m)^veil_push_mode\{[^}]*mode="push"[^}]*\} 1$`)
-	// Steady before the storm: every eligible VM checked once, the push channel open.
-	testutil.Eventually(b, 10*time.Minute, func() bool {
-		raw, _, err := scrapeOnce(metrics)
-		if err != nil {
-			return false
-		}
-		e, c := sumSamples([]byte(raw), "veil_guest_eligible_domains"), sumSamples([]byte(raw), "veil_guest_checked_domains")
-		return e > 0 && e == c && pushOpen.MatchString(raw)
-	}, "every eligible VM checked and the push channel open")
-
-	client, err := veil.New(veil.Config{URL: simURL, Token: token})
+	r := startStormRig(b)
+	client, err := veil.New(veil.Config{URL: r.simURL, Token: r.token})
 	if err != nil {
 		b.Fatal(err)
 	}
 	off := stormCandidates(b, client)
-
-	events := stormEvents(b, natsAddr)
+	events := stormEvents(b, r.natsAddr)
 	defer events.stop()
-	scrapers := stormScrapers(metrics)
+	scrapers := stormScrapers(r.metrics)
 	defer scrapers.stop()
 
-	seen := map[string]time.Time{}
-	pending := map[string]bool{}
-	for _, id := range off {
-		pending[id] = true
-	}
-	cpu0, t0 := cpuTime(b, p.cmd.Process.Pid), time.Now()
+	pid := r.proc.cmd.Process.Pid
+	cpu0, t0 := cpuTime(b, pid), time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	storm := make(chan error, 1)
-	go func() { storm <- stormStart(ctx, simURL, token, off) }()
-
-	// Read /metrics until every VM turned on shows as on, or 2 minutes after the storm.
-	deadline := t0.Add(stormDuration + 2*time.Minute)
-	for tick := time.NewTicker(stormPoll); len(pending) > 0 && time.Now().Before(deadline); <-tick.C {
-		at := time.Now()
-		on, err := poweredOn(metrics)
-		if err != nil {
-			b.Fatalf("scrape during the storm: %v", err)
-		}
-		for id := range pending {
-			if on[id] {
-				seen[id] = at
-				delete(pending, id)
-			}
-		}
-	}
+	go func() { storm <- stormStart(ctx, r.simURL, r.token, off) }()
+	seen := r.watch(b, off, t0.Add(stormDuration+2*time.Minute))
 	if err := <-storm; err != nil {
 		b.Fatalf("the storm: %v", err)
-	}
-	if len(pending) > 0 {
-		raw, _, _ := scrapeOnce(metrics)
-		var one string
-		for id := range pending {
-			one = id
-			break
-		}
-		var push []string
-		for _, l := range strings.Split(raw, "\n") {
-			if strings.HasPrefix(l, "veil_push_") || strings.Contains(l, one) && strings.HasPrefix(l, "veil_domain_power_state") {
-				push = append(push, l)
-			}
-		}
-		b.Fatalf("%d of %d VMs turned on never showed as on in /metrics (one: %s):\n%s", len(pending), len(off), one, strings.Join(push, "\n"))
 	}
 	// The exporter's CPU over the storm and its tail (events, tasks, guest checks of the VMs).
 	if rest := time.Until(t0.Add(stormDuration + 10*time.Second)); rest > 0 {
 		time.Sleep(rest) // measuring a window of time, not waiting for an outcome
 	}
-	cores := (cpuTime(b, p.cmd.Process.Pid) - cpu0).Seconds() / time.Since(t0).Seconds()
+	cores := (cpuTime(b, pid) - cpu0).Seconds() / time.Since(t0).Seconds()
 
-	applied := poweredOnAt(b, simURL, token, off)
+	applied := poweredOnAt(b, r.simURL, r.token, off)
 	var changes []float64
 	for id, at := range seen {
 		if a, ok := applied[id]; ok {
@@ -180,7 +92,7 @@ nats:
 	if n := scrapers.stop(); n == 0 {
 		b.Fatal("no scrape of the 15 s scrapers answered")
 	}
-	raw, _, err := scrapeOnce(metrics)
+	raw, _, err := scrapeOnce(r.metrics)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -190,8 +102,95 @@ nats:
 	b.ReportMetric(quantile(delays, 0.99), "event-p99-s")
 	b.ReportMetric(float64(len(delays)), "events")
 	b.ReportMetric(cores, "cpu-cores")
-	b.ReportMetric(peakRSS(b, p.cmd.Process.Pid), "hwm-MiB")
-	b.ReportMetric(float64(bytes.Count([]byte(raw), []byte("\n"))-bytes.Count([]byte(raw), []byte("\n#"))), "series")
+	b.ReportMetric(peakRSS(b, pid), "hwm-MiB")
+	b.ReportMetric(float64(strings.Count(raw, "\n")-strings.Count(raw, "\n#")), "series")
+}
+
+// stormRig is the simulator and the exporter of the storm, steady: every eligible VM checked
+// once, the push channel open.
+type stormRig struct {
+	simURL, token, natsAddr, metrics string
+	proc                             *replicaProc
+}
+
+func startStormRig(b *testing.B) *stormRig {
+	exporter := testutil.Build(b, "cmd/veil-exporter")
+	simBin := testutil.Build(b, "cmd/veil-sim")
+	dir := b.TempDir()
+	r := &stormRig{token: "storm-bench-token", natsAddr: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b))}
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte(r.token), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	sims, _ := startSims(b, simBin, 1, "--token", r.token, "--seed", "3", "--vms", strconv.Itoa(stormVMs), "--nodes", "500",
+		"--datapools", "50", "--clusters", "5", "--latency", "1ms", "--event-rate", "0", "--running-fraction", "0.7",
+		"--change-log", "200000")
+	r.simURL = sims[0]
+	cfg := filepath.Join(dir, "config.yaml")
+	body := fmt.Sprintf(`controllers:
+  - {name: storm, url: %s, token_file: %s, max_concurrency: 32, max_requests_per_second: 20000}
+collect: {interval: 30s}
+guest: {enabled: true, ping_interval: 60s, concurrency: 32}
+events: {enabled: true, poll_interval: 500ms, start: latest, checkpoint: {store: nats_kv}}
+nats:
+  url: nats://%s
+  embedded: {enabled: true, listen: "%s", store_dir: %s}
+`, r.simURL, tok, r.natsAddr, r.natsAddr, filepath.Join(dir, "nats"))
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	r.proc = &replicaProc{t: b, bin: exporter, cfg: cfg, web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), logPath: filepath.Join(dir, "exporter.log")}
+	r.proc.start()
+	b.Cleanup(func() { r.proc.signal(syscall.SIGKILL); r.proc.wait() })
+	r.metrics = "http://" + r.proc.web + "/metrics"
+
+	pushOpen := regexp.MustCompile(`(?m)^veil_push_mode\{[^}]*mode="push"[^}]*\} 1$`)
+	testutil.Eventually(b, 10*time.Minute, func() bool {
+		raw, _, err := scrapeOnce(r.metrics)
+		if err != nil {
+			return false
+		}
+		e, c := sumSamples([]byte(raw), "veil_guest_eligible_domains"), sumSamples([]byte(raw), "veil_guest_checked_domains")
+		return e > 0 && e == c && pushOpen.MatchString(raw)
+	}, "every eligible VM checked and the push channel open")
+	return r
+}
+
+// watch reads /metrics every stormPoll until each of ids shows as on, and returns when each
+// was first seen so; it fails the benchmark at deadline, saying when the simulator applied
+// the power-on of those never seen.
+func (r *stormRig) watch(b *testing.B, ids []string, deadline time.Time) map[string]time.Time {
+	seen := map[string]time.Time{}
+	pending := map[string]bool{}
+	for _, id := range ids {
+		pending[id] = true
+	}
+	tick := time.NewTicker(stormPoll)
+	defer tick.Stop()
+	for ; len(pending) > 0 && time.Now().Before(deadline); <-tick.C {
+		at := time.Now()
+		on, err := poweredOn(r.metrics)
+		if err != nil {
+			b.Fatalf("scrape during the storm: %v", err)
+		}
+		for id := range pending {
+			if on[id] {
+				seen[id] = at
+				delete(pending, id)
+			}
+		}
+	}
+	if len(pending) > 0 {
+		applied := poweredOnAt(b, r.simURL, r.token, ids)
+		var some []string
+		for id := range pending {
+			if len(some) < 5 {
+				some = append(some, fmt.Sprintf("%s (applied %v before the deadline)", id, deadline.Sub(applied[id]).Round(time.Millisecond)))
+			}
+		}
+		b.Fatalf("%d of %d VMs turned on never showed as on in /metrics: %s", len(pending), len(ids), strings.Join(some, ", "))
+	}
+	return seen
 }
 
 // stormCandidates are stormStarts VMs that are off and no templates.
@@ -213,29 +212,47 @@ func stormCandidates(b *testing.B, client *veil.Client) []string {
 }
 
 // stormStart powers on ids evenly over stormDuration, as the platform's users do: one POST
-// /api/domains/{id}/start/ each, which makes a task and its events.
+// /api/domains/{id}/start/ each, which makes a task and its events. Each request is sent at its
+// time on its own: the platform answers a start when its task ends.
 func stormStart(ctx context.Context, simURL, token string, ids []string) error {
 	every := stormDuration / time.Duration(len(ids))
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
 	for _, id := range ids {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, simURL+"/api/domains/"+id+"/start/", bytes.NewReader([]byte("{}")))
-		req.Header.Set("Authorization", "jwt "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- startVM(ctx, simURL, token, id)
+		}()
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
 		if err != nil {
 			return err
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode >= 300 {
-			return fmt.Errorf("start %s: %s", id, resp.Status)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
+	}
+	return ctx.Err()
+}
+
+func startVM(ctx context.Context, simURL, token, id string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, simURL+"/api/domains/"+id+"/start/", bytes.NewReader([]byte("{}")))
+	req.Header.Set("Authorization", "jwt "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("start %s: %s", id, resp.Status)
 	}
 	return nil
 }
@@ -253,7 +270,13 @@ func poweredOn(u string) (map[string]bool, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("status %s", resp.Status)
 	}
-	zr, err := gzip.NewReader(resp.Body)
+	// Read whole, then decompressed: a scrape in flight pauses the exporter's renders, and one
+	// read at the pace of its decompression would hold them for what is measured here.
+	gz, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package codeshape
 
 import (
-	"bufio"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -24,29 +22,17 @@ const (
 // code guarantees.
 var issueCitation = regexp.MustCompile(`(?i)\bissue [0-9]+`)
 
-// TestCodeShape lists every offence of the module: a file over maxFileLines lines ("file
+// TestCodeShape fails on every offence of the module: a file over maxFileLines lines ("file
 // PATH"), a function over maxFuncLines lines, its signature to the closing brace ("func PATH
 // NAME", NAME as Recv.Method for a method), and a comment citing an issue ("issue PATH").
-// Offences in testdata/allowlist.txt are expected (they are being split); an allowlisted one
-// that no longer offends is an error too, so the list is emptied as the code is fixed.
 func TestCodeShape(t *testing.T) {
-	root := moduleRoot(t)
-	found := offences(t, root)
-	allowed := allowlist(t)
-	for _, o := range found {
-		if !slices.Contains(allowed, o.key) {
-			t.Errorf("%s (%s)", o.key, o.what)
-		}
-	}
-	for _, a := range allowed {
-		if !slices.ContainsFunc(found, func(o offence) bool { return o.key == a }) {
-			t.Errorf("%s is in testdata/allowlist.txt but no longer offends: remove it", a)
-		}
+	for _, o := range offences(t, moduleRoot(t)) {
+		t.Errorf("%s (%s)", o.key, o.what)
 	}
 }
 
 type offence struct {
-	key  string // as in the allowlist
+	key  string // what it is and where
 	what string
 }
 
@@ -148,31 +134,4 @@ func moduleRoot(t *testing.T) string {
 		}
 		dir = parent
 	}
-}
-
-// allowlist reads testdata/allowlist.txt: one offence a line, as TestCodeShape prints them;
-// blank lines and lines starting with # are skipped.
-func allowlist(t *testing.T) []string {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "allowlist.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if slices.Contains(out, line) {
-			t.Errorf("testdata/allowlist.txt lists %q twice", line)
-		}
-		out = append(out, line)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
