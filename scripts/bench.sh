@@ -130,6 +130,10 @@ stage "/metrics as Prometheus scrapes it and resident memory: bin/veil-exporter 
 (cd e2e && VEIL_BENCH_SCRAPE_SIZES="$SCRAPE_SIZES" ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkScrape$' -test.benchtime 1x \
   -test.count 1 -test.timeout 40m) | tee -a "$RAW" || echo "scrape benchmark failed: not measured"
 
+stage "boot storm: 2,000 of 10,000 VMs powered on within 60 s; push, events and guest checks on"
+(cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkBootStorm$' -test.benchtime 1x -test.count 1 \
+  -test.timeout 15m) | tee -a "$RAW" || echo "boot storm benchmark failed: not measured"
+
 stage "fleet: 60 controllers of 1,000 VMs (one veil-sim process) on three replicas; kill -9 of one"
 (cd e2e && ../"$OUT/e2e.test" -test.run '^$' -test.bench '^BenchmarkFleet$' -test.benchtime 1x -test.count 1 \
   -test.timeout 10m) | tee -a "$RAW" || echo "fleet benchmark failed: not measured"
