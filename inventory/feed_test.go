@@ -149,3 +149,58 @@ func (r *recorder) Pushed(class string, o RawObject, deleted bool) {
 	defer r.mu.Unlock()
 	r.log = append(r.log, fmt.Sprintf("pushed %s %s=%s deleted=%v", class, o.ID, name(o.JSON), deleted))
 }
+
+// TestTheFirstListingWaitsForThePushChannel: with a push channel, the first refresh waits for
+// its first dial, so that it lists with the socket open; a listing begun before would be
+// listed again at once when the socket opens (60 controllers on a slow machine listed
+// everything twice at start, and cut-off listings never ended).
+func TestTheFirstListingWaitsForThePushChannel(t *testing.T) {
+	sim := veiltest.New(veiltest.Options{Seed: 14, VMs: 5})
+	t.Cleanup(sim.Close)
+	var mu sync.Mutex
+	var accepted time.Time
+	var listed []time.Time
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // a controller slow to open the socket
+		mu.Lock()
+		if accepted.IsZero() {
+			accepted = time.Now()
+		}
+		mu.Unlock()
+		sim.Handler().ServeHTTP(w, r)
+	})
+	mux.HandleFunc("/api/domains/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/domains/" {
+			mu.Lock()
+			listed = append(listed, time.Now())
+			mu.Unlock()
+		}
+		sim.Handler().ServeHTTP(w, r)
+	})
+	f := withPushChannel(t, sim, mux)
+	feed := runFeed(t, f)
+	tu.Eventually(t, 20*time.Second, func() bool {
+		return f.inv.Ready() && !feed.Status().ConnectedSince.IsZero()
+	}, "the first refresh done and the socket open")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(listed) == 0 {
+		t.Fatal("the domains were never listed")
+	}
+	for _, at := range listed {
+		if at.Before(accepted) {
+			t.Errorf("the domains were listed %v before the socket was opened", accepted.Sub(at).Round(time.Millisecond))
+		}
+	}
+}
+
+func TestRefreshLimit(t *testing.T) {
+	for _, tc := range []struct{ interval, want time.Duration }{
+		{5 * time.Second, time.Minute}, {20 * time.Second, time.Minute}, {30 * time.Second, 90 * time.Second},
+	} {
+		if got := RefreshLimit(tc.interval); got != tc.want {
+			t.Errorf("RefreshLimit(%v) = %v, want %v", tc.interval, got, tc.want)
+		}
+	}
+}
