@@ -134,10 +134,11 @@ func faultRows() []faultRow {
 		{name: "controller/flapping", target: controllerAPI, mode: flapping,
 			up: -1, natsConnected: 1, readyCode: 200,
 			episodes: []episodeWant{perFlap(controllerEpisode, 1), perFlap(forwardingEpisode, 1), none(natsEpisode)}},
-		// A refresh never outlives collect.interval (collector.Inventory.Run): with answers
-		// slower than the interval every refresh fails, so veil_up says 0 and the controller is
-		// logged down once, although each request ends within its timeout. Events, bounded by
-		// the request timeout only, keep flowing without an episode.
+		// A refresh that lists only what the push channel does not carry never outlives three
+		// intervals (inventory.RefreshLimit): with answers that slow every such refresh fails,
+		// so veil_up says 0 and the controller is logged down once, although each request ends
+		// within its timeout. Events, bounded by the request timeout only, keep flowing without
+		// an episode.
 		{name: "controller/slow", target: controllerAPI, mode: slow,
 			up: 0, natsConnected: 1, readyCode: 200,
 			episodes: []episodeWant{one(controllerEpisode), none(forwardingEpisode), none(natsEpisode)}},

@@ -196,11 +196,16 @@ func TestTheFirstListingWaitsForThePushChannel(t *testing.T) {
 }
 
 func TestRefreshLimit(t *testing.T) {
-	for _, tc := range []struct{ interval, want time.Duration }{
-		{5 * time.Second, time.Minute}, {20 * time.Second, time.Minute}, {30 * time.Second, 90 * time.Second},
+	for _, tc := range []struct {
+		interval time.Duration
+		full     bool
+		want     time.Duration
+	}{
+		{5 * time.Second, true, time.Minute}, {30 * time.Second, true, 90 * time.Second},
+		{5 * time.Second, false, 15 * time.Second}, {30 * time.Second, false, 90 * time.Second},
 	} {
-		if got := RefreshLimit(tc.interval); got != tc.want {
-			t.Errorf("RefreshLimit(%v) = %v, want %v", tc.interval, got, tc.want)
+		if got := RefreshLimit(tc.interval, tc.full); got != tc.want {
+			t.Errorf("RefreshLimit(%v, %v) = %v, want %v", tc.interval, tc.full, got, tc.want)
 		}
 	}
 }

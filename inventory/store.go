@@ -182,12 +182,9 @@ func (s *Store) Run(ctx context.Context) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		// Refreshes never overlap (the next starts once this one ended and a tick came). A slow
-		// controller may take longer than one interval, its requests each bounded by the
-		// client's timeout; a refresh still running at RefreshLimit is abandoned (failed).
-		rctx, cancel := context.WithTimeout(ctx, RefreshLimit(interval))
-		_ = s.Refresh(rctx) // errors are kept in the status and logged on state change
-		cancel()
+		// Refreshes never overlap (the next starts once this one ended and a tick came); each
+		// is bounded by Refresh itself.
+		_ = s.Refresh(ctx) // errors are kept in the status and logged on state change
 		select {
 		case <-ctx.Done():
 			return
@@ -197,11 +194,20 @@ func (s *Store) Run(ctx context.Context) {
 	}
 }
 
-// RefreshLimit is how long one refresh may take: three intervals, and at least a minute. Data
-// that old is stale anyway; but a first listing of a large inventory, or many controllers'
-// first listings at once on a slow machine, may take longer than three short intervals, and a
-// listing cut off starts over from its first page: every controller's in step, none ends.
-func RefreshLimit(interval time.Duration) time.Duration { return max(3*interval, time.Minute) }
+// RefreshLimit is how long one refresh may take; a refresh still running then is abandoned
+// (failed). A slow controller may take longer than one interval, its requests each bounded by
+// the client's timeout, but data three intervals old is stale anyway: three intervals, except
+// for a refresh that lists the pushed collections in full (the first, each resync, always
+// without push), which gets at least a minute. A large inventory's listing, or many
+// controllers' first listings at once on a slow machine, may take longer than three short
+// intervals, and a listing cut off starts over from its first page: every controller's in
+// step, none would end.
+func RefreshLimit(interval time.Duration, full bool) time.Duration {
+	if full {
+		return max(3*interval, time.Minute)
+	}
+	return 3 * interval
+}
 
 // pushDialWait bounds how long the first refresh waits for the push channel's first dial.
 const pushDialWait = 10 * time.Second
@@ -236,7 +242,9 @@ func (s *Store) Refresh(ctx context.Context) error {
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
 
-	names, reload := s.due()
+	names, full, reload := s.due()
+	ctx, cancel := context.WithTimeout(ctx, RefreshLimit(s.cfg.Interval, full))
+	defer cancel()
 	if reload {
 		// The token file may have been rotated since the 401; read it before trying again.
 		if err := s.client.ReloadToken(); err != nil {
@@ -264,9 +272,10 @@ func (s *Store) Refresh(ctx context.Context) error {
 	return r.err
 }
 
-// due returns the collections to read in this refresh, and whether the token must be read
-// again first (the last refresh got 401/403).
-func (s *Store) due() (names []string, reloadToken bool) {
+// due returns the collections to read in this refresh, whether they list the pushed
+// collections in full, and whether the token must be read again first (the last refresh got
+// 401/403).
+func (s *Store) due() (names []string, full, reloadToken bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	names = make([]string, 0, len(s.enabled))
@@ -285,14 +294,14 @@ func (s *Store) due() (names []string, reloadToken bool) {
 			if !resync {
 				continue
 			}
-			s.listing, s.mustList = true, false
+			s.listing, s.mustList, full = true, false, true
 		}
 		if slowCollections[name] && now.Before(s.slowAt) {
 			continue
 		}
 		names = append(names, name)
 	}
-	return names, s.authFailed
+	return names, full, s.authFailed
 }
 
 // learnName records the names of objects just listed; s.mu is held. Names of objects gone

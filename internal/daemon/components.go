@@ -60,9 +60,9 @@ type (
 // (the guest checks).
 
 // inventoryPart is the inventory as a component. It owns the rule of when a refresh loop is
-// stuck: no refresh started for stuck (inventory.RefreshLimit, after which a refresh is
-// abandoned and the next starts at once, plus an interval and a request timeout), counted from
-// its own start.
+// stuck: no refresh started for stuck (the longest a refresh may run, inventory.RefreshLimit
+// of a full listing, after which the next starts at once; plus an interval and a request
+// timeout), counted from its own start.
 type inventoryPart struct {
 	*inventory.Store
 	metrics *collector.Inventory // its metric view

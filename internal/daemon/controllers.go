@@ -146,7 +146,7 @@ func (d *Daemon) buildController(s settings, conn *natsLink) (*controller, error
 		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
 	}
 	ct := &controller{cfg: cc, settings: s}
-	ct.parts.add(&inventoryPart{Store: inv, metrics: collector.NewInventory(inv, d.renderer), stuck: inventory.RefreshLimit(s.Collect.Interval) + s.Collect.Interval + cc.Timeout})
+	ct.parts.add(&inventoryPart{Store: inv, metrics: collector.NewInventory(inv, d.renderer), stuck: inventory.RefreshLimit(s.Collect.Interval, true) + s.Collect.Interval + cc.Timeout})
 	var fence func() bool
 	if s.Fenced {
 		// Nothing is published or written once another replica may run the controller.
