@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
+	"github.com/veil-exporter/veil-exporter/internal/exposition/expotest"
 	"github.com/veil-exporter/veil-exporter/veil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
@@ -142,7 +143,7 @@ func BenchmarkInventoryRefresh(b *testing.B) {
 			set = inv.renderFresh()
 		}
 		b.ReportMetric(time.Since(t0).Seconds()/3, "render-s")
-		plain, gz := setSize(b, set)
+		plain, gz := expotest.SetSize(b, set)
 		b.ReportMetric(float64(plain)/(1<<20), "rendered-MiB")
 		b.ReportMetric(float64(gz)/(1<<20), "rendered-gzip-MiB")
 		var ms runtime.MemStats
@@ -288,27 +289,4 @@ func benchServe(b *testing.B, reg *prometheus.Registry) {
 // renderFresh renders the latest snapshot without a previous Set: every family is compressed.
 func (v *Inventory) renderFresh() *exposition.Set {
 	return exposition.NewCache(nil, exposition.Pace{}, func(s exposition.Sink) { v.emit(s, v.store.Snapshot(), false) }, nil).Set()
-}
-
-// setSize is the length of what the /metrics handler writes of set, plain and gzip-compressed.
-func setSize(b *testing.B, set *exposition.Set) (plain, gz int) {
-	h := exposition.Handler(exposition.HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*exposition.Set { return []*exposition.Set{set} }})
-	for _, enc := range []string{"", "gzip"} {
-		req := httptest.NewRequest("GET", "/metrics", nil)
-		req.Header.Set("Accept", "text/plain; version=0.0.4")
-		if enc != "" {
-			req.Header.Set("Accept-Encoding", enc)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != 200 || rec.Header().Get("Content-Encoding") != enc {
-			b.Fatalf("/metrics %q: %d %q", enc, rec.Code, rec.Header().Get("Content-Encoding"))
-		}
-		if enc == "" {
-			plain = rec.Body.Len()
-		} else {
-			gz = rec.Body.Len()
-		}
-	}
-	return plain, gz
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
+	"github.com/veil-exporter/veil-exporter/internal/exposition/expotest"
 
 	"github.com/veil-exporter/veil-exporter/veil"
 )
@@ -148,31 +149,8 @@ func benchGuestRender(b *testing.B, all bool) {
 		// scrapers asked for).
 		set = exposition.NewCache(r, exposition.Pace{}, g.render, nil).Set()
 	}
-	plain, gz := setSize(b, set)
+	plain, gz := expotest.SetSize(b, set)
 	b.ReportMetric(float64(plain)/(1<<20), "rendered-MiB")
 	b.ReportMetric(float64(gz)/(1<<20), "rendered-gzip-MiB")
 	b.ReportMetric(float64(vms), "vms")
-}
-
-// setSize is the length of what the /metrics handler writes of set, plain and gzip-compressed.
-func setSize(b *testing.B, set *exposition.Set) (plain, gz int) {
-	h := exposition.Handler(exposition.HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*exposition.Set { return []*exposition.Set{set} }})
-	for _, enc := range []string{"", "gzip"} {
-		req := httptest.NewRequest("GET", "/metrics", nil)
-		req.Header.Set("Accept", "text/plain; version=0.0.4")
-		if enc != "" {
-			req.Header.Set("Accept-Encoding", enc)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != 200 || rec.Header().Get("Content-Encoding") != enc {
-			b.Fatalf("/metrics %q: %d %q", enc, rec.Code, rec.Header().Get("Content-Encoding"))
-		}
-		if enc == "" {
-			plain = rec.Body.Len()
-		} else {
-			gz = rec.Body.Len()
-		}
-	}
-	return plain, gz
 }
