@@ -61,6 +61,7 @@ stage "building"
 go build -o "$OUT/veil-sim" ./cmd/veil-sim
 go build -o "$OUT/veil-exporter" ./cmd/veil-exporter
 go test -c -o "$OUT/collector.test" ./collector
+go test -c -o "$OUT/guest.test" ./guest
 have_fw=0
 if ls forwarder/*_test.go >/dev/null 2>&1 && grep -qs '^func BenchmarkCatchUp\|^func BenchmarkSteadyStateDelay' forwarder/*_test.go; then
   go test -c -o "$OUT/forwarder.test" ./forwarder && have_fw=1 || echo "forwarder benchmarks do not build: not measured"
@@ -105,11 +106,11 @@ VEIL_BENCH_VMS=10000 VEIL_BENCH_URL="http://$SIM_ADDR" VEIL_BENCH_TOKEN=bench-to
 stop_sim
 
 stage "guest series render, $GUEST_VMS VMs, text only and every format"
-VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestRender$' \
+VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/guest.test" -test.run '^$' -test.bench '^BenchmarkGuestRender$' \
   -test.benchtime 3x -test.count "$GUEST_COUNT" -test.benchmem | tee -a "$RAW"
 
 stage "guest ping sweep, $GUEST_VMS VMs, 1000 requests/s"
-VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/collector.test" -test.run '^$' -test.bench '^BenchmarkGuestPingSweep$' \
+VEIL_BENCH_GUEST_VMS=$GUEST_VMS "$OUT/guest.test" -test.run '^$' -test.bench '^BenchmarkGuestPingSweep$' \
   -test.benchtime 1x -test.count 1 -test.timeout 20m | tee -a "$RAW"
 
 if [ "$have_fw" = 1 ]; then
