@@ -7,6 +7,8 @@ package inventory
 // it (collect.device_details_interval, details.go).
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -83,6 +85,11 @@ func (s *Store) vdiskRows(all []veil.Vdisk) ([]Vdisk, map[string]float64) {
 		}
 		rows = append(rows, r)
 	}
+	// In the order of the disk families' labels (controller, datapool_id, domain_id, vdisk_id):
+	// a render then writes three of the four without sorting them.
+	slices.SortFunc(rows, func(a, b Vdisk) int {
+		return cmp.Or(strings.Compare(a.DatapoolID, b.DatapoolID), strings.Compare(a.DomainID, b.DomainID), strings.Compare(a.ID, b.ID))
+	})
 	return rows, pools
 }
 
@@ -101,5 +108,9 @@ func (s *Store) ifaceRows(all []veil.VMachineInf) []Interface {
 		r.Up = linkUp(v.LinkState)
 		rows = append(rows, r)
 	}
+	// In the order of domain_interface_up's labels (controller, domain_id, interface_id).
+	slices.SortFunc(rows, func(a, b Interface) int {
+		return cmp.Or(strings.Compare(a.DomainID, b.DomainID), strings.Compare(a.ID, b.ID))
+	})
 	return rows
 }
