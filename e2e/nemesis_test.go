@@ -445,22 +445,26 @@ func readAll(t *testing.T, urls, stream string) streamRead {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	// Right after the schedule's last fault healed, the cluster may answer "JetStream system
 	// temporarily unavailable" (503, 10008) for a moment: the set-up is retried, as readStream's
 	// reads are.
+	// Each attempt has its own deadline: a request that no node answers while the stream's
+	// leader is elected again must not spend the whole wait.
 	var info *jetstream.StreamInfo
 	var c jetstream.Consumer
-	testutil.EventuallyNil(t, 30*time.Second, func() error {
-		s, err := js.Stream(ctx, stream)
+	testutil.EventuallyNil(t, 90*time.Second, func() error {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		s, err := js.Stream(actx, stream)
 		if err != nil {
 			return err
 		}
-		if info, err = s.Info(ctx); err != nil {
+		if info, err = s.Info(actx); err != nil {
 			return err
 		}
-		c, err = js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+		c, err = js.OrderedConsumer(actx, stream, jetstream.OrderedConsumerConfig{})
 		return err
 	}, "the stream %s to read", stream)
 	r := streamRead{ids: map[string][]string{}}
