@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 	"github.com/veil-exporter/veil-exporter/veil/veiltest"
 )
 
@@ -138,7 +139,18 @@ func checkStatsPaced(t *testing.T, e *guestEnv, with, without []string) {
 	t.Helper()
 	e.sim.ResetRequests()
 	e.waitSweeps(6, 10*time.Second)
-	sent := guestCmdsSent(t, e.sim.Requests())
+	// Six pings of each guest hold at least one statistics read (one every fifth); a sweep
+	// missed under load leaves five, which may fall between two reads.
+	var sent map[string][]string
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		sent = guestCmdsSent(t, e.sim.Requests())
+		for _, id := range with {
+			if countCmd(sent[id], guestCmdPing) < 6 {
+				return false
+			}
+		}
+		return true
+	}, "six pings of every guest")
 	for _, id := range without {
 		for _, c := range []string{guestCmdDiskStats, guestCmdCPUStats, guestCmdLoad} {
 			if n := countCmd(sent[id], c); n != 0 {
