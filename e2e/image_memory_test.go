@@ -21,7 +21,7 @@ import (
 
 // imageMemoryLimit is below the peak the exporter reaches at 10,000 VMs with every format
 // scraped, guest checks and events on, when nothing limits it (about 290 MiB resident).
-const imageMemoryLimit = 160 << 20
+const imageMemoryLimit = 200 << 20
 
 // TestImageUnderMemoryLimit runs the image under `podman run --memory` below the exporter's
 // unlimited peak, at 10,000 VMs with guest checks and events on, and scrapes all three formats
