@@ -215,7 +215,13 @@ func poisonUndecodable(w *poisonWorld, kind string) {
 		return nil
 	}
 	facets["counted"] = func(_ []streamMsg, m []byte) error { return eventsRejected(m, 1) }
-	facets["said once"] = func([]streamMsg, []byte) error { return w.saidOnce(names) }
+	said := names // the log line names it by its ce-time, which RFC 3339 writes without trailing zeros
+	if bad.ID == "" {
+		if t, err := time.Parse(time.RFC3339Nano, bad.Created); err == nil {
+			said = t.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	facets["said once"] = func([]streamMsg, []byte) error { return w.saidOnce(said) }
 	w.check(facets)
 }
 
