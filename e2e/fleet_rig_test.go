@@ -70,7 +70,7 @@ func (s *fleetSim) call(i int, method, path string, body, v any) error {
 // is open (a controller without it is listed every interval). A window opened earlier counts
 // the start-up listings of some controllers and not of others, and the ratio of the two
 // windows measured when each exporter started, not what replicas cost.
-func (s *fleetSim) waitSteady(b *testing.B) {
+func (s *fleetSim) waitSteady(b *testing.B, procs ...*replicaProc) {
 	b.Helper()
 	quiet := 2 * fleetInterval
 	deadline := time.Now().Add(2 * time.Minute)
@@ -111,6 +111,9 @@ func (s *fleetSim) waitSteady(b *testing.B) {
 					named = append(named, fmt.Sprintf("controller %d: %v", i, w))
 				}
 			}
+			for _, p := range procs {
+				logPushState(b, p)
+			}
 			b.Fatalf("controllers still listed in full after 2 minutes (a push channel does not open, or first listings are cut off and start again): %s", strings.Join(named, "; "))
 		}
 	}
@@ -132,7 +135,7 @@ func foldIDs(path string) string {
 // largest peak resident memory (VmHWM) of the exporters, in MiB.
 func (s *fleetSim) window(b *testing.B, procs ...*replicaProc) (requests int, busiest, rss, sim float64) {
 	b.Helper()
-	s.waitSteady(b)
+	s.waitSteady(b, procs...)
 	// Every controller's window opens and closes at the same instant, give or take the
 	// calls' own time: each call goes at once, not one after another.
 	s.each(b, func(i int) error { return s.call(i, "POST", "/_sim/requests/reset", nil, nil) })
@@ -411,4 +414,34 @@ func (w *leaseWatch) history(t time.Time, cts []string) []string {
 		}
 	}
 	return out
+}
+
+// logPushState says what an exporter's log tells of its push channels and listings when the
+// fleet does not settle: how many channels opened and were lost, and its last warnings.
+func logPushState(b *testing.B, p *replicaProc) {
+	log, _ := os.ReadFile(p.logPath)
+	var opened, lost, acquired int
+	var warns []string
+	released := map[string]int{} // by why
+	for _, l := range strings.Split(string(log), "\n") {
+		switch {
+		case strings.Contains(l, `"controller acquired"`):
+			acquired++
+		case strings.Contains(l, `"controller released"`):
+			why := l[strings.Index(l, "why")+1:] // logfmt or JSON: the reason's first words
+			released[why[:min(len(why), 30)]]++
+		case strings.Contains(l, "push channel open"):
+			opened++
+		case strings.Contains(l, "push channel lost") || strings.Contains(l, "no push channel"):
+			lost++
+		}
+		if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
+			warns = append(warns, l)
+		}
+	}
+	b.Logf("%s: push channels opened %d, lost %d; controllers acquired %d, released %v; %d warnings, the last:",
+		p.logPath, opened, lost, acquired, released, len(warns))
+	for _, w := range warns[max(0, len(warns)-15):] {
+		b.Logf("  %s", cut(w, 400))
+	}
 }

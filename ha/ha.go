@@ -80,6 +80,9 @@ type Coordinator struct {
 	releasing   map[string]bool // released, its controller not yet stopped (drop)
 	releases    sync.WaitGroup  // of releasing
 	transitions map[string]uint64
+	lapses      map[string]uint64 // leases that ran out before a renewal was answered (lapse.go)
+	lastLapse   time.Time
+	lapse       runstatus.Outage // logs a run of lapses
 	lastErr     string
 	outage      runstatus.Outage                            // logs a run of failures to reach the bucket
 	beforeTick  func()                                      // set by tests before Run: runs at the start of every renew period
@@ -143,10 +146,11 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		kickCh: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
 		controllers: normalize(opts.Controllers),
 		view:        view{entries: map[string]*entry{}},
-		held:        map[string]*Lease{}, releasing: map[string]bool{}, transitions: map[string]uint64{}, attempts: map[string]attempt{},
+		held:        map[string]*Lease{}, releasing: map[string]bool{}, transitions: map[string]uint64{}, lapses: map[string]uint64{}, attempts: map[string]attempt{},
 		descs: newDescs(),
 	}
 	c.outage.Logger = c.logger
+	c.lapse.Logger, c.lapse.Remind = c.logger, lapseRemind
 	return c, nil
 }
 

@@ -29,6 +29,7 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 	}
 	c.drop(ctx, kv, lost, "lost: another replica took it", false)
 	c.drop(ctx, kv, expired, "expired: not renewed in time", true)
+	c.lapsed(expired)
 	c.mu.Lock()
 	announce := c.announce
 	c.mu.Unlock()

@@ -44,6 +44,9 @@ func (c *Coordinator) keepAlive(ctx context.Context, kv jetstream.KeyValue, stop
 		go func() { defer wg.Done(); c.heartbeat(ctx, kv) }()
 		failed := c.renew(ctx, kv)
 		wg.Wait()
+		if !failed {
+			c.renewedInTime(time.Now())
+		}
 		next := c.tick - time.Since(start)
 		if failed {
 			next = min(next, c.tick/4)

@@ -65,7 +65,7 @@ func (c *Coordinator) Status() Status {
 }
 
 type descs struct {
-	leader, transitions, instances *prometheus.Desc
+	leader, transitions, lapses, instances *prometheus.Desc
 }
 
 func newDescs() descs {
@@ -75,6 +75,9 @@ func newDescs() descs {
 			[]string{"controller"}, nil),
 		transitions: prometheus.NewDesc("veil_ha_lease_transitions_total",
 			"Times this replica acquired or gave up (handed over, released, lost) the controller's lease.",
+			[]string{"controller"}, nil),
+		lapses: prometheus.NewDesc("veil_ha_lease_expirations_total",
+			"Times this replica's lease of the controller ran out before a renewal was answered (NATS or the replica too slow for ha.lease_ttl); each stops the controller here, and it starts again from scratch where it is acquired next.",
 			[]string{"controller"}, nil),
 		instances: prometheus.NewDesc("veil_ha_instances",
 			"Live replicas in the lease bucket, this one included, as this replica's watch of the bucket saw them at scrape time.",
@@ -86,6 +89,7 @@ func newDescs() descs {
 func (c *Coordinator) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.descs.leader
 	ch <- c.descs.transitions
+	ch <- c.descs.lapses
 	ch <- c.descs.instances
 }
 
@@ -98,10 +102,11 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 		name   string
 		leader float64
 		trans  uint64
+		lapses uint64
 	}
 	rows := make([]row, 0, len(c.controllers))
 	for _, ct := range c.controllers {
-		r := row{name: ct, trans: c.transitions[ct]}
+		r := row{name: ct, trans: c.transitions[ct], lapses: c.lapses[ct]}
 		if l := c.held[ct]; l != nil && l.Valid() {
 			r.leader = 1
 		}
@@ -113,6 +118,7 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range rows {
 		ch <- prometheus.MustNewConstMetric(c.descs.leader, prometheus.GaugeValue, r.leader, r.name)
 		ch <- prometheus.MustNewConstMetric(c.descs.transitions, prometheus.CounterValue, float64(r.trans), r.name)
+		ch <- prometheus.MustNewConstMetric(c.descs.lapses, prometheus.CounterValue, float64(r.lapses), r.name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs.instances, prometheus.GaugeValue, float64(len(live)))
 }

@@ -1,0 +1,52 @@
+// This file holds what a replica says of leases that ran out before a renewal was answered:
+// counted per controller, said once per run of them, and the run's end said when renewals have
+// kept up for a while.
+
+package ha
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-kit/log/level"
+)
+
+// lapseQuiet is how many lease times without a lapse end a run of them.
+const lapseQuiet = 5
+
+// lapseRemind repeats the warning while lapses go on.
+const lapseRemind = 10 * time.Minute
+
+// lapsed counts leases that ran out here before a renewal was answered. Each stops its
+// controller here, and wherever it is acquired next the controller starts from scratch (its
+// inventory listed in full, its bucket read back): on a replica or a NATS too slow for
+// lease_ttl they come in runs, which the first of says at warn.
+func (c *Coordinator) lapsed(leases []*Lease) {
+	if len(leases) == 0 {
+		return
+	}
+	now := time.Now()
+	names := make([]string, 0, len(leases))
+	c.mu.Lock()
+	for _, l := range leases {
+		c.lapses[l.controller]++
+		names = append(names, l.controller)
+	}
+	c.lastLapse = now
+	c.mu.Unlock()
+	slices.Sort(names)
+	c.lapse.Fail(now, level.Warn, "leases ran out before their renewals were answered: NATS or this replica is too slow for ha.lease_ttl, and each of these controllers starts again from scratch",
+		nil, "controllers", strings.Join(names, ","), "lease_ttl", c.ttl)
+}
+
+// renewedInTime is told of a round that renewed every held lease: it ends a run of lapses once
+// leases are held and none ran out for lapseQuiet lease times.
+func (c *Coordinator) renewedInTime(now time.Time) {
+	c.mu.Lock()
+	last, held := c.lastLapse, len(c.held)
+	c.mu.Unlock()
+	if held > 0 && !last.IsZero() && now.Sub(last) >= lapseQuiet*c.ttl {
+		c.lapse.Recover(now, "leases renewed in time again", "quiet_for", now.Sub(last).Round(time.Second))
+	}
+}
