@@ -180,8 +180,11 @@ func TestGuestCheckerSpreadsPingsOverTheInterval(t *testing.T) {
 	}
 	mean := float64(len(pings)) / buckets
 	t.Logf("pings per 200ms: %v", counts)
+	// Pings sent at the start of each interval put about 5x the mean in one bucket of 200 ms
+	// and none in the next four; a machine that stalls the checker for a while under make test
+	// has it catch up with about 2x (40 against a mean of 18.3, seen under the race detector).
 	for k, c := range counts {
-		if float64(c) > 2*mean {
+		if float64(c) > 3*mean {
 			t.Errorf("bucket %d has %d pings, mean %.1f: calls burst instead of spreading (%v)", k, c, mean, counts)
 		}
 	}

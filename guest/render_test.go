@@ -30,14 +30,14 @@ func TestGuestRenderedIsCollected(t *testing.T) {
 
 	// The render loop: a stopped VM's series leave Rendered after the inventory says so.
 	id := e.eligibleIDs()[0]
-	e.eventually("the VM's series rendered", 45*time.Second, func() bool {
+	e.eventually("the VM's series rendered", 15*time.Second, func() bool {
 		return bytes.Contains(expotest.RenderedText(t, g.Rendered()), []byte(`veil_guest_ping_success{controller="sim",domain_id="`+id+`"}`))
 	})
 	must(t, e.sim.PowerOff(id))
 	e.refresh()
 	// Renders are paced at twenty times their own cost (renderShare), which under the race
 	// detector on a loaded machine is seconds: the wait allows several.
-	e.eventually("the stopped VM's series gone from Rendered", 45*time.Second, func() bool {
+	e.eventually("the stopped VM's series gone from Rendered", 15*time.Second, func() bool {
 		return !bytes.Contains(expotest.RenderedText(t, g.Rendered()), []byte(`domain_id="`+id+`"`))
 	})
 }
