@@ -6,9 +6,7 @@ package exposition
 
 import (
 	"bytes"
-	"hash/crc32"
 	"hash/maphash"
-	"io"
 	"math"
 	"slices"
 	"sort"
@@ -30,8 +28,11 @@ type Builder struct {
 	adds  int
 	done  []*Family // flushed, for Finish
 	lines []line
-	keyed []keyedLine // lines with their sort keys in keys, while a family is sorted
-	keys  []byte
+	// scratch holds a block's lines while they are hashed and compressed, when sorting moved
+	// them apart.
+	scratch []byte
+	keyed   []keyedLine // lines with their sort keys in keys, while a family is sorted
+	keys    []byte
 	// free are text and offset buffers of flushed families, for the next.
 	free     [][]byte
 	freeOffs [][]uint32
@@ -48,9 +49,6 @@ func (b *Builder) since(prev *Set) { b.prev = prev }
 // yieldEvery is how many series a render adds between yields (yield.go): rendering is
 // background work, a scrape is someone waiting.
 const yieldEvery = 2048
-
-// yieldBytes is the same for text written to the compressor in one piece.
-const yieldBytes = 256 << 10
 
 // unchangedSeed seeds the hashes that tell a family's bytes unchanged since the last build.
 var unchangedSeed = maphash.MakeSeed()
@@ -177,37 +175,7 @@ func (b *Builder) Flush() {
 		if len(f.offs) == 0 {
 			continue
 		}
-		whole, lines := b.ordered(f)
-		write := func(w io.Writer) {
-			if whole != nil {
-				p := whole // write runs twice: for the checksum, then to compress
-				for ; len(p) > yieldBytes; p = p[yieldBytes:] {
-					_, _ = w.Write(p[:yieldBytes])
-					b.yield()
-				}
-				_, _ = w.Write(p)
-				return
-			}
-			for i, l := range lines {
-				if i%yieldEvery == yieldEvery-1 {
-					b.yield()
-				}
-				_, _ = w.Write(f.buf[l.start:l.end])
-			}
-		}
-		sum := crc32.NewIEEE()
-		var h maphash.Hash
-		h.SetSeed(unchangedSeed)
-		n := &countWriter{w: io.MultiWriter(sum, &h)}
-		write(n)
-		fam := &Family{Name: d.name, Header: d.header, body: body{piece: piece{size: n.n, crc: sum.Sum32()}}, hash: h.Sum64(), head: d.compressedHeader(), desc: d}
-		// Unchanged: the same header, length and both checksums (a CRC-32 alone would, once in
-		// 2³² changes of the same length, serve a changed family's old bytes).
-		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.hash == fam.hash && o.Header == fam.Header {
-			fam = o
-		} else {
-			fam.deflate = segment(write)
-		}
+		fam := b.family(d, f, old[d.name])
 		b.done = append(b.done, fam)
 		b.free, b.freeOffs = append(b.free, f.buf[:0]), append(b.freeOffs, f.offs[:0])
 		f.buf, f.offs = nil, nil
@@ -232,17 +200,6 @@ func (b *Builder) Keep(d *Desc) bool {
 	return true
 }
 
-// countWriter counts what it passes on.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	c.n += int64(len(p))
-	return c.w.Write(p)
-}
-
 // Finish returns the Set of what was added since the last Finish. A family whose bytes equal
 // those of the same family in the previous Set keeps its compressed form.
 func (b *Builder) Finish() *Set {
@@ -254,11 +211,13 @@ func (b *Builder) Finish() *Set {
 			textPool.Put(&famText{b.free[i], b.freeOffs[i]})
 		}
 	}
-	b.done, b.free, b.freeOffs, b.lines = nil, nil, nil, nil
+	b.done, b.free, b.freeOffs, b.lines, b.scratch = nil, nil, nil, nil, nil
 	sort.Slice(set.Families, func(i, j int) bool { return set.Families[i].Name < set.Families[j].Name })
 	for _, f := range set.Families {
 		set.size += f.size
-		set.compressed += int64(len(f.deflate))
+		for _, k := range f.blocks {
+			set.compressed += int64(len(k.deflate))
+		}
 	}
 	return set
 }

@@ -55,7 +55,7 @@ func TestEveryFormatIsWhatClientGolangWrites(t *testing.T) {
 			var b Builder
 			set := c.render(&b, nil)
 			if seed%2 == 1 { // as a Cache does once a scraper asked: bodies made at the render
-				set.prepare([nForms]bool{formOpenMetrics: true, formProto: true}, &b)
+				set.prepare([nForms + 1]bool{formOpenMetrics: true, formProto: true}, &b)
 			}
 			sets = append(sets, set)
 		}
@@ -157,17 +157,17 @@ func TestUnwantedFormatsAreDropped(t *testing.T) {
 	d := NewDesc("x_total", "X.", prometheus.CounterValue, []string{"k"}, nil)
 	c := NewCache(rd, Pace{}, func(s Sink) { s.Add(d, 1, "a") }, nil)
 	f := c.Set().Families[0]
-	if f.others[formProto].Load() != nil {
+	if f.blocks[0].others[formProto].Load() != nil {
 		t.Fatal("protobuf made before anyone asked")
 	}
 	rd.demand.asked(formProto, time.Now())
 	c.Render()
-	if f := c.Set().Families[0]; f.others[formProto].Load() == nil || f.others[formOpenMetrics].Load() != nil {
+	if f := c.Set().Families[0]; f.blocks[0].others[formProto].Load() == nil || f.blocks[0].others[formOpenMetrics].Load() != nil {
 		t.Fatal("asked for protobuf only: made another format, or not protobuf")
 	}
 	rd.demand.asked(formProto, time.Now().Add(-keepForm-time.Second))
 	c.Render()
-	if f := c.Set().Families[0]; f.others[formProto].Load() != nil {
+	if f := c.Set().Families[0]; f.blocks[0].others[formProto].Load() != nil {
 		t.Fatal("protobuf still kept after keepForm without a scrape")
 	}
 }
