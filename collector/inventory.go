@@ -12,6 +12,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/inventory"
+	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // Inventory turns the snapshots of one store into metrics: the gauges rendered once per
@@ -34,6 +35,7 @@ type Inventory struct {
 	renderedGen        uint64
 	renderedDevicesGen uint64
 	devicesRendered    bool
+	renderedDomains    []veil.Domain        // of the last render's snapshot (immutable), nil before it
 	renderHook         func(applied uint64) // nil; set by benchmarks before Run: after each render
 }
 
@@ -78,7 +80,7 @@ func (v *Inventory) Rendered() *exposition.Set { return v.cache.Set() }
 
 // CollectRendered sends what Rendered holds, encoded live from the latest snapshot.
 func (v *Inventory) CollectRendered(ch chan<- prometheus.Metric) {
-	v.emit(exposition.Live(ch), v.store.Snapshot(), false)
+	v.emit(exposition.Live(ch), v.store.Snapshot(), nil, false)
 }
 
 // CollectLive sends the families that Rendered leaves out: the task counters and histograms,
@@ -96,7 +98,12 @@ func (v *Inventory) render(s exposition.Sink) {
 	snap := v.store.Snapshot()
 	keepDevices := v.devicesRendered && snap.DevicesGen == v.renderedDevicesGen
 	v.devicesRendered, v.renderedDevicesGen = true, snap.DevicesGen
-	v.emit(s, snap, keepDevices)
+	prevDomains := v.renderedDomains
+	if snap.DomainsGen == 0 {
+		prevDomains = nil // never listed: nothing to tell from the last render's none
+	}
+	v.emit(s, snap, prevDomains, keepDevices)
+	v.renderedDomains = snap.Domains
 	v.renderedRefresh, v.renderedApplied, v.renderedGen = snap.Refreshed, snap.Applied, snap.Gen
 }
 

@@ -122,8 +122,10 @@ const mib = 1 << 20
 var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "off", veil.PowerSuspended: "suspended", veil.PowerOn: "on"}
 
 // emit sends every gauge of the snapshot, one family after the other where a family has a
-// series per VM (a render then holds the text of one such family at a time).
-func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, keepDevices bool) {
+// series per VM (a render then holds the text of one such family at a time). prev are the VMs
+// of the last render (nil: none, or not to be kept from): a VM family whose series they show
+// alike is kept as rendered (emitDomains), and with keepDevices so are the device families.
+func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev []veil.Domain, keepDevices bool) {
 	d := v.descs
 	e.Add(d.up, metricutil.Bool(snap.Up))
 	if snap.Version != "" {
@@ -131,7 +133,7 @@ func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, keepDevice
 	}
 	d.emitHosts(e, snap)
 	e.Flush()
-	d.emitDomains(e, snap)
+	d.emitDomains(e, snap, prev)
 	d.emitDevices(e, snap, keepDevices)
 	if snap.TaskCounts != nil { // tasks read: absent while the collection is off or unavailable
 		for _, b := range snap.Backups() {
@@ -185,48 +187,6 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) 
 		e.Add(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
 		e.Add(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
 	}
-}
-
-// emitDomains sends the VM families, one after the other, each in the snapshot's order (by
-// id: client_golang's, so no family is sorted again).
-func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot) {
-	each := func(f func(v *veil.Domain)) {
-		for i := range snap.Domains {
-			f(&snap.Domains[i])
-		}
-		e.Flush()
-	}
-	each(func(v *veil.Domain) {
-		parent := ""
-		if v.Parent != nil {
-			parent = v.Parent.ID
-		}
-		e.Add(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, inventory.TagNames(v.Tags))
-	})
-	each(func(v *veil.Domain) { e.Add(d.domainStatus, 1, v.ID, v.Status) })
-	each(func(v *veil.Domain) { e.Add(d.domainPower, 1, v.ID, powerState(v.UserPowerState)) })
-	each(func(v *veil.Domain) { e.Add(d.domainCPUs, float64(v.CPUCount), v.ID) })
-	each(func(v *veil.Domain) { e.Add(d.domainMemory, float64(v.MemoryCount)*mib, v.ID) })
-	each(func(v *veil.Domain) {
-		if v.CPUUsedPercentUser != nil {
-			e.Add(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
-		}
-	})
-	each(func(v *veil.Domain) {
-		if v.MemUsedPercentUser != nil {
-			e.Add(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
-		}
-	})
-	each(func(v *veil.Domain) { e.Add(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID) })
-	each(func(v *veil.Domain) {
-		if g := &v.GuestUtils; g.Hostname != "" || len(g.IPv4) > 0 {
-			ip := ""
-			if len(g.IPv4) > 0 {
-				ip = g.IPv4[0] // the platform lists the primary address first
-			}
-			e.Add(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
-		}
-	})
 }
 
 func powerState(n veil.Number) string {
