@@ -111,7 +111,9 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 	}
 	cloned := false
 	for i, l := range labels {
-		if !utf8.ValidString(l) {
+		// Values are checked for UTF-8 as they are written (appendEscaped), in one pass with
+		// the escaping; one to be cut is checked whole first, as before cutting.
+		if len(l) > MaxLabelValueBytes && !utf8.ValidString(l) {
 			return
 		}
 		if len(l) > MaxLabelValueBytes {
@@ -140,17 +142,21 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 			f.buf, f.offs = t.buf, t.offs
 		}
 	}
-	f.offs = append(f.offs, uint32(len(f.buf)))
 	buf := append(f.buf, d.name...)
 	for _, s := range d.slots {
 		buf = append(buf, s.prefix...)
 		if s.varIdx < 0 {
 			buf = append(buf, s.constVal...)
 		} else {
-			buf = appendEscaped(buf, labels[s.varIdx])
+			var ok bool
+			if buf, ok = appendEscaped(buf, labels[s.varIdx]); !ok {
+				f.buf = buf[:len(f.buf)] // not valid UTF-8: the series is dropped
+				return
+			}
 		}
 		buf = append(buf, '"')
 	}
+	f.offs = append(f.offs, uint32(len(f.buf)))
 	if len(d.slots) > 0 {
 		buf = append(buf, '}')
 	}
@@ -352,20 +358,37 @@ func nextByte(l []byte, i int) (c byte, next int, end bool) {
 	return l[i], i + 1, false
 }
 
-func appendEscaped(buf []byte, s string) []byte {
+// appendEscaped appends the label value s escaped as the text format escapes it, copying the
+// runs between escapes whole, and says whether s is valid UTF-8 (checked from its first byte
+// that is not ASCII, once): a render escapes every value of every series, so one pass instead of
+// a check and then an escape.
+func appendEscaped(buf []byte, s string) ([]byte, bool) {
+	start, checked := 0, false
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\':
-			buf = append(buf, '\\', '\\')
-		case '"':
-			buf = append(buf, '\\', '"')
-		case '\n':
-			buf = append(buf, '\\', 'n')
-		default:
-			buf = append(buf, c)
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			if !checked && !utf8.ValidString(s[i:]) {
+				return buf, false
+			}
+			checked = true
+			continue
 		}
+		var esc byte
+		switch c {
+		case '\\':
+			esc = '\\'
+		case '"':
+			esc = '"'
+		case '\n':
+			esc = 'n'
+		default:
+			continue
+		}
+		buf = append(buf, s[start:i]...)
+		buf = append(buf, '\\', esc)
+		start = i + 1
 	}
-	return buf
+	return append(buf, s[start:]...), true
 }
 
 // appendFloat writes v as client_golang's text encoder does.
