@@ -85,11 +85,37 @@ func sameNumber(a, b *veil.Number) bool {
 }
 
 // emitDomains sends the VM families, one after the other, each in the snapshot's order (by
-// id: client_golang's, so no family is sorted again). A family that shows the VMs of prev (the
-// last render's, nil on the live path) as it shows the snapshot's is kept as rendered.
+// id: client_golang's, so no family is sorted again). With prev (the last render's VMs; nil on
+// the live path) a family is kept as rendered when no VM changed in it, and patched when few
+// did: their old series removed and their new ones added, so that a change costs what it
+// changes.
 func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev []veil.Domain) {
-	for _, f := range d.domainFamilies() {
-		if prev != nil && sameDomains(prev, snap.Domains, f.same) && e.Keep(f.desc) {
+	fams := d.domainFamilies()
+	changes, ok := diffDomains(prev, snap.Domains, fams)
+	for k, f := range fams {
+		bit, n := uint32(1)<<k, 0
+		for _, c := range changes {
+			if c.fams&bit != 0 {
+				n++
+			}
+		}
+		if ok && n == 0 && e.Keep(f.desc) {
+			continue
+		}
+		if ok && n <= len(snap.Domains)/patchShare && e.Patch(f.desc) {
+			rm := e.Removing()
+			for _, c := range changes {
+				if c.fams&bit == 0 {
+					continue
+				}
+				if c.old != nil {
+					f.emit(rm, c.old)
+				}
+				if c.now != nil {
+					f.emit(e, c.now)
+				}
+			}
+			e.Flush()
 			continue
 		}
 		for i := range snap.Domains {
@@ -99,15 +125,51 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 	}
 }
 
-// sameDomains says whether a and b list the same VMs, each alike by same.
-func sameDomains(a, b []veil.Domain, same func(a, b *veil.Domain) bool) bool {
-	if len(a) != len(b) {
-		return false
+// patchShare: a family is patched while at most 1/patchShare of the VMs changed in it, and
+// emitted whole beyond (a refresh that moved every VM's usage): patching reads back and cuts
+// again every block it touches.
+const patchShare = 4
+
+// domainChange is a VM that changed since the last render: its version then (nil: it is new)
+// and now (nil: it is gone), and the families it changed in, a bit each (domainFamilies).
+type domainChange struct {
+	old, now *veil.Domain
+	fams     uint32
+}
+
+// diffDomains lists the VMs that differ between prev and cur, both sorted by id, in one pass
+// (the VMs of 10,000 are megabytes: one pass per family was most of a render's comparing).
+// False without prev, or when either is not sorted by id: then there is nothing to keep.
+func diffDomains(prev, cur []veil.Domain, fams []domainFamily) ([]domainChange, bool) {
+	if prev == nil {
+		return nil, false
 	}
-	for i := range a {
-		if a[i].ID != b[i].ID || !same(&a[i], &b[i]) {
-			return false
+	const all = ^uint32(0)
+	var out []domainChange
+	i, j := 0, 0
+	for i < len(prev) || j < len(cur) {
+		if i > 0 && i < len(prev) && prev[i-1].ID >= prev[i].ID || j > 0 && j < len(cur) && cur[j-1].ID >= cur[j].ID {
+			return nil, false
+		}
+		switch {
+		case j == len(cur) || i < len(prev) && prev[i].ID < cur[j].ID:
+			out = append(out, domainChange{old: &prev[i], fams: all})
+			i++
+		case i == len(prev) || cur[j].ID < prev[i].ID:
+			out = append(out, domainChange{now: &cur[j], fams: all})
+			j++
+		default:
+			var m uint32
+			for k, f := range fams {
+				if !f.same(&prev[i], &cur[j]) {
+					m |= 1 << k
+				}
+			}
+			if m != 0 {
+				out = append(out, domainChange{old: &prev[i], now: &cur[j], fams: m})
+			}
+			i, j = i+1, j+1
 		}
 	}
-	return true
+	return out, true
 }

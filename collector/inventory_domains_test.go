@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -14,7 +16,8 @@ import (
 // TestDomainFamiliesAreKeptWhileNothingTheyShowChanged: a pushed power change renders the VM
 // families that show the power again and keeps the others as they were (the same Family); a
 // tag changed renders veil_domain_info again, a VM deleted every VM family; after each the
-// rendered text is what client_golang writes for the snapshot collected live.
+// rendered text is what client_golang writes for the snapshot collected live, and so after
+// each of random power changes, migrations, deletes and VMs added.
 func TestDomainFamiliesAreKeptWhileNothingTheyShowChanged(t *testing.T) {
 	f := newFixture(t, veiltest.Options{Seed: 21, VMs: 40}, pushCollect(), veil.Config{})
 	feed := runFeed(t, f)
@@ -65,5 +68,32 @@ func TestDomainFamiliesAreKeptWhileNothingTheyShowChanged(t *testing.T) {
 		if families()[n] == before[n] {
 			t.Errorf("a VM deleted kept %s", n)
 		}
+	}
+	// Random changes, each rendered by patching the families it touched from the last render.
+	rng := rand.New(rand.NewPCG(21, 1))
+	for i := range 30 {
+		var vms []string
+		for _, d := range f.inv.Domains() {
+			if !d.Template {
+				vms = append(vms, d.ID)
+			}
+		}
+		id := vms[rng.IntN(len(vms))]
+		var err error
+		switch op := rng.IntN(4); op {
+		case 0:
+			toggle(t, f.sim, id)
+		case 1:
+			nodes := f.sim.NodeIDs()
+			err = f.sim.MigrateVM(id, nodes[rng.IntN(len(nodes))])
+		case 2:
+			err = f.sim.DeleteVM(id)
+		case 3:
+			f.sim.AddVMs(1 + rng.IntN(3))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(fmt.Sprintf("change %d", i))
 	}
 }

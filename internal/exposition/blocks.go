@@ -23,6 +23,25 @@ type blockShape struct{ min, every, max int }
 // larger ones cost more per change.
 var blockLines = blockShape{min: 64, every: 128, max: 512}
 
+// cutAfter says whether a block of n lines ends with line (not the family's last).
+func (s blockShape) cutAfter(n int, line []byte) bool {
+	switch {
+	case n >= s.max:
+		return true
+	case n < s.min:
+		return false
+	}
+	return maphash.Bytes(cutSeed, line[:bytes.LastIndexByte(line, ' ')])%uint64(s.every) == 0
+}
+
+// lineKey appends the sort key of a series line of d (appendKey; none without labels).
+func lineKey(dst []byte, d *Desc, line []byte) []byte {
+	if len(d.slots) == 0 {
+		return dst
+	}
+	return appendKey(dst, line, d.valueStart)
+}
+
 // cutSeed seeds the hash of a line's label set that chooses the cuts.
 var cutSeed = maphash.MakeSeed()
 
@@ -54,14 +73,8 @@ func (b *Builder) family(d *Desc, f *famBuf, old *Family) *Family {
 		if i%yieldEvery == yieldEvery-1 {
 			b.yield()
 		}
-		if n := i + 1 - start; i < len(lines)-1 && n < shape.max {
-			if n < shape.min {
-				continue
-			}
-			text := f.buf[l.start:l.end]
-			if maphash.Bytes(cutSeed, text[:bytes.LastIndexByte(text, ' ')])%uint64(shape.every) != 0 {
-				continue
-			}
+		if i < len(lines)-1 && !shape.cutAfter(i+1-start, f.buf[l.start:l.end]) {
+			continue
 		}
 		var text []byte
 		if whole != nil {
@@ -73,7 +86,7 @@ func (b *Builder) family(d *Desc, f *famBuf, old *Family) *Family {
 			}
 			text = b.scratch
 		}
-		k := b.block(text, prev)
+		k := b.block(d, text, prev)
 		same = same && len(fam.blocks) < len(old.blocks) && old.blocks[len(fam.blocks)] == k
 		fam.blocks = append(fam.blocks, k)
 		fam.size += k.size
@@ -88,14 +101,14 @@ func (b *Builder) family(d *Desc, f *famBuf, old *Family) *Family {
 // block returns the block of text: prev's with the same bytes (the same length and both
 // checksums: a CRC-32 alone would, once in 2³² changes of the same length, serve a changed
 // block's old bytes), or a new one, compressed now.
-func (b *Builder) block(text []byte, prev map[blockKey]*block) *block {
+func (b *Builder) block(d *Desc, text []byte, prev map[blockKey]*block) *block {
 	h := maphash.Bytes(unchangedSeed, text)
 	crc := crc32.ChecksumIEEE(text)
 	if k := prev[blockKey{h, int64(len(text))}]; k != nil && k.crc == crc {
 		return k
 	}
 	b.yield()
-	k := &block{hash: h}
+	k := &block{hash: h, first: lineKey(nil, d, text[:bytes.IndexByte(text, '\n')+1])}
 	k.piece = piece{
 		deflate: segment(func(w io.Writer) { _, _ = w.Write(text) }),
 		crc:     crc,

@@ -3,7 +3,9 @@ package exposition
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -232,5 +234,105 @@ func BenchmarkBlockShape(b *testing.B) {
 			b.ReportMetric(float64(set.size)/float64(set.compressed), "ratio")
 			b.ReportMetric(float64(blocks), "blocks")
 		})
+	}
+}
+
+// patch renders rows from prev by Patch: for each family the series of old not in rows (by
+// label set) or with another value removed, those of rows not in old or changed added.
+func patch(b *Builder, prev *Set, old, rows []row) *Set {
+	key := func(x row) string { return x.d.name + "\x00" + strings.Join(x.labels, "\x00") }
+	was, now := map[string]row{}, map[string]row{}
+	for _, x := range old {
+		was[key(x)] = x
+	}
+	for _, x := range rows {
+		now[key(x)] = x
+	}
+	b.since(prev)
+	patched := map[*Desc]bool{}
+	for _, x := range append(append([]row(nil), old...), rows...) {
+		if !patched[x.d] {
+			patched[x.d] = true
+			b.Sink().Patch(x.d)
+		}
+	}
+	for k, x := range was {
+		if y, ok := now[k]; !ok || math.Float64bits(y.v) != math.Float64bits(x.v) {
+			b.Sink().Removing().Add(x.d, x.v, x.labels...)
+		}
+	}
+	for k, x := range now {
+		if y, ok := was[k]; !ok || math.Float64bits(y.v) != math.Float64bits(x.v) {
+			b.Add(x.d, x.v, x.labels...)
+		}
+	}
+	return b.Finish()
+}
+
+// TestPatchIsWhatClientGolangWrites: renders that patch the previous Set with the series that
+// changed (random value changes, inserts and deletes, in any order of the calls), one after the
+// other, scrape byte for byte as client_golang writes the same series; blocks small enough
+// that every family has many.
+func TestPatchIsWhatClientGolangWrites(t *testing.T) {
+	withShape(t, blockShape{min: 3, every: 4, max: 16})
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 41))
+		c := controllers(rng, "alpha")[0]
+		live, full := registries()
+		full.MustRegister(c)
+		var b Builder
+		set := c.render(&b, nil)
+		ref := promhttp.HandlerFor(full, promhttp.HandlerOpts{EnableOpenMetrics: true})
+		h := Handler(HandlerOpts{Live: live, Sets: func() []*Set { return []*Set{set} }, Fallback: ref})
+		for round := range 40 {
+			old := append([]row(nil), c.rows...)
+			mutate(rng, c)
+			set = patch(&b, set, old, c.rows)
+			for _, sc := range []struct{ accept, enc string }{{"", "gzip"}, {acceptProm3, "identity"}, {acceptNative, "zstd"}} {
+				_, want := get(t, ref, sc.accept, "identity")
+				got := decode(t, sc.enc, func() []byte { _, body := get(t, h, sc.accept, sc.enc); return body }())
+				if sc.accept == acceptNative {
+					sameFamilies(t, got, want)
+				} else if !bytes.Equal(got, want) {
+					t.Fatalf("seed %d, round %d, %q: %s", seed, round, sc.accept, firstDiff(got, want))
+				}
+			}
+		}
+	}
+}
+
+// TestPatchChangesTheBlocksItTouches: a value changed, a series inserted and one deleted in a
+// family of 10,000 by Patch leave every block but those that held them the previous Set's.
+func TestPatchChangesTheBlocksItTouches(t *testing.T) {
+	d := NewDesc("veil_domain_power_state", "Power.", prometheus.GaugeValue, []string{"domain_id", "state"}, nil)
+	ids := vmIDs(10000)
+	var b Builder
+	vmFamily(&b, d, ids, func(int) float64 { return 1 })
+	first := b.Finish()
+	b.since(first)
+	s := b.Sink()
+	if !s.Patch(d) {
+		t.Fatal("no family to patch")
+	}
+	s.Removing().Add(d, 1, ids[10], "on")
+	s.Add(d, 1, ids[10], "off")
+	s.Add(d, 1, "0000-new-vm", "on")
+	s.Removing().Add(d, 1, ids[9000], "on")
+	second := b.Finish()
+	f, old := second.Families[0], first.Families[0]
+	if k := kept(f, old); k < len(old.blocks)-6 || k == len(old.blocks) {
+		t.Errorf("%d blocks of %d kept, %d now", k, len(old.blocks), len(f.blocks))
+	}
+	text, err := Families([]*Set{second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want Builder
+	vmFamily(&want, d, append(append([]string{"0000-new-vm"}, ids[:9000]...), ids[9001:]...), func(int) float64 { return 1 })
+	want.Add(d, 1, ids[10], "off")
+	wantText, _ := Families([]*Set{want.Finish()})
+	wantText = bytes.Replace(wantText, []byte(`veil_domain_power_state{domain_id="`+ids[10]+`",state="on"} 1`+"\n"), nil, 1)
+	if !bytes.Equal(text, wantText) {
+		t.Errorf("patched text differs: %s", firstDiff(text, wantText))
 	}
 }

@@ -72,6 +72,10 @@ type famBuf struct {
 	d    *Desc
 	buf  []byte
 	offs []uint32 // start of each line in buf
+	// patch is the previous Set's family this build changes (Patch), nil when it is emitted
+	// whole; rm are the sort keys of the series it removes, each behind its length.
+	patch *Family
+	rm    []byte
 }
 
 type line struct{ start, end uint32 }
@@ -106,34 +110,14 @@ func BoundLabel(s string) string {
 // not valid UTF-8 is dropped, as prometheus.NewConstMetric refuses it; a label value longer than
 // MaxLabelValueBytes is cut (BoundLabel).
 func (b *Builder) Add(d *Desc, v float64, labels ...string) {
-	if len(labels) != d.nvar {
+	labels, ok := boundLabels(d, labels)
+	if !ok {
 		return
-	}
-	cloned := false
-	for i, l := range labels {
-		// Values are checked for UTF-8 as they are written (appendEscaped), in one pass with
-		// the escaping; one to be cut is checked whole first, as before cutting.
-		if len(l) > MaxLabelValueBytes && !utf8.ValidString(l) {
-			return
-		}
-		if len(l) > MaxLabelValueBytes {
-			if !cloned { // the caller's slice is the caller's
-				labels, cloned = slices.Clone(labels), true
-			}
-			labels[i] = BoundLabel(l)
-		}
 	}
 	if b.adds++; b.adds%yieldEvery == 0 {
 		b.yield()
 	}
-	if b.fams == nil {
-		b.fams = make(map[*Desc]*famBuf)
-	}
-	f := b.fams[d]
-	if f == nil {
-		f = &famBuf{d: d}
-		b.fams[d] = f
-	}
+	f := b.famOf(d)
 	if f.buf == nil {
 		if len(b.free) > 0 {
 			f.buf, b.free = b.free[len(b.free)-1], b.free[:len(b.free)-1]
@@ -142,7 +126,54 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 			f.buf, f.offs = t.buf, t.offs
 		}
 	}
-	buf := append(f.buf, d.name...)
+	if buf, ok := appendSeries(f.buf, d, v, labels); ok {
+		f.offs = append(f.offs, uint32(len(f.buf)))
+		f.buf = buf
+	}
+}
+
+// boundLabels checks the label count and cuts values longer than MaxLabelValueBytes (in a copy
+// of labels: the caller's slice is the caller's); false: the series is refused.
+func boundLabels(d *Desc, labels []string) ([]string, bool) {
+	if len(labels) != d.nvar {
+		return nil, false
+	}
+	cloned := false
+	for i, l := range labels {
+		// Values are checked for UTF-8 as they are written (appendEscaped), in one pass with
+		// the escaping; one to be cut is checked whole first, as before cutting.
+		if len(l) <= MaxLabelValueBytes {
+			continue
+		}
+		if !utf8.ValidString(l) {
+			return nil, false
+		}
+		if !cloned {
+			labels, cloned = slices.Clone(labels), true
+		}
+		labels[i] = BoundLabel(l)
+	}
+	return labels, true
+}
+
+// famOf is the family buffer of d in this build.
+func (b *Builder) famOf(d *Desc) *famBuf {
+	if b.fams == nil {
+		b.fams = make(map[*Desc]*famBuf)
+	}
+	f := b.fams[d]
+	if f == nil {
+		f = &famBuf{d: d}
+		b.fams[d] = f
+	}
+	return f
+}
+
+// appendSeries appends the series line to buf; false (buf as it was) when a label value is not
+// valid UTF-8.
+func appendSeries(buf []byte, d *Desc, v float64, labels []string) ([]byte, bool) {
+	start := len(buf)
+	buf = append(buf, d.name...)
 	for _, s := range d.slots {
 		buf = append(buf, s.prefix...)
 		if s.varIdx < 0 {
@@ -150,19 +181,17 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 		} else {
 			var ok bool
 			if buf, ok = appendEscaped(buf, labels[s.varIdx]); !ok {
-				f.buf = buf[:len(f.buf)] // not valid UTF-8: the series is dropped
-				return
+				return buf[:start], false
 			}
 		}
 		buf = append(buf, '"')
 	}
-	f.offs = append(f.offs, uint32(len(f.buf)))
 	if len(d.slots) > 0 {
 		buf = append(buf, '}')
 	}
 	buf = append(buf, ' ')
 	buf = appendFloat(buf, v)
-	f.buf = append(buf, '\n')
+	return append(buf, '\n'), true
 }
 
 // Flush compresses the families added so far and releases their text: a collector that
@@ -178,11 +207,19 @@ func (b *Builder) Flush() {
 		}
 	}
 	for d, f := range b.fams {
-		if len(f.offs) == 0 {
+		if len(f.offs) == 0 && f.patch == nil {
 			continue
 		}
-		fam := b.family(d, f, old[d.name])
-		b.done = append(b.done, fam)
+		var fam *Family
+		if f.patch != nil {
+			fam = b.patched(f)
+			f.patch, f.rm = nil, f.rm[:0]
+		} else {
+			fam = b.family(d, f, old[d.name])
+		}
+		if len(fam.blocks) > 0 {
+			b.done = append(b.done, fam)
+		}
 		b.free, b.freeOffs = append(b.free, f.buf[:0]), append(b.freeOffs, f.offs[:0])
 		f.buf, f.offs = nil, nil
 	}

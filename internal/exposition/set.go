@@ -41,6 +41,7 @@ type Family struct {
 type block struct {
 	body                                // the lines
 	hash   uint64                       // of the lines, to tell them unchanged (Builder)
+	first  []byte                       // the sort key of its first line (appendKey), to find a series' block (Patch)
 	others [nForms]atomic.Pointer[body] // the lines in the other formats (formats.go); [formText] unused
 	// othersMu is held while one of others is made.
 	othersMu sync.Mutex
