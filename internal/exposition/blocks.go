@@ -109,7 +109,7 @@ func (b *Builder) block(d *Desc, text []byte, prev map[blockKey]*block) *block {
 	if k := prev[blockKey{h, int64(len(text))}]; k != nil && k.crc == crc {
 		return k
 	}
-	b.yield()
+	b.yieldAfter(int64(len(text)))
 	k := &block{hash: h, first: lineKey(nil, d, text[:bytes.IndexByte(text, '\n')+1])}
 	k.piece = piece{
 		deflate: segment(func(w io.Writer) { _, _ = w.Write(text) }),

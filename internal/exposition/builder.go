@@ -37,6 +37,7 @@ type Builder struct {
 	free     [][]byte
 	freeOffs [][]uint32
 	waited   time.Duration // paused for scrapes, in all (yield)
+	worked   int64         // bytes compressed or converted since the last yield (yieldAfter)
 	gate     *gate         // of the Renderer whose scrapes renders yield to; nil: none
 	// prev is the Set this build replaces: a family whose bytes did not change keeps its
 	// compressed form, and Keep takes a family from it. The Cache sets it before each emit.

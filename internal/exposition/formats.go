@@ -185,7 +185,7 @@ func (s *Set) prepare(wanted [nForms + 1]bool, b *Builder) {
 			for fm := formOpenMetrics; fm < nForms; fm++ {
 				switch {
 				case wanted[fm] && k.others[fm].Load() == nil:
-					b.yield()
+					b.yieldAfter(k.size)
 					k.other(fm, f.desc)
 				case !wanted[fm]:
 					k.others[fm].Store(nil)
