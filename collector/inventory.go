@@ -36,6 +36,7 @@ type Inventory struct {
 	renderedDevicesGen uint64
 	devicesRendered    bool
 	renderedDomains    []veil.Domain        // of the last render's snapshot (immutable), nil before it
+	renderedDomainsGen uint64               // its DomainsGen
 	renderHook         func(applied uint64) // nil; set by benchmarks before Run: after each render
 }
 
@@ -80,7 +81,7 @@ func (v *Inventory) Rendered() *exposition.Set { return v.cache.Set() }
 
 // CollectRendered sends what Rendered holds, encoded live from the latest snapshot.
 func (v *Inventory) CollectRendered(ch chan<- prometheus.Metric) {
-	v.emit(exposition.Live(ch), v.store.Snapshot(), nil, false)
+	v.emit(exposition.Live(ch), v.store.Snapshot(), domainsBefore{}, false)
 }
 
 // CollectLive sends the families that Rendered leaves out: the task counters and histograms,
@@ -98,12 +99,13 @@ func (v *Inventory) render(s exposition.Sink) {
 	snap := v.store.Snapshot()
 	keepDevices := v.devicesRendered && snap.DevicesGen == v.renderedDevicesGen
 	v.devicesRendered, v.renderedDevicesGen = true, snap.DevicesGen
-	prevDomains := v.renderedDomains
+	prev := domainsBefore{vms: v.renderedDomains}
 	if snap.DomainsGen == 0 {
-		prevDomains = nil // never listed: nothing to tell from the last render's none
+		prev.vms = nil // never listed: nothing to tell from the last render's none
 	}
-	v.emit(s, snap, prevDomains, keepDevices)
-	v.renderedDomains = snap.Domains
+	prev.changed, prev.known = snap.DomainsChangedSince(v.renderedDomainsGen)
+	v.emit(s, snap, prev, keepDevices)
+	v.renderedDomains, v.renderedDomainsGen = snap.Domains, snap.DomainsGen
 	v.renderedRefresh, v.renderedApplied, v.renderedGen = snap.Refreshed, snap.Applied, snap.Gen
 }
 

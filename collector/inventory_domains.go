@@ -8,6 +8,7 @@ package collector
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
@@ -98,9 +99,9 @@ func sameBacking[T any](a, b []T) bool {
 // the live path) a family is kept as rendered when no VM changed in it, and patched when few
 // did: their old series removed and their new ones added, so that a change costs what it
 // changes.
-func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev []veil.Domain) {
+func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev domainsBefore) {
 	fams := d.domainFamilies()
-	changes, ok := diffDomains(prev, snap.Domains, fams)
+	changes, ok := prev.diff(snap.Domains, fams)
 	for k, f := range fams {
 		bit, n := uint32(1)<<k, 0
 		for _, c := range changes {
@@ -146,6 +147,54 @@ type domainChange struct {
 	fams     uint32
 }
 
+// domainsBefore are the VMs of the last render, and the ids of those pushes changed since, when
+// known (Snapshot.DomainsChangedSince).
+type domainsBefore struct {
+	vms     []veil.Domain // nil: none, or not to compare with
+	changed []string
+	known   bool
+}
+
+// diff lists the VMs that differ between the last render's and cur: those pushes changed
+// when they are known (a binary search each, whatever the inventory's size), otherwise every
+// VM compared (diffDomains). False when there is nothing to compare with.
+func (p domainsBefore) diff(cur []veil.Domain, fams []domainFamily) ([]domainChange, bool) {
+	if p.vms == nil || !p.known || len(p.changed) > len(cur)/patchShare {
+		return diffDomains(p.vms, cur, fams)
+	}
+	ids := slices.Clone(p.changed)
+	slices.Sort(ids)
+	var out []domainChange
+	for _, id := range slices.Compact(ids) {
+		i, was := slices.BinarySearchFunc(p.vms, id, byID)
+		j, is := slices.BinarySearchFunc(cur, id, byID)
+		switch {
+		case was && is:
+			if m := familiesChanged(&p.vms[i], &cur[j], fams); m != 0 {
+				out = append(out, domainChange{old: &p.vms[i], now: &cur[j], fams: m})
+			}
+		case was:
+			out = append(out, domainChange{old: &p.vms[i], fams: ^uint32(0)})
+		case is:
+			out = append(out, domainChange{now: &cur[j], fams: ^uint32(0)})
+		}
+	}
+	return out, true
+}
+
+func byID(d veil.Domain, id string) int { return strings.Compare(d.ID, id) }
+
+// familiesChanged has a bit set for each family a and b differ in.
+func familiesChanged(a, b *veil.Domain, fams []domainFamily) uint32 {
+	var m uint32
+	for k, f := range fams {
+		if !f.same(a, b) {
+			m |= 1 << k
+		}
+	}
+	return m
+}
+
 // diffDomains lists the VMs that differ between prev and cur, both sorted by id, in one pass
 // (the VMs of 10,000 are megabytes: one pass per family was most of a render's comparing).
 // False without prev, or when either is not sorted by id: then there is nothing to keep.
@@ -168,13 +217,7 @@ func diffDomains(prev, cur []veil.Domain, fams []domainFamily) ([]domainChange, 
 			out = append(out, domainChange{now: &cur[j], fams: all})
 			j++
 		default:
-			var m uint32
-			for k, f := range fams {
-				if !f.same(&prev[i], &cur[j]) {
-					m |= 1 << k
-				}
-			}
-			if m != 0 {
+			if m := familiesChanged(&prev[i], &cur[j], fams); m != 0 {
 				out = append(out, domainChange{old: &prev[i], now: &cur[j], fams: m})
 			}
 			i, j = i+1, j+1

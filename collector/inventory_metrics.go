@@ -123,9 +123,10 @@ var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "
 
 // emit sends every gauge of the snapshot, one family after the other where a family has a
 // series per VM (a render then holds the text of one such family at a time). prev are the VMs
-// of the last render (nil: none, or not to be kept from): a VM family whose series they show
-// alike is kept as rendered (emitDomains), and with keepDevices so are the device families.
-func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev []veil.Domain, keepDevices bool) {
+// of the last render (none: not to be kept from): a VM family whose series they show alike is
+// kept as rendered, one few of them changed in patched (emitDomains), and with keepDevices the
+// device families are kept.
+func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev domainsBefore, keepDevices bool) {
 	d := v.descs
 	e.Add(d.up, metricutil.Bool(snap.Up))
 	if snap.Version != "" {
