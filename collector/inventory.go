@@ -37,6 +37,8 @@ type Inventory struct {
 	devicesRendered    bool
 	renderedDomains    []veil.Domain        // of the last render's snapshot (immutable), nil before it
 	renderedDomainsGen uint64               // its DomainsGen
+	backupsShown       bool                 // the last render's snapshot had tasks read: it showed the backups
+	renderedBackupsGen uint64               // of its backups
 	renderHook         func(applied uint64) // nil; set by benchmarks before Run: after each render
 }
 
@@ -104,8 +106,10 @@ func (v *Inventory) render(s exposition.Sink) {
 		prev.vms = nil // never listed: nothing to tell from the last render's none
 	}
 	prev.changed, prev.known = snap.DomainsChangedSince(v.renderedDomainsGen)
+	prev.backupsShown, prev.backupsGen = v.backupsShown, v.renderedBackupsGen
 	v.emit(s, snap, prev, keepDevices)
 	v.renderedDomains, v.renderedDomainsGen = snap.Domains, snap.DomainsGen
+	v.backupsShown, v.renderedBackupsGen = snap.TaskCounts != nil, snap.BackupsGen
 	v.renderedRefresh, v.renderedApplied, v.renderedGen = snap.Refreshed, snap.Applied, snap.Gen
 }
 

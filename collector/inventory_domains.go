@@ -98,10 +98,14 @@ func sameBacking[T any](a, b []T) bool {
 // id: client_golang's, so no family is sorted again). With prev (the last render's VMs; nil on
 // the live path) a family is kept as rendered when no VM changed in it, and patched when few
 // did: their old series removed and their new ones added, so that a change costs what it
-// changes.
-func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev domainsBefore) {
+// changes. It says whether the VMs are those of the last render (none added or gone).
+func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev domainsBefore) (sameVMs bool) {
 	fams := d.domainFamilies()
 	changes, ok := prev.diff(snap.Domains, fams)
+	sameVMs = ok
+	for _, c := range changes {
+		sameVMs = sameVMs && c.old != nil && c.now != nil
+	}
 	for k, f := range fams {
 		bit, n := uint32(1)<<k, 0
 		for _, c := range changes {
@@ -133,6 +137,7 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 		}
 		e.Flush()
 	}
+	return sameVMs
 }
 
 // patchShare: a family is patched while at most 1/patchShare of the VMs changed in it, and
@@ -153,6 +158,9 @@ type domainsBefore struct {
 	vms     []veil.Domain // nil: none, or not to compare with
 	changed []string
 	known   bool
+	// backupsShown says the last render showed the backups, made at backupsGen.
+	backupsShown bool
+	backupsGen   uint64
 }
 
 // diff lists the VMs that differ between the last render's and cur: those pushes changed

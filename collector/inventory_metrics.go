@@ -134,15 +134,10 @@ func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev domai
 	}
 	d.emitHosts(e, snap)
 	e.Flush()
-	d.emitDomains(e, snap, prev)
+	sameVMs := d.emitDomains(e, snap, prev)
 	d.emitDevices(e, snap, keepDevices)
 	if snap.TaskCounts != nil { // tasks read: absent while the collection is off or unavailable
-		for _, b := range snap.Backups() {
-			if !b.Success.IsZero() {
-				e.Add(d.lastBackupTime, metricutil.UnixSeconds(b.Success), b.ID)
-			}
-			e.Add(d.lastBackupSuccess, metricutil.Bool(b.Succeeded), b.ID)
-		}
+		d.emitBackups(e, snap, sameVMs && prev.backupsShown && prev.backupsGen == snap.BackupsGen)
 		for _, s := range inventory.TaskStatuses {
 			e.Add(d.tasks, snap.TaskCounts[s], s)
 		}
@@ -187,6 +182,20 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) 
 		e.Add(d.datapoolSize, float64(p.Size)*mib, p.ID)
 		e.Add(d.datapoolUsed, float64(p.UsedSpace)*mib, p.ID)
 		e.Add(d.datapoolFree, float64(p.FreeSpace)*mib, p.ID)
+	}
+}
+
+// emitBackups sends the backups families: the VMs the backups know, in the VMs' order. With
+// same (the VMs and the backups are the last render's) they are kept as rendered.
+func (d *inventoryDescs) emitBackups(e exposition.Sink, snap *inventory.Snapshot, same bool) {
+	if same && e.Keep(d.lastBackupTime) && e.Keep(d.lastBackupSuccess) {
+		return
+	}
+	for _, b := range snap.Backups() {
+		if !b.Success.IsZero() {
+			e.Add(d.lastBackupTime, metricutil.UnixSeconds(b.Success), b.ID)
+		}
+		e.Add(d.lastBackupSuccess, metricutil.Bool(b.Succeeded), b.ID)
 	}
 }
 

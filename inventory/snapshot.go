@@ -39,6 +39,8 @@ type Snapshot struct {
 	DevicesGen uint64
 	// Applied counts the pushed frames applied so far.
 	Applied uint64
+	// BackupsGen grows each time the last backups (Backups) are made again.
+	BackupsGen uint64
 
 	backups        map[string]LastBackup // by domain id; read through Backups
 	backupLookback time.Duration
@@ -46,7 +48,6 @@ type Snapshot struct {
 	// (DomainsChangedSince). Shared between snapshots and appended to only past the end any
 	// older snapshot holds.
 	domainLog []domainEdit
-
 
 	changed chan struct{} // closed when a newer snapshot is stored
 	targets struct {      // GuestTargets, made at the first call
@@ -65,7 +66,7 @@ func (s *Snapshot) next() *Snapshot {
 		Nodes: s.Nodes, Clusters: s.Clusters, Datapools: s.Datapools, Domains: s.Domains,
 		DomainsTotal: s.DomainsTotal, DomainsGen: s.DomainsGen, TaskCounts: s.TaskCounts, Version: s.Version,
 		Vdisks: s.Vdisks, PoolProvisioned: s.PoolProvisioned, Interfaces: s.Interfaces, Details: s.Details,
-		DevicesGen: s.DevicesGen, Applied: s.Applied,
+		DevicesGen: s.DevicesGen, Applied: s.Applied, BackupsGen: s.BackupsGen,
 		backups: s.backups, backupLookback: s.backupLookback, domainLog: s.domainLog,
 		changed: make(chan struct{}),
 	}
