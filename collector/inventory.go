@@ -39,6 +39,7 @@ type Inventory struct {
 	renderedDomainsGen uint64               // its DomainsGen
 	backupsShown       bool                 // the last render's snapshot had tasks read: it showed the backups
 	renderedBackupsGen uint64               // of its backups
+	last               lastRender           // its nodes, clusters and datapools
 	renderHook         func(applied uint64) // nil; set by benchmarks before Run: after each render
 }
 
@@ -83,7 +84,7 @@ func (v *Inventory) Rendered() *exposition.Set { return v.cache.Set() }
 
 // CollectRendered sends what Rendered holds, encoded live from the latest snapshot.
 func (v *Inventory) CollectRendered(ch chan<- prometheus.Metric) {
-	v.emit(exposition.Live(ch), v.store.Snapshot(), domainsBefore{}, false)
+	v.emit(exposition.Live(ch), v.store.Snapshot(), lastRender{}, false)
 }
 
 // CollectLive sends the families that Rendered leaves out: the task counters and histograms,
@@ -101,13 +102,15 @@ func (v *Inventory) render(s exposition.Sink) {
 	snap := v.store.Snapshot()
 	keepDevices := v.devicesRendered && snap.DevicesGen == v.renderedDevicesGen
 	v.devicesRendered, v.renderedDevicesGen = true, snap.DevicesGen
-	prev := domainsBefore{vms: v.renderedDomains}
+	prev := lastRender{vms: v.renderedDomains}
 	if snap.DomainsGen == 0 {
 		prev.vms = nil // never listed: nothing to tell from the last render's none
 	}
 	prev.changed, prev.known = snap.DomainsChangedSince(v.renderedDomainsGen)
 	prev.backupsShown, prev.backupsGen = v.backupsShown, v.renderedBackupsGen
+	prev.nodes, prev.clusters, prev.pools, prev.hosts = v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts
 	v.emit(s, snap, prev, keepDevices)
+	v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts = snap.Nodes, snap.Clusters, snap.Datapools, true
 	v.renderedDomains, v.renderedDomainsGen = snap.Domains, snap.DomainsGen
 	v.backupsShown, v.renderedBackupsGen = snap.TaskCounts != nil, snap.BackupsGen
 	v.renderedRefresh, v.renderedApplied, v.renderedGen = snap.Refreshed, snap.Applied, snap.Gen

@@ -99,7 +99,7 @@ func sameBacking[T any](a, b []T) bool {
 // the live path) a family is kept as rendered when no VM changed in it, and patched when few
 // did: their old series removed and their new ones added, so that a change costs what it
 // changes. It says whether the VMs are those of the last render (none added or gone).
-func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev domainsBefore) (sameVMs bool) {
+func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev lastRender) (sameVMs bool) {
 	fams := d.domainFamilies()
 	changes, ok := prev.diff(snap.Domains, fams)
 	sameVMs = ok
@@ -152,21 +152,28 @@ type domainChange struct {
 	fams     uint32
 }
 
-// domainsBefore are the VMs of the last render, and the ids of those pushes changed since, when
-// known (Snapshot.DomainsChangedSince).
-type domainsBefore struct {
+// lastRender is what the last render was made of, for a render to keep or patch what did not
+// change since (the zero lastRender: nothing to keep): its VMs, and the ids of those pushes
+// changed since, when known (Snapshot.DomainsChangedSince).
+type lastRender struct {
 	vms     []veil.Domain // nil: none, or not to compare with
 	changed []string
 	known   bool
 	// backupsShown says the last render showed the backups, made at backupsGen.
 	backupsShown bool
 	backupsGen   uint64
+	// The nodes, clusters and datapools it showed: a snapshot's slices are never changed once
+	// stored (a push copies one at its first edit), so the same memory is the same contents.
+	nodes    []veil.Node
+	clusters []veil.Cluster
+	pools    []veil.Datapool
+	hosts    bool // it showed them
 }
 
 // diff lists the VMs that differ between the last render's and cur: those pushes changed
 // when they are known (a binary search each, whatever the inventory's size), otherwise every
 // VM compared (diffDomains). False when there is nothing to compare with.
-func (p domainsBefore) diff(cur []veil.Domain, fams []domainFamily) ([]domainChange, bool) {
+func (p lastRender) diff(cur []veil.Domain, fams []domainFamily) ([]domainChange, bool) {
 	if p.vms == nil || !p.known || len(p.changed) > len(cur)/patchShare {
 		return diffDomains(p.vms, cur, fams)
 	}

@@ -126,13 +126,13 @@ var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "
 // of the last render (none: not to be kept from): a VM family whose series they show alike is
 // kept as rendered, one few of them changed in patched (emitDomains), and with keepDevices the
 // device families are kept.
-func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev domainsBefore, keepDevices bool) {
+func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev lastRender, keepDevices bool) {
 	d := v.descs
 	e.Add(d.up, metricutil.Bool(snap.Up))
 	if snap.Version != "" {
 		e.Add(d.controllerInfo, 1, snap.Version)
 	}
-	d.emitHosts(e, snap)
+	d.emitHosts(e, snap, prev)
 	e.Flush()
 	sameVMs := d.emitDomains(e, snap, prev)
 	d.emitDevices(e, snap, keepDevices)
@@ -144,8 +144,30 @@ func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev domai
 	}
 }
 
-// emitHosts sends the families of the nodes, clusters and datapools.
-func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) {
+// emitHosts sends the families of the nodes, clusters and datapools; those of each kept as
+// rendered while it is the last render's (prev).
+func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot, prev lastRender) {
+	keep := func(same bool, descs ...*exposition.Desc) bool {
+		if !prev.hosts || !same || !e.Keep(descs[0]) {
+			return false
+		}
+		for _, d := range descs[1:] {
+			e.Keep(d)
+		}
+		return true
+	}
+	if !keep(sameBacking(prev.nodes, snap.Nodes), d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning) {
+		d.emitNodes(e, snap)
+	}
+	if !keep(sameBacking(prev.clusters, snap.Clusters), d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage) {
+		d.emitClusters(e, snap)
+	}
+	if !keep(sameBacking(prev.pools, snap.Datapools), d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree) {
+		d.emitDatapools(e, snap)
+	}
+}
+
+func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot) {
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
 		e.Add(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
@@ -161,6 +183,9 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) 
 		e.Add(d.nodeDomains, float64(n.DomainsCount), n.ID)
 		e.Add(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
 	}
+}
+
+func (d *inventoryDescs) emitClusters(e exposition.Sink, snap *inventory.Snapshot) {
 	for i := range snap.Clusters {
 		c := &snap.Clusters[i]
 		e.Add(d.clusterInfo, 1, c.ID, c.VerboseName)
@@ -175,6 +200,9 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) 
 			e.Add(d.clusterMemUsage, float64(*c.MemUsedPercentUser)/100, c.ID)
 		}
 	}
+}
+
+func (d *inventoryDescs) emitDatapools(e exposition.Sink, snap *inventory.Snapshot) {
 	for i := range snap.Datapools {
 		p := &snap.Datapools[i]
 		e.Add(d.datapoolInfo, 1, p.ID, p.VerboseName, p.Type)
