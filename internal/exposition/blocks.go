@@ -18,12 +18,14 @@ import (
 // lines.
 type blockShape struct{ min, every, max int }
 
-// blockLines is the shape of every block: about 100 lines. Smaller blocks compress worse (each
-// starts without a dictionary), larger ones cost more per change (BenchmarkBlockShape, two VM
-// families of 10,000 series: 14.9 deflate bytes per series at this shape, 14.1 at 64/128, 13.7
-// at 128/256, 13.3 for whole families). Compressing the blocks a pushed change touches was
-// half a render's CPU at 64/128; the 6% more bytes are 0.3 MB at 10,000 VMs.
-var blockLines = blockShape{min: 32, every: 64, max: 256}
+// blockLines is the shape of every block: about 200 lines. Smaller blocks compress worse (each
+// starts without a dictionary and carries its own code tables), larger ones cost more per
+// change. Measured: two VM families of 10,000 series (BenchmarkBlockShape) take 14.1 deflate
+// bytes per series at this shape, 14.9 at 32/64, 13.7 at 128/256 and 13.3 as whole families;
+// the guest series of 2,000 VMs (BenchmarkGuestRender), which compress 18 to 1, 0.406 MiB
+// against 0.447 at 32/64, 0.391 at 128/256 and 0.375 whole. At 32/64 a pushed change cost
+// about 0.3 ms less (half the blocks' compression).
+var blockLines = blockShape{min: 64, every: 128, max: 512}
 
 // cutAfter says whether a block of n lines ends with line (not the family's last).
 func (s blockShape) cutAfter(n int, line []byte) bool {
