@@ -12,6 +12,7 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/inventory"
+	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // Inventory turns the snapshots of one store into metrics: the gauges rendered once per
@@ -34,6 +35,11 @@ type Inventory struct {
 	renderedGen        uint64
 	renderedDevicesGen uint64
 	devicesRendered    bool
+	renderedDomains    []veil.Domain        // of the last render's snapshot (immutable), nil before it
+	renderedDomainsGen uint64               // its DomainsGen
+	backupsShown       bool                 // the last render's snapshot had tasks read: it showed the backups
+	renderedBackupsGen uint64               // of its backups
+	last               lastRender           // its nodes, clusters and datapools
 	renderHook         func(applied uint64) // nil; set by benchmarks before Run: after each render
 }
 
@@ -78,7 +84,7 @@ func (v *Inventory) Rendered() *exposition.Set { return v.cache.Set() }
 
 // CollectRendered sends what Rendered holds, encoded live from the latest snapshot.
 func (v *Inventory) CollectRendered(ch chan<- prometheus.Metric) {
-	v.emit(exposition.Live(ch), v.store.Snapshot(), false)
+	v.emit(exposition.Live(ch), v.store.Snapshot(), lastRender{}, false)
 }
 
 // CollectLive sends the families that Rendered leaves out: the task counters and histograms,
@@ -96,7 +102,17 @@ func (v *Inventory) render(s exposition.Sink) {
 	snap := v.store.Snapshot()
 	keepDevices := v.devicesRendered && snap.DevicesGen == v.renderedDevicesGen
 	v.devicesRendered, v.renderedDevicesGen = true, snap.DevicesGen
-	v.emit(s, snap, keepDevices)
+	prev := lastRender{vms: v.renderedDomains}
+	if snap.DomainsGen == 0 {
+		prev.vms = nil // never listed: nothing to tell from the last render's none
+	}
+	prev.changed, prev.known = snap.DomainsChangedSince(v.renderedDomainsGen)
+	prev.backupsShown, prev.backupsGen = v.backupsShown, v.renderedBackupsGen
+	prev.nodes, prev.clusters, prev.pools, prev.hosts = v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts
+	v.emit(s, snap, prev, keepDevices)
+	v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts = snap.Nodes, snap.Clusters, snap.Datapools, true
+	v.renderedDomains, v.renderedDomainsGen = snap.Domains, snap.DomainsGen
+	v.backupsShown, v.renderedBackupsGen = snap.TaskCounts != nil, snap.BackupsGen
 	v.renderedRefresh, v.renderedApplied, v.renderedGen = snap.Refreshed, snap.Applied, snap.Gen
 }
 

@@ -122,32 +122,52 @@ const mib = 1 << 20
 var powerStates = [...]string{veil.PowerUndefined: "undefined", veil.PowerOff: "off", veil.PowerSuspended: "suspended", veil.PowerOn: "on"}
 
 // emit sends every gauge of the snapshot, one family after the other where a family has a
-// series per VM (a render then holds the text of one such family at a time).
-func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, keepDevices bool) {
+// series per VM (a render then holds the text of one such family at a time). prev are the VMs
+// of the last render (none: not to be kept from): a VM family whose series they show alike is
+// kept as rendered, one few of them changed in patched (emitDomains), and with keepDevices the
+// device families are kept.
+func (v *Inventory) emit(e exposition.Sink, snap *inventory.Snapshot, prev lastRender, keepDevices bool) {
 	d := v.descs
 	e.Add(d.up, metricutil.Bool(snap.Up))
 	if snap.Version != "" {
 		e.Add(d.controllerInfo, 1, snap.Version)
 	}
-	d.emitHosts(e, snap)
+	d.emitHosts(e, snap, prev)
 	e.Flush()
-	d.emitDomains(e, snap)
+	sameVMs := d.emitDomains(e, snap, prev)
 	d.emitDevices(e, snap, keepDevices)
 	if snap.TaskCounts != nil { // tasks read: absent while the collection is off or unavailable
-		for _, b := range snap.Backups() {
-			if !b.Success.IsZero() {
-				e.Add(d.lastBackupTime, metricutil.UnixSeconds(b.Success), b.ID)
-			}
-			e.Add(d.lastBackupSuccess, metricutil.Bool(b.Succeeded), b.ID)
-		}
+		d.emitBackups(e, snap, sameVMs && prev.backupsShown && prev.backupsGen == snap.BackupsGen)
 		for _, s := range inventory.TaskStatuses {
 			e.Add(d.tasks, snap.TaskCounts[s], s)
 		}
 	}
 }
 
-// emitHosts sends the families of the nodes, clusters and datapools.
-func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) {
+// emitHosts sends the families of the nodes, clusters and datapools; those of each kept as
+// rendered while it is the last render's (prev).
+func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot, prev lastRender) {
+	keep := func(same bool, descs ...*exposition.Desc) bool {
+		if !prev.hosts || !same || !e.Keep(descs[0]) {
+			return false
+		}
+		for _, d := range descs[1:] {
+			e.Keep(d)
+		}
+		return true
+	}
+	if !keep(sameBacking(prev.nodes, snap.Nodes), d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning) {
+		d.emitNodes(e, snap)
+	}
+	if !keep(sameBacking(prev.clusters, snap.Clusters), d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage) {
+		d.emitClusters(e, snap)
+	}
+	if !keep(sameBacking(prev.pools, snap.Datapools), d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree) {
+		d.emitDatapools(e, snap)
+	}
+}
+
+func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot) {
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
 		e.Add(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
@@ -163,6 +183,9 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) 
 		e.Add(d.nodeDomains, float64(n.DomainsCount), n.ID)
 		e.Add(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
 	}
+}
+
+func (d *inventoryDescs) emitClusters(e exposition.Sink, snap *inventory.Snapshot) {
 	for i := range snap.Clusters {
 		c := &snap.Clusters[i]
 		e.Add(d.clusterInfo, 1, c.ID, c.VerboseName)
@@ -177,6 +200,9 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) 
 			e.Add(d.clusterMemUsage, float64(*c.MemUsedPercentUser)/100, c.ID)
 		}
 	}
+}
+
+func (d *inventoryDescs) emitDatapools(e exposition.Sink, snap *inventory.Snapshot) {
 	for i := range snap.Datapools {
 		p := &snap.Datapools[i]
 		e.Add(d.datapoolInfo, 1, p.ID, p.VerboseName, p.Type)
@@ -187,46 +213,18 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot) 
 	}
 }
 
-// emitDomains sends the VM families, one after the other, each in the snapshot's order (by
-// id: client_golang's, so no family is sorted again).
-func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot) {
-	each := func(f func(v *veil.Domain)) {
-		for i := range snap.Domains {
-			f(&snap.Domains[i])
-		}
-		e.Flush()
+// emitBackups sends the backups families: the VMs the backups know, in the VMs' order. With
+// same (the VMs and the backups are the last render's) they are kept as rendered.
+func (d *inventoryDescs) emitBackups(e exposition.Sink, snap *inventory.Snapshot, same bool) {
+	if same && e.Keep(d.lastBackupTime) && e.Keep(d.lastBackupSuccess) {
+		return
 	}
-	each(func(v *veil.Domain) {
-		parent := ""
-		if v.Parent != nil {
-			parent = v.Parent.ID
+	for _, b := range snap.Backups() {
+		if !b.Success.IsZero() {
+			e.Add(d.lastBackupTime, metricutil.UnixSeconds(b.Success), b.ID)
 		}
-		e.Add(d.domainInfo, 1, v.ID, v.VerboseName, v.Node.ID, strconv.FormatBool(v.Template), strconv.FormatBool(v.Thin), parent, inventory.TagNames(v.Tags))
-	})
-	each(func(v *veil.Domain) { e.Add(d.domainStatus, 1, v.ID, v.Status) })
-	each(func(v *veil.Domain) { e.Add(d.domainPower, 1, v.ID, powerState(v.UserPowerState)) })
-	each(func(v *veil.Domain) { e.Add(d.domainCPUs, float64(v.CPUCount), v.ID) })
-	each(func(v *veil.Domain) { e.Add(d.domainMemory, float64(v.MemoryCount)*mib, v.ID) })
-	each(func(v *veil.Domain) {
-		if v.CPUUsedPercentUser != nil {
-			e.Add(d.domainCPUUsage, float64(*v.CPUUsedPercentUser)/100, v.ID)
-		}
-	})
-	each(func(v *veil.Domain) {
-		if v.MemUsedPercentUser != nil {
-			e.Add(d.domainMemUsage, float64(*v.MemUsedPercentUser)/100, v.ID)
-		}
-	})
-	each(func(v *veil.Domain) { e.Add(d.domainAgent, metricutil.Bool(v.GuestUtils.QemuState), v.ID) })
-	each(func(v *veil.Domain) {
-		if g := &v.GuestUtils; g.Hostname != "" || len(g.IPv4) > 0 {
-			ip := ""
-			if len(g.IPv4) > 0 {
-				ip = g.IPv4[0] // the platform lists the primary address first
-			}
-			e.Add(d.domainGuestInfo, 1, v.ID, g.Hostname, ip)
-		}
-	})
+		e.Add(d.lastBackupSuccess, metricutil.Bool(b.Succeeded), b.ID)
+	}
 }
 
 func powerState(n veil.Number) string {

@@ -35,19 +35,19 @@ func newBackupTracker(pattern *regexp.Regexp, lookback time.Duration) *backupTra
 }
 
 // frozen returns a copy of the last backups for a snapshot, or prev when nothing changed
-// since prev was made.
-func (b *backupTracker) frozen(prev map[string]LastBackup) map[string]LastBackup {
+// since prev was made (made false).
+func (b *backupTracker) frozen(prev map[string]LastBackup) (m map[string]LastBackup, made bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.changed && prev != nil {
-		return prev
+		return prev, false
 	}
 	b.changed = false
 	out := make(map[string]LastBackup, len(b.last))
 	for id, lb := range b.last {
 		out[id] = *lb
 	}
-	return out
+	return out, true
 }
 
 // taskFinish is when a task ended: finished_time, else created plus executed.

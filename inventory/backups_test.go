@@ -30,7 +30,7 @@ func TestBackupTrackerKeepsTheNewest(t *testing.T) {
 		task("Backup of the virtual machine d.", veil.TaskSuccess, 30*time.Hour, `{"D":"domain"}`),
 		task("Backup of the virtual machine e.", veil.TaskFailed, time.Hour, `{"E":"domain"}`),
 	})
-	got := bt.frozen(nil)
+	got, _ := bt.frozen(nil)
 	fin := func(ago time.Duration) time.Time { return now.Add(-ago).Add(time.Minute) }
 	want := map[string]struct {
 		success   time.Time
@@ -48,11 +48,11 @@ func TestBackupTrackerKeepsTheNewest(t *testing.T) {
 			t.Errorf("%s: success %v succeeded %v, want %v %v", id, g.Success, g.Succeeded, w.success, w.succeeded)
 		}
 	}
-	if again := bt.frozen(got); reflect.ValueOf(again).UnsafePointer() != reflect.ValueOf(got).UnsafePointer() {
+	if again, _ := bt.frozen(got); reflect.ValueOf(again).UnsafePointer() != reflect.ValueOf(got).UnsafePointer() {
 		t.Error("the backups were copied again without a change")
 	}
 	bt.forget(map[string]bool{"A": true}, now.Add(time.Second))
-	if left := bt.frozen(got); len(left) != 1 || len(got) != len(want) {
+	if left, _ := bt.frozen(got); len(left) != 1 || len(got) != len(want) {
 		t.Errorf("after forgetting deleted VMs %d remain (want 1); the older copy holds %d (want %d)", len(left), len(got), len(want))
 	}
 }

@@ -163,6 +163,7 @@ func (s *Store) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) P
 		snap.Domains = slices.Delete(snap.Domains, i, i+1)
 	}
 	snap.DomainsGen++
+	snap.logDomain(f.ID)
 	return ""
 }
 

@@ -130,7 +130,10 @@ func (r *refresh) store() {
 		s.observeListings(s.replay)
 		s.listing, s.replay = false, nil
 	}
-	snap.backups = s.backups.frozen(snap.backups)
+	var made bool
+	if snap.backups, made = s.backups.frozen(snap.backups); made {
+		snap.BackupsGen++
+	}
 	s.forgetNames(r.start)
 	r.first = !snap.Refreshed
 	snap.Up, snap.Refreshed = r.err == nil, true

@@ -39,9 +39,15 @@ type Snapshot struct {
 	DevicesGen uint64
 	// Applied counts the pushed frames applied so far.
 	Applied uint64
+	// BackupsGen grows each time the last backups (Backups) are made again.
+	BackupsGen uint64
 
 	backups        map[string]LastBackup // by domain id; read through Backups
 	backupLookback time.Duration
+	// domainLog is what pushes did to Domains, one entry per DomainsGen they made, oldest first
+	// (DomainsChangedSince). Shared between snapshots and appended to only past the end any
+	// older snapshot holds.
+	domainLog []domainEdit
 
 	changed chan struct{} // closed when a newer snapshot is stored
 	targets struct {      // GuestTargets, made at the first call
@@ -60,11 +66,49 @@ func (s *Snapshot) next() *Snapshot {
 		Nodes: s.Nodes, Clusters: s.Clusters, Datapools: s.Datapools, Domains: s.Domains,
 		DomainsTotal: s.DomainsTotal, DomainsGen: s.DomainsGen, TaskCounts: s.TaskCounts, Version: s.Version,
 		Vdisks: s.Vdisks, PoolProvisioned: s.PoolProvisioned, Interfaces: s.Interfaces, Details: s.Details,
-		DevicesGen: s.DevicesGen, Applied: s.Applied,
-		backups: s.backups, backupLookback: s.backupLookback,
+		DevicesGen: s.DevicesGen, Applied: s.Applied, BackupsGen: s.BackupsGen,
+		backups: s.backups, backupLookback: s.backupLookback, domainLog: s.domainLog,
 		changed: make(chan struct{}),
 	}
 	return n
+}
+
+// domainEdit is a domain a push changed, added or deleted, making DomainsGen gen.
+type domainEdit struct {
+	gen uint64
+	id  string
+}
+
+// maxDomainLog bounds the log of pushed domains: a reader that fell further behind compares
+// every domain.
+const maxDomainLog = 4096
+
+// logDomain records that a push changed the domain id, making the snapshot's DomainsGen.
+func (s *Snapshot) logDomain(id string) {
+	if len(s.domainLog) >= maxDomainLog {
+		s.domainLog = append([]domainEdit(nil), s.domainLog[len(s.domainLog)-maxDomainLog/4:]...)
+	}
+	s.domainLog = append(s.domainLog, domainEdit{s.DomainsGen, id})
+}
+
+// DomainsChangedSince returns the ids of the domains pushes changed, added or deleted since
+// the snapshot whose DomainsGen was gen (an id may repeat), so that a reader compares those
+// instead of every domain. False when something else replaced the domains since (a listing) or
+// the log does not reach back that far: then every domain may have changed.
+func (s *Snapshot) DomainsChangedSince(gen uint64) ([]string, bool) {
+	if gen > s.DomainsGen {
+		return nil, false
+	}
+	log := s.domainLog
+	i := len(log) - int(s.DomainsGen-gen) // every generation since gen is a push's, each logged
+	if i < 0 || i < len(log) && log[i].gen != gen+1 || len(log) > 0 && log[len(log)-1].gen != s.DomainsGen && gen != s.DomainsGen {
+		return nil, false
+	}
+	ids := make([]string, 0, len(log)-i)
+	for _, e := range log[i:] {
+		ids = append(ids, e.id)
+	}
+	return ids, true
 }
 
 // DomainBackup is one VM's last backup as the task journal told it.

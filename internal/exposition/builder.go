@@ -6,9 +6,7 @@ package exposition
 
 import (
 	"bytes"
-	"hash/crc32"
 	"hash/maphash"
-	"io"
 	"math"
 	"slices"
 	"sort"
@@ -30,12 +28,16 @@ type Builder struct {
 	adds  int
 	done  []*Family // flushed, for Finish
 	lines []line
-	keyed []keyedLine // lines with their sort keys in keys, while a family is sorted
-	keys  []byte
+	// scratch holds a block's lines while they are hashed and compressed, when sorting moved
+	// them apart.
+	scratch []byte
+	keyed   []keyedLine // lines with their sort keys in keys, while a family is sorted
+	keys    []byte
 	// free are text and offset buffers of flushed families, for the next.
 	free     [][]byte
 	freeOffs [][]uint32
 	waited   time.Duration // paused for scrapes, in all (yield)
+	worked   int64         // bytes compressed or converted since the last yield (yieldAfter)
 	gate     *gate         // of the Renderer whose scrapes renders yield to; nil: none
 	// prev is the Set this build replaces: a family whose bytes did not change keeps its
 	// compressed form, and Keep takes a family from it. The Cache sets it before each emit.
@@ -48,9 +50,6 @@ func (b *Builder) since(prev *Set) { b.prev = prev }
 // yieldEvery is how many series a render adds between yields (yield.go): rendering is
 // background work, a scrape is someone waiting.
 const yieldEvery = 2048
-
-// yieldBytes is the same for text written to the compressor in one piece.
-const yieldBytes = 256 << 10
 
 // unchangedSeed seeds the hashes that tell a family's bytes unchanged since the last build.
 var unchangedSeed = maphash.MakeSeed()
@@ -74,6 +73,10 @@ type famBuf struct {
 	d    *Desc
 	buf  []byte
 	offs []uint32 // start of each line in buf
+	// patch is the previous Set's family this build changes (Patch), nil when it is emitted
+	// whole; rm are the sort keys of the series it removes, each behind its length.
+	patch *Family
+	rm    []byte
 }
 
 type line struct{ start, end uint32 }
@@ -108,32 +111,14 @@ func BoundLabel(s string) string {
 // not valid UTF-8 is dropped, as prometheus.NewConstMetric refuses it; a label value longer than
 // MaxLabelValueBytes is cut (BoundLabel).
 func (b *Builder) Add(d *Desc, v float64, labels ...string) {
-	if len(labels) != d.nvar {
+	labels, ok := boundLabels(d, labels)
+	if !ok {
 		return
-	}
-	cloned := false
-	for i, l := range labels {
-		if !utf8.ValidString(l) {
-			return
-		}
-		if len(l) > MaxLabelValueBytes {
-			if !cloned { // the caller's slice is the caller's
-				labels, cloned = slices.Clone(labels), true
-			}
-			labels[i] = BoundLabel(l)
-		}
 	}
 	if b.adds++; b.adds%yieldEvery == 0 {
 		b.yield()
 	}
-	if b.fams == nil {
-		b.fams = make(map[*Desc]*famBuf)
-	}
-	f := b.fams[d]
-	if f == nil {
-		f = &famBuf{d: d}
-		b.fams[d] = f
-	}
+	f := b.famOf(d)
 	if f.buf == nil {
 		if len(b.free) > 0 {
 			f.buf, b.free = b.free[len(b.free)-1], b.free[:len(b.free)-1]
@@ -142,14 +127,63 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 			f.buf, f.offs = t.buf, t.offs
 		}
 	}
-	f.offs = append(f.offs, uint32(len(f.buf)))
-	buf := append(f.buf, d.name...)
+	if buf, ok := appendSeries(f.buf, d, v, labels); ok {
+		f.offs = append(f.offs, uint32(len(f.buf)))
+		f.buf = buf
+	}
+}
+
+// boundLabels checks the label count and cuts values longer than MaxLabelValueBytes (in a copy
+// of labels: the caller's slice is the caller's); false: the series is refused.
+func boundLabels(d *Desc, labels []string) ([]string, bool) {
+	if len(labels) != d.nvar {
+		return nil, false
+	}
+	cloned := false
+	for i, l := range labels {
+		// Values are checked for UTF-8 as they are written (appendEscaped), in one pass with
+		// the escaping; one to be cut is checked whole first, as before cutting.
+		if len(l) <= MaxLabelValueBytes {
+			continue
+		}
+		if !utf8.ValidString(l) {
+			return nil, false
+		}
+		if !cloned {
+			labels, cloned = slices.Clone(labels), true
+		}
+		labels[i] = BoundLabel(l)
+	}
+	return labels, true
+}
+
+// famOf is the family buffer of d in this build.
+func (b *Builder) famOf(d *Desc) *famBuf {
+	if b.fams == nil {
+		b.fams = make(map[*Desc]*famBuf)
+	}
+	f := b.fams[d]
+	if f == nil {
+		f = &famBuf{d: d}
+		b.fams[d] = f
+	}
+	return f
+}
+
+// appendSeries appends the series line to buf; false (buf as it was) when a label value is not
+// valid UTF-8.
+func appendSeries(buf []byte, d *Desc, v float64, labels []string) ([]byte, bool) {
+	start := len(buf)
+	buf = append(buf, d.name...)
 	for _, s := range d.slots {
 		buf = append(buf, s.prefix...)
 		if s.varIdx < 0 {
 			buf = append(buf, s.constVal...)
 		} else {
-			buf = appendEscaped(buf, labels[s.varIdx])
+			var ok bool
+			if buf, ok = appendEscaped(buf, labels[s.varIdx]); !ok {
+				return buf[:start], false
+			}
 		}
 		buf = append(buf, '"')
 	}
@@ -158,7 +192,7 @@ func (b *Builder) Add(d *Desc, v float64, labels ...string) {
 	}
 	buf = append(buf, ' ')
 	buf = appendFloat(buf, v)
-	f.buf = append(buf, '\n')
+	return append(buf, '\n'), true
 }
 
 // Flush compresses the families added so far and releases their text: a collector that
@@ -174,41 +208,19 @@ func (b *Builder) Flush() {
 		}
 	}
 	for d, f := range b.fams {
-		if len(f.offs) == 0 {
+		if len(f.offs) == 0 && f.patch == nil {
 			continue
 		}
-		whole, lines := b.ordered(f)
-		write := func(w io.Writer) {
-			if whole != nil {
-				p := whole // write runs twice: for the checksum, then to compress
-				for ; len(p) > yieldBytes; p = p[yieldBytes:] {
-					_, _ = w.Write(p[:yieldBytes])
-					b.yield()
-				}
-				_, _ = w.Write(p)
-				return
-			}
-			for i, l := range lines {
-				if i%yieldEvery == yieldEvery-1 {
-					b.yield()
-				}
-				_, _ = w.Write(f.buf[l.start:l.end])
-			}
-		}
-		sum := crc32.NewIEEE()
-		var h maphash.Hash
-		h.SetSeed(unchangedSeed)
-		n := &countWriter{w: io.MultiWriter(sum, &h)}
-		write(n)
-		fam := &Family{Name: d.name, Header: d.header, body: body{piece: piece{size: n.n, crc: sum.Sum32()}}, hash: h.Sum64(), head: d.compressedHeader(), desc: d}
-		// Unchanged: the same header, length and both checksums (a CRC-32 alone would, once in
-		// 2³² changes of the same length, serve a changed family's old bytes).
-		if o := old[fam.Name]; o != nil && o.size == fam.size && o.crc == fam.crc && o.hash == fam.hash && o.Header == fam.Header {
-			fam = o
+		var fam *Family
+		if f.patch != nil {
+			fam = b.patched(f)
+			f.patch, f.rm = nil, f.rm[:0]
 		} else {
-			fam.deflate = segment(write)
+			fam = b.family(d, f, old[d.name])
 		}
-		b.done = append(b.done, fam)
+		if len(fam.blocks) > 0 {
+			b.done = append(b.done, fam)
+		}
 		b.free, b.freeOffs = append(b.free, f.buf[:0]), append(b.freeOffs, f.offs[:0])
 		f.buf, f.offs = nil, nil
 	}
@@ -232,17 +244,6 @@ func (b *Builder) Keep(d *Desc) bool {
 	return true
 }
 
-// countWriter counts what it passes on.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	c.n += int64(len(p))
-	return c.w.Write(p)
-}
-
 // Finish returns the Set of what was added since the last Finish. A family whose bytes equal
 // those of the same family in the previous Set keeps its compressed form.
 func (b *Builder) Finish() *Set {
@@ -254,11 +255,13 @@ func (b *Builder) Finish() *Set {
 			textPool.Put(&famText{b.free[i], b.freeOffs[i]})
 		}
 	}
-	b.done, b.free, b.freeOffs, b.lines = nil, nil, nil, nil
+	b.done, b.free, b.freeOffs, b.lines, b.scratch = nil, nil, nil, nil, nil
 	sort.Slice(set.Families, func(i, j int) bool { return set.Families[i].Name < set.Families[j].Name })
 	for _, f := range set.Families {
 		set.size += f.size
-		set.compressed += int64(len(f.deflate))
+		for _, k := range f.blocks {
+			set.compressed += int64(len(k.deflate))
+		}
 	}
 	return set
 }
@@ -393,20 +396,37 @@ func nextByte(l []byte, i int) (c byte, next int, end bool) {
 	return l[i], i + 1, false
 }
 
-func appendEscaped(buf []byte, s string) []byte {
+// appendEscaped appends the label value s escaped as the text format escapes it, copying the
+// runs between escapes whole, and says whether s is valid UTF-8 (checked from its first byte
+// that is not ASCII, once): a render escapes every value of every series, so one pass instead of
+// a check and then an escape.
+func appendEscaped(buf []byte, s string) ([]byte, bool) {
+	start, checked := 0, false
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\':
-			buf = append(buf, '\\', '\\')
-		case '"':
-			buf = append(buf, '\\', '"')
-		case '\n':
-			buf = append(buf, '\\', 'n')
-		default:
-			buf = append(buf, c)
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			if !checked && !utf8.ValidString(s[i:]) {
+				return buf, false
+			}
+			checked = true
+			continue
 		}
+		var esc byte
+		switch c {
+		case '\\':
+			esc = '\\'
+		case '"':
+			esc = '"'
+		case '\n':
+			esc = 'n'
+		default:
+			continue
+		}
+		buf = append(buf, s[start:i]...)
+		buf = append(buf, '\\', esc)
+		start = i + 1
 	}
-	return buf
+	return append(buf, s[start:]...), true
 }
 
 // appendFloat writes v as client_golang's text encoder does.

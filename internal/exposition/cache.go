@@ -16,10 +16,27 @@ import (
 type Renderer struct {
 	scrapes gate
 	demand  demand
+	now     func() time.Time // the clock of demand; nil: time.Now (tests set another)
 }
 
 // NewRenderer returns a Renderer for one process.
 func NewRenderer() *Renderer { return &Renderer{} }
+
+func (r *Renderer) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// sweep drops, once, the forms of a format nobody asked for within keepForm from the Sets of
+// sets (read only then): without it a format's forms would stay until the next render of each
+// collector, which may be hours away.
+func (r *Renderer) sweep(sets func() []*Set) {
+	if drop, any := r.demand.expired(r.clock()); any {
+		dropForms(sets(), drop)
+	}
+}
 
 // Pace bounds how often a Cache renders: at most every Every, and at most 1/Share of the time
 // (the pause after a render is at least Share times what it cost). The zero Pace renders
@@ -85,7 +102,7 @@ func (c *Cache) render() (cost time.Duration) {
 	c.emit(c.b.Sink())
 	set := c.b.Finish()
 	if c.r != nil {
-		set.prepare(c.r.demand.wanted(time.Now()), &c.b)
+		set.prepare(c.r.demand.wanted(c.r.clock()), &c.b)
 	}
 	c.set.Store(set)
 	if c.after != nil {

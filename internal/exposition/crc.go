@@ -55,3 +55,12 @@ func crc32Combine(crcA, crcB uint32, lenB int64) uint32 {
 	}
 	return multModP(x8nModP(lenB), crcA) ^ crcB
 }
+
+// after returns the CRC of text whose CRC is crc followed by the piece's text: crc32Combine
+// with the piece's shift made beforehand.
+func (p *piece) after(crc uint32) uint32 {
+	if p.size <= 0 {
+		return crc ^ p.crc
+	}
+	return multModP(p.shift, crc) ^ p.crc
+}

@@ -342,8 +342,8 @@ func TestMaxRequestsInFlight(t *testing.T) {
 	}
 }
 
-// TestLargeFamily: a family larger than one piece given to the compressor (yieldBytes) and
-// with more series than a render adds between yields comes out whole, in order or sorted.
+// TestLargeFamily: a family of many blocks and with more series than a render adds between
+// yields comes out whole, in order or sorted.
 func TestLargeFamily(t *testing.T) {
 	d := NewDesc("big", "Big.", prometheus.GaugeValue, []string{"id"}, nil)
 	for _, sorted := range []bool{true, false} {
@@ -361,10 +361,11 @@ func TestLargeFamily(t *testing.T) {
 			}
 			b.Add(d, float64(k), fmt.Sprintf("%08d-padding-padding-padding", k))
 		}
-		if want.Len() < 2*yieldBytes {
-			t.Fatalf("the family has %d bytes: the test proves little", want.Len())
+		set := b.Finish()
+		if k := len(set.Families[0].blocks); k < n/blockLines.max {
+			t.Fatalf("the family has %d blocks: the test proves little", k)
 		}
-		got, err := Families([]*Set{b.Finish()})
+		got, err := Families([]*Set{set})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,11 @@
 package exposition
 
-// The formats other than text: a rendered family's lines are also kept as OpenMetrics 1.0
-// lines and as protobuf Metric messages (the body of a length-delimited MetricFamily), each
-// made from the text lines the first time a scrape asks for that format, compressed once, and
-// kept while the family is unchanged. A Cache makes them at each render for the formats
-// scrapers asked for lately, and drops them when nobody has asked for a while.
+// The formats other than text: a rendered block's lines are also kept as OpenMetrics 1.0
+// lines and as protobuf Metric messages (part of the body of a length-delimited
+// MetricFamily), each made from the text lines the first time a scrape asks for that format,
+// compressed once, and kept while the block is unchanged. A Cache makes them at each render for
+// the formats scrapers asked for lately; they and the zstd frames are dropped when nobody has
+// asked for them for keepForm, so that a site scraping one format holds that one.
 
 import (
 	"bytes"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,21 +27,27 @@ import (
 type form int
 
 const (
-	formText form = iota // the rendered lines themselves (Family.body)
+	formText form = iota // the rendered lines themselves (the block's body)
 	formOpenMetrics
 	formProto
 	nForms
 )
 
-// keepForm is how long a format stays prepared at each render after the last scrape that
-// asked for it: longer than any scrape interval, short enough that an exporter nobody scrapes
-// in protobuf any more stops paying for it.
-const keepForm = 15 * time.Minute
+// formZstd is the demand for zstd responses, whose frames are made from a body at its first
+// zstd scrape and kept with it.
+const formZstd = nForms
 
-// demand records when each format was last asked for.
+// keepForm is how long what a format needs is kept after the last scrape that asked for it:
+// longer than any scrape interval, short enough that an exporter nobody scrapes in protobuf
+// any more stops holding it.
+const keepForm = 10 * time.Minute
+
+// demand records when each format (and zstd) was last asked for, and which askings' forms
+// were dropped since.
 type demand struct {
-	mu   sync.Mutex
-	last [nForms]time.Time
+	mu      sync.Mutex
+	last    [nForms + 1]time.Time
+	dropped [nForms + 1]time.Time // the last asking whose forms were dropped
 }
 
 func (d *demand) asked(f form, now time.Time) {
@@ -49,7 +57,7 @@ func (d *demand) asked(f form, now time.Time) {
 }
 
 // wanted says which formats were asked for within keepForm.
-func (d *demand) wanted(now time.Time) (w [nForms]bool) {
+func (d *demand) wanted(now time.Time) (w [nForms + 1]bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for f, t := range d.last {
@@ -58,11 +66,25 @@ func (d *demand) wanted(now time.Time) (w [nForms]bool) {
 	return w
 }
 
-// body is a family's lines in one format, compressed once.
+// expired says which formats were asked for once but not within keepForm, and whose forms
+// were not dropped since: those to drop now, once.
+func (d *demand) expired(now time.Time) (drop [nForms + 1]bool, any bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for f, t := range d.last {
+		if !t.IsZero() && now.Sub(t) >= keepForm && !d.dropped[f].Equal(t) {
+			drop[f], any = true, true
+			d.dropped[f] = t
+		}
+	}
+	return drop, any
+}
+
+// body is lines in one format, compressed once.
 type body struct {
 	piece
-	zstdOnce sync.Once
-	zstd     []byte
+	zstdMu sync.Mutex // held while zstd is made
+	zstd   atomic.Pointer[[]byte]
 }
 
 // bodyOf compresses text.
@@ -71,37 +93,47 @@ func bodyOf(text []byte) *body {
 		deflate: segment(func(w io.Writer) { _, _ = w.Write(text) }),
 		crc:     crc32.ChecksumIEEE(text),
 		size:    int64(len(text)),
+		shift:   x8nModP(int64(len(text))),
 	}}
 }
 
-// zstdFrame is the body as one zstd frame, made at the first zstd scrape.
+// zstdFrame is the body as one zstd frame, made at the first zstd scrape (again after it was
+// dropped).
 func (b *body) zstdFrame() []byte {
-	b.zstdOnce.Do(func() {
-		var out bytes.Buffer
-		out.Grow(int(b.size))
-		if err := b.plain(&out); err == nil {
-			b.zstd = zstdEncoder.EncodeAll(out.Bytes(), make([]byte, 0, len(b.deflate)))
-		}
-	})
-	return b.zstd
+	if z := b.zstd.Load(); z != nil {
+		return *z
+	}
+	b.zstdMu.Lock()
+	defer b.zstdMu.Unlock()
+	if z := b.zstd.Load(); z != nil {
+		return *z
+	}
+	var out bytes.Buffer
+	out.Grow(int(b.size))
+	if err := b.plain(&out); err != nil {
+		return nil // cannot happen: the Set made the segment itself
+	}
+	z := zstdEncoder.EncodeAll(out.Bytes(), make([]byte, 0, len(b.deflate)))
+	b.zstd.Store(&z)
+	return z
 }
 
-// other returns the family's body in format fm (not formText: that is f.body), made now if it
-// is not yet.
-func (f *Family) other(fm form) *body {
-	if b := f.others[fm].Load(); b != nil {
+// other returns the block's body in format fm (not formText: that is k.body), made now if it
+// is not yet; d is its family's.
+func (k *block) other(fm form, d *Desc) *body {
+	if b := k.others[fm].Load(); b != nil {
 		return b
 	}
-	f.othersMu.Lock()
-	defer f.othersMu.Unlock()
-	if b := f.others[fm].Load(); b != nil {
+	k.othersMu.Lock()
+	defer k.othersMu.Unlock()
+	if b := k.others[fm].Load(); b != nil {
 		return b
 	}
 	bufs := convertPool.Get().(*convertBufs)
 	defer convertPool.Put(bufs)
 	bufs.text.Reset()
-	bufs.text.Grow(int(f.size))
-	if err := f.plain(&bufs.text); err != nil {
+	bufs.text.Grow(int(k.size))
+	if err := k.plain(&bufs.text); err != nil {
 		return &body{} // cannot happen: the Set made the segment itself
 	}
 	var out []byte
@@ -109,7 +141,7 @@ func (f *Family) other(fm form) *body {
 	case formOpenMetrics:
 		out = openMetricsLines(bufs.out[:0], bufs.text.Bytes())
 	case formProto:
-		out = protoMetrics(bufs.out[:0], f.desc, bufs.text.Bytes())
+		out = protoMetrics(bufs.out[:0], d, bufs.text.Bytes())
 	}
 	if cap(out) <= maxPooled {
 		bufs.out = out
@@ -118,12 +150,25 @@ func (f *Family) other(fm form) *body {
 		bufs.text = bytes.Buffer{} // as textPool: large buffers would count as live
 	}
 	b := bodyOf(out)
-	f.others[fm].Store(b)
+	k.others[fm].Store(b)
 	return b
 }
 
-// convertBufs are the buffers of one conversion: the family's text and the converted lines,
-// reused (a render converts every changed family, megabytes at 10,000 VMs).
+// bodies appends the family's lines in format fm, block by block, made now where they are not
+// yet.
+func (f *Family) bodies(fm form, out []*body) []*body {
+	for _, k := range f.blocks {
+		if fm == formText {
+			out = append(out, &k.body)
+		} else {
+			out = append(out, k.other(fm, f.desc))
+		}
+	}
+	return out
+}
+
+// convertBufs are the buffers of one conversion: the block's text and the converted lines,
+// reused.
 type convertBufs struct {
 	text bytes.Buffer
 	out  []byte
@@ -131,18 +176,55 @@ type convertBufs struct {
 
 var convertPool = sync.Pool{New: func() any { return new(convertBufs) }}
 
-// prepare makes the bodies of the wanted formats of every family and drops the others: a
-// render makes them, so that a scrape does not.
-func (s *Set) prepare(wanted [nForms]bool, b *Builder) {
+// prepare makes the bodies of the wanted formats of every block and drops the others, and the
+// zstd frames unless zstd is wanted: a render makes them, so that a scrape does not (the zstd
+// frames are made at the first zstd scrape, block by block).
+func (s *Set) prepare(wanted [nForms + 1]bool, b *Builder) {
 	for _, f := range s.Families {
-		for fm := formOpenMetrics; fm < nForms; fm++ {
-			switch {
-			case wanted[fm] && f.others[fm].Load() == nil:
-				b.yield()
-				f.other(fm)
-			case !wanted[fm]:
-				f.others[fm].Store(nil)
+		for _, k := range f.blocks {
+			for fm := formOpenMetrics; fm < nForms; fm++ {
+				switch {
+				case wanted[fm] && k.others[fm].Load() == nil:
+					b.yieldAfter(k.size)
+					k.other(fm, f.desc)
+				case !wanted[fm]:
+					k.others[fm].Store(nil)
+				}
 			}
+			if !wanted[formZstd] {
+				k.dropZstd()
+			}
+		}
+	}
+}
+
+// dropForms drops the forms of the Sets' blocks that drop says.
+func dropForms(sets []*Set, drop [nForms + 1]bool) {
+	for _, s := range sets {
+		if s == nil {
+			continue
+		}
+		for _, f := range s.Families {
+			for _, k := range f.blocks {
+				for fm := formOpenMetrics; fm < nForms; fm++ {
+					if drop[fm] {
+						k.others[fm].Store(nil)
+					}
+				}
+				if drop[formZstd] {
+					k.dropZstd()
+				}
+			}
+		}
+	}
+}
+
+// dropZstd drops the zstd frames of the block's bodies.
+func (k *block) dropZstd() {
+	k.zstd.Store(nil)
+	for fm := formOpenMetrics; fm < nForms; fm++ {
+		if b := k.others[fm].Load(); b != nil {
+			b.zstd.Store(nil)
 		}
 	}
 }

@@ -55,7 +55,7 @@ func TestEveryFormatIsWhatClientGolangWrites(t *testing.T) {
 			var b Builder
 			set := c.render(&b, nil)
 			if seed%2 == 1 { // as a Cache does once a scraper asked: bodies made at the render
-				set.prepare([nForms]bool{formOpenMetrics: true, formProto: true}, &b)
+				set.prepare([nForms + 1]bool{formOpenMetrics: true, formProto: true}, &b)
 			}
 			sets = append(sets, set)
 		}
@@ -157,17 +157,17 @@ func TestUnwantedFormatsAreDropped(t *testing.T) {
 	d := NewDesc("x_total", "X.", prometheus.CounterValue, []string{"k"}, nil)
 	c := NewCache(rd, Pace{}, func(s Sink) { s.Add(d, 1, "a") }, nil)
 	f := c.Set().Families[0]
-	if f.others[formProto].Load() != nil {
+	if f.blocks[0].others[formProto].Load() != nil {
 		t.Fatal("protobuf made before anyone asked")
 	}
 	rd.demand.asked(formProto, time.Now())
 	c.Render()
-	if f := c.Set().Families[0]; f.others[formProto].Load() == nil || f.others[formOpenMetrics].Load() != nil {
+	if f := c.Set().Families[0]; f.blocks[0].others[formProto].Load() == nil || f.blocks[0].others[formOpenMetrics].Load() != nil {
 		t.Fatal("asked for protobuf only: made another format, or not protobuf")
 	}
 	rd.demand.asked(formProto, time.Now().Add(-keepForm-time.Second))
 	c.Render()
-	if f := c.Set().Families[0]; f.others[formProto].Load() != nil {
+	if f := c.Set().Families[0]; f.blocks[0].others[formProto].Load() != nil {
 		t.Fatal("protobuf still kept after keepForm without a scrape")
 	}
 }
@@ -225,4 +225,71 @@ func TestLiveAndRenderedFamilyOfOneName(t *testing.T) {
 	if n := bytes.Count(om, []byte("# TYPE b_status gauge\n")); n != 1 {
 		t.Errorf("OpenMetrics: %d TYPE lines of b_status, want 1", n)
 	}
+}
+
+// held counts the blocks of s holding each form: OpenMetrics, protobuf, and zstd frames (of
+// any body).
+func held(s *Set) (om, pb, zs, blocks int) {
+	for _, f := range s.Families {
+		for _, k := range f.blocks {
+			blocks++
+			if k.others[formOpenMetrics].Load() != nil {
+				om++
+			}
+			p := k.others[formProto].Load()
+			if p != nil {
+				pb++
+			}
+			if k.zstd.Load() != nil || p != nil && p.zstd.Load() != nil {
+				zs++
+			}
+		}
+	}
+	return om, pb, zs, blocks
+}
+
+// TestFormatsNotAskedAreNotHeld: a site that scrapes one format holds that one. The protobuf
+// bodies and zstd frames scrapes made are dropped from every block once nobody asked for them
+// for keepForm, at the next scrape of any format and without a render, and made again when
+// asked again; OpenMetrics, never asked, is never made.
+func TestFormatsNotAskedAreNotHeld(t *testing.T) {
+	rd := NewRenderer()
+	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	rd.now = func() time.Time { return now }
+	d := NewDesc("veil_domain_cpus", "CPUs.", prometheus.GaugeValue, []string{"domain_id"}, nil)
+	c := NewCache(rd, Pace{}, func(s Sink) {
+		for i := range 3000 {
+			s.Add(d, float64(i%8), fmt.Sprintf("vm-%05d", i))
+		}
+	}, nil)
+	h := Handler(HandlerOpts{Live: prometheus.NewRegistry(), Sets: func() []*Set { return []*Set{c.Set()} }, Renderer: rd})
+	check := func(what string, wantOM, wantPB, wantZS bool) {
+		t.Helper()
+		om, pb, zs, n := held(c.Set())
+		if n < 5 {
+			t.Fatalf("%d blocks: the test proves little", n)
+		}
+		all := func(got int, want bool) bool { return want && got == n || !want && got == 0 }
+		if !all(om, wantOM) || !all(pb, wantPB) || !all(zs, wantZS) {
+			t.Fatalf("%s: of %d blocks %d hold OpenMetrics (want all: %v), %d protobuf (%v), %d zstd (%v)", what, n, om, wantOM, pb, wantPB, zs, wantZS)
+		}
+	}
+	check("before any scrape", false, false, false)
+	get(t, h, acceptNative, "zstd")
+	check("after a protobuf scrape in zstd", false, true, true)
+	now = now.Add(keepForm - time.Minute)
+	_, body := get(t, h, "text/plain", "gzip")
+	check("a text scrape before keepForm", false, true, true)
+	now = now.Add(time.Minute)
+	_, again := get(t, h, "text/plain", "gzip")
+	check("a text scrape keepForm after the last protobuf and zstd ones", false, false, false)
+	if !bytes.Equal(decode(t, "gzip", body), decode(t, "gzip", again)) {
+		t.Fatal("the text scrape changed when the other forms were dropped")
+	}
+	c.Render()
+	check("a render after", false, false, false)
+	get(t, h, acceptNative, "identity")
+	check("protobuf asked again", false, true, false)
+	c.Render()
+	check("a render while protobuf is asked for", false, true, false)
 }

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,10 +92,18 @@ func Handler(o HandlerOpts) http.Handler {
 			o.Fallback.ServeHTTP(w, r)
 			return
 		}
-		if kind != formText && o.Renderer != nil {
-			o.Renderer.demand.asked(kind, time.Now())
+		encoding := negotiateEncoding(r)
+		if o.Renderer != nil {
+			now := o.Renderer.clock()
+			if kind != formText {
+				o.Renderer.demand.asked(kind, now)
+			}
+			if encoding == "zstd" {
+				o.Renderer.demand.asked(formZstd, now)
+			}
+			defer o.Renderer.sweep(o.Sets)
 		}
-		o.serve(w, r, format, kind)
+		o.serve(w, format, kind, encoding)
 	})
 }
 
@@ -173,7 +180,7 @@ func (o *HandlerOpts) count(cause string) {
 	}
 }
 
-func (o *HandlerOpts) serve(w http.ResponseWriter, r *http.Request, format expfmt.Format, kind form) {
+func (o *HandlerOpts) serve(w http.ResponseWriter, format expfmt.Format, kind form, encoding string) {
 	// The Sets before the live families: a collector that starts between the two shows its
 	// live families without its rendered ones, never the reverse.
 	rendered := groups(o.Sets())
@@ -188,7 +195,7 @@ func (o *HandlerOpts) serve(w http.ResponseWriter, r *http.Request, format expfm
 	w.Header().Add("Vary", "Accept")
 	w.Header().Add("Vary", "Accept-Encoding")
 	w.Header().Set("Content-Type", string(format))
-	out := newScrapeWriter(w, negotiateEncoding(r))
+	out := newScrapeWriter(w, encoding)
 	defer out.release()
 	out.kind, out.escaping = kind, format.ToEscapingScheme()
 	if o.CreatedSamples {
@@ -238,15 +245,12 @@ type group struct {
 	fams []*Family
 }
 
-// bodies are the group's lines in the format kind, made now where they are not yet.
+// bodies are the group's lines in the format kind, block by block, made now where they are
+// not yet.
 func (g group) bodies(kind form) []*body {
-	out := make([]*body, len(g.fams))
-	for i, f := range g.fams {
-		if kind == formText {
-			out[i] = &f.body
-		} else {
-			out[i] = f.other(kind)
-		}
+	var out []*body
+	for _, f := range g.fams {
+		out = f.bodies(kind, out)
 	}
 	return out
 }
@@ -483,7 +487,7 @@ func (s *scrapeWriter) header(d *Desc, bodies []*body) {
 // piece writes text compressed beforehand to a gzip response.
 func (s *scrapeWriter) piece(p *piece) {
 	s.write(p.deflate)
-	s.crc = crc32Combine(s.crc, p.crc, p.size)
+	s.crc = p.after(s.crc)
 	s.size += p.size
 }
 

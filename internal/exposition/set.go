@@ -1,8 +1,8 @@
 package exposition
 
-// A Set's families hold their series lines as raw deflate segments ending in a sync flush, so
-// that a gzip response is their concatenation behind one header, and a zstd response the
-// concatenation of frames made from them on first use (the body's zstdFrame).
+// A Set's families hold their series lines as blocks, each a raw deflate segment ending in a
+// sync flush, so that a gzip response is their concatenation behind one header, and a zstd
+// response the concatenation of frames made from them on first use (the body's zstdFrame).
 
 import (
 	"bytes"
@@ -23,18 +23,38 @@ type Set struct {
 	size, compressed int64
 }
 
-// Family is the rendered series of one family of one Set, without its HELP and TYPE lines.
+// Family is the rendered series of one family of one Set, without its HELP and TYPE lines:
+// its lines in client_golang's order, cut into blocks (blocks.go).
 type Family struct {
 	Name   string
 	Header string // "# HELP ...\n# TYPE ...\n"
 
-	body          // the lines
-	hash   uint64 // of the lines, to tell them unchanged (Builder)
+	blocks []*block
+	size   int64  // of the lines, all blocks
 	head   *piece // Header
 	desc   *Desc
+}
+
+// block is a run of consecutive lines of a family, compressed on its own: a change
+// recompresses the blocks it touched and the next Set keeps the others as they are, with the
+// other formats made from them.
+type block struct {
+	body                                // the lines
+	hash   uint64                       // of the lines, to tell them unchanged (Builder)
+	first  []byte                       // the sort key of its first line (appendKey), to find a series' block (Patch)
 	others [nForms]atomic.Pointer[body] // the lines in the other formats (formats.go); [formText] unused
 	// othersMu is held while one of others is made.
 	othersMu sync.Mutex
+}
+
+// plain writes the family's lines to w.
+func (f *Family) plain(w io.Writer) error {
+	for _, k := range f.blocks {
+		if err := k.plain(w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // piece is text compressed once for gzip responses.
@@ -42,6 +62,9 @@ type piece struct {
 	deflate []byte // raw deflate, ending in a sync flush
 	crc     uint32 // of the plain text
 	size    int64  // of the plain text
+	// shift is x^(8·size) mod p(x): what crc32Combine computes from size, made once here
+	// because a scrape combines every block's CRC.
+	shift uint32
 }
 
 // pieceOf compresses text.
@@ -50,6 +73,7 @@ func pieceOf(text string) piece {
 		deflate: segment(func(w io.Writer) { _, _ = io.WriteString(w, text) }),
 		crc:     crc32.ChecksumIEEE([]byte(text)),
 		size:    int64(len(text)),
+		shift:   x8nModP(int64(len(text))),
 	}
 }
 
@@ -92,11 +116,23 @@ func segment(write func(io.Writer)) []byte {
 	return seg
 }
 
+// inflaters are the deflate readers of plain: an identity scrape reads every block, and a
+// reader holds a 32 KiB window.
+var inflaters sync.Pool
+
 // plain writes the piece's text to w.
 func (p *piece) plain(w io.Writer) error {
-	r := flate.NewReader(io.MultiReader(bytes.NewReader(p.deflate), bytes.NewReader(finalBlock)))
-	defer r.Close()
+	src := io.MultiReader(bytes.NewReader(p.deflate), bytes.NewReader(finalBlock))
+	r, ok := inflaters.Get().(io.ReadCloser)
+	if ok {
+		_ = r.(flate.Resetter).Reset(src, nil)
+	} else {
+		r = flate.NewReader(src)
+	}
 	_, err := io.Copy(w, r)
+	if err == nil {
+		inflaters.Put(r)
+	}
 	return err
 }
 

@@ -11,6 +11,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Sink struct {
 	b  *Builder
 	ch chan<- prometheus.Metric
+	rm bool // Add removes (Removing)
 }
 
 // Sink is the Sink that adds to b.
@@ -23,7 +24,13 @@ func Live(ch chan<- prometheus.Metric) Sink { return Sink{ch: ch} }
 // Add adds one series of d. A series the Builder refuses (a label value not valid UTF-8, a
 // wrong label count) is dropped on the live path too: that one series, not the scrape.
 func (s Sink) Add(d *Desc, v float64, labels ...string) {
-	if s.b != nil {
+	switch {
+	case s.rm && s.b != nil:
+		s.b.Remove(d, labels...)
+		return
+	case s.rm:
+		return
+	case s.b != nil:
 		s.b.Add(d, v, labels...)
 		return
 	}
@@ -44,3 +51,13 @@ func (s Sink) Flush() {
 // previous render; false (the live path, a first render) means the caller must emit the
 // family.
 func (s Sink) Keep(d *Desc) bool { return s.b != nil && s.b.Keep(d) }
+
+// Patch says that this emit changes the previous render's family of d instead of emitting it
+// whole: the series of the objects that changed are removed (through Removing, as they were
+// emitted) and added. False (the live path, a first render, a family the previous render had
+// no series of) means the caller must emit the family whole.
+func (s Sink) Patch(d *Desc) bool { return s.b != nil && !s.rm && s.b.Patch(d) }
+
+// Removing is the Sink whose Add removes the series of those labels from a patched family, so
+// that a collector removes an object's old series by emitting its old version.
+func (s Sink) Removing() Sink { return Sink{b: s.b, rm: true} }

@@ -67,3 +67,16 @@ func (b *Builder) yield() {
 	}
 	runtime.Gosched()
 }
+
+// yieldBytes is how much text a render compresses or converts between yields: a yield per
+// block (about 100 lines) would give up the processor twenty times as often as one per
+// yieldEvery series, and on a loaded machine each give-up costs the render its turn.
+const yieldBytes = 256 << 10
+
+// yieldAfter counts n bytes of text worked on and yields once yieldBytes are.
+func (b *Builder) yieldAfter(n int64) {
+	if b.worked += n; b.worked >= yieldBytes {
+		b.worked = 0
+		b.yield()
+	}
+}
