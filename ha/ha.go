@@ -94,10 +94,9 @@ type Coordinator struct {
 	gate sync.Mutex
 
 	// Used by Run's goroutine only.
-	lastHandOver time.Time
-	attempts     map[string]attempt // by key: acquisitions whose reply was lost
-	watchStop    func()
-	wake         *time.Timer // kicks the loop when the view's next record runs out
+	attempts  map[string]attempt // by key: acquisitions whose reply was lost
+	watchStop func()
+	wake      *time.Timer // kicks the loop when the view's next record runs out
 
 	descs descs
 }

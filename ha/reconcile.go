@@ -40,7 +40,7 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 	// A lease of a stopped or paused holder runs out with no write to wake us: look again at
 	// that instant rather than at the next renew period, up to lease_ttl/3 later.
 	c.wakeAt(r.next)
-	c.act(ctx, kv, r, now)
+	c.act(ctx, kv, r)
 }
 
 // round is what one reconcile decided from the view of the bucket.
@@ -90,7 +90,7 @@ func (c *Coordinator) plan(now time.Time) round {
 	}
 	var inFlight *handOverRecord
 	inFlight, r.marker = c.view.handOver(now, c.ttl)
-	if inFlight == nil && !anyFree && len(r.acquire) == 0 && len(r.adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
+	if inFlight == nil && !anyFree && len(r.acquire) == 0 && len(r.adopt) == 0 {
 		if ct := c.mover(r.desired, live, now); ct != "" {
 			r.handOver = c.held[ct]
 		}
@@ -127,7 +127,7 @@ func (c *Coordinator) planFree(r *round, ct string, now time.Time) bool {
 }
 
 // act carries a round out: drops, adoptions, acquisitions (concurrently), then the hand-over.
-func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round, now time.Time) {
+func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round) {
 	c.drop(ctx, kv, r.removed, "removed from the configuration", true)
 	for _, l := range r.adopt {
 		c.took(l)
@@ -146,7 +146,6 @@ func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round, n
 	}
 	c.endHandOver(ctx, kv)
 	if r.handOver != nil {
-		c.lastHandOver = now
 		to := r.desired[r.handOver.controller]
 		if c.claimHandOver(ctx, kv, r.marker, r.handOver.controller, to) {
 			c.drop(ctx, kv, []*Lease{r.handOver}, "handed over to "+to, true)
