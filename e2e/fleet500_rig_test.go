@@ -35,8 +35,8 @@ type fleetPlan struct {
 }
 
 func fleetPlanFromEnv(b *testing.B) fleetPlan {
-	p := fleetPlan{controllers: 500, vms: 100, replicas: 10, ttl: 6 * time.Second, interval: 15 * time.Second,
-		poll: 2 * time.Second, feed: 2 * time.Second, outage: 30 * time.Second, solo: true}
+	p := fleetPlan{controllers: 500, vms: 100, replicas: 10, ttl: 15 * time.Second, interval: 15 * time.Second,
+		poll: 5 * time.Second, feed: 5 * time.Second, outage: 30 * time.Second, solo: true}
 	for _, v := range []struct {
 		env string
 		n   *int
@@ -119,7 +119,8 @@ func (r *fleetReplicas) proc(inst string) *replicaProc {
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		r.b.Fatal(err)
 	}
-	p := &replicaProc{t: r.b, bin: r.exporter, cfg: cfg, web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(r.b)), logPath: filepath.Join(r.dir, inst+".log")}
+	p := &replicaProc{t: r.b, bin: r.exporter, cfg: cfg, web: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(r.b)), logPath: filepath.Join(r.dir, inst+".log"),
+		startWait: 90 * time.Second}
 	r.b.Cleanup(func() {
 		if p.cmd != nil && p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()

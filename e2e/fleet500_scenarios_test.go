@@ -4,7 +4,10 @@ package e2e
 // whole NATS cluster down — the judgement of every controller's events, and the report.
 
 import (
+	"bytes"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -33,7 +36,7 @@ func (r *fleetRun) rollingRestart() {
 		testutil.Eventually(r.b, 60*time.Second, func() bool { return ready(p) }, "%s to answer /-/ready", r.reps.name(slot))
 	}
 	rolled := time.Since(start)
-	ok, last := r.leases.waitStableFor(2*r.plan.ttl, 5*time.Minute, r.reps.insts(), r.floor())
+	ok, last := r.leases.waitStableFor(r.plan.ttl, 5*time.Minute, r.reps.insts(), r.floor())
 	end := time.Now()
 	moves := r.leases.moves(start)
 	most, over, total := 0, 0, 0
@@ -66,7 +69,7 @@ func (r *fleetRun) natsNodeLoss() {
 	node.Kill()
 	time.Sleep(15 * time.Second) // the cluster runs on two nodes meanwhile
 	node.Start()
-	ok, _ := r.leases.waitStableFor(2*r.plan.ttl, 2*time.Minute, r.reps.insts(), r.floor())
+	ok, _ := r.leases.waitStableFor(r.plan.ttl, 2*time.Minute, r.reps.insts(), r.floor())
 	end := time.Now()
 	moved := r.leases.movedSince(start, func(string) bool { return true })
 	worst, who, _ := r.arrive.longestGap(r.names, start, end)
@@ -94,6 +97,9 @@ func (r *fleetRun) natsOutage() {
 		n.Start()
 	}
 	back := time.Now()
+	// A watch of the bucket does not outlive the whole cluster: a new one, whose first values
+	// are the records as they were (renewed before back).
+	r.leases = watchLeases(r.b, r.js, r.plan.controllers)
 	want := r.journalTotal()
 	held, caught := time.Duration(-1), time.Duration(-1)
 	for limit := back.Add(5 * time.Minute); time.Now().Before(limit) && caught < 0; time.Sleep(200 * time.Millisecond) {
@@ -108,7 +114,7 @@ func (r *fleetRun) natsOutage() {
 		r.note("catch-up after the outage NOT MEASURED: the stream did not reach the %d events of the journal within 5 minutes", want)
 		return
 	}
-	r.leases.waitStableFor(2*r.plan.ttl, 2*time.Minute, r.reps.insts(), r.floor())
+	r.leases.waitStableFor(r.plan.ttl, 2*time.Minute, r.reps.insts(), r.floor())
 	changed := 0
 	for ct, o := range r.leases.owners() {
 		if before[ct] != o {
@@ -169,8 +175,15 @@ func (r *fleetRun) judge() {
 		}
 	}
 	r.fig["events"], r.fig["lost"], r.fig["duplicated"], r.fig["disorder"], r.fig["controllers-wrong"] = float64(want), float64(lost), float64(dup), float64(disorder), float64(bad)
-	r.fig["inflight-refusals"] = float64(inflightRefusals(r.reps.procs...))
-	r.note("%d events of %d controllers: lost %d, duplicated %d, out of order or foreign %d; %d controllers with any; \"too many inflight\" answers logged %.0f (current pods)",
+	// Every pod's log, those restarted included (each has its own).
+	logs, _ := filepath.Glob(filepath.Join(r.reps.dir, "*.log"))
+	refusals := 0
+	for _, l := range logs {
+		raw, _ := os.ReadFile(l)
+		refusals += bytes.Count(raw, []byte("too many inflight"))
+	}
+	r.fig["inflight-refusals"] = float64(refusals)
+	r.note("%d events of %d controllers: lost %d, duplicated %d, out of order or foreign %d; %d controllers with any; \"too many inflight\" answers logged %.0f",
 		want, len(r.names), lost, dup, disorder, bad, r.fig["inflight-refusals"])
 }
 

@@ -26,8 +26,9 @@ import (
 
 // fleetSim is one bin/veil-sim process serving every controller of a fleet, one port each.
 type fleetSim struct {
-	pid  int
-	urls []string
+	pid     int
+	urls    []string
+	timeout time.Duration // of a control request (0: 10 s)
 }
 
 // startFleetSim starts the simulator with n controllers of vms VMs each.
@@ -51,7 +52,7 @@ func (s *fleetSim) call(i int, method, path string, body, v any) error {
 	if err != nil {
 		return err
 	}
-	c := http.Client{Timeout: 10 * time.Second}
+	c := http.Client{Timeout: cmp.Or(s.timeout, 10*time.Second)}
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
@@ -172,7 +173,8 @@ func (s *fleetSim) window(b *testing.B, procs ...*replicaProc) (requests int, bu
 		return err
 	})
 	load, _ := os.ReadFile("/proc/loadavg")
-	b.Logf("requests of every controller over the window: %v; load average %s", byPath, strings.TrimSpace(string(load)))
+	// On stdout: a benchmark's log shows only its first lines.
+	fmt.Printf("fleet: requests of every controller over the window: %v; load average %s\n", byPath, strings.TrimSpace(string(load)))
 	el := time.Since(start).Seconds()
 	for i, p := range procs {
 		busiest = max(busiest, (cpuTime(b, p.cmd.Process.Pid)-cpu0[i]).Seconds()/el)
@@ -287,7 +289,7 @@ type leaseWatch struct {
 	want    int // the controllers of the fleet
 	mu      sync.Mutex
 	holder  map[string]string    // controller -> instance of its lease record ("" once deleted)
-	written map[string]time.Time // controller -> when its lease record was last written
+	written map[string]time.Time // controller -> when its lease record was last written (its renewed)
 	changes []leaseChange
 }
 
@@ -326,10 +328,11 @@ func watchLeases(b *testing.B, js jetstream.JetStream, controllers int) *leaseWa
 				}
 				ct := strings.TrimPrefix(e.Key(), "leases.")
 				to := ""
+				var r struct {
+					Instance string    `json:"instance"`
+					Renewed  time.Time `json:"renewed"`
+				}
 				if e.Operation() == jetstream.KeyValuePut {
-					var r struct {
-						Instance string `json:"instance"`
-					}
 					_ = json.Unmarshal(e.Value(), &r)
 					to = r.Instance
 				}
@@ -339,7 +342,7 @@ func watchLeases(b *testing.B, js jetstream.JetStream, controllers int) *leaseWa
 				}
 				w.holder[ct] = to
 				if to != "" {
-					w.written[ct] = time.Now()
+					w.written[ct] = r.Renewed // the replicas run on this host: the same clock
 				}
 				w.mu.Unlock()
 			}
