@@ -5,10 +5,12 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,7 +48,8 @@ func (r *fleetRun) rollingRestart() {
 			over++
 		}
 	}
-	worst, who, _ := r.arrive.longestGap(r.names, start, end)
+	worst, who, each := r.arrive.longestGap(r.names, start, end)
+	r.pauseAccount(start, who, each)
 	r.fig["roll-s"], r.fig["roll-moves-max"], r.fig["roll-moves-over-goal"] = rolled.Seconds(), float64(most), float64(over)
 	r.fig["roll-moves-mean"] = float64(total) / float64(len(r.names))
 	r.fig["roll-pause-s"] = worst.Seconds()
@@ -55,6 +58,47 @@ func (r *fleetRun) rollingRestart() {
 	if ok {
 		r.fig["roll-settle-s"] = last.Sub(start).Seconds()
 	}
+}
+
+// pauseAccount prints how the pauses of the rolling restart spread (how many controllers
+// stopped for over 30 s, the median), and for the longest one the controller's holders and
+// what every pod logged about it from start on.
+func (r *fleetRun) pauseAccount(start time.Time, who string, each map[string]time.Duration) {
+	var all []time.Duration
+	long := 0
+	for _, d := range each {
+		all = append(all, d)
+		if d > 30*time.Second {
+			long++
+		}
+	}
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	r.fig["roll-pauses-over-30s"] = float64(long)
+	r.note("rolling restart pauses: median %v, 90th percentile %v, %d controllers over 30 s; %s's holders: %v",
+		all[len(all)/2].Round(100*time.Millisecond), all[len(all)*9/10].Round(100*time.Millisecond), long, who, r.leases.history(start, []string{who}))
+	logs, _ := filepath.Glob(filepath.Join(r.reps.dir, "*.log"))
+	for _, l := range logs {
+		raw, _ := os.ReadFile(l)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line+" ", "controller="+who+" ") && !strings.Contains(line, "level=debug") && logTime(line).After(start) {
+				fmt.Printf("fleet:   %s: %s\n", filepath.Base(l), line)
+			}
+		}
+	}
+}
+
+// logTime is the ts= of a log line (zero when it has none).
+func logTime(line string) time.Time {
+	_, rest, ok := strings.Cut(line, "ts=")
+	if !ok {
+		return time.Time{}
+	}
+	ts, _, _ := strings.Cut(rest, " ")
+	t, _ := time.Parse(time.RFC3339Nano, ts)
+	return t
 }
 
 // natsNodeLoss kills -9 the node leading the events stream while events flow, and starts it
@@ -192,7 +236,7 @@ var fleetMetrics = []string{"settle-s", "spread-dev", "spread-min", "spread-max"
 	"settle-replicas-cores", "requests-one", "requests-replicas", "requests-ratio", "cpu-one-cores", "hwm-one-MiB",
 	"cpu-replica-cores", "hwm-replica-MiB", "cpu-per-controller-mcores", "rss-per-controller-MiB", "nats-cores",
 	"sim-cpu-cores", "lease-writes-per-s", "takeover-s", "takeover-of", "healthy-moved", "rejoin-s", "roll-s",
-	"roll-settle-s", "roll-moves-max", "roll-moves-mean", "roll-moves-over-goal", "roll-pause-s", "nats-node-moved",
+	"roll-settle-s", "roll-moves-max", "roll-moves-mean", "roll-moves-over-goal", "roll-pause-s", "roll-pauses-over-30s", "nats-node-moved",
 	"nats-node-pause-s", "outage-held-s", "outage-moved", "outage-catchup-s", "events", "lost", "duplicated", "disorder",
 	"controllers-wrong", "inflight-refusals"}
 

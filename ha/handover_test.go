@@ -121,3 +121,37 @@ func TestJoiningReplicasTakeTheirShareWithinARenewPeriod(t *testing.T) {
 		t.Errorf("%d controllers were without an owner at once; they must move one at a time", unowned)
 	}
 }
+
+// TestReplicasStartedTogetherTakeTheirShareDirectly starts three replicas one after another
+// within a renew period, as a Deployment's pods come up: each takes its share of the free
+// leases itself, nothing is handed over. A replica that acquired as soon as it had announced
+// itself took all 30 while alone and handed 20 over; at 500 controllers the first of ten
+// replicas started all 500 at once, its first renewals came too late and every lease lapsed.
+func TestReplicasStartedTogetherTakeTheirShareDirectly(t *testing.T) {
+	c := testutil.StartCluster(t)
+	ctrls := make([]string, 30)
+	for i := range ctrls {
+		ctrls[i] = fmt.Sprintf("c%02d", i)
+	}
+	w := newWorld(t, c.URLs(), ctrls)
+	const ttl = 15 * time.Second // a renew period of 5 s: the three start well within it
+	// The bucket exists, as it does after the first start: three replicas creating it at once
+	// on a busy machine may see the creation time out and try again a renew period later.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := testutil.JetStream(t, c.URLs()).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: w.bucket, History: 1, Replicas: 3, TTL: 10 * ttl}); err != nil {
+		t.Fatal(err)
+	}
+	long := func(o *testOptions) { o.LeaseTTL = ttl }
+	a, b, d := w.start("pod-a", long), w.start("pod-b", long), w.start("pod-c", long)
+	w.waitConverged(4*ttl, a, b, d)
+	released := 0
+	for _, r := range []*replica{a, b, d} {
+		for _, n := range r.released {
+			released += n
+		}
+	}
+	if released > 0 {
+		t.Errorf("%d controllers were handed over while the replicas started: the first up took more than its share", released)
+	}
+}

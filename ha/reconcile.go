@@ -75,11 +75,22 @@ func (c *Coordinator) plan(now time.Time) round {
 	var r round
 	held, since := c.holders(live, now)
 	r.desired = assignSince(eligible, held, since)
+	var inFlight *handOverRecord
+	inFlight, r.marker = c.view.handOver(now, c.ttl)
+	// For a renew period after it announced itself a replica takes only a controller being
+	// handed over (when it is its desired owner): replicas started together (a Deployment's
+	// pods) have announced themselves by then, and each takes its share directly, rather than
+	// the first up taking every free lease alone and starting every controller at once (its
+	// first renewals then came too late) only to hand most of them over. The controller handed
+	// over is taken whoever the record names: the mover's view and ours may differ on who
+	// should have it, and the replica ours names takes it.
+	warming := now.Sub(c.joined) < c.tick
 	mine := map[string]bool{}
 	anyFree := false
 	for _, ct := range c.controllers {
 		mine[ct] = true
-		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now) {
+		may := !warming || inFlight != nil && inFlight.Controller == ct
+		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now, may) {
 			anyFree = true
 		}
 	}
@@ -88,8 +99,6 @@ func (c *Coordinator) plan(now time.Time) round {
 			r.removed = append(r.removed, l)
 		}
 	}
-	var inFlight *handOverRecord
-	inFlight, r.marker = c.view.handOver(now, c.ttl)
 	if inFlight == nil && !anyFree && len(r.acquire) == 0 && len(r.adopt) == 0 {
 		if ct := c.mover(r.desired, live, now); ct != "" {
 			r.handOver = c.held[ct]
@@ -100,9 +109,10 @@ func (c *Coordinator) plan(now time.Time) round {
 }
 
 // planFree plans a configured controller this replica does not hold: adopt it when our
-// acquisition's reply was lost, acquire it when its lease is free and it should be ours (or has
-// been free for a whole lease). It reports whether the lease is free; c.mu held.
-func (c *Coordinator) planFree(r *round, ct string, now time.Time) bool {
+// acquisition's reply was lost, acquire it when its lease is free and it should be ours (when
+// may: not while warming up, unless it is being handed over), or has been free for a whole
+// lease. It reports whether the lease is free; c.mu held.
+func (c *Coordinator) planFree(r *round, ct string, now time.Time, may bool) bool {
 	key := leaseKey(ct)
 	st := c.view.lease(key, now, c.ttl)
 	if a, ok := c.attempts[key]; ok {
@@ -120,7 +130,7 @@ func (c *Coordinator) planFree(r *round, ct string, now time.Time) bool {
 	if !st.free {
 		return false
 	}
-	if r.desired[ct] == c.opts.Instance || now.Sub(st.freeSince) >= c.ttl {
+	if may && r.desired[ct] == c.opts.Instance || now.Sub(st.freeSince) >= c.ttl {
 		r.acquire = append(r.acquire, acquisition{ct, st.e})
 	}
 	return true
