@@ -77,6 +77,7 @@ func (r *fleetRun) pauseAccount(start time.Time, who string, each map[string]tim
 		return
 	}
 	r.fig["roll-pauses-over-30s"] = float64(long)
+	r.fig["roll-pause-median-s"] = all[len(all)/2].Seconds()
 	r.note("rolling restart pauses: median %v, 90th percentile %v, %d controllers over 30 s; %s's holders: %v",
 		all[len(all)/2].Round(100*time.Millisecond), all[len(all)*9/10].Round(100*time.Millisecond), long, who, r.leases.history(start, []string{who}))
 	logs, _ := filepath.Glob(filepath.Join(r.reps.dir, "*.log"))
@@ -236,7 +237,7 @@ var fleetMetrics = []string{"settle-s", "spread-dev", "spread-min", "spread-max"
 	"settle-replicas-cores", "requests-one", "requests-replicas", "requests-ratio", "cpu-one-cores", "hwm-one-MiB",
 	"cpu-replica-cores", "hwm-replica-MiB", "cpu-per-controller-mcores", "rss-per-controller-MiB", "nats-cores",
 	"sim-cpu-cores", "lease-writes-per-s", "takeover-s", "takeover-of", "healthy-moved", "rejoin-s", "roll-s",
-	"roll-settle-s", "roll-moves-max", "roll-moves-mean", "roll-moves-over-goal", "roll-pause-s", "roll-pauses-over-30s", "nats-node-moved",
+	"roll-settle-s", "roll-moves-max", "roll-moves-mean", "roll-moves-over-goal", "roll-pause-s", "roll-pauses-over-30s", "roll-pause-median-s", "quiet-gap-median-s", "quiet-gap-max-s", "nats-node-moved",
 	"nats-node-pause-s", "outage-held-s", "outage-moved", "outage-catchup-s", "events", "lost", "duplicated", "disorder",
 	"controllers-wrong", "inflight-refusals"}
 

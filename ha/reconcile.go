@@ -77,20 +77,21 @@ func (c *Coordinator) plan(now time.Time) round {
 	r.desired = assignSince(eligible, held, since)
 	var inFlight *handOverRecord
 	inFlight, r.marker = c.view.handOver(now, c.ttl)
-	// For a renew period after it announced itself a replica takes only a controller being
-	// handed over (when it is its desired owner): replicas started together (a Deployment's
-	// pods) have announced themselves by then, and each takes its share directly, rather than
-	// the first up taking every free lease alone and starting every controller at once (its
-	// first renewals then came too late) only to hand most of them over. The controller handed
-	// over is taken whoever the record names: the mover's view and ours may differ on who
-	// should have it, and the replica ours names takes it.
+	// For a renew period after it announced itself a replica does not take a lease that was
+	// free before it came: replicas started together (a Deployment's pods) have announced
+	// themselves by then, and each takes its share directly, rather than the first up taking
+	// every free lease alone and starting every controller at once (its first renewals then
+	// came too late) only to hand most of them over. A lease freed since (let go by a replica
+	// stopped in a rolling restart, run out) is taken at once, and so is the one being handed
+	// over, whoever the record names (the mover's view and ours may differ on who should have
+	// it): the other replicas leave it to its desired owner.
 	warming := now.Sub(c.joined) < c.tick
 	mine := map[string]bool{}
 	anyFree := false
 	for _, ct := range c.controllers {
 		mine[ct] = true
-		may := !warming || inFlight != nil && inFlight.Controller == ct
-		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now, may) {
+		handed := inFlight != nil && inFlight.Controller == ct
+		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now, warming && !handed) {
 			anyFree = true
 		}
 	}
@@ -110,9 +111,9 @@ func (c *Coordinator) plan(now time.Time) round {
 
 // planFree plans a configured controller this replica does not hold: adopt it when our
 // acquisition's reply was lost, acquire it when its lease is free and it should be ours (when
-// may: not while warming up, unless it is being handed over), or has been free for a whole
+// warming, only if it became free after this replica joined), or has been free for a whole
 // lease. It reports whether the lease is free; c.mu held.
-func (c *Coordinator) planFree(r *round, ct string, now time.Time, may bool) bool {
+func (c *Coordinator) planFree(r *round, ct string, now time.Time, warming bool) bool {
 	key := leaseKey(ct)
 	st := c.view.lease(key, now, c.ttl)
 	if a, ok := c.attempts[key]; ok {
@@ -130,6 +131,7 @@ func (c *Coordinator) planFree(r *round, ct string, now time.Time, may bool) boo
 	if !st.free {
 		return false
 	}
+	may := !warming || st.freeSince.After(c.joined)
 	if may && r.desired[ct] == c.opts.Instance || now.Sub(st.freeSince) >= c.ttl {
 		r.acquire = append(r.acquire, acquisition{ct, st.e})
 	}

@@ -43,7 +43,8 @@ func largeFleetFigures(r results) (figs []Figure) {
 	f.Note = fmt.Sprintf("moves per controller at most %.0f, mean %.2f; %.0f replicas rolled in %.0f s, settled after %.0f s", one("roll-moves-max"), one("roll-moves-mean"), m, one("roll-s"), one("roll-settle-s"))
 	figs = append(figs, f)
 	f = figure(name("rolling restart: longest forwarding pause"), "s", r.get(fl, "roll-pause-s"), 0, "", nil, "", 0)
-	f.Note = "the longest time any controller's events stopped reaching the stream, events arriving every feed period"
+	f.Note = fmt.Sprintf("the longest time any controller's events stopped reaching the stream; median over the controllers %.1f s, %.0f over 30 s; with nothing happening the longest gap is %.1f s at the median, %.1f s at most (events fed and polled every 5 s)",
+		one("roll-pause-median-s"), one("roll-pauses-over-30s"), one("quiet-gap-median-s"), one("quiet-gap-max-s"))
 	figs = append(figs, f)
 	wrong := sums(r.get(fl, "lost"), r.get(fl, "duplicated"), r.get(fl, "disorder"))
 	f = figure(name("events not once and in order"), "events", wrong, 0, "", nil, "<=", 0)
