@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revisi
              -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 PKGS      := ./...
 
-.PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz faults demo demo-ha bench bench-reference lint clean
+.PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz faults demo demo-ha bench bench-fleet bench-reference lint clean
 
 all: build
 
@@ -118,6 +118,11 @@ demo-ha: build
 ## go to bench/out/ (ignored). bench-reference makes the last run the committed reference.
 bench:
 	bash scripts/bench.sh
+
+## bench-fleet: the large fleet (500 controllers, ten replicas, a three-node NATS cluster; about
+## ten minutes), apart from bench; its figures join bench/out/results.json.
+bench-fleet:
+	bash scripts/bench-fleet.sh
 
 bench-reference:
 	@test -f bench/out/results.json || { echo "no bench/out/results.json: run make bench first" >&2; exit 1; }

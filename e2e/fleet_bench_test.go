@@ -58,7 +58,7 @@ func BenchmarkFleet(b *testing.B) {
 	if err := os.WriteFile(tok, []byte(token), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	sim := startFleetSim(b, simBin, token)
+	sim := startFleetSim(b, simBin, token, fleetControllers, fleetVMs)
 	names := make([]string, fleetControllers)
 	var ctrls strings.Builder
 	for i, u := range sim.urls {
@@ -69,8 +69,8 @@ func BenchmarkFleet(b *testing.B) {
 		return fleetProc(b, dir, exporter, ctrls.String(), cluster.URLs(), inst)
 	}
 	js := cluster.JetStream(b)
-	leases := watchLeases(b, js)
-	feed := sim.feed(b, names)
+	leases := watchLeases(b, js, fleetControllers)
+	feed := sim.feed(b, names, 100, 500*time.Millisecond)
 
 	// One exporter running all 60 (with ha on, alone: the stream and the positions bucket get
 	// three replicas from the start, as in production).
@@ -89,7 +89,7 @@ func BenchmarkFleet(b *testing.B) {
 	settleStart := time.Now()
 	leases.waitStable(b, 2*fleetLeaseTTL, insts)
 	settle := leases.lastChange().Sub(settleStart)
-	count, lo, hi, share, dev := fleetSpread(leases.counts(), insts)
+	count, lo, hi, share, dev := fleetSpread(leases.counts(), insts, fleetControllers)
 	three, cpuRep, rssRep, simThree := sim.window(b, reps[insts[0]], reps[insts[1]], reps[insts[2]])
 	if float64(three) > 1.05*float64(single) {
 		logPushLines(b, reps, insts)
@@ -307,12 +307,12 @@ func fleetShortfall(b *testing.B, js jetstream.JetStream, journal map[string][]s
 
 // fleetSpread is how the controllers spread over insts: the count of each, the least and most
 // held, the even share and the deviation from it.
-func fleetSpread(count map[string]int, insts []string) (_ map[string]int, lo, hi, share, dev int) {
-	lo, hi = fleetControllers, 0
+func fleetSpread(count map[string]int, insts []string, n int) (_ map[string]int, lo, hi, share, dev int) {
+	lo, hi = n, 0
 	for _, inst := range insts {
 		lo, hi = min(lo, count[inst]), max(hi, count[inst])
 	}
-	share = fleetControllers / len(insts)
+	share = n / len(insts)
 	return count, lo, hi, share, max(hi-share, share-lo)
 }
 
@@ -320,8 +320,8 @@ func fleetSpread(count map[string]int, insts []string) (_ map[string]int, lo, hi
 // its window and stops it.
 func fleetSolo(b *testing.B, sim *fleetSim, leases *leaseWatch, one *replicaProc) (requests int, busiest, rss, simCPU float64) {
 	one.start()
-	testutil.Eventually(b, 60*time.Second, func() bool { return ready(one) && len(leases.owners()) == fleetControllers },
-		"the single exporter to hold all %d controllers", fleetControllers)
+	testutil.Eventually(b, 60*time.Second+time.Duration(leases.want)*100*time.Millisecond, func() bool { return ready(one) && len(leases.owners()) == leases.want },
+		"the single exporter to hold all %d controllers", leases.want)
 	leases.waitStable(b, 2*time.Second, nil)
 	requests, busiest, rss, simCPU = sim.window(b, one)
 	one.signal(syscall.SIGTERM)

@@ -24,15 +24,17 @@ import (
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
 
-// fleetSim is one bin/veil-sim process serving fleetControllers controllers.
+// fleetSim is one bin/veil-sim process serving every controller of a fleet, one port each.
 type fleetSim struct {
-	pid  int
-	urls []string
+	pid     int
+	urls    []string
+	timeout time.Duration // of a control request (0: 10 s)
 }
 
-func startFleetSim(b *testing.B, bin, token string) *fleetSim {
-	urls, pid := startSims(b, bin, fleetControllers, "--controllers", strconv.Itoa(fleetControllers),
-		"--token", token, "--vms", strconv.Itoa(fleetVMs), "--nodes", "20", "--clusters", "2", "--datapools", "4",
+// startFleetSim starts the simulator with n controllers of vms VMs each.
+func startFleetSim(b *testing.B, bin, token string, n, vms int) *fleetSim {
+	urls, pid := startSims(b, bin, n, "--controllers", strconv.Itoa(n),
+		"--token", token, "--vms", strconv.Itoa(vms), "--nodes", "20", "--clusters", "2", "--datapools", "4",
 		"--latency", "20ms", "--initial-events", "0", "--event-rate", "0", "--events-order", "oldest_first")
 	return &fleetSim{pid: pid, urls: urls}
 }
@@ -50,7 +52,7 @@ func (s *fleetSim) call(i int, method, path string, body, v any) error {
 	if err != nil {
 		return err
 	}
-	c := http.Client{Timeout: 10 * time.Second}
+	c := http.Client{Timeout: cmp.Or(s.timeout, 10*time.Second)}
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
@@ -174,7 +176,8 @@ func (s *fleetSim) window(b *testing.B, procs ...*replicaProc) (requests int, bu
 		return err
 	})
 	load, _ := os.ReadFile("/proc/loadavg")
-	b.Logf("requests of every controller over the window: %v; load average %s", byPath, strings.TrimSpace(string(load)))
+	// On stdout: a benchmark's log shows only its first lines.
+	fmt.Printf("fleet: requests of every controller over the window: %v; load average %s\n", byPath, strings.TrimSpace(string(load)))
 	el := time.Since(start).Seconds()
 	for i, p := range procs {
 		busiest = max(busiest, (cpuTime(b, p.cmd.Process.Pid)-cpu0[i]).Seconds()/el)
@@ -216,8 +219,8 @@ func (s *fleetSim) each(b *testing.B, f func(i int) error) {
 // peakRSS is the peak resident memory (VmHWM) of process pid in MiB.
 func peakRSS(b *testing.B, pid int) float64 { return statusKB(b, pid, "VmHWM:") / 1024 }
 
-// eventFeed adds 100 events to every controller at once (a catch-up for the first owner), then
-// one every 500 ms, and keeps each one's journal.
+// eventFeed adds initial events to every controller at once (a catch-up for the first owner),
+// then one to every controller each period, and keeps each one's journal.
 type eventFeed struct {
 	mu      sync.Mutex
 	journal map[string][]string
@@ -225,26 +228,35 @@ type eventFeed struct {
 	done    chan struct{}
 }
 
-func (s *fleetSim) feed(b *testing.B, names []string) *eventFeed {
+func (s *fleetSim) feed(b *testing.B, names []string, initial int, period time.Duration) *eventFeed {
 	f := &eventFeed{journal: map[string][]string{}, quit: make(chan struct{}), done: make(chan struct{})}
+	// Eight controllers fed at a time: one after another, 500 of them take longer than a
+	// period on a busy machine; each controller still gets its events in order.
 	add := func(k int) {
+		sem := make(chan struct{}, 8)
+		var wg sync.WaitGroup
 		for i, n := range names {
-			var r struct {
-				IDs []string `json:"ids"`
-			}
-			if err := s.call(i, "POST", "/_sim/events", map[string]int{"n": k}, &r); err != nil {
-				b.Errorf("feeding %s: %v", n, err)
-				continue
-			}
-			f.mu.Lock()
-			f.journal[n] = append(f.journal[n], r.IDs...)
-			f.mu.Unlock()
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				var r struct {
+					IDs []string `json:"ids"`
+				}
+				if err := s.call(i, "POST", "/_sim/events", map[string]int{"n": k}, &r); err != nil {
+					b.Errorf("feeding %s: %v", n, err)
+					return
+				}
+				f.mu.Lock()
+				f.journal[n] = append(f.journal[n], r.IDs...)
+				f.mu.Unlock()
+			})
 		}
+		wg.Wait()
 	}
-	add(100)
+	add(initial)
 	go func() {
 		defer close(f.done)
-		tick := time.NewTicker(500 * time.Millisecond)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
 			select {
@@ -277,8 +289,10 @@ func (f *eventFeed) stop() map[string][]string {
 
 // leaseWatch follows the lease bucket: who holds each controller, and every change of holder.
 type leaseWatch struct {
+	want    int // the controllers of the fleet
 	mu      sync.Mutex
-	holder  map[string]string // controller -> instance of its lease record ("" once deleted)
+	holder  map[string]string    // controller -> instance of its lease record ("" once deleted)
+	written map[string]time.Time // controller -> when its lease record was last written (its renewed)
 	changes []leaseChange
 }
 
@@ -288,12 +302,12 @@ type leaseChange struct {
 	from, to   string
 }
 
-func watchLeases(b *testing.B, js jetstream.JetStream) *leaseWatch {
+func watchLeases(b *testing.B, js jetstream.JetStream, controllers int) *leaseWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	var kv jetstream.KeyValue
 	// The first replica creates the bucket; watch it as soon as it exists.
-	w := &leaseWatch{holder: map[string]string{}}
+	w := &leaseWatch{want: controllers, holder: map[string]string{}, written: map[string]time.Time{}}
 	go func() {
 		for ctx.Err() == nil {
 			var err error
@@ -317,10 +331,11 @@ func watchLeases(b *testing.B, js jetstream.JetStream) *leaseWatch {
 				}
 				ct := strings.TrimPrefix(e.Key(), "leases.")
 				to := ""
+				var r struct {
+					Instance string    `json:"instance"`
+					Renewed  time.Time `json:"renewed"`
+				}
 				if e.Operation() == jetstream.KeyValuePut {
-					var r struct {
-						Instance string `json:"instance"`
-					}
 					_ = json.Unmarshal(e.Value(), &r)
 					to = r.Instance
 				}
@@ -329,6 +344,9 @@ func watchLeases(b *testing.B, js jetstream.JetStream) *leaseWatch {
 					w.changes = append(w.changes, leaseChange{time.Now(), ct, from, to})
 				}
 				w.holder[ct] = to
+				if to != "" {
+					w.written[ct] = r.Renewed // the replicas run on this host: the same clock
+				}
 				w.mu.Unlock()
 			}
 			return
@@ -364,7 +382,7 @@ func (w *leaseWatch) waitStable(b *testing.B, quiet time.Duration, insts []strin
 	b.Helper()
 	testutil.Eventually(b, 120*time.Second, func() bool {
 		o := w.owners()
-		if len(o) != fleetControllers {
+		if len(o) != w.want {
 			return false
 		}
 		for _, i := range o {

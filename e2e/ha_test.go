@@ -8,6 +8,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -40,6 +41,9 @@ type replicaProc struct {
 	logPath  string
 	cmd      *exec.Cmd
 	done     chan struct{}
+	// startWait is how long start waits for /-/healthy (0: 20 s); a large fleet's replica on
+	// a loaded machine takes longer to bind its port.
+	startWait time.Duration
 }
 
 func (p *replicaProc) start() {
@@ -56,7 +60,7 @@ func (p *replicaProc) start() {
 	p.done = make(chan struct{})
 	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
 	u := "http://" + p.web + "/-/healthy"
-	testutil.EventuallyNil(p.t, 20*time.Second, func() error {
+	testutil.EventuallyNil(p.t, cmp.Or(p.startWait, 20*time.Second), func() error {
 		resp, err := http.Get(u)
 		if err != nil {
 			return err

@@ -28,10 +28,12 @@
 // by at most one, and sticky: a live holder keeps what it holds up to its share, what it has
 // held longest first (see assignSince),
 // so when a replica dies only its controllers move. A replica acquires free leases it is the
-// desired owner of, or any free lease nobody took for a lease_ttl. It hands a controller over (stops it, then
+// desired owner of (in its first renew period after announcing itself only one handed to it,
+// so that replicas started together each take their share), or any free lease nobody took for
+// a lease_ttl. It hands a controller over (stops it, then
 // deletes the key at its revision) when another live instance is its desired owner: one
-// controller at a time across all replicas (the one whose holder and name sort first), at most
-// one per renew period per replica, and only while no controller is without an owner; the
+// controller at a time across all replicas (the one whose holder and name sort first), the next
+// as soon as the last is taken, and only while no controller is without an owner; the
 // mover first writes the hand-over record (one key, created or updated at its revision, so two
 // replicas whose views differ for a moment cannot both hand over), and the receiver deletes it
 // once it holds the controller. The desired owner sees the lease's deletion through its watch

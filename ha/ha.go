@@ -97,10 +97,10 @@ type Coordinator struct {
 	gate sync.Mutex
 
 	// Used by Run's goroutine only.
-	lastHandOver time.Time
-	attempts     map[string]attempt // by key: acquisitions whose reply was lost
-	watchStop    func()
-	wake         *time.Timer // kicks the loop when the view's next record runs out
+	joined    time.Time          // first announcement: free leases wait a renew period (plan)
+	attempts  map[string]attempt // by key: acquisitions whose reply was lost
+	watchStop func()
+	wake      *time.Timer // kicks the loop when the view's next record runs out
 
 	descs descs
 }
@@ -242,6 +242,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}
 	// Announce before the first round, then renew and announce on a goroutine of its own.
 	c.heartbeat(ctx, kv)
+	c.joined = time.Now()
 	stopKeep := make(chan struct{})
 	keeping := make(chan struct{})
 	go func() { defer close(keeping); c.keepAlive(ctx, kv, stopKeep) }()

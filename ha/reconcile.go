@@ -41,7 +41,7 @@ func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
 	// A lease of a stopped or paused holder runs out with no write to wake us: look again at
 	// that instant rather than at the next renew period, up to lease_ttl/3 later.
 	c.wakeAt(r.next)
-	c.act(ctx, kv, r, now)
+	c.act(ctx, kv, r)
 }
 
 // round is what one reconcile decided from the view of the bucket.
@@ -76,11 +76,23 @@ func (c *Coordinator) plan(now time.Time) round {
 	var r round
 	held, since := c.holders(live, now)
 	r.desired = assignSince(eligible, held, since)
+	var inFlight *handOverRecord
+	inFlight, r.marker = c.view.handOver(now, c.ttl)
+	// For a renew period after it announced itself a replica does not take a lease that was
+	// free before it came: replicas started together (a Deployment's pods) have announced
+	// themselves by then, and each takes its share directly, rather than the first up taking
+	// every free lease alone and starting every controller at once (its first renewals then
+	// came too late) only to hand most of them over. A lease freed since (let go by a replica
+	// stopped in a rolling restart, run out) is taken at once, and so is the one being handed
+	// over, whoever the record names (the mover's view and ours may differ on who should have
+	// it): the other replicas leave it to its desired owner.
+	warming := now.Sub(c.joined) < c.tick
 	mine := map[string]bool{}
 	anyFree := false
 	for _, ct := range c.controllers {
 		mine[ct] = true
-		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now) {
+		handed := inFlight != nil && inFlight.Controller == ct
+		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now, warming && !handed) {
 			anyFree = true
 		}
 	}
@@ -89,9 +101,7 @@ func (c *Coordinator) plan(now time.Time) round {
 			r.removed = append(r.removed, l)
 		}
 	}
-	var inFlight *handOverRecord
-	inFlight, r.marker = c.view.handOver(now, c.ttl)
-	if inFlight == nil && !anyFree && len(r.acquire) == 0 && len(r.adopt) == 0 && now.Sub(c.lastHandOver) >= c.tick {
+	if inFlight == nil && !anyFree && len(r.acquire) == 0 && len(r.adopt) == 0 {
 		if ct := c.mover(r.desired, live, now); ct != "" {
 			r.handOver = c.held[ct]
 		}
@@ -101,9 +111,10 @@ func (c *Coordinator) plan(now time.Time) round {
 }
 
 // planFree plans a configured controller this replica does not hold: adopt it when our
-// acquisition's reply was lost, acquire it when its lease is free and it should be ours (or has
-// been free for a whole lease). It reports whether the lease is free; c.mu held.
-func (c *Coordinator) planFree(r *round, ct string, now time.Time) bool {
+// acquisition's reply was lost, acquire it when its lease is free and it should be ours (when
+// warming, only if it became free after this replica joined), or has been free for a whole
+// lease. It reports whether the lease is free; c.mu held.
+func (c *Coordinator) planFree(r *round, ct string, now time.Time, warming bool) bool {
 	key := leaseKey(ct)
 	st := c.view.lease(key, now, c.ttl)
 	if a, ok := c.attempts[key]; ok {
@@ -121,14 +132,15 @@ func (c *Coordinator) planFree(r *round, ct string, now time.Time) bool {
 	if !st.free {
 		return false
 	}
-	if r.desired[ct] == c.opts.Instance || now.Sub(st.freeSince) >= c.ttl {
+	may := !warming || st.freeSince.After(c.joined)
+	if may && r.desired[ct] == c.opts.Instance || now.Sub(st.freeSince) >= c.ttl {
 		r.acquire = append(r.acquire, acquisition{ct, st.e})
 	}
 	return true
 }
 
 // act carries a round out: drops, adoptions, acquisitions (concurrently), then the hand-over.
-func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round, now time.Time) {
+func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round) {
 	c.drop(ctx, kv, r.removed, "removed from the configuration", true)
 	for _, l := range r.adopt {
 		c.took(l)
@@ -147,7 +159,6 @@ func (c *Coordinator) act(ctx context.Context, kv jetstream.KeyValue, r round, n
 	}
 	c.endHandOver(ctx, kv)
 	if r.handOver != nil {
-		c.lastHandOver = now
 		to := r.desired[r.handOver.controller]
 		if c.claimHandOver(ctx, kv, r.marker, r.handOver.controller, to) {
 			c.drop(ctx, kv, []*Lease{r.handOver}, "handed over to "+to, true)

@@ -171,6 +171,7 @@ func build(r results, sizes []int, mainSize int) (figs, growth []Figure) {
 	figs = append(figs, stormFigures(r)...)
 	figs = append(figs, replicaFigures(r)...)
 	figs = append(figs, refreshCPUFigure(r, mainSize))
+	figs = append(figs, largeFleetFigures(r)...)
 	return figs, growthFigures(r, sizes)
 }
 
@@ -487,6 +488,7 @@ func main() {
 	sizesFlag := flag.String("sizes", "1000,10000,50000", "VM counts of the growth figures")
 	mainSize := flag.Int("size", 10000, "VM count of the goals")
 	elapsed := flag.Float64("elapsed", 0, "seconds the whole make bench took (0: not measured, as when the report is made again from saved output)")
+	merge := flag.Bool("merge", false, "make bench-fleet: report only the large fleet's figures and put them into the results already at -out, replacing their own")
 	flag.Parse()
 
 	var sizes []int
@@ -515,7 +517,13 @@ func main() {
 		os.Exit(2)
 	}
 	figs, growth := build(res, sizes, *mainSize)
-	if *elapsed > 0 {
+	if *merge {
+		figs, growth = largeFleetFigures(res), nil
+	}
+	switch {
+	case *elapsed > 0 && *merge:
+		figs = append(figs, fleetDurationFigure(*elapsed))
+	case *elapsed > 0:
 		figs = append(figs, durationFigure(*elapsed))
 	}
 	rep := Report{
@@ -528,6 +536,12 @@ func main() {
 	printTable(os.Stdout, "Growth (report only)", growth)
 	for _, l := range linearity(res, sizes) {
 		fmt.Println(l)
+	}
+	if *out != "" && *merge {
+		if rep, err = mergeLargeFleet(*out, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "report: joining the results:", err)
+			os.Exit(2)
+		}
 	}
 	if *out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")

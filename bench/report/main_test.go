@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"testing"
+)
 
 // TestFailures: a missed goal, or a goal not measured (a benchmark that failed or no longer
 // runs), fails make bench; figures reported without a goal never do.
@@ -42,5 +47,34 @@ func TestTrialsFigure(t *testing.T) {
 		if tt.status != "PASS" && failures([]Figure{f}) == "" {
 			t.Errorf("%s: %s does not fail make bench", tt.name, f.Status)
 		}
+	}
+}
+
+// TestMergeLargeFleet: make bench-fleet's figures join the results make bench wrote, replacing
+// the large fleet figures of an earlier run and keeping every other.
+func TestMergeLargeFleet(t *testing.T) {
+	path := t.TempDir() + "/results.json"
+	old := Report{Commit: "old", Figures: []Figure{{Name: "inventory refresh"}, {Name: largeFleetPrefix + "lease bucket writes", Status: "stale"}},
+		Raw: map[string]map[string][]float64{"BenchmarkFleet": {"lost": {0}}}}
+	b, _ := json.Marshal(old)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := Report{Figures: []Figure{{Name: largeFleetPrefix + "lease bucket writes", Status: "REPORT"}},
+		Raw: map[string]map[string][]float64{largeFleet: {"lost": {0}}}}
+	got, err := mergeLargeFleet(path, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range got.Figures {
+		names = append(names, f.Name+"/"+f.Status)
+	}
+	want := []string{"inventory refresh/", largeFleetPrefix + "lease bucket writes/REPORT"}
+	if !slices.Equal(names, want) || got.Raw["BenchmarkFleet"] == nil || got.Raw[largeFleet] == nil {
+		t.Errorf("merged figures %v (want %v), raw %v", names, want, got.Raw)
+	}
+	if fresh, _ := mergeLargeFleet(t.TempDir()+"/none.json", rep); len(fresh.Figures) != 1 {
+		t.Errorf("with no results file: %v, want the fleet's figures alone", fresh.Figures)
 	}
 }

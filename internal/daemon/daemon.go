@@ -18,6 +18,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
+	"github.com/veil-exporter/veil-exporter/natsconn"
 )
 
 // Options are what the command line gives the daemon.
@@ -56,8 +57,10 @@ type Daemon struct {
 
 	// With replicas (ha.enabled) the coordinator runs each controller on one replica: controllers
 	// holds the ones this replica runs, standby the others, built but not started.
-	coord  *ha.Coordinator
-	leases map[string]*leaseRun // by controller; the coordinator's goroutine only (acquired, released)
+	coord *ha.Coordinator
+	// leaseConn is the coordinator's own NATS connection (see startReplicas).
+	leaseConn *natsconn.Conn
+	leases    map[string]*leaseRun // by controller; the coordinator's goroutine only (acquired, released)
 
 	beforeStop func(controller string) // for tests: a controller slow to stop
 
@@ -210,6 +213,7 @@ func (d *Daemon) Stop() {
 func (d *Daemon) shutdown() {
 	if d.coord != nil {
 		d.coord.Close() // returns once its Run has released every lease
+		d.leaseConn.Close()
 	}
 	d.cancel()
 	d.stopControllers()

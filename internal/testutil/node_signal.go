@@ -1,5 +1,5 @@
 // This file holds what the durability suite (e2e) does to a cluster node beyond a clean stop:
-// kill -9, and pausing it (SIGSTOP) and waking it (SIGCONT).
+// kill -9, pausing it (SIGSTOP) and waking it (SIGCONT), and its pid.
 
 package testutil
 
@@ -34,4 +34,15 @@ func (n *NATS) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("%s is not a running cluster node", n.opts.ServerName)
 	}
 	return n.node.cmd.Process.Signal(sig)
+}
+
+// Pid is the process id of a running cluster node (0 while stopped or embedded): what a
+// benchmark reads the node's CPU time and memory from.
+func (n *NATS) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.node == nil || n.node.cmd == nil {
+		return 0
+	}
+	return n.node.cmd.Process.Pid
 }
