@@ -290,8 +290,8 @@ func TestReleasedControllerExportsNothing(t *testing.T) {
 	if !strings.Contains(m, `veil_ha_leader{controller="`+moved+`"} 0`) {
 		t.Errorf("pod-a's veil_ha_leader for %s while it stops is not 0", moved)
 	}
-	if n := strings.Count(m, `controller="`+moved+`"`); n != 2 { // veil_ha_leader and its transitions
-		t.Errorf("pod-a exports %d series of %s, released and stopping; want only veil_ha_leader and veil_ha_lease_transitions_total:\n%s",
+	if n := strings.Count(m, `controller="`+moved+`"`); n != 3 { // veil_ha_leader, its transitions and expirations
+		t.Errorf("pod-a exports %d series of %s, released and stopping; want only veil_ha_leader, veil_ha_lease_transitions_total and veil_ha_lease_expirations_total:\n%s",
 			n, moved, grepLines(m, `controller="`+moved+`"`))
 	}
 	opened = true
