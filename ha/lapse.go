@@ -15,6 +15,9 @@ import (
 // lapseQuiet is how many lease times without a lapse end a run of them.
 const lapseQuiet = 5
 
+// lapseNamed bounds the controllers a warning names: 500 lapsing at once make one line.
+const lapseNamed = 10
+
 // lapseRemind repeats the warning while lapses go on.
 const lapseRemind = 10 * time.Minute
 
@@ -37,7 +40,7 @@ func (c *Coordinator) lapsed(leases []*Lease) {
 	c.mu.Unlock()
 	slices.Sort(names)
 	c.lapse.Fail(now, level.Warn, "leases ran out before their renewals were answered: NATS or this replica is too slow for ha.lease_ttl, and each of these controllers starts again from scratch",
-		nil, "controllers", strings.Join(names, ","), "lease_ttl", c.ttl)
+		nil, "leases", len(names), "controllers", strings.Join(names[:min(len(names), lapseNamed)], ","), "lease_ttl", c.ttl)
 }
 
 // renewedInTime is told of a round that renewed every held lease: it ends a run of lapses once
