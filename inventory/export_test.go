@@ -12,3 +12,11 @@ func shortPushPing(t *testing.T, d time.Duration) {
 	t.Cleanup(func() { pushPing = was })
 	pushPing = d
 }
+
+// shortPushBackoff waits d between push channel attempts until the test ends, a refused token
+// included.
+func shortPushBackoff(t *testing.T, d time.Duration) {
+	first, most := pushBackoffFirst, pushBackoffMax
+	t.Cleanup(func() { pushBackoffFirst, pushBackoffMax = first, most })
+	pushBackoffFirst, pushBackoffMax = d, d
+}

@@ -85,7 +85,7 @@ func NewPushFeed(controller string, client *veil.Client, inv *Store, resync time
 		mode:      prometheus.NewDesc("veil_push_mode", "How the inventory of the controller is kept fresh, 1 for the current mode: push (the controller's push channel is open: changes within a second), polling (the controller has no push channel: listed every collect.interval) or connecting.", []string{"mode"}, c),
 		applied:   prometheus.NewDesc("veil_push_frames_total", "Frames of the push channel applied to the inventory.", nil, c),
 		dropped:   prometheus.NewDesc("veil_push_frames_dropped_total", "Frames of the push channel dropped, by reason: not_json, no_id, unknown_event, unknown_resource, bad_object (the object does not decode), too_large (over 4 MiB: the socket is reopened and the inventory listed again). The next full refresh corrects what they would have changed.", []string{"reason"}, c),
-		connects:  prometheus.NewDesc("veil_push_connects_total", "Times the push channel was opened; each is followed by a full refresh of the inventory.", nil, c),
+		connects:  prometheus.NewDesc("veil_push_connects_total", "Times the push channel was opened and answered on (a frame, or the pong of the ping sent at once); each is followed by a full refresh of the inventory.", nil, c),
 		lastFrame: prometheus.NewDesc("veil_push_last_frame_timestamp_seconds", "When the last frame of the push channel was applied (0: none yet).", nil, c),
 	}
 	return f
@@ -120,10 +120,17 @@ func (f *PushFeed) Run(ctx context.Context) {
 			backoff = min(2*backoff, pushBackoffMax)
 			continue
 		}
+		// The socket counts as open once the controller has shown it serves it: a frame, or the
+		// answer to a ping sent at once. A controller refusing the token accepts the socket and
+		// says so in its first frame; counted as opened, every retry would log the channel open
+		// again and then lost again.
 		opened := time.Now()
-		f.connected()
+		err = f.read(ctx, p, func() {
+			opened = time.Now()
+			f.connected()
+			dialed()
+		})
 		dialed()
-		err = f.read(ctx, p)
 		p.Close()
 		f.inv.SetPushed(false)
 		if ctx.Err() != nil {
@@ -204,18 +211,23 @@ func (f *PushFeed) noPush(err error) {
 	}
 }
 
-// read applies the socket's frames in batches until it fails or ctx is done.
-func (f *PushFeed) read(ctx context.Context, p *veil.Push) error {
+// read applies the socket's frames in batches until it fails or ctx is done. It calls open, once,
+// when the first frame arrives or the first ping, sent at once, is answered.
+func (f *PushFeed) read(ctx context.Context, p *veil.Push, open func()) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := make(chan veil.PushFrame, pushBatchMax)
 	errc := make(chan error, 1)
+	alive := make(chan struct{})
+	var aliveOnce sync.Once
+	served := func() { aliveOnce.Do(func() { close(alive) }) }
 	go func() {
 		defer close(frames)
 		for {
 			fr, err := p.Next(rctx)
 			var bad *veil.PushBadFrameError
 			if errors.As(err, &bad) {
+				served()
 				f.drop(PushDrop(bad.Reason), 1)
 				continue
 			}
@@ -223,6 +235,7 @@ func (f *PushFeed) read(ctx context.Context, p *veil.Push) error {
 				errc <- err
 				return
 			}
+			served()
 			select {
 			case frames <- fr:
 			case <-rctx.Done():
@@ -230,12 +243,26 @@ func (f *PushFeed) read(ctx context.Context, p *veil.Push) error {
 			}
 		}
 	}()
+	pinged := make(chan error, 1)
+	go func() {
+		pctx, pcancel := context.WithTimeout(rctx, pushPing/2)
+		defer pcancel()
+		pinged <- p.Ping(pctx)
+	}()
 	ping := time.NewTicker(pushPing)
 	defer ping.Stop()
 	var batch []veil.PushFrame
 	var flush <-chan time.Time
 	for {
 		select {
+		case <-alive:
+			open()
+			alive = nil
+		case err := <-pinged:
+			if err != nil && alive != nil {
+				return err // neither a frame nor a pong: the socket is not served
+			}
+			served()
 		case fr, ok := <-frames:
 			if !ok {
 				f.apply(batch)

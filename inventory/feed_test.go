@@ -73,11 +73,48 @@ func TestASilentSocketIsReplaced(t *testing.T) {
 	f := withPushChannel(t, sim, mux)
 	logs := f.logs
 	feed := runFeed(t, f)
-	tu.Eventually(t, 20*time.Second, func() bool {
-		return conns.Load() >= 2 && testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")) >= 2
-	}, "the silent socket replaced")
-	if !strings.Contains(logs.String(), "push channel lost") {
-		t.Errorf("the lost socket was not logged:\n%s", logs.String())
+	tu.Eventually(t, 20*time.Second, func() bool { return conns.Load() >= 3 }, "the silent socket replaced")
+	// Never served, the socket never counted as open: no listing of its own, said once.
+	if n := testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")); n != 0 {
+		t.Errorf("veil_push_connects_total = %v for sockets that never answered", n)
+	}
+	if n := strings.Count(logs.String(), "push channel lost"); n != 1 {
+		t.Errorf("the unserved socket was said %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// TestARefusedTokenIsSaidOnce: a controller that accepts the socket and refuses the token in its
+// first frame (as the real one does) is retried without the channel counting as open: one
+// warning for all the attempts, no "open again", no listing per attempt.
+func TestARefusedTokenIsSaidOnce(t *testing.T) {
+	shortPushBackoff(t, 50*time.Millisecond)
+	sim := veiltest.New(veiltest.Options{Seed: 15, VMs: 2})
+	t.Cleanup(sim.Close)
+	var tries atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws/", func(w http.ResponseWriter, r *http.Request) {
+		tries.Add(1)
+		r.URL.RawQuery = "token=revoked" // the REST token still works: only the socket refuses it
+		sim.Handler().ServeHTTP(w, r)
+	})
+	f := withPushChannel(t, sim, mux)
+	feed := runFeed(t, f)
+	tu.Eventually(t, 20*time.Second, func() bool { return tries.Load() >= 5 && f.inv.Ready() }, "five attempts and the inventory listed")
+	logs := f.logs.String()
+	if n := strings.Count(logs, "push channel lost"); n != 1 {
+		t.Errorf("the refused socket was said %d times, want once:\n%s", n, logs)
+	}
+	if strings.Contains(logs, "push channel open") {
+		t.Errorf("a refused socket was said to be open:\n%s", logs)
+	}
+	if !strings.Contains(logs, "token refused") {
+		t.Errorf("the warning does not say the token was refused:\n%s", logs)
+	}
+	if n := testutil.ToFloat64(metricOf(t, feed, "veil_push_connects_total", "")); n != 0 {
+		t.Errorf("veil_push_connects_total = %v for refused sockets", n)
+	}
+	if st := feed.Status(); st.Mode != PushModeConnecting || !st.ConnectedSince.IsZero() {
+		t.Errorf("feed status %+v, want connecting and no open socket", st)
 	}
 }
 
