@@ -202,6 +202,17 @@ func (w *Writer) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errFenced) {
+			// Not a failure of the bucket: wait for the renewal without backing off.
+			for !w.opts.Fence() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(fencePoll):
+				}
+			}
+			continue
+		}
 		w.failed(err)
 		t := time.NewTimer(backoff)
 		select {
@@ -213,6 +224,13 @@ func (w *Writer) Run(ctx context.Context) {
 		backoff = min(2*backoff, 15*time.Second)
 	}
 }
+
+// errFenced: the lease ran out; the changes wait until a renewal regains it (or the daemon
+// stops the writer: another replica runs the controller).
+var errFenced = errors.New("this replica no longer holds the controller's lease")
+
+// fencePoll is how often a writer whose lease ran out looks whether it was renewed.
+const fencePoll = 50 * time.Millisecond
 
 // errIdle: nothing to write.
 var errIdle = errors.New("idle")
@@ -474,7 +492,7 @@ func (w *Writer) remove(ctx context.Context, key, source string) error {
 // publish stores m if the key's last revision is still rev (0: the key never held anything).
 func (w *Writer) publish(ctx context.Context, m *nats.Msg, rev uint64) (uint64, error) {
 	if f := w.opts.Fence; f != nil && !f() {
-		return 0, errors.New("this replica no longer holds the controller's lease")
+		return 0, errFenced
 	}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

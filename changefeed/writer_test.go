@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,8 @@ type rig struct {
 	nats *tu.NATS
 	conn *natsconn.Conn
 	logs *tu.SyncBuffer
+	// fence, when set, is the writers' fence (the lease, with replicas).
+	fence func() bool
 }
 
 func newRig(t *testing.T, opts veiltest.Options) *rig {
@@ -76,7 +79,7 @@ func (r *rig) run(t *testing.T, interval time.Duration) *exporter {
 	}
 	ic := config.Default().NATS.Inventory
 	ic.Bucket, ic.History = bucket, 64
-	w, err := changefeed.New(changefeed.Options{Controller: "sim", Conn: r.conn, Config: ic, Resync: inv.Resync, Logger: logger})
+	w, err := changefeed.New(changefeed.Options{Controller: "sim", Conn: r.conn, Config: ic, Resync: inv.Resync, Fence: r.fence, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,6 +417,32 @@ func TestNATSDownChangesWaitAndComeLater(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAFencedWriterWaitsForItsLease: while the lease has run out the writer writes nothing and
+// counts no error (it is not the bucket failing), and once a renewal regains the lease it writes
+// what waited.
+func TestAFencedWriterWaitsForItsLease(t *testing.T) {
+	r := newRig(t, veiltest.Options{Seed: 9, VMs: 4})
+	var held atomic.Bool
+	var asked atomic.Int64
+	r.fence = func() bool { asked.Add(1); return held.Load() }
+	e := r.run(t, time.Hour)
+	tu.Eventually(t, 20*time.Second, func() bool { return counter(t, e.w, "veil_inventory_kv_pending", "") > 0 }, "the listing waiting")
+	n := asked.Load()
+	tu.Eventually(t, 20*time.Second, func() bool { return asked.Load() >= n+3 }, "the writer to ask the fence again while it waits")
+	if w := writes(t, e.w, changefeed.Created); w != 0 {
+		t.Errorf("%v keys written while the lease had run out", w)
+	}
+	if n := counter(t, e.w, "veil_inventory_kv_errors_total", ""); n != 0 {
+		t.Errorf("veil_inventory_kv_errors_total = %v while the lease had run out, want 0", n)
+	}
+	if logs := r.logs.String(); strings.Contains(logs, "couldn't write the inventory bucket") {
+		t.Errorf("a run-out lease was logged as a bucket failure:\n%s", logs)
+	}
+	held.Store(true)
+	kv := r.openKVEventually(t)
+	tu.Eventually(t, 20*time.Second, inBucket(t, r, kv), "the bucket to hold the inventory once the lease is back")
 }
 
 // TestAStaleWriterIsRefused: a key written by someone else since the writer read the bucket

@@ -16,9 +16,10 @@ import (
 )
 
 // TestFencedForwarderPublishesAndSavesNothing: while the fence holds, events go out; once it
-// says the lease ended (a paused owner waking up after another took over), the next events
-// are neither published nor is the position moved past the last one saved, and Run returns
-// on its own.
+// says the lease ran out (a paused owner waking up, a renewal answered late), the next events
+// are neither published nor is the position moved past the last one saved, and the forwarder
+// waits; when a renewal regains the lease it goes on, every event once, and it returns when
+// its context ends (the lease ended).
 func TestFencedForwarderPublishesAndSavesNothing(t *testing.T) {
 	r := newRig(t, veiltest.Options{EventsOrder: "oldest_first", InitialTasks: -1}, "auto", "earliest")
 	recv := subscribe(t, r.nats.URL())
@@ -50,15 +51,8 @@ func TestFencedForwarderPublishesAndSavesNothing(t *testing.T) {
 	}, "the position of the first events to be saved")
 
 	held.Store(false)
-	r.sim.AddEvents(30, veiltest.EventSpec{})
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v, want nil once fenced", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return after the fence closed")
-	}
+	second := r.sim.AddEvents(30, veiltest.EventSpec{})
+	testutil.Eventually(t, 20*time.Second, func() bool { return fw.Status().Fenced > 0 }, "forwarding to wait at the fence")
 	if n := recv.stored(); n != uint64(len(first)) {
 		t.Errorf("stream holds %d events, want the %d published before the fence closed", n, len(first))
 	}
@@ -71,6 +65,19 @@ func TestFencedForwarderPublishesAndSavesNothing(t *testing.T) {
 	}
 	if fw.Status().Stopped {
 		t.Error("a fenced forwarder reports itself stopped by a conflict (that would mark the replica unhealthy)")
+	}
+
+	held.Store(true) // a renewal regained the lease
+	all := append(append([]string(nil), first...), second...)
+	exactlyOnceInOrder(t, "prod", all, recv.waitFor(t, len(all), 20*time.Second))
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil once its context ended", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its context ended")
 	}
 }
 

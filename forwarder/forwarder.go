@@ -33,7 +33,8 @@ type Options struct {
 	Concurrency int
 	// Fence, with replicas, says whether this replica still holds the controller's lease: it is
 	// asked right before each publish and each save of the position, and when it says no the
-	// forwarder does neither and returns. nil: always (one replica).
+	// forwarder does neither and waits until it says yes again (a renewal regained the lease)
+	// or ctx ends (the lease ended). nil: always (one replica).
 	Fence func() bool
 }
 
@@ -75,8 +76,10 @@ type Forwarder struct {
 	// positionAdoptions counts conflicts on the stored position a lease holder answered by
 	// storing its own over it (adopt).
 	positionAdoptions uint64
-	rewinds           uint64
-	lastRewind        Rewind
+	// fenced counts the times forwarding waited at the fence for the lease.
+	fenced     uint64
+	rewinds    uint64
+	lastRewind Rewind
 	// republishUntil is the position a rewind went back from (unknown: none pending): an event
 	// published at or before it is published again, counted in republished.
 	republishUntil position
@@ -213,6 +216,9 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 	fw.mu.Unlock()
 	var run runCounts
 	for {
+		if !fw.awaitFence(ctx) {
+			return nil
+		}
 		start := time.Now()
 		n, err := fw.cycle(ctx)
 		if ctx.Err() != nil {
@@ -227,6 +233,28 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// fencePoll is how often a forwarder whose lease ran out looks whether it was renewed.
+const fencePoll = 50 * time.Millisecond
+
+// awaitFence waits, while the fence says the lease ran out, until it is renewed; false when ctx
+// ended first (the lease ended: the daemon stops the controller). Nothing is read from the
+// controller or NATS meanwhile.
+func (fw *Forwarder) awaitFence(ctx context.Context) bool {
+	if fw.opts.Fence == nil || fw.opts.Fence() {
+		return ctx.Err() == nil
+	}
+	fw.mu.Lock()
+	fw.fenced++
+	fw.needSync = true // a batch may have been published whose position was not stored
+	fw.mu.Unlock()
+	for !fw.opts.Fence() {
+		if !sleep(ctx, fencePoll) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // startPosition loads the stored position, retrying while the store cannot be read (the
@@ -261,7 +289,10 @@ func (fw *Forwarder) startPosition(ctx context.Context) (pos position, stop bool
 			continue // the stored position read again: start from it, the stream decides
 		}
 		if errors.Is(err, errFenced) {
-			return pos, true, nil
+			if !fw.awaitFence(ctx) {
+				return pos, true, nil
+			}
+			continue
 		}
 		fw.fail(err)
 		if !sleep(ctx, time.Second) {
@@ -315,9 +346,10 @@ func (fw *Forwarder) afterCycle(ctx context.Context, run *runCounts, n int, err 
 		}
 		return poll, false, nil
 	case errors.Is(err, errFenced):
-		// Another replica runs the controller now; the daemon stops this one.
-		level.Info(fw.logger).Log("msg", "stopped forwarding: the lease of this controller ended")
-		return 0, true, nil
+		// The lease ran out: either another replica takes the controller over and the daemon
+		// stops this one (ctx), or a renewal regains it and forwarding goes on, from what the
+		// stream says (a batch may have been published whose position was not stored).
+		return 0, false, nil // Run's awaitFence waits
 	case errors.Is(err, errResync):
 		// The reader widened its overlap: retry at once, then back off, so that a journal
 		// moving faster than it can be read is not hammered.

@@ -36,6 +36,9 @@ type Status struct {
 	// PositionAdoptions counts the stored position found written by another instance while
 	// this replica held the lease, and stored over (a former owner's late write).
 	PositionAdoptions uint64
+	// Fenced counts the times forwarding waited at the fence (the lease ran out) for a renewal,
+	// publishing and saving nothing meanwhile.
+	Fenced uint64
 	// Republished counts the events published again after a rewind: those the position had
 	// already passed when the rewind was noticed.
 	Republished uint64
@@ -84,7 +87,7 @@ func (fw *Forwarder) Status() Status {
 	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
 		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
 		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
-		Conflicts: fw.conflicts, PositionAdoptions: fw.positionAdoptions, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
+		Conflicts: fw.conflicts, PositionAdoptions: fw.positionAdoptions, Fenced: fw.fenced, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
 		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
 		Subject: fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
 	n := min(fw.recentN, recentLen)

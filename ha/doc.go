@@ -85,7 +85,8 @@
 // status page shows Status().Controllers (owner and since) for all.
 //
 // For the forwarder: run it under l.Context(); check l.Held() right before each publish batch
-// and right before saving the position, and stop (without saving) when it is false (Held, not
+// and right before saving the position, and wait (without saving) while it is false, until it
+// is true again (a renewal regained a lease that ran out) or the context ends (Held, not
 // Valid: a released lease stays held while its controller stops, so the last save goes
 // through); the stream's expected-sequence fence refuses a stale owner's publish or save.
 //

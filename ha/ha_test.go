@@ -245,10 +245,16 @@ func TestPausedOwnerStopsBeforeTakeoverAndNeverRenewsOverIt(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool { return w.heldBy(w.ctrls, b) }, "pod-b to take every controller")
 	t.Logf("take-over from a paused owner: %v", time.Since(start))
 	for _, l := range leases {
+		if l.Held() {
+			t.Errorf("lease of %s: still held while paused past lease_ttl", l.Controller())
+		}
+	}
+	// Its own clock ends them a lease_ttl after they ran out, paused or not.
+	for _, l := range leases {
 		select {
 		case <-l.Context().Done():
-		default:
-			t.Errorf("lease of %s: context not cancelled while paused past lease_ttl", l.Controller())
+		case <-time.After(10 * time.Second):
+			t.Fatalf("lease of %s: context not cancelled a lease_ttl after it ran out", l.Controller())
 		}
 	}
 

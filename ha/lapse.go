@@ -21,9 +21,10 @@ const lapseNamed = 10
 // lapseRemind repeats the warning while lapses go on.
 const lapseRemind = 10 * time.Minute
 
-// lapsed counts leases that ran out here before a renewal was answered. Each stops its
-// controller here, and wherever it is acquired next the controller starts from scratch (its
-// inventory listed in full, its bucket read back): on a replica or a NATS too slow for
+// lapsed counts leases that ran out here before a renewal was answered. Each fences its
+// controller (nothing published) until a renewal regains the lease; one that no renewal regains
+// within lease_ttl ends, and wherever it is acquired next the controller starts from scratch
+// (its inventory listed in full, its bucket read back). On a replica or a NATS too slow for
 // lease_ttl they come in runs, which the first of says at warn.
 func (c *Coordinator) lapsed(leases []*Lease) {
 	if len(leases) == 0 {
@@ -33,13 +34,13 @@ func (c *Coordinator) lapsed(leases []*Lease) {
 	names := make([]string, 0, len(leases))
 	c.mu.Lock()
 	for _, l := range leases {
-		c.lapses[l.controller]++
+		c.lapses[l.controller] += uint64(l.lapses.Swap(0))
 		names = append(names, l.controller)
 	}
 	c.lastLapse = now
 	c.mu.Unlock()
 	slices.Sort(names)
-	c.lapse.Fail(now, level.Warn, "leases ran out before their renewals were answered: NATS or this replica is too slow for ha.lease_ttl, and each of these controllers starts again from scratch",
+	c.lapse.Fail(now, level.Warn, "leases ran out before their renewals were answered: NATS or this replica is too slow for ha.lease_ttl; these controllers publish nothing until a renewal is answered, and start again from scratch if none is within lease_ttl",
 		nil, "leases", len(names), "controllers", strings.Join(names[:min(len(names), lapseNamed)], ","), "lease_ttl", c.ttl)
 }
 

@@ -65,3 +65,45 @@ func TestLapsesAreCountedAndSaidOnce(t *testing.T) {
 		t.Errorf("the run of %v lapses was said %d times and its end %d times, want once each", lapses(), warned, ended)
 	}
 }
+
+// TestALeaseThatRanOutIsRegainedWithoutARestart: a slow spell of the bucket shorter than a
+// lease time lets the leases run out, and the renewals answered after it regain them: the
+// controllers were fenced meanwhile but never released, so they go on where they were instead
+// of starting again from scratch (on the fleet benchmark under a quota each restart's full
+// listing made the next lapse).
+func TestALeaseThatRanOutIsRegainedWithoutARestart(t *testing.T) {
+	n := testutil.StartNATS(t)
+	ctrls := names("ctl", 3)
+	w := newWorld(t, n.URL(), ctrls)
+	slow := &slowKV{}
+	a := w.start("pod-a", func(o *testOptions) {
+		o.Replicas = 1
+		o.wrapKV = func(kv jetstream.KeyValue) jetstream.KeyValue { slow.KeyValue = kv; return slow }
+	})
+	w.waitConverged(30*time.Second, a)
+	before := map[string]*Lease{}
+	for _, ct := range ctrls {
+		before[ct] = a.c.Lease(ct)
+	}
+	slow.delay.Store(int64(testTTL)) // longer than a call may take: every renewal fails
+	for _, ct := range ctrls {
+		testutil.Eventually(t, 10*time.Second, func() bool { return !before[ct].Held() }, "the lease of %s to run out", ct)
+	}
+	slow.delay.Store(0)
+	for _, ct := range ctrls {
+		testutil.Eventually(t, 10*time.Second, func() bool { return before[ct].Valid() }, "the lease of %s to be renewed again", ct)
+		if got := gauge(t, a.c, "veil_ha_lease_expirations_total", ct); got < 1 {
+			t.Errorf("veil_ha_lease_expirations_total{controller=%q} = %v after it ran out, want it counted", ct, got)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ct := range ctrls {
+		if r := a.released[ct]; r != 0 {
+			t.Errorf("%s was released %d times: a lease regained in time must not restart its controller", ct, r)
+		}
+	}
+	if logs := w.logs.String(); strings.Contains(logs, "controller released") {
+		t.Errorf("a controller was released:\n%s", logs)
+	}
+}

@@ -13,15 +13,23 @@ import (
 // Lease is this replica's ownership of one controller. It is valid from its acquisition until
 // lease_ttl minus a safety margin after the last renewal that was sent (not answered): another
 // replica takes the controller over only lease_ttl after it saw that renewal, so by then this
-// one has stopped. The times are monotonic: a process paused (SIGSTOP, a long GC) finds its
-// lease invalid the moment it runs again, before it can publish or save a position.
+// one has stopped publishing. The times are monotonic: a process paused (SIGSTOP, a long GC)
+// finds its lease invalid the moment it runs again, before it can publish or save a position.
+//
+// A lease that ran out is not ended at once: for lease_ttl more its controller keeps running,
+// fenced (Valid and Held are false: nothing is published or saved), while renewals go on. A
+// renewal is a write at the revision this replica last wrote, so one that succeeds proves that no
+// other replica took the key meanwhile: the lease is valid again and the controller goes on
+// where it was, instead of starting from scratch (a full listing, its bucket read back) on a
+// replica or a NATS that was only slow. Otherwise the lease ends (the coordinator drops it).
 type Lease struct {
 	controller string
 	key        string
-	id         string    // this acquisition, written in the record
-	since      time.Time // wall clock of the acquisition
-	token      uint64    // bucket revision of the acquiring write
-	kick       func()    // wakes the coordinator when the lease ends by itself
+	id         string        // this acquisition, written in the record
+	since      time.Time     // wall clock of the acquisition
+	token      uint64        // bucket revision of the acquiring write
+	kick       func()        // wakes the coordinator when the lease runs out or ends by itself
+	grace      time.Duration // after the deadline, until the lease ends unless renewed
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -33,14 +41,16 @@ type Lease struct {
 	// renewing is held across a renewal (the renewer's goroutine) and by whoever reads rev
 	// to delete the key, so that the delete is at the revision last written.
 	renewing sync.Mutex
-	rev      uint64      // revision of the last write
-	lost     atomic.Bool // another replica took the key: let go without deleting it
+	rev      uint64       // revision of the last write
+	lost     atomic.Bool  // another replica took the key: let go without deleting it
+	ranOut   atomic.Bool  // the deadline passed; a renewal clears it
+	lapses   atomic.Int64 // times it ran out, not yet counted by the coordinator
 }
 
-func newLease(controller, key, id string, since time.Time, rev uint64, deadline time.Time, kick func()) *Lease {
+func newLease(controller, key, id string, since time.Time, rev uint64, deadline time.Time, grace time.Duration, kick func()) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{controller: controller, key: key, id: id, since: since, token: rev, rev: rev,
-		kick: kick, ctx: ctx, cancel: cancel, deadline: deadline}
+		kick: kick, grace: grace, ctx: ctx, cancel: cancel, deadline: deadline}
 	l.mu.Lock() // expire reads timer
 	l.timer = time.AfterFunc(time.Until(deadline), l.expire)
 	l.mu.Unlock()
@@ -54,8 +64,9 @@ func (l *Lease) Controller() string { return l.controller }
 // bucket revision of the acquiring write): a fencing token for stores that can compare it.
 func (l *Lease) Token() uint64 { return l.token }
 
-// Context is cancelled as soon as the lease is no longer valid: lost, handed over or released.
-// Run the controller's work under it.
+// Context is cancelled when the lease ends: lost, handed over, released, or run out with no
+// renewal answered for lease_ttl more. Run the controller's work under it; what it publishes
+// or saves checks Held first.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Valid says whether the lease still protects this replica's actions for the controller. Check
@@ -84,27 +95,53 @@ func (l *Lease) Remaining() time.Duration {
 	return max(d, 0)
 }
 
-// extend moves the deadline to until, never backwards (renewals are sent one after another).
+// extend moves the deadline to until, never backwards (renewals are sent one after another);
+// a lease that ran out is valid again.
 func (l *Lease) extend(until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if until.After(l.deadline) {
 		l.deadline = until
 	}
+	if time.Now().Before(l.deadline) {
+		l.ranOut.Store(false)
+	}
 }
 
-// expire runs when the timer fires: the lease ends unless a renewal moved the deadline.
+// ranOutAt is the deadline that passed (zero while it is ahead): the lease ran out then.
+func (l *Lease) ranOutAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Now().Before(l.deadline) {
+		return time.Time{}
+	}
+	return l.deadline
+}
+
+// expire runs when the timer fires: unless a renewal moved the deadline, the lease ran out and
+// the coordinator is woken (to count it); grace later, unless renewed meanwhile, the lease ends
+// by its own clock, also in a replica whose coordinator is stuck.
 func (l *Lease) expire() {
 	l.mu.Lock()
 	left := time.Until(l.deadline)
-	if left > 0 && l.ctx.Err() == nil {
-		l.timer.Reset(left)
-		l.mu.Unlock()
-		return
+	if l.ctx.Err() == nil {
+		switch {
+		case left > 0:
+			l.timer.Reset(left)
+		case left > -l.grace:
+			l.timer.Reset(left + l.grace)
+		}
 	}
 	l.mu.Unlock()
-	l.cancel()
-	l.kick()
+	if left <= 0 && !l.ranOut.Swap(true) {
+		l.lapses.Add(1)
+	}
+	if left <= -l.grace {
+		l.cancel()
+	}
+	if left <= 0 {
+		l.kick()
+	}
 }
 
 // revoke ends the lease and its deadline: another replica holds the controller.

@@ -9,7 +9,7 @@ import (
 
 func TestLeaseHeldOutlivesReleaseButNotLossOrExpiry(t *testing.T) {
 	newL := func(d time.Duration) *Lease {
-		l := newLease("alpha", leaseKey("alpha"), "id", time.Now(), 1, time.Now().Add(d), func() {})
+		l := newLease("alpha", leaseKey("alpha"), "id", time.Now(), 1, time.Now().Add(d), time.Hour, func() {})
 		t.Cleanup(l.end)
 		return l
 	}
@@ -29,5 +29,34 @@ func TestLeaseHeldOutlivesReleaseButNotLossOrExpiry(t *testing.T) {
 	expired := newL(0)
 	if expired.Valid() || expired.Held() {
 		t.Errorf("an expired lease: valid %v, held %v; want neither", expired.Valid(), expired.Held())
+	}
+}
+
+// TestARanOutLeaseIsFencedUntilRenewedOrItsGraceEnds: a lease past its deadline fences its
+// controller (neither valid nor held) without ending it; a renewal makes it valid again, and
+// without one it ends by its own clock a grace later.
+func TestARanOutLeaseIsFencedUntilRenewedOrItsGraceEnds(t *testing.T) {
+	kicked := make(chan struct{}, 4)
+	kick := func() { kicked <- struct{}{} }
+	l := newLease("alpha", leaseKey("alpha"), "id", time.Now(), 1, time.Now().Add(time.Millisecond), time.Hour, kick)
+	t.Cleanup(l.end)
+	<-kicked // ran out: the coordinator is told
+	if l.Valid() || l.Held() || l.Context().Err() != nil {
+		t.Fatalf("a lease that ran out: valid %v, held %v, context %v; want fenced and not ended", l.Valid(), l.Held(), l.Context().Err())
+	}
+	l.extend(time.Now().Add(time.Hour)) // a renewal answered
+	if !l.Valid() || !l.Held() {
+		t.Errorf("a lease renewed after it ran out: valid %v, held %v; want both", l.Valid(), l.Held())
+	}
+
+	short := newLease("beta", leaseKey("beta"), "id", time.Now(), 1, time.Now().Add(time.Millisecond), 20*time.Millisecond, kick)
+	t.Cleanup(short.end)
+	select {
+	case <-short.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lease that ran out was not ended by its own clock after its grace")
+	}
+	if short.Valid() || short.Held() {
+		t.Errorf("an ended lease: valid %v, held %v; want neither", short.Valid(), short.Held())
 	}
 }

@@ -18,25 +18,31 @@ import (
 // reconcile lets go of ended leases, acquires what this replica should own and hands over one
 // controller that another replica should own.
 func (c *Coordinator) reconcile(ctx context.Context, kv jetstream.KeyValue) {
-	var expired, lost []*Lease
+	var expired, lost, ranOut []*Lease
+	now := time.Now()
 	for _, l := range c.heldLeases() {
+		if l.lapses.Load() > 0 {
+			ranOut = append(ranOut, l) // also one a renewal regained meanwhile
+		}
+		// One that ran out is fenced until a renewal regains it, or its own clock ends it.
+		at := l.ranOutAt()
 		switch {
 		case l.lost.Load():
 			lost = append(lost, l)
-		case !l.Valid():
+		case !at.IsZero() && (now.Sub(at) >= c.ttl || l.ctx.Err() != nil):
 			expired = append(expired, l)
 		}
 	}
 	c.drop(ctx, kv, lost, "lost: another replica took it", false)
 	c.drop(ctx, kv, expired, "expired: not renewed in time", true)
-	c.lapsed(expired)
+	c.lapsed(ranOut)
 	c.mu.Lock()
 	announce := c.announce
 	c.mu.Unlock()
 	if announce {
 		c.heartbeat(ctx, kv)
 	}
-	now := time.Now()
+	now = time.Now()
 	r := c.plan(now)
 	// A lease of a stopped or paused holder runs out with no write to wake us: look again at
 	// that instant rather than at the next renew period, up to lease_ttl/3 later.
@@ -120,7 +126,7 @@ func (c *Coordinator) planFree(r *round, ct string, now time.Time, warming bool)
 	if a, ok := c.attempts[key]; ok {
 		// An acquisition whose reply was lost shows up in the bucket: it is ours since it was sent.
 		if !st.free && st.e.lease.ID == a.id && a.sent.Add(c.ttl-c.margin).After(now) {
-			l := newLease(ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl-c.margin), c.kick)
+			l := newLease(ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl-c.margin), c.ttl, c.kick)
 			r.adopt = append(r.adopt, l)
 			delete(c.attempts, key)
 			return false
@@ -322,7 +328,7 @@ func (c *Coordinator) acquire(ctx context.Context, kv jetstream.KeyValue, contro
 	c.mu.Lock()
 	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
 	c.mu.Unlock()
-	return newLease(controller, key, id, since, rev, sent.Add(c.ttl-c.margin), c.kick)
+	return newLease(controller, key, id, since, rev, sent.Add(c.ttl-c.margin), c.ttl, c.kick)
 }
 
 // took makes an acquired lease held and starts the controller.

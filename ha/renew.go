@@ -63,9 +63,9 @@ func (c *Coordinator) renew(ctx context.Context, kv jetstream.KeyValue) (failed 
 	ok := make([]bool, len(leases))
 	var wg sync.WaitGroup
 	for i, l := range leases {
-		if !l.Valid() {
+		if l.ctx.Err() != nil {
 			ok[i] = true
-			continue // reconcile lets it go; a renewal now could only come too late
+			continue // ended: reconcile lets it go
 		}
 		wg.Add(1)
 		go func() {
@@ -79,7 +79,7 @@ func (c *Coordinator) renew(ctx context.Context, kv jetstream.KeyValue) (failed 
 		if lost[i] {
 			l.revoke()
 			kick = true
-		} else if !ok[i] && l.Valid() {
+		} else if !ok[i] && l.ctx.Err() == nil { // also one that ran out: a renewal may regain it
 			failed = true
 		}
 	}

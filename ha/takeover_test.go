@@ -81,12 +81,18 @@ func TestPausedOwnersControllerMovesWhenItsLeaseRunsOut(t *testing.T) {
 		t.Errorf("take-over took %v, more than lease_ttl + 2 s (%v)", took, limit)
 	}
 
-	// Before it runs again, the paused owner's own clock has ended its lease and its metric.
-	if l.Context().Err() == nil || l.Valid() {
+	// Before it runs again, the paused owner's own clock has fenced its lease and its metric,
+	// and a lease_ttl after it ran out ends it.
+	if l.Valid() || l.Held() {
 		t.Error("the paused owner's lease is still valid after another replica took the controller")
 	}
 	if got := gauge(t, a.c, "veil_ha_leader", ct); got != 0 {
 		t.Errorf("the paused owner exports veil_ha_leader %v for %s, want 0", got, ct)
+	}
+	select {
+	case <-l.Context().Done():
+	case <-time.After(ttl + 10*time.Second):
+		t.Fatal("the paused owner's lease did not end a lease_ttl after it ran out")
 	}
 	wake()
 	testutil.Eventually(t, 10*time.Second, func() bool {
