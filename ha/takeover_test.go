@@ -89,11 +89,7 @@ func TestPausedOwnersControllerMovesWhenItsLeaseRunsOut(t *testing.T) {
 	if got := gauge(t, a.c, "veil_ha_leader", ct); got != 0 {
 		t.Errorf("the paused owner exports veil_ha_leader %v for %s, want 0", got, ct)
 	}
-	select {
-	case <-l.Context().Done():
-	case <-time.After(ttl + 10*time.Second):
-		t.Fatal("the paused owner's lease did not end a lease_ttl after it ran out")
-	}
+	testutil.Eventually(t, ttl+10*time.Second, func() bool { return l.Context().Err() != nil }, "the paused owner's lease to end a lease_ttl after it ran out")
 	wake()
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		w.mu.Lock()

@@ -221,28 +221,7 @@ func (f *PushFeed) read(ctx context.Context, p *veil.Push, open func()) error {
 	alive := make(chan struct{})
 	var aliveOnce sync.Once
 	served := func() { aliveOnce.Do(func() { close(alive) }) }
-	go func() {
-		defer close(frames)
-		for {
-			fr, err := p.Next(rctx)
-			var bad *veil.PushBadFrameError
-			if errors.As(err, &bad) {
-				served()
-				f.drop(PushDrop(bad.Reason), 1)
-				continue
-			}
-			if err != nil {
-				errc <- err
-				return
-			}
-			served()
-			select {
-			case frames <- fr:
-			case <-rctx.Done():
-				return
-			}
-		}
-	}()
+	go f.receive(rctx, p, frames, errc, served)
 	pinged := make(chan error, 1)
 	go func() {
 		pctx, pcancel := context.WithTimeout(rctx, pushPing/2)
@@ -293,6 +272,31 @@ func (f *PushFeed) read(ctx context.Context, p *veil.Push, open func()) error {
 			}
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// receive hands the socket's frames to read until it fails (the error to errc) or ctx is done;
+// served is called at each frame, usable or not.
+func (f *PushFeed) receive(ctx context.Context, p *veil.Push, frames chan<- veil.PushFrame, errc chan<- error, served func()) {
+	defer close(frames)
+	for {
+		fr, err := p.Next(ctx)
+		var bad *veil.PushBadFrameError
+		if errors.As(err, &bad) {
+			served()
+			f.drop(PushDrop(bad.Reason), 1)
+			continue
+		}
+		if err != nil {
+			errc <- err
+			return
+		}
+		served()
+		select {
+		case frames <- fr:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
