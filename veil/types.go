@@ -155,6 +155,10 @@ type Tag struct {
 }
 
 func (t *Tag) UnmarshalJSON(b []byte) error {
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainASCII(b[1:len(b)-1]) {
+		*t = Tag{Name: string(b[1 : len(b)-1])} // a plain string is its own value
+		return nil
+	}
 	var s string
 	if json.Unmarshal(b, &s) == nil {
 		*t = Tag{Name: s}
