@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -44,6 +46,22 @@ func TestDevicesChanged(t *testing.T) {
 		edit(next)
 		if !devicesChanged(base(), next) {
 			t.Errorf("%s: not changed", name)
+		}
+	}
+}
+
+// TestSortDomains: the domains end sorted by id, each one whole, equal ids in their order.
+func TestSortDomains(t *testing.T) {
+	for _, ids := range [][]string{{}, {"a"}, {"b", "a"}, {"c", "a", "b", "e", "d"}, {"b", "a", "b", "a"}, {"a", "b", "c"}} {
+		ds := make([]veil.Domain, len(ids))
+		for i, id := range ids {
+			ds[i] = veil.Domain{ID: id, VerboseName: id + string(rune('0'+i))}
+		}
+		want := slices.Clone(ds)
+		slices.SortStableFunc(want, func(a, b veil.Domain) int { return strings.Compare(a.ID, b.ID) })
+		sortDomains(ds)
+		if !slices.EqualFunc(ds, want, func(a, b veil.Domain) bool { return a.ID == b.ID && a.VerboseName == b.VerboseName }) {
+			t.Errorf("%v: got %v, want %v", ids, ds, want)
 		}
 	}
 }

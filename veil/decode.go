@@ -150,7 +150,9 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainASCII(b[1:len(b)-1]) {
+		s = string(b[1 : len(b)-1]) // without escapes, a string is its bytes (every event's created)
+	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("cannot decode %s as a time", short(b))
 	}
 	s = strings.TrimSpace(s)

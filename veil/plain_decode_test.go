@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // viaEncodingJSON is the page as encoding/json decodes it (decodePageFast without the plain
@@ -128,6 +129,42 @@ func FuzzNumber(f *testing.F) {
 		want, ok := numberViaUnmarshal(b)
 		if (err == nil) != ok || ok && n != want && !(n != n && want != want) {
 			t.Fatalf("%q: got %v, %v; want %v, ok %v", b, n, err, want, ok)
+		}
+	})
+}
+
+// timeViaUnmarshal is Time's rule read through json.Unmarshal, as it was before plain strings
+// were read without it.
+func timeViaUnmarshal(b []byte) (Time, bool) {
+	b = bytes.TrimSpace(b)
+	if string(b) == "null" {
+		return Time{}, true
+	}
+	var s string
+	if json.Unmarshal(b, &s) != nil {
+		return Time{}, false
+	}
+	if s = strings.TrimSpace(s); s == "" {
+		return Time{}, true
+	}
+	for _, layout := range timeLayouts {
+		if v, err := time.Parse(layout, s); err == nil {
+			return Time{v}, true
+		}
+	}
+	return Time{}, false
+}
+
+func FuzzTime(f *testing.F) {
+	for _, s := range []string{`"2021-08-20T10:08:09.761081Z"`, `"2021-08-20 10:08:09"`, `" 2021-08-20 "`, `""`, `null`, `"\u0032021-08-20"`, `"a"b"`, "\"2021-08-20\t\"", `5`, `"2021-08-20T10:08:09+03:00"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got Time
+		err := got.UnmarshalJSON(b)
+		want, ok := timeViaUnmarshal(b)
+		if (err == nil) != ok || ok && !got.Equal(want.Time) {
+			t.Fatalf("%q: got %v, %v; want %v, ok %v", b, got, err, want, ok)
 		}
 	})
 }
