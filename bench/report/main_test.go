@@ -96,3 +96,15 @@ func TestRefreshCPUFigure(t *testing.T) {
 		t.Errorf("not measured: %+v does not fail make bench", f)
 	}
 }
+
+// TestCatchUpCPUFigure: the CPU per 1,000 events caught up is judged for each order.
+func TestCatchUpCPUFigure(t *testing.T) {
+	r := results{"BenchmarkCatchUp/oldest_first": {"cpu-ms/1k-events": {30, 35, 60}}, "BenchmarkCatchUp/newest_first": {"cpu-ms/1k-events": {46, 50, 41}}}
+	got := map[string]string{}
+	for _, f := range loopFigures(r) {
+		got[f.Name] = f.Status
+	}
+	if got["CPU per 1,000 events caught up, oldest_first"] != "PASS" || got["CPU per 1,000 events caught up, newest_first"] != "MISS" {
+		t.Errorf("statuses %v", got)
+	}
+}
