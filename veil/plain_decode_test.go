@@ -168,3 +168,37 @@ func FuzzTime(f *testing.F) {
 		}
 	})
 }
+
+// tagViaUnmarshal is Tag's rule read through encoding/json alone, as it was before plain
+// strings and objects were read without it.
+func tagViaUnmarshal(b []byte) (Tag, bool) {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		return Tag{Name: s}, true
+	}
+	var o struct {
+		VerboseName string `json:"verbose_name"`
+		Colour      string `json:"colour"`
+	}
+	if json.Unmarshal(b, &o) != nil {
+		return Tag{}, false
+	}
+	return Tag{Name: o.VerboseName, Colour: o.Colour}, true
+}
+
+func FuzzTag(f *testing.F) {
+	for _, s := range []string{`"prod"`, `{"verbose_name":"prod","colour":"#ff0000"}`, `{"colour":null,"verbose_name":"a","x":[1]}`, `{"Colour":"x"}`, `{"colour":5}`, `{"colour":true}`, `{"verbose_name":"a","verbose_name":"b"}`, `{"x":{"y":1}}`, `{"verbose_name":"\u00e9"}`, `{}`, ` {} `, `null`, `5`, `[]`, `"a\"b"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return // UnmarshalJSON is handed valid JSON only
+		}
+		var got Tag
+		err := got.UnmarshalJSON(b)
+		want, ok := tagViaUnmarshal(b)
+		if (err == nil) != ok || ok && got != want {
+			t.Fatalf("%q: got %+v, %v; want %+v, ok %v", b, got, err, want, ok)
+		}
+	})
+}

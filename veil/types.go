@@ -159,6 +159,19 @@ func (t *Tag) UnmarshalJSON(b []byte) error {
 		*t = Tag{Name: string(b[1 : len(b)-1])} // a plain string is its own value
 		return nil
 	}
+	var f Tag
+	if len(b) > 0 && b[0] == '{' && flatObject(b, func(key []byte, fv flatValue) bool {
+		switch string(key) {
+		case "verbose_name":
+			return fv.setString(&f.Name)
+		case "colour":
+			return fv.setString(&f.Colour)
+		}
+		return unknownKey(key, "verbose_name", "colour")
+	}) {
+		*t = f // the plain object, read without encoding/json
+		return nil
+	}
 	var s string
 	if json.Unmarshal(b, &s) == nil {
 		*t = Tag{Name: s}
