@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func BenchmarkCatchUp(b *testing.B) {
 				fw := r.forwarder()
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
-				start := time.Now()
+				start, cpu0 := time.Now(), processCPU()
 				b.ResetTimer()
 				go func() { done <- fw.Run(ctx) }()
 				var first time.Time
@@ -68,7 +69,7 @@ func BenchmarkCatchUp(b *testing.B) {
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
-				end := time.Now()
+				end, cpu := time.Now(), processCPU()-cpu0
 				el := end.Sub(start)
 				b.StopTimer()
 				cancel()
@@ -81,6 +82,9 @@ func BenchmarkCatchUp(b *testing.B) {
 					b.ReportMetric(rateFirst, "events_from_first/s")
 				}
 				b.ReportMetric(el.Seconds(), "s/backlog")
+				// The CPU the catch-up took per 1,000 events: the forwarder's, and the JetStream
+				// server's, which runs in this process (the simulator does not).
+				b.ReportMetric(cpu.Seconds()*1000/(backlog/1000), "cpu-ms/1k-events")
 				var state struct {
 					InFlightMax int `json:"in_flight_max"`
 				}
@@ -250,6 +254,15 @@ func BenchmarkSteadyStateDelay(b *testing.B) {
 		b.ReportMetric(float64((poll + 100*time.Millisecond).Milliseconds()), "target_ms")
 		b.ReportMetric(float64(len(delays)), "events")
 	}
+}
+
+// processCPU is the user+system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchLatency is the simulator latency per page (FORWARDER_BENCH_LATENCY overrides 20ms, e.g.

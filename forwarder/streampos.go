@@ -64,10 +64,42 @@ func positionHeaders(h nats.Header, pos *position, order direction) {
 		ahead, _ := json.Marshal(pos.Future)
 		h[hdrFuture] = []string{string(ahead)}
 	}
-	ids, _ := json.Marshal(list)
-	h[hdrCreated] = []string{pos.Created.UTC().Format(time.RFC3339Nano)}
-	h[hdrCreatedIDs] = []string{string(ids)}
-	h[hdrOrder] = []string{order.String()}
+	// One backing array for the three values: this runs for every event of a catch-up.
+	v := [...]string{pos.Created.UTC().Format(time.RFC3339Nano), idList(list), order.String()}
+	vals := v[:]
+	h[hdrCreated], h[hdrCreatedIDs], h[hdrOrder] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+}
+
+// idList is the JSON array of ids, as json.Marshal writes it: built directly when every id is
+// printable ASCII that JSON writes as it is (an event id is a uuid), else by json.Marshal.
+func idList(ids []string) string {
+	n := 2
+	for _, id := range ids {
+		for i := 0; i < len(id); i++ {
+			if c := id[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				b, _ := json.Marshal(ids)
+				return string(b)
+			}
+		}
+		n += len(id) + 3
+	}
+	switch {
+	case ids == nil:
+		return "null"
+	case len(ids) == 0:
+		return "[]"
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, id...)
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
 }
 
 // streamPosition is the position a stored message says: from its headers, or, for a message

@@ -172,3 +172,13 @@ func TestPositionCompare(t *testing.T) {
 		})
 	}
 }
+
+// TestIDList: the ids a message lists are the JSON json.Marshal writes, for any ids.
+func TestIDList(t *testing.T) {
+	for _, ids := range [][]string{nil, {}, {"a"}, {"6f1d2c3e-0000-4000-8000-000000000001", "b"}, {`q"`, `b\s`}, {"<&>"}, {"é", "\x01", "\xff"}, {"a", "\u2028"}} {
+		want, _ := json.Marshal(ids)
+		if got := idList(ids); got != string(want) {
+			t.Errorf("idList(%q) = %s, want %s", ids, got, want)
+		}
+	}
+}

@@ -51,7 +51,7 @@ func (s *Store) collect(ctx context.Context, name string, start time.Time) (func
 		filtered := s.filterDomains(v)
 		// By id: every VM family is then written in client_golang's order as it is emitted, and
 		// a render sorts none of them.
-		slices.SortFunc(filtered, func(a, b veil.Domain) int { return strings.Compare(a.ID, b.ID) })
+		sortDomains(filtered)
 		return func(n *Snapshot) {
 			s.observeListed(ClassDomain, raw)
 			n.Domains, n.DomainsTotal = filtered, len(v)
@@ -107,4 +107,35 @@ func (s *Store) filterDomains(all []veil.Domain) []veil.Domain {
 		out = append(out, d)
 	}
 	return out
+}
+
+// sortDomains sorts domains by id. An index is sorted and the domains then moved into place, each
+// once: a Domain is over 500 bytes, and sorting them in place moved 10,000 of them many times
+// over at every refresh.
+func sortDomains(ds []veil.Domain) {
+	if slices.IsSortedFunc(ds, func(a, b veil.Domain) int { return strings.Compare(a.ID, b.ID) }) {
+		return
+	}
+	order := make([]int32, len(ds))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(ds[a].ID, ds[b].ID) })
+	// ds[i] is to hold the domain at order[i]: follow each cycle of the permutation once.
+	for i := range order {
+		if order[i] < 0 {
+			continue
+		}
+		tmp, j := ds[i], i
+		for {
+			k := int(order[j])
+			order[j] = -1
+			if k == i {
+				ds[j] = tmp
+				break
+			}
+			ds[j] = ds[k]
+			j = k
+		}
+	}
 }

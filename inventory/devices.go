@@ -8,6 +8,7 @@ package inventory
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 
@@ -113,4 +114,17 @@ func (s *Store) ifaceRows(all []veil.VMachineInf) []Interface {
 		return cmp.Or(strings.Compare(a.DomainID, b.DomainID), strings.Compare(a.ID, b.ID))
 	})
 	return rows
+}
+
+// devicesChanged reports whether next differs from prev in anything the device families are
+// made of: the disks and interfaces (read or not), the datapools' provisioned sizes and ids, and
+// which VMs are listed (a device of a VM no longer listed is left out). The detail sweep and
+// pushes move DevicesGen themselves.
+func devicesChanged(prev, next *Snapshot) bool {
+	return (prev.Vdisks == nil) != (next.Vdisks == nil) || !slices.Equal(prev.Vdisks, next.Vdisks) ||
+		(prev.Interfaces == nil) != (next.Interfaces == nil) || !slices.Equal(prev.Interfaces, next.Interfaces) ||
+		!maps.Equal(prev.PoolProvisioned, next.PoolProvisioned) ||
+		(prev.DomainsGen == 0) != (next.DomainsGen == 0) ||
+		!slices.EqualFunc(prev.Datapools, next.Datapools, func(a, b veil.Datapool) bool { return a.ID == b.ID }) ||
+		!slices.EqualFunc(prev.Domains, next.Domains, func(a, b veil.Domain) bool { return a.ID == b.ID })
 }

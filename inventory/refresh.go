@@ -94,6 +94,7 @@ func (r *refresh) store() {
 	snap := s.snap.next()
 	pushedDone, slowDone := true, true // no listing of them failed (unavailable is done too)
 	listedPushed, listedSlow := false, false
+	prev := s.snap
 	for i, c := range r.done {
 		r.account(s.runs[c.name], c, r.fails[i], snap)
 		failed := r.fails[i] == failDown || r.fails[i] == failAuth
@@ -103,9 +104,11 @@ func (r *refresh) store() {
 		if slowCollections[c.name] {
 			listedSlow, slowDone = true, slowDone && !failed
 		}
-		if c.name != collTasks && c.name != collVersion {
-			snap.DevicesGen++ // disks, interfaces, or the VMs and datapools they name
-		}
+	}
+	// Only what the device families show moves DevicesGen: a refresh that read the same disks,
+	// interfaces, VMs and datapools leaves them rendered as they are.
+	if devicesChanged(prev, snap) {
+		snap.DevicesGen++
 	}
 	// The next listing of each kind is due an interval after this one began, once it worked:
 	// a listing that failed (the one after a reconnect, say) is tried again at the next refresh.

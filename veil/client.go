@@ -376,6 +376,34 @@ func (c *Client) answer(resp *http.Response) (body []byte, status int, retryAfte
 // answers at once) must cost what it sends, not what it announces.
 const bodyPrealloc = 1 << 20
 
+// bodies holds the buffers of pages a listing has decoded (releaseBody): a refresh of 10,000
+// VMs reads some 12 MB of pages, and each buffer was allocated and cleared anew.
+var bodies sync.Pool
+
+// bodyRound rounds a new buffer's size up, so that a buffer handed back fits the pages of
+// about its size that follow.
+const bodyRound = 64 << 10
+
+// newBody returns an empty buffer of at least size bytes: one handed back, or a new one.
+func newBody(size int64) []byte {
+	if p, ok := bodies.Get().(*[]byte); ok && int64(cap(*p)) >= size {
+		return (*p)[:0]
+	}
+	if size > 4096 {
+		size = min((size+bodyRound-1)/bodyRound*bodyRound, bodyPrealloc)
+	}
+	return make([]byte, 0, size)
+}
+
+// releaseBody hands back the buffer of an answer nothing refers to any more (every value
+// decoded from it holds copies of its bytes).
+func releaseBody(b []byte) {
+	if cap(b) > 4096 && cap(b) <= bodyPrealloc {
+		b = b[:0]
+		bodies.Put(&b)
+	}
+}
+
 // readBody reads at most limit+1 bytes of the answer into a buffer grown as the bytes arrive.
 // The announced length only sizes the first buffer (up to bodyPrealloc): a page of VMs of 200 KB
 // is read into one buffer without a copy, as when it was preallocated whole, where io.ReadAll
@@ -387,7 +415,7 @@ func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	if n >= 0 {
 		size = min(n+1, bodyPrealloc) // +1: the read that finds the end needs no room of its own
 	}
-	buf := make([]byte, 0, size)
+	buf := newBody(size)
 	r := io.LimitReader(resp.Body, limit+1)
 	for {
 		if len(buf) == cap(buf) {

@@ -34,6 +34,15 @@ import (
 
 func (n *Number) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainASCII(b[1:len(b)-1]) {
+		// A string without escapes is its own bytes ("0.00", as every listed VM has two):
+		// read without a json.Unmarshal, with the same rules.
+		return n.parse(bytes.TrimSpace(b[1:len(b)-1]), b)
+	}
+	if f, ok := shortDecimal(b); ok {
+		*n = Number(f)
+		return nil
+	}
 	s := string(b)
 	if len(b) > 0 && b[0] == '"' {
 		if err := json.Unmarshal(b, &s); err != nil {
@@ -56,6 +65,74 @@ func (n *Number) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// parse reads v, a string's trimmed contents, as a number ("" is 0); b is the JSON value, for
+// the error.
+func (n *Number) parse(v, b []byte) error {
+	if len(v) == 0 {
+		*n = 0
+		return nil
+	}
+	if f, ok := shortDecimal(v); ok {
+		*n = Number(f)
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return fmt.Errorf("cannot decode %s as a number", short(b))
+	}
+	*n = Number(f)
+	return nil
+}
+
+// pow10 are the powers of ten a float64 holds exactly.
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// shortDecimal reads -?[0-9]+(\.[0-9]+)? of at most 15 digits without strconv.ParseFloat's
+// string (an allocation for each of the seven numbers of every listed VM). The value is the one
+// ParseFloat gives: the digits and the power of ten are exact in a float64, and one division
+// rounds correctly (strconv's own exact fast path).
+func shortDecimal(b []byte) (float64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var mant uint64
+	digits, frac, dot := 0, 0, -1
+	for i, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			mant = mant*10 + uint64(c-'0')
+			digits++
+			if dot >= 0 {
+				frac++
+			}
+		case c == '.' && dot < 0 && i > 0:
+			dot = i
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 || digits > 15 || dot == len(b)-1 {
+		return 0, false
+	}
+	f := float64(mant) / pow10[frac]
+	if neg {
+		f = -f
+	}
+	return f, true
+}
+
+// plainASCII reports whether b is printable ASCII without quotes or backslashes: inside a JSON
+// string, its own value.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
 // timeLayouts are the forms seen from the platform and its proxies; layouts without a zone are UTC.
 var timeLayouts = []string{
 	time.RFC3339Nano,
@@ -73,7 +150,9 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainASCII(b[1:len(b)-1]) {
+		s = string(b[1 : len(b)-1]) // without escapes, a string is its bytes (every event's created)
+	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("cannot decode %s as a time", short(b))
 	}
 	s = strings.TrimSpace(s)

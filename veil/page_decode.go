@@ -41,6 +41,9 @@ func decodePage[T any](body []byte, offset int) (Page[T], error) {
 // would decode a repeated array into the elements of the first, merging their fields, so a page
 // that repeats it (resultsKeys, a scan far cheaper than decoding) takes the slower way.
 func decodePageFast[T any](body []byte) (Page[T], bool) {
+	if p, ok := decodePagePlain[T](body); ok {
+		return p, true
+	}
 	if resultsKeys(body) > 1 {
 		return decodePageAs[T, lastList[T]](body)
 	}

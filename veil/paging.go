@@ -5,6 +5,7 @@ package veil
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"net/http"
@@ -128,6 +129,9 @@ func (l *listing[T]) read(ctx context.Context, q Query, yield func(T, error) boo
 			return
 		}
 		pg, err := decodeListPage[T](l.c, l.path, f.Body, f.Span.offset)
+		if _, raw := any(zero).(json.RawMessage); !raw {
+			releaseBody(f.Body) // decoded values hold copies of its bytes; raw results would not
+		}
 		if err != nil {
 			yield(zero, err)
 			return

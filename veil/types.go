@@ -155,6 +155,23 @@ type Tag struct {
 }
 
 func (t *Tag) UnmarshalJSON(b []byte) error {
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainASCII(b[1:len(b)-1]) {
+		*t = Tag{Name: string(b[1 : len(b)-1])} // a plain string is its own value
+		return nil
+	}
+	var f Tag
+	if len(b) > 0 && b[0] == '{' && flatObject(b, func(key []byte, fv flatValue) bool {
+		switch string(key) {
+		case "verbose_name":
+			return fv.setString(&f.Name)
+		case "colour":
+			return fv.setString(&f.Colour)
+		}
+		return unknownKey(key, "verbose_name", "colour")
+	}) {
+		*t = f // the plain object, read without encoding/json
+		return nil
+	}
 	var s string
 	if json.Unmarshal(b, &s) == nil {
 		*t = Tag{Name: s}

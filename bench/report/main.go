@@ -269,6 +269,8 @@ func loopFigures(r results) (figs []Figure) {
 		figs = append(figs, f)
 	}
 
+	figs = append(figs, catchUpCPUFigures(r)...)
+
 	d := "BenchmarkSteadyStateDelay"
 	tgt := median(r.get(d, "target_ms", "target_p99_ms"))
 	if math.IsNaN(tgt) {
@@ -353,20 +355,6 @@ func trialsFigure(r results, title, bench, name string) Figure {
 	}
 	f := figure(title, "s", r.get(bench, name+"-s"), bound, "lease_ttl + 2 s", ratios, "<=", 1)
 	f.Note = fmt.Sprintf("median of %.0f trials; the slowest %.3f s is what the ratio judges", median(trials), slices.Max(worst))
-	return f
-}
-
-// refreshCPUFigure: the CPU one inventory refresh of mainSize VMs takes, and its rendering.
-func refreshCPUFigure(r results, mainSize int) Figure {
-	ref := at("BenchmarkInventoryRefresh", mainSize)
-	f := figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, "", 0)
-	if v := r.get(ref, "sim-cpu-s/refresh"); len(v) > 0 {
-		f.Note = fmt.Sprintf("the simulator (separate process, same cores) used %.3f s", median(v))
-	}
-	if v := r.get(ref, "render-s"); len(v) > 0 {
-		f.Note += fmt.Sprintf("; rendering the gauges, every family compressed, %.0f ms (%.1f MiB of text, %.1f MiB compressed); %.0f allocations, %.0f MiB per refresh",
-			median(v)*1000, median(r.get(ref, "rendered-MiB")), median(r.get(ref, "rendered-gzip-MiB")), median(r.get(ref, "allocs/op")), median(r.get(ref, "B/op"))/(1<<20))
-	}
 	return f
 }
 

@@ -78,3 +78,33 @@ func TestMergeLargeFleet(t *testing.T) {
 		t.Errorf("with no results file: %v, want the fleet's figures alone", fresh.Figures)
 	}
 }
+
+// TestRefreshCPUFigure: the CPU per refresh is judged at 10,000 VMs (<= 0.2 s) and reported at
+// any other size.
+func TestRefreshCPUFigure(t *testing.T) {
+	for _, tt := range []struct {
+		vms    int
+		cpu    float64
+		status string
+	}{{10000, 0.15, "PASS"}, {10000, 0.25, "MISS"}, {1000, 0.25, "REPORT"}} {
+		r := results{at("BenchmarkInventoryRefresh", tt.vms): {"cpu-s/refresh": {tt.cpu}}}
+		if f := refreshCPUFigure(r, tt.vms); f.Status != tt.status {
+			t.Errorf("%d VMs, %.2f s: %s, want %s", tt.vms, tt.cpu, f.Status, tt.status)
+		}
+	}
+	if f := refreshCPUFigure(results{}, 10000); f.Status != "NOT MEASURED" || failures([]Figure{f}) == "" {
+		t.Errorf("not measured: %+v does not fail make bench", f)
+	}
+}
+
+// TestCatchUpCPUFigure: the CPU per 1,000 events caught up is judged for each order.
+func TestCatchUpCPUFigure(t *testing.T) {
+	r := results{"BenchmarkCatchUp/oldest_first": {"cpu-ms/1k-events": {30, 45, 70}}, "BenchmarkCatchUp/newest_first": {"cpu-ms/1k-events": {61, 65, 41}}}
+	got := map[string]string{}
+	for _, f := range loopFigures(r) {
+		got[f.Name] = f.Status
+	}
+	if got["CPU per 1,000 events caught up, oldest_first"] != "PASS" || got["CPU per 1,000 events caught up, newest_first"] != "MISS" {
+		t.Errorf("statuses %v", got)
+	}
+}
