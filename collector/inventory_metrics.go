@@ -157,31 +157,13 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot, 
 		return true
 	}
 	if !keep(sameBacking(prev.nodes, snap.Nodes), d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning) {
-		d.emitNodes(e, snap)
+		d.emitNodes(e, snap, prev.nodes, prev.hosts)
 	}
 	if !keep(sameBacking(prev.clusters, snap.Clusters), d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage) {
 		d.emitClusters(e, snap)
 	}
 	if !keep(sameBacking(prev.pools, snap.Datapools), d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree) {
 		d.emitDatapools(e, snap)
-	}
-}
-
-func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot) {
-	for i := range snap.Nodes {
-		n := &snap.Nodes[i]
-		e.Add(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
-		e.Add(d.nodeStatus, 1, n.ID, n.Status)
-		e.Add(d.nodeCPUs, float64(n.CPUCount), n.ID)
-		e.Add(d.nodeMemory, float64(n.MemoryCount)*mib, n.ID)
-		if n.CPUUsedPercentUser != nil {
-			e.Add(d.nodeCPUUsage, float64(*n.CPUUsedPercentUser)/100, n.ID)
-		}
-		if n.MemUsedPercentUser != nil {
-			e.Add(d.nodeMemUsage, float64(*n.MemUsedPercentUser)/100, n.ID)
-		}
-		e.Add(d.nodeDomains, float64(n.DomainsCount), n.ID)
-		e.Add(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
 	}
 }
 
