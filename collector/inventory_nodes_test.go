@@ -19,7 +19,7 @@ func nodeFrame(t *testing.T, event string, n veil.Node, edit func(o map[string]a
 	o := map[string]any{
 		"id": n.ID, "verbose_name": n.VerboseName, "status": n.Status, "cpu_count": n.CPUCount, "memory_count": n.MemoryCount,
 		"management_ip": n.ManagementIP, "domains_count": n.DomainsCount, "domains_on_count": n.DomainsOnCount,
-		"cluster": map[string]any{"id": n.Cluster.ID, "verbose_name": n.Cluster.VerboseName},
+		"cluster":               map[string]any{"id": n.Cluster.ID, "verbose_name": n.Cluster.VerboseName},
 		"cpu_used_percent_user": n.CPUUsedPercentUser, "mem_used_percent_user": n.MemUsedPercentUser,
 	}
 	edit(o)

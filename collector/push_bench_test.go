@@ -193,7 +193,7 @@ func (pb *pushBench) watch(stop <-chan struct{}, done chan<- struct{}) {
 		// domains scanned: a scan per snapshot was a millisecond of CPU per change, counted as
 		// the exporter's.
 		for id, c := range pb.pending {
-			i, found := slices.BinarySearchFunc(snap.Domains, id, func(d veil.Domain, id string) int { return strings.Compare(d.ID, id) })
+			i, found := slices.BinarySearchFunc(snap.Domains, id, func(d *veil.Domain, id string) int { return strings.Compare(d.ID, id) })
 			if found && int(snap.Domains[i].UserPowerState) == c.state {
 				c.applied, c.seq = now, snap.Applied
 				delete(pb.pending, id)
