@@ -165,7 +165,7 @@ func (b *Builder) repatch(d *Desc, old *Family, lo, hi int, adds *[]patchLine, r
 	for len(*rms) > 0 && !end((*rms)[0]) {
 		*rms = (*rms)[1:]
 	}
-	if len(merged) < blockLines.min && hi+1 < len(old.blocks) { // never touched: runs are maximal
+	if len(merged) < d.shape().min && hi+1 < len(old.blocks) { // never touched: runs are maximal
 		hi++
 		merged = b.readBlock(old.blocks[hi], merged)
 	}
@@ -199,9 +199,9 @@ func (b *Builder) cutLines(d *Desc, lines []patchLine, was []*block) []*block {
 		size += len(l.text)
 	}
 	b.scratch = slices.Grow(b.scratch[:0], size) // as long as the longest block: grown once
-	start := 0
+	shape, start := d.shape(), 0
 	for i, l := range lines {
-		if i < len(lines)-1 && !blockLines.cutAfter(i+1-start, l.text) {
+		if i < len(lines)-1 && !shape.cutAfter(i+1-start, l.text) {
 			continue
 		}
 		b.scratch = b.scratch[:0]

@@ -4,6 +4,7 @@ package exposition
 // removed and added with another label value, by Patch.
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -12,8 +13,17 @@ import (
 )
 
 // BenchmarkPatchOne patches one VM's power state in a family of 10,000 series per op: one block
-// read back, cut again and recompressed, the others kept.
+// read back, cut again and recompressed, the others kept; in blocks of each shape.
 func BenchmarkPatchOne(b *testing.B) {
+	for _, s := range []blockShape{{16, 32, 128}, {32, 64, 256}, {64, 128, 512}} {
+		b.Run(fmt.Sprintf("min=%d,every=%d", s.min, s.every), func(b *testing.B) {
+			withShape(b, s)
+			benchPatchOne(b)
+		})
+	}
+}
+
+func benchPatchOne(b *testing.B) {
 	d := NewDesc("veil_domain_power_state", "Power.", prometheus.GaugeValue, []string{"domain_id", "state"}, prometheus.Labels{"controller": "c1"})
 	ids := vmIDs(10000)
 	states := make([]string, len(ids))
