@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,10 +204,15 @@ func (pb *pushBench) watch(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
-// drive makes 20 changes a second for a minute from start, each on a VM without one in flight.
+// drive makes 20 changes a second from start for a minute (VEIL_BENCH_PUSH_SECONDS: as many
+// seconds), each on a VM without one in flight.
 func (pb *pushBench) drive(b *testing.B, start time.Time) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	const rate, window = 20, time.Minute
+	const rate = 20
+	window := time.Minute
+	if s, err := strconv.Atoi(os.Getenv("VEIL_BENCH_PUSH_SECONDS")); err == nil && s > 0 {
+		window = time.Duration(s) * time.Second
+	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 	for i := 0; time.Since(start) < window; i++ {
 		if wait := time.Until(start.Add(time.Duration(i) * time.Second / rate)); wait > 0 {
