@@ -35,7 +35,7 @@ type Inventory struct {
 	renderedGen        uint64
 	renderedDevicesGen uint64
 	devicesRendered    bool
-	renderedDomains    []veil.Domain        // of the last render's snapshot (immutable), nil before it
+	renderedDomains    []*veil.Domain       // of the last render's snapshot (immutable), nil before it
 	renderedDomainsGen uint64               // its DomainsGen
 	backupsShown       bool                 // the last render's snapshot had tasks read: it showed the backups
 	renderedBackupsGen uint64               // of its backups

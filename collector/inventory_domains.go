@@ -132,8 +132,8 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 			e.Flush()
 			continue
 		}
-		for i := range snap.Domains {
-			f.emit(e, &snap.Domains[i])
+		for _, d := range snap.Domains {
+			f.emit(e, d)
 		}
 		e.Flush()
 	}
@@ -156,7 +156,7 @@ type domainChange struct {
 // change since (the zero lastRender: nothing to keep): its VMs, and the ids of those pushes
 // changed since, when known (Snapshot.DomainsChangedSince).
 type lastRender struct {
-	vms     []veil.Domain // nil: none, or not to compare with
+	vms     []*veil.Domain // nil: none, or not to compare with
 	changed []string
 	known   bool
 	// backupsShown says the last render showed the backups, made at backupsGen.
@@ -173,7 +173,7 @@ type lastRender struct {
 // diff lists the VMs that differ between the last render's and cur: those pushes changed
 // when they are known (a binary search each, whatever the inventory's size), otherwise every
 // VM compared (diffDomains). False when there is nothing to compare with.
-func (p lastRender) diff(cur []veil.Domain, fams []domainFamily) ([]domainChange, bool) {
+func (p lastRender) diff(cur []*veil.Domain, fams []domainFamily) ([]domainChange, bool) {
 	if p.vms == nil || !p.known || len(p.changed) > len(cur)/patchShare {
 		return diffDomains(p.vms, cur, fams)
 	}
@@ -185,22 +185,26 @@ func (p lastRender) diff(cur []veil.Domain, fams []domainFamily) ([]domainChange
 		j, is := slices.BinarySearchFunc(cur, id, byID)
 		switch {
 		case was && is:
-			if m := familiesChanged(&p.vms[i], &cur[j], fams); m != 0 {
-				out = append(out, domainChange{old: &p.vms[i], now: &cur[j], fams: m})
+			if m := familiesChanged(p.vms[i], cur[j], fams); m != 0 {
+				out = append(out, domainChange{old: p.vms[i], now: cur[j], fams: m})
 			}
 		case was:
-			out = append(out, domainChange{old: &p.vms[i], fams: ^uint32(0)})
+			out = append(out, domainChange{old: p.vms[i], fams: ^uint32(0)})
 		case is:
-			out = append(out, domainChange{now: &cur[j], fams: ^uint32(0)})
+			out = append(out, domainChange{now: cur[j], fams: ^uint32(0)})
 		}
 	}
 	return out, true
 }
 
-func byID(d veil.Domain, id string) int { return strings.Compare(d.ID, id) }
+func byID(d *veil.Domain, id string) int { return strings.Compare(d.ID, id) }
 
-// familiesChanged has a bit set for each family a and b differ in.
+// familiesChanged has a bit set for each family a and b differ in: none when they are the same
+// VM (a snapshot's VMs are never modified, so a VM no push or listing replaced is its pointer).
 func familiesChanged(a, b *veil.Domain, fams []domainFamily) uint32 {
+	if a == b {
+		return 0
+	}
 	var m uint32
 	for k, f := range fams {
 		if !f.same(a, b) {
@@ -213,7 +217,7 @@ func familiesChanged(a, b *veil.Domain, fams []domainFamily) uint32 {
 // diffDomains lists the VMs that differ between prev and cur, both sorted by id, in one pass
 // (the VMs of 10,000 are megabytes: one pass per family was most of a render's comparing).
 // False without prev, or when either is not sorted by id: then there is nothing to keep.
-func diffDomains(prev, cur []veil.Domain, fams []domainFamily) ([]domainChange, bool) {
+func diffDomains(prev, cur []*veil.Domain, fams []domainFamily) ([]domainChange, bool) {
 	if prev == nil {
 		return nil, false
 	}
@@ -226,14 +230,14 @@ func diffDomains(prev, cur []veil.Domain, fams []domainFamily) ([]domainChange, 
 		}
 		switch {
 		case j == len(cur) || i < len(prev) && prev[i].ID < cur[j].ID:
-			out = append(out, domainChange{old: &prev[i], fams: all})
+			out = append(out, domainChange{old: prev[i], fams: all})
 			i++
 		case i == len(prev) || cur[j].ID < prev[i].ID:
-			out = append(out, domainChange{now: &cur[j], fams: all})
+			out = append(out, domainChange{now: cur[j], fams: all})
 			j++
 		default:
-			if m := familiesChanged(&prev[i], &cur[j], fams); m != 0 {
-				out = append(out, domainChange{old: &prev[i], now: &cur[j], fams: m})
+			if m := familiesChanged(prev[i], cur[j], fams); m != 0 {
+				out = append(out, domainChange{old: prev[i], now: cur[j], fams: m})
 			}
 			i, j = i+1, j+1
 		}

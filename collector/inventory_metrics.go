@@ -56,6 +56,7 @@ func newInventoryDescs(controller string) *inventoryDescs {
 	d := func(name, help string, labels ...string) *exposition.Desc {
 		return exposition.NewDesc(namespace+"_"+name, help+cached, prometheus.GaugeValue, labels, cl)
 	}
+	// The node and VM families are patched object by object on a pushed change: small blocks.
 	return &inventoryDescs{
 		up: exposition.NewDesc("veil_up", "1 if the last inventory refresh of the controller succeeded; while it is 0 the inventory series keep the last good data."+every+".", prometheus.GaugeValue, nil, cl),
 		controllerInfo: exposition.NewDesc("veil_controller_info",
@@ -63,14 +64,14 @@ func newInventoryDescs(controller string) *inventoryDescs {
 				strconv.Itoa(inventory.VersionEvery)+"th refresh ("+strconv.Itoa(inventory.VersionEvery)+" × collect.interval); absent where the controller lacks the endpoint (404).",
 			prometheus.GaugeValue, []string{"version"}, cl),
 
-		nodeInfo:           d("node_info", "Node description; value 1.", "node_id", "node", "cluster", "management_ip"),
-		nodeStatus:         d("node_status", "Current status of the node; value 1.", "node_id", "status"),
-		nodeCPUs:           d("node_cpus", "CPUs of the node.", "node_id"),
-		nodeMemory:         d("node_memory_bytes", "Memory of the node.", "node_id"),
-		nodeCPUUsage:       d("node_cpu_usage_ratio", "CPU usage of the node, 0..1.", "node_id"),
-		nodeMemUsage:       d("node_memory_usage_ratio", "Memory usage of the node, 0..1.", "node_id"),
-		nodeDomains:        d("node_domains", "VMs on the node.", "node_id"),
-		nodeDomainsRunning: d("node_domains_running", "Running VMs on the node.", "node_id"),
+		nodeInfo:           d("node_info", "Node description; value 1.", "node_id", "node", "cluster", "management_ip").SmallBlocks(),
+		nodeStatus:         d("node_status", "Current status of the node; value 1.", "node_id", "status").SmallBlocks(),
+		nodeCPUs:           d("node_cpus", "CPUs of the node.", "node_id").SmallBlocks(),
+		nodeMemory:         d("node_memory_bytes", "Memory of the node.", "node_id").SmallBlocks(),
+		nodeCPUUsage:       d("node_cpu_usage_ratio", "CPU usage of the node, 0..1.", "node_id").SmallBlocks(),
+		nodeMemUsage:       d("node_memory_usage_ratio", "Memory usage of the node, 0..1.", "node_id").SmallBlocks(),
+		nodeDomains:        d("node_domains", "VMs on the node.", "node_id").SmallBlocks(),
+		nodeDomainsRunning: d("node_domains_running", "Running VMs on the node.", "node_id").SmallBlocks(),
 
 		clusterInfo:     d("cluster_info", "Cluster description; value 1.", "cluster_id", "cluster"),
 		clusterStatus:   d("cluster_status", "Current status of the cluster; value 1.", "cluster_id", "status"),
@@ -86,16 +87,16 @@ func newInventoryDescs(controller string) *inventoryDescs {
 		datapoolUsed:   d("datapool_used_bytes", "Used space of the datapool.", "datapool_id"),
 		datapoolFree:   d("datapool_free_bytes", "Free space of the datapool.", "datapool_id"),
 
-		domainInfo:     d("domain_info", "VM description; value 1; tags are the VM's tag names, sorted and joined by commas.", "domain_id", "domain", "node_id", "template", "thin", "parent_id", "tags"),
-		domainStatus:   d("domain_status", "Current status of the VM; value 1.", "domain_id", "status"),
-		domainPower:    d("domain_power_state", "Current power state of the VM (undefined, off, suspended, on); value 1.", "domain_id", "state"),
-		domainCPUs:     d("domain_cpus", "vCPUs of the VM.", "domain_id"),
-		domainMemory:   d("domain_memory_bytes", "Memory of the VM.", "domain_id"),
-		domainCPUUsage: d("domain_cpu_usage_ratio", "CPU usage of the VM, 0..1, when the platform reports it.", "domain_id"),
-		domainMemUsage: d("domain_memory_usage_ratio", "Memory usage of the VM, 0..1, when the platform reports it.", "domain_id"),
-		domainAgent:    d("domain_guest_agent_connected", "1 if the QEMU guest agent of the VM answers the platform.", "domain_id"),
+		domainInfo:     d("domain_info", "VM description; value 1; tags are the VM's tag names, sorted and joined by commas.", "domain_id", "domain", "node_id", "template", "thin", "parent_id", "tags").SmallBlocks(),
+		domainStatus:   d("domain_status", "Current status of the VM; value 1.", "domain_id", "status").SmallBlocks(),
+		domainPower:    d("domain_power_state", "Current power state of the VM (undefined, off, suspended, on); value 1.", "domain_id", "state").SmallBlocks(),
+		domainCPUs:     d("domain_cpus", "vCPUs of the VM.", "domain_id").SmallBlocks(),
+		domainMemory:   d("domain_memory_bytes", "Memory of the VM.", "domain_id").SmallBlocks(),
+		domainCPUUsage: d("domain_cpu_usage_ratio", "CPU usage of the VM, 0..1, when the platform reports it.", "domain_id").SmallBlocks(),
+		domainMemUsage: d("domain_memory_usage_ratio", "Memory usage of the VM, 0..1, when the platform reports it.", "domain_id").SmallBlocks(),
+		domainAgent:    d("domain_guest_agent_connected", "1 if the QEMU guest agent of the VM answers the platform.", "domain_id").SmallBlocks(),
 
-		domainGuestInfo: d("domain_guest_info", "Hostname and primary IPv4 address the VM's guest agent reports to the platform (guest_utils of the VM list); value 1, only while the agent reports one of them.", "domain_id", "hostname", "ip"),
+		domainGuestInfo: d("domain_guest_info", "Hostname and primary IPv4 address the VM's guest agent reports to the platform (guest_utils of the VM list); value 1, only while the agent reports one of them.", "domain_id", "hostname", "ip").SmallBlocks(),
 		lastBackupTime: exposition.NewDesc("veil_domain_last_backup_timestamp_seconds",
 			"Unix time the newest successful backup of the VM finished, from the task journal (tasks matching collect.backup_task_pattern; at start read collect.backup_lookback back). Cached: follows the tasks seen finishing at each inventory refresh, every collect.interval.",
 			prometheus.GaugeValue, []string{"domain_id"}, cl),
@@ -157,31 +158,13 @@ func (d *inventoryDescs) emitHosts(e exposition.Sink, snap *inventory.Snapshot, 
 		return true
 	}
 	if !keep(sameBacking(prev.nodes, snap.Nodes), d.nodeInfo, d.nodeStatus, d.nodeCPUs, d.nodeMemory, d.nodeCPUUsage, d.nodeMemUsage, d.nodeDomains, d.nodeDomainsRunning) {
-		d.emitNodes(e, snap)
+		d.emitNodes(e, snap, prev.nodes, prev.hosts)
 	}
 	if !keep(sameBacking(prev.clusters, snap.Clusters), d.clusterInfo, d.clusterStatus, d.clusterCPUs, d.clusterMemory, d.clusterNodes, d.clusterCPUUsage, d.clusterMemUsage) {
 		d.emitClusters(e, snap)
 	}
 	if !keep(sameBacking(prev.pools, snap.Datapools), d.datapoolInfo, d.datapoolStatus, d.datapoolSize, d.datapoolUsed, d.datapoolFree) {
 		d.emitDatapools(e, snap)
-	}
-}
-
-func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot) {
-	for i := range snap.Nodes {
-		n := &snap.Nodes[i]
-		e.Add(d.nodeInfo, 1, n.ID, n.VerboseName, n.Cluster.VerboseName, n.ManagementIP)
-		e.Add(d.nodeStatus, 1, n.ID, n.Status)
-		e.Add(d.nodeCPUs, float64(n.CPUCount), n.ID)
-		e.Add(d.nodeMemory, float64(n.MemoryCount)*mib, n.ID)
-		if n.CPUUsedPercentUser != nil {
-			e.Add(d.nodeCPUUsage, float64(*n.CPUUsedPercentUser)/100, n.ID)
-		}
-		if n.MemUsedPercentUser != nil {
-			e.Add(d.nodeMemUsage, float64(*n.MemUsedPercentUser)/100, n.ID)
-		}
-		e.Add(d.nodeDomains, float64(n.DomainsCount), n.ID)
-		e.Add(d.nodeDomainsRunning, float64(n.DomainsOnCount), n.ID)
 	}
 }
 

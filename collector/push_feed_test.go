@@ -48,7 +48,7 @@ func runFeed(t *testing.T, f *fixture) *inventory.PushFeed {
 func domainOf(inv testInventory, id string) (veil.Domain, bool) {
 	for _, d := range inv.Domains() {
 		if d.ID == id {
-			return d, true
+			return *d, true
 		}
 	}
 	return veil.Domain{}, false
@@ -111,7 +111,7 @@ func TestPushKeepsTheInventoryFresh(t *testing.T) {
 		t.Fatal("the new VM is not in the inventory")
 	}
 	// Kept sorted by id through pushes (renders rely on it to sort nothing).
-	if !slices.IsSortedFunc(f.inv.Domains(), func(a, b veil.Domain) int { return strings.Compare(a.ID, b.ID) }) {
+	if !slices.IsSortedFunc(f.inv.Domains(), func(a, b *veil.Domain) int { return strings.Compare(a.ID, b.ID) }) {
 		t.Error("the inventory's VMs are not sorted by id after the pushes")
 	}
 	tu.Eventually(t, 10*time.Second, func() bool {
@@ -401,7 +401,7 @@ func TestDeviceFamiliesAreKeptWhileNothingTheyShowChanged(t *testing.T) {
 	var vm veil.Domain
 	for _, d := range f.inv.Domains() {
 		if len(series(t, f.inv, "veil_vdisk_info", d.ID)) > 0 {
-			vm = d
+			vm = *d
 			break
 		}
 	}

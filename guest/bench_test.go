@@ -93,9 +93,9 @@ func medianOf(v []float64) float64 {
 }
 
 // fixedDomains is a DomainSource that never changes.
-type fixedDomains []veil.Domain
+type fixedDomains []*veil.Domain
 
-func (f fixedDomains) DomainsGen() ([]veil.Domain, uint64) { return f, 1 }
+func (f fixedDomains) DomainsGen() ([]*veil.Domain, uint64) { return f, 1 }
 
 // BenchmarkGuestRender renders the guest series of VEIL_BENCH_GUEST_VMS checked guests (default
 // 2000; each with its OS, two filesystems, one interface and its clock, and two in three with the
@@ -115,7 +115,7 @@ func benchGuestRender(b *testing.B, all bool) {
 	}
 	doms := make(fixedDomains, vms)
 	for i := range doms {
-		doms[i] = veil.Domain{ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), UserPowerState: veil.PowerOn}
+		doms[i] = &veil.Domain{ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), UserPowerState: veil.PowerOn}
 		doms[i].GuestUtils.QemuState = true
 	}
 	r := exposition.NewRenderer()

@@ -298,7 +298,7 @@ func TestGuestCheckerWaitingForBudgetIsNoTimeout(t *testing.T) {
 // noDomains is a DomainSource that never has any.
 type noDomains struct{}
 
-func (noDomains) DomainsGen() ([]veil.Domain, uint64) { return nil, 0 }
+func (noDomains) DomainsGen() ([]*veil.Domain, uint64) { return nil, 0 }
 
 // TestGuestReadsSpreadOverSweepsWhenBehind runs the schedule on a virtual clock: 2,000 VMs, a
 // budget of 100 requests/s, pings wanted every second and network reads every minute, so the

@@ -127,10 +127,14 @@ func (e *guestEnv) refresh() {
 }
 
 // DomainsGen makes the environment the checker's DomainSource, as the inventory is.
-func (e *guestEnv) DomainsGen() ([]veil.Domain, uint64) {
+func (e *guestEnv) DomainsGen() ([]*veil.Domain, uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.doms, e.gen
+	refs := make([]*veil.Domain, len(e.doms))
+	for i := range e.doms {
+		refs[i] = &e.doms[i]
+	}
+	return refs, e.gen
 }
 
 // eligibleIDs are the VMs the simulator says are running, not templates, with an active agent.

@@ -17,7 +17,7 @@ import (
 // of its domains, and the VMs guest checks apply to, computed once per generation so that
 // neither the sync loop nor a scrape walks 10,000 VMs for nothing.
 type guestInventory struct {
-	doms     []veil.Domain       // the snapshot itself, never modified
+	doms     []*veil.Domain      // the snapshot itself, never modified
 	gen      uint64              // 0 before the first read
 	eligible map[string]struct{} // never modified once built
 }
@@ -25,7 +25,7 @@ type guestInventory struct {
 // DomainSource is what the checker follows: the inventory's latest domains and their
 // generation, which grows whenever the domains are read again (*Inventory implements it).
 type DomainSource interface {
-	DomainsGen() ([]veil.Domain, uint64)
+	DomainsGen() ([]*veil.Domain, uint64)
 }
 
 // snapshot returns the source's latest snapshot, recomputing eligibility only when its
@@ -42,10 +42,10 @@ func (g *Checker) snapshot() guestInventory {
 
 // guestEligible returns the ids of the VMs guest checks apply to: running, not templates, with
 // a connected agent.
-func guestEligible(domains []veil.Domain) map[string]struct{} {
+func guestEligible(domains []*veil.Domain) map[string]struct{} {
 	out := make(map[string]struct{}, len(domains))
 	for i := range domains {
-		d := &domains[i]
+		d := domains[i]
 		if int(d.UserPowerState) == veil.PowerOn && !d.Template && d.GuestUtils.QemuState && d.ID != "" {
 			out[d.ID] = struct{}{}
 		}

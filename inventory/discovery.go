@@ -46,11 +46,11 @@ func (s *Snapshot) GuestTargets() []GuestTarget {
 	return s.targets.v
 }
 
-func guestTargets(doms []veil.Domain, nodes []veil.Node) []GuestTarget {
+func guestTargets(doms []*veil.Domain, nodes []veil.Node) []GuestTarget {
 	var nodeNames map[string]string // made only if a VM lacks its node's name
 	out := make([]GuestTarget, 0, len(doms))
 	for i := range doms {
-		d := &doms[i]
+		d := doms[i]
 		if int(d.UserPowerState) != veil.PowerOn || d.Template || d.ID == "" {
 			continue
 		}

@@ -75,7 +75,7 @@ const NoBackupTag = "no-backup"
 // does: only where backups are in use (some VM has one in the journal), and not those whose
 // newest backup failed, which are listed as such. Not failures: an operator may have chosen not
 // to back a VM up, and dozens of them must not push failed nodes out of the list.
-func notBackedUp(doms []veil.Domain, backups []DomainBackup, lookback time.Duration, now time.Time) []Problem {
+func notBackedUp(doms []*veil.Domain, backups []DomainBackup, lookback time.Duration, now time.Time) []Problem {
 	if len(backups) == 0 {
 		return nil
 	}
@@ -97,7 +97,7 @@ func notBackedUp(doms []veil.Domain, backups []DomainBackup, lookback time.Durat
 	}
 	var out []Problem
 	for i := range doms {
-		d := &doms[i]
+		d := doms[i]
 		if d.Template || covered[d.ID] || slices.ContainsFunc(d.Tags, func(t veil.Tag) bool { return t.Name == NoBackupTag }) {
 			continue
 		}

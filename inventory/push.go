@@ -145,7 +145,7 @@ func (s *Store) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) P
 	case f.Event == veil.PushDeleted:
 		snap.DomainsTotal = max(0, snap.DomainsTotal-1)
 	}
-	i, found := slices.BinarySearchFunc(snap.Domains, f.ID, func(d veil.Domain, id string) int { return strings.Compare(d.ID, id) })
+	i, found := slices.BinarySearchFunc(snap.Domains, f.ID, func(d *veil.Domain, id string) int { return strings.Compare(d.ID, id) })
 	keep := !del && len(s.filterDomains([]veil.Domain{d})) == 1
 	if !keep && !found {
 		return ""
@@ -156,9 +156,9 @@ func (s *Store) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) P
 	own(&snap.Domains, &e.domains)
 	switch {
 	case keep && found:
-		snap.Domains[i] = d
+		snap.Domains[i] = &d
 	case keep:
-		snap.Domains = slices.Insert(snap.Domains, i, d) // kept sorted by id
+		snap.Domains = slices.Insert(snap.Domains, i, &d) // kept sorted by id
 	default:
 		snap.Domains = slices.Delete(snap.Domains, i, i+1)
 	}

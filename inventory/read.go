@@ -32,13 +32,13 @@ type Status struct {
 
 // Domains returns the latest domain snapshot after domain_include/exclude. The slice is
 // shared: callers must not modify it.
-func (s *Store) Domains() []veil.Domain {
+func (s *Store) Domains() []*veil.Domain {
 	return s.Snapshot().Domains
 }
 
 // DomainsGen returns Domains with its generation, which grows each time the domains are read
 // again (0 before the first read), so a follower compares one number to know it has news.
-func (s *Store) DomainsGen() ([]veil.Domain, uint64) {
+func (s *Store) DomainsGen() ([]*veil.Domain, uint64) {
 	snap := s.Snapshot()
 	return snap.Domains, snap.DomainsGen
 }

@@ -156,7 +156,7 @@ func runFeed(t *testing.T, f *fixture) *PushFeed {
 func domainOf(inv *Store, id string) (veil.Domain, bool) {
 	for _, d := range inv.Domains() {
 		if d.ID == id {
-			return d, true
+			return *d, true
 		}
 	}
 	return veil.Domain{}, false

@@ -15,6 +15,22 @@ func pushFigures(r results, mainSize int) (figs []Figure) {
 			median(r.get(p, "inventory-p50-s")), median(r.get(p, "inventory-p99-s")), median(r.get(p, "cpu-s/change"))*1000)
 	}
 	figs = append(figs, f)
+	// The CPU of a change, and at 50,000 VMs against it: what a change costs must not grow with
+	// the inventory.
+	perChange := func(vms int) (ms []float64) {
+		for _, v := range r.get(at("BenchmarkPushFreshness", vms), "cpu-s/change") {
+			ms = append(ms, v*1000)
+		}
+		return ms
+	}
+	small := perChange(mainSize)
+	figs = append(figs, figure(fmt.Sprintf("push: CPU per change, %d VMs", mainSize), "ms", small, 0, "", nil, "<=", 3))
+	large := 5 * mainSize
+	f = figure(fmt.Sprintf("push: CPU per change, %d VMs", large), "ms", perChange(large), median(small), fmt.Sprintf("CPU per change at %d VMs", mainSize), nil, "<=", 1.5)
+	if len(small) == 0 && f.Status != "NOT MEASURED" {
+		f.Status, f.Ratio = "NOT MEASURED", nil
+	}
+	figs = append(figs, f)
 	f = figure(fmt.Sprintf("push: controller requests an hour against polling, %d VMs", mainSize), "requests/h", r.get(p, "push-requests/h"), median(r.get(p, "poll-requests/h")), "polling every collect.interval", r.get(p, "requests-ratio-to-polling"), "<=", 0.2)
 	figs = append(figs, f)
 	return figs

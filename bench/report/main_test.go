@@ -108,3 +108,33 @@ func TestCatchUpCPUFigure(t *testing.T) {
 		t.Errorf("statuses %v", got)
 	}
 }
+
+// TestPushCPUFigures: the CPU per pushed change is judged at 10,000 VMs against 3 ms and at
+// 50,000 against 1.5 times the 10,000 VMs' figure; a size not run is not measured (make bench
+// fails).
+func TestPushCPUFigures(t *testing.T) {
+	small, large := "BenchmarkPushFreshness/vms=10000", "BenchmarkPushFreshness/vms=50000"
+	for _, tt := range []struct {
+		name       string
+		r          results
+		want10k    string
+		wantLarger string
+	}{
+		{"both within", results{small: {"cpu-s/change": {0.0026}}, large: {"cpu-s/change": {0.0037}}}, "PASS", "PASS"},
+		{"grows with the inventory", results{small: {"cpu-s/change": {0.0026}}, large: {"cpu-s/change": {0.0040}}}, "PASS", "MISS"},
+		{"over 3 ms", results{small: {"cpu-s/change": {0.0034}}, large: {"cpu-s/change": {0.0040}}}, "MISS", "PASS"},
+		{"50,000 not run", results{small: {"cpu-s/change": {0.0026}}}, "PASS", "NOT MEASURED"},
+		{"10,000 not run", results{large: {"cpu-s/change": {0.0037}}}, "NOT MEASURED", "NOT MEASURED"},
+	} {
+		got := map[string]string{}
+		for _, f := range pushFigures(tt.r, 10000) {
+			got[f.Name] = f.Status
+		}
+		if s := got["push: CPU per change, 10000 VMs"]; s != tt.want10k {
+			t.Errorf("%s: 10,000 VMs %s, want %s", tt.name, s, tt.want10k)
+		}
+		if s := got["push: CPU per change, 50000 VMs"]; s != tt.wantLarger {
+			t.Errorf("%s: 50,000 VMs %s, want %s", tt.name, s, tt.wantLarger)
+		}
+	}
+}

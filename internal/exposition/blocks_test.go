@@ -302,37 +302,46 @@ func TestPatchIsWhatClientGolangWrites(t *testing.T) {
 }
 
 // TestPatchChangesTheBlocksItTouches: a value changed, a series inserted and one deleted in a
-// family of 10,000 by Patch leave every block but those that held them the previous Set's.
+// family of 10,000 by Patch leave every block but those that held them the previous Set's, in
+// blocks of the default shape and small ones (SmallBlocks).
 func TestPatchChangesTheBlocksItTouches(t *testing.T) {
-	d := NewDesc("veil_domain_power_state", "Power.", prometheus.GaugeValue, []string{"domain_id", "state"}, nil)
-	ids := vmIDs(10000)
-	var b Builder
-	vmFamily(&b, d, ids, func(int) float64 { return 1 })
-	first := b.Finish()
-	b.since(first)
-	s := b.Sink()
-	if !s.Patch(d) {
-		t.Fatal("no family to patch")
-	}
-	s.Removing().Add(d, 1, ids[10], "on")
-	s.Add(d, 1, ids[10], "off")
-	s.Add(d, 1, "0000-new-vm", "on")
-	s.Removing().Add(d, 1, ids[9000], "on")
-	second := b.Finish()
-	f, old := second.Families[0], first.Families[0]
-	if k := kept(f, old); k < len(old.blocks)-6 || k == len(old.blocks) {
-		t.Errorf("%d blocks of %d kept, %d now", k, len(old.blocks), len(f.blocks))
-	}
-	text, err := Families([]*Set{second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want Builder
-	vmFamily(&want, d, append(append([]string{"0000-new-vm"}, ids[:9000]...), ids[9001:]...), func(int) float64 { return 1 })
-	want.Add(d, 1, ids[10], "off")
-	wantText, _ := Families([]*Set{want.Finish()})
-	wantText = bytes.Replace(wantText, []byte(`veil_domain_power_state{domain_id="`+ids[10]+`",state="on"} 1`+"\n"), nil, 1)
-	if !bytes.Equal(text, wantText) {
-		t.Errorf("patched text differs: %s", firstDiff(text, wantText))
+	for _, small := range []bool{false, true} {
+		d := NewDesc("veil_domain_power_state", "Power.", prometheus.GaugeValue, []string{"domain_id", "state"}, nil)
+		if small {
+			d.SmallBlocks()
+		}
+		ids := vmIDs(10000)
+		var b Builder
+		vmFamily(&b, d, ids, func(int) float64 { return 1 })
+		first := b.Finish()
+		if n, s := len(first.Families[0].blocks), d.shape(); n < 10000/s.max || n > 10000/s.min {
+			t.Errorf("small %v: %d blocks of 10,000 lines, shape %+v", small, n, s)
+		}
+		b.since(first)
+		s := b.Sink()
+		if !s.Patch(d) {
+			t.Fatal("no family to patch")
+		}
+		s.Removing().Add(d, 1, ids[10], "on")
+		s.Add(d, 1, ids[10], "off")
+		s.Add(d, 1, "0000-new-vm", "on")
+		s.Removing().Add(d, 1, ids[9000], "on")
+		second := b.Finish()
+		f, old := second.Families[0], first.Families[0]
+		if k := kept(f, old); k < len(old.blocks)-6 || k == len(old.blocks) {
+			t.Errorf("small %v: %d blocks of %d kept, %d now", small, k, len(old.blocks), len(f.blocks))
+		}
+		text, err := Families([]*Set{second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want Builder
+		vmFamily(&want, d, append(append([]string{"0000-new-vm"}, ids[:9000]...), ids[9001:]...), func(int) float64 { return 1 })
+		want.Add(d, 1, ids[10], "off")
+		wantText, _ := Families([]*Set{want.Finish()})
+		wantText = bytes.Replace(wantText, []byte(`veil_domain_power_state{domain_id="`+ids[10]+`",state="on"} 1`+"\n"), nil, 1)
+		if !bytes.Equal(text, wantText) {
+			t.Errorf("small %v: patched text differs: %s", small, firstDiff(text, wantText))
+		}
 	}
 }

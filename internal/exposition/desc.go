@@ -24,6 +24,7 @@ type Desc struct {
 	slots []slot
 	// valueStart is where the first label value starts in a line: after `name{label="`.
 	valueStart int
+	small      bool // held in small blocks (SmallBlocks)
 
 	headOnce sync.Once
 	head     piece // header, compressed at the first render

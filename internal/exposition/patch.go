@@ -90,6 +90,7 @@ func (b *Builder) patched(f *famBuf) *Family {
 	slices.Sort(touched)
 	touched = slices.Compact(touched)
 	fam := &Family{Name: old.Name, Header: old.Header, head: old.head, desc: old.desc}
+	fam.blocks = make([]*block, 0, len(old.blocks)+len(touched)) // grown once: 50,000 VMs' family is a thousand blocks
 	next := 0
 	for len(touched) > 0 {
 		lo, hi := touched[0], touched[0]
@@ -117,13 +118,26 @@ func (b *Builder) patched(f *famBuf) *Family {
 func (b *Builder) repatch(d *Desc, old *Family, lo, hi int, adds *[]patchLine, rms *[][]byte) ([]*block, int) {
 	var have []patchLine
 	for j := lo; j <= hi; j++ {
-		have = b.readBlock(d, old.blocks[j], have)
+		have = b.readBlock(old.blocks[j], have)
 	}
 	end := func(key []byte) bool { // beyond the run: in the block after hi
 		return hi+1 < len(old.blocks) && bytes.Compare(key, old.blocks[hi+1].first) >= 0
 	}
-	var merged []patchLine
+	// A line read back gets its key when it is compared: past the last series added or
+	// removed in the run, the lines are taken as they are (most of a block's, on average).
+	keys := make([]byte, 0, 2*len(have[0].text))
+	merged := make([]patchLine, 0, len(have)+len(*adds))
 	for i := 0; ; {
+		more := len(*adds) > 0 && !end((*adds)[0].key) || len(*rms) > 0 && !end((*rms)[0])
+		if !more {
+			merged = append(merged, have[i:]...)
+			break
+		}
+		if i < len(have) && have[i].key == nil {
+			n := len(keys)
+			keys = lineKey(keys, d, have[i].text)
+			have[i].key = keys[n:len(keys):len(keys)]
+		}
 		add := len(*adds) > 0 && !end((*adds)[0].key) && (i == len(have) || bytes.Compare((*adds)[0].key, have[i].key) < 0)
 		if !add && i == len(have) {
 			break
@@ -152,22 +166,22 @@ func (b *Builder) repatch(d *Desc, old *Family, lo, hi int, adds *[]patchLine, r
 	for len(*rms) > 0 && !end((*rms)[0]) {
 		*rms = (*rms)[1:]
 	}
-	if len(merged) < blockLines.min && hi+1 < len(old.blocks) { // never touched: runs are maximal
+	if len(merged) < d.shape().min && hi+1 < len(old.blocks) { // never touched: runs are maximal
 		hi++
-		merged = b.readBlock(d, old.blocks[hi], merged)
+		merged = b.readBlock(old.blocks[hi], merged)
 	}
 	return b.cutLines(d, merged, old.blocks[lo:hi+1]), hi
 }
 
-// readBlock appends the lines of k with their keys.
-func (b *Builder) readBlock(d *Desc, k *block, dst []patchLine) []patchLine {
+// readBlock appends the lines of k, without their keys (repatch makes those it compares).
+func (b *Builder) readBlock(k *block, dst []patchLine) []patchLine {
 	var text bytes.Buffer
 	text.Grow(int(k.size))
 	_ = k.plain(&text) // cannot fail: the Set made the segment itself
 	t := text.Bytes()
 	for len(t) > 0 {
 		nl := bytes.IndexByte(t, '\n') + 1
-		dst = append(dst, patchLine{t[:nl], lineKey(nil, d, t[:nl])})
+		dst = append(dst, patchLine{text: t[:nl]})
 		t = t[nl:]
 	}
 	return dst
@@ -181,9 +195,14 @@ func (b *Builder) cutLines(d *Desc, lines []patchLine, was []*block) []*block {
 		prev[blockKey{k.hash, k.size}] = k
 	}
 	var out []*block
-	start := 0
+	size := 0
+	for _, l := range lines {
+		size += len(l.text)
+	}
+	b.scratch = slices.Grow(b.scratch[:0], size) // as long as the longest block: grown once
+	shape, start := d.shape(), 0
 	for i, l := range lines {
-		if i < len(lines)-1 && !blockLines.cutAfter(i+1-start, l.text) {
+		if i < len(lines)-1 && !shape.cutAfter(i+1-start, l.text) {
 			continue
 		}
 		b.scratch = b.scratch[:0]
