@@ -224,21 +224,13 @@ func inventoryFigures(r results, mainSize int) (figs []Figure) {
 			sfx := "-" + fm.name
 			f = figure(fmt.Sprintf("/metrics scrape median, %d VMs, %s", n, fm.asks), "ms", r.get(sc, "scrape-ms"+sfx), median(r.get(sc, "floor-ms"+sfx)), "same bytes from memory", r.get(sc, "ratio-median"+sfx), "<=", 3)
 			if s := r.get(sc, "series"); len(s) > 0 {
-				f.Note = fmt.Sprintf("%.0f series, %.1f MB gzip, guest checks on; guest coverage complete after %.0f s", median(s), median(r.get(sc, "gzip-MB"+sfx)), median(r.get(sc, "sweep-s")))
+				f.Note = fmt.Sprintf("%.0f series, %.1f MB gzip, guest checks on; guest coverage complete after %.0f s", median(s), median(r.get(sc, "gzip-MB"+sfx)), median(r.get(sc, "sweep-s-all", "sweep-s")))
 			}
 			figs = append(figs, f)
 			f = figure(fmt.Sprintf("/metrics scrape p99, %d VMs, %s", n, fm.asks), "ms", r.get(sc, "scrape-p99-ms"+sfx), median(r.get(sc, "floor-p99-ms"+sfx)), "the floor's p99, interleaved", r.get(sc, "ratio-p99"+sfx), "<=", 5)
 			figs = append(figs, f)
 		}
-		limit := 150.0
-		if n >= 50000 {
-			limit = 500
-		}
-		f = figure(fmt.Sprintf("resident memory (VmHWM), %d VMs, guest checks on, scraped in all three formats", n), "MiB", r.get(sc, "hwm-MiB"), 0, "", nil, "<=", limit)
-		if v := r.get(sc, "rss-MiB"); len(v) > 0 {
-			f.Note = fmt.Sprintf("VmRSS %.0f MiB after the scrapes; the real bin/veil-exporter once every eligible guest was checked", median(v))
-		}
-		figs = append(figs, f)
+		figs = append(figs, memoryFigures(r, n)...)
 	}
 	return figs
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"runtime/debug"
 	"strings"
@@ -44,6 +45,35 @@ func TestMemLimitFollowsTheCgroup(t *testing.T) {
 			}
 			if tc.env != "" && asked {
 				t.Error("the cgroup was read although GOMEMLIMIT is set")
+			}
+			if n := strings.Count(buf.String(), "\n"); n != 1 || !strings.Contains(buf.String(), tc.logged) {
+				t.Errorf("log %q: want one line with %q", buf.String(), tc.logged)
+			}
+		})
+	}
+}
+
+func TestGCPercentUnlessGOGC(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	for _, tc := range []struct {
+		name   string
+		env    string // GOGC, "" unset
+		want   int
+		logged string
+	}{
+		{name: "default", want: defaultGCPercent, logged: fmt.Sprintf("gogc=%d", defaultGCPercent)},
+		{name: "GOGC wins", env: "80", want: 100, logged: "GOGC=80"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			debug.SetGCPercent(100)
+			if tc.env != "" {
+				t.Setenv("GOGC", tc.env)
+			}
+			var buf bytes.Buffer
+			setGCPercent(log.NewLogfmtLogger(&buf), defaultGCPercent)
+			if got := debug.SetGCPercent(100); got != tc.want {
+				t.Errorf("GOGC %d, want %d", got, tc.want)
 			}
 			if n := strings.Count(buf.String(), "\n"); n != 1 || !strings.Contains(buf.String(), tc.logged) {
 				t.Errorf("log %q: want one line with %q", buf.String(), tc.logged)
