@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,7 +59,6 @@ type flags struct {
 	version     bool
 	help        bool // --help or -h was given: the usage is printed, nothing else runs
 	memLimit    bool // --auto-gomemlimit
-	gcPercent   int  // --runtime.gogc
 }
 
 // parseFlags parses args as every Prometheus exporter does (kingpin, exporter-toolkit's web
@@ -83,7 +81,6 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	app.Flag("web.disable-openmetrics", "Never answer in OpenMetrics: scrapers that ask for it first get their next choice (protobuf or text).").BoolVar(&f.handler.DisableOpenMetrics)
 	app.Flag("web.openmetrics-created-samples", "Add a _created series for every counter, histogram and summary that has a start time to OpenMetrics answers (protobuf answers always carry it).").BoolVar(&f.handler.CreatedSamples)
 	app.Flag("auto-gomemlimit", "Set the Go soft memory limit (GOMEMLIMIT) to 90% of the cgroup's memory limit, so the GC slows the heap's growth near it instead of the process being killed. An explicit GOMEMLIMIT wins.").Default("true").BoolVar(&f.memLimit)
-	app.Flag("runtime.gogc", "The Go collector's GOGC: how far the heap may grow past what is live before it is collected, in percent. The exporter holds what it serves and allocates little besides, so a low value costs little CPU and keeps the peak near the live heap. An explicit GOGC wins.").Default(strconv.Itoa(defaultGCPercent)).IntVar(&f.gcPercent)
 	logCfg := &promslog.Config{}
 	promslogflag.AddFlags(app, logCfg)
 	app.Flag("version", "Show the version and exit.").BoolVar(&f.version)
@@ -207,7 +204,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	if err != nil {
 		return err
 	}
-	setGCPercent(log.With(base, "component", "daemon"), f.gcPercent)
+	setGCPercent(log.With(base, "component", "daemon"), defaultGCPercent)
 	if f.memLimit {
 		setMemLimit(log.With(base, "component", "daemon"), memlimit.FromCgroup)
 	}
