@@ -117,12 +117,7 @@ var (
 // decodePlain reads a listed domain. The detail-only fields other than strings are left to
 // encoding/json.
 func (d *Domain) decodePlain(s *plainScanner) bool {
-	n := 0
-	if !s.enter() {
-		return false
-	}
-	for s.member(&n) {
-		var ok bool
+	return s.object(func() (ok bool) {
 		switch string(s.key) {
 		case "id":
 			ok = s.str(&d.ID)
@@ -163,11 +158,8 @@ func (d *Domain) decodePlain(s *plainScanner) bool {
 		default:
 			ok = s.unknown(domainFields)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return !s.bad
+		return ok
+	})
 }
 
 // tags reads a []Tag field: null is nil, [] an empty slice, each element by Tag's UnmarshalJSON.
@@ -199,12 +191,7 @@ func (s *plainScanner) tags(p *[]Tag) bool {
 
 // decodePlain reads a listed disk.
 func (v *Vdisk) decodePlain(s *plainScanner) bool {
-	n := 0
-	if !s.enter() {
-		return false
-	}
-	for s.member(&n) {
-		var ok bool
+	return s.object(func() (ok bool) {
 		switch string(s.key) {
 		case "id":
 			ok = s.str(&v.ID)
@@ -241,11 +228,8 @@ func (v *Vdisk) decodePlain(s *plainScanner) bool {
 		default:
 			ok = s.unknown(vdiskFields)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return !s.bad
+		return ok
+	})
 }
 
 // decodePlain reads a disk's datapool: an object, or null (which leaves it as it was).
@@ -253,12 +237,7 @@ func (r *DatapoolRef) decodePlain(s *plainScanner) bool {
 	if s.null() {
 		return true
 	}
-	n := 0
-	if !s.enter() {
-		return false
-	}
-	for s.member(&n) {
-		var ok bool
+	return s.object(func() (ok bool) {
 		switch string(s.key) {
 		case "id":
 			ok = s.str(&r.ID)
@@ -269,21 +248,13 @@ func (r *DatapoolRef) decodePlain(s *plainScanner) bool {
 		default:
 			ok = s.unknown(datapoolRefFields)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return !s.bad
+		return ok
+	})
 }
 
 // decodePlain reads a listed network interface.
 func (v *VMachineInf) decodePlain(s *plainScanner) bool {
-	n := 0
-	if !s.enter() {
-		return false
-	}
-	for s.member(&n) {
-		var ok bool
+	return s.object(func() (ok bool) {
 		switch string(s.key) {
 		case "id":
 			ok = s.str(&v.ID)
@@ -308,11 +279,8 @@ func (v *VMachineInf) decodePlain(s *plainScanner) bool {
 		default:
 			ok = s.unknown(ifaceFields)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return !s.bad
+		return ok
+	})
 }
 
 // networkPtr reads an interface's network: null is nil; an object is read into the one there
@@ -325,12 +293,8 @@ func (s *plainScanner) networkPtr(p **NetworkRef) bool {
 	if *p == nil {
 		*p = new(NetworkRef)
 	}
-	r, n := *p, 0
-	if !s.enter() {
-		return false
-	}
-	for s.member(&n) {
-		var ok bool
+	r := *p
+	return s.object(func() (ok bool) {
 		switch string(s.key) {
 		case "id":
 			ok = s.str(&r.ID)
@@ -341,11 +305,8 @@ func (s *plainScanner) networkPtr(p **NetworkRef) bool {
 		default:
 			ok = s.unknown(networkRefFields)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return !s.bad
+		return ok
+	})
 }
 
 var (
@@ -360,12 +321,7 @@ var (
 // decodePlain reads a listed datapool (its nodes_connected, every node for a shared pool, is
 // most of the bytes of its page).
 func (d *Datapool) decodePlain(s *plainScanner) bool {
-	n := 0
-	if !s.enter() {
-		return false
-	}
-	for s.member(&n) {
-		var ok bool
+	return s.object(func() (ok bool) {
 		switch string(s.key) {
 		case "id":
 			ok = s.str(&d.ID)
@@ -392,22 +348,14 @@ func (d *Datapool) decodePlain(s *plainScanner) bool {
 		default:
 			ok = s.unknown(datapoolFields)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return !s.bad
+		return ok
+	})
 }
 
 // decodePlain reads a listed node. The detail-only fields other than strings are left to
 // encoding/json.
 func (d *Node) decodePlain(s *plainScanner) bool {
-	n := 0
-	if !s.enter() {
-		return false
-	}
-	for s.member(&n) {
-		var ok bool
+	return s.object(func() (ok bool) {
 		switch string(s.key) {
 		case "id":
 			ok = s.str(&d.ID)
@@ -444,9 +392,6 @@ func (d *Node) decodePlain(s *plainScanner) bool {
 		default:
 			ok = s.unknown(nodeFields)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return !s.bad
+		return ok
+	})
 }

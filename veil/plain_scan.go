@@ -42,6 +42,21 @@ func (s *plainScanner) consume(c byte) bool {
 	return false
 }
 
+// object reads an object, calling field for each member, its name in s.key and the ':' after
+// it read; it fails at the first member field cannot read, or where the object is not valid.
+func (s *plainScanner) object(field func() bool) bool {
+	n := 0
+	if !s.enter() {
+		return false
+	}
+	for s.member(&n) {
+		if !field() {
+			return false
+		}
+	}
+	return !s.bad
+}
+
 // enter reads the '{' an object starts with.
 func (s *plainScanner) enter() bool {
 	s.ws()
