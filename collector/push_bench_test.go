@@ -301,8 +301,14 @@ func (pb *pushBench) report(b *testing.B, cpu time.Duration) {
 			}
 			return 0
 		})
+		first := j
 		for j < len(rs) && rs[j].at.Before(c.applied) {
 			j++ // a render of these frames that began before they were seen
+		}
+		if j == len(rs) {
+			// The last render holds the frames but began before this watcher, late on a starved
+			// machine (a CPU quota), noted them: that render is the one that showed them.
+			j = first
 		}
 		if j == len(rs) {
 			b.Fatalf("change of %s never rendered", c.id)
