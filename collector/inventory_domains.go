@@ -107,28 +107,11 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 		sameVMs = sameVMs && c.old != nil && c.now != nil
 	}
 	for k, f := range fams {
-		bit, n := uint32(1)<<k, 0
-		for _, c := range changes {
-			if c.fams&bit != 0 {
-				n++
-			}
-		}
-		if ok && n == 0 && e.Keep(f.desc) {
+		kept, patched := keepOrPatch(e, f.desc, f.emit, changes, k, len(snap.Domains), ok)
+		if kept {
 			continue
 		}
-		if ok && n <= len(snap.Domains)/patchShare && e.Patch(f.desc) {
-			rm := e.Removing()
-			for _, c := range changes {
-				if c.fams&bit == 0 {
-					continue
-				}
-				if c.old != nil {
-					f.emit(rm, c.old)
-				}
-				if c.now != nil {
-					f.emit(e, c.now)
-				}
-			}
+		if patched {
 			e.Flush()
 			continue
 		}
@@ -145,11 +128,49 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 // again every block it touches.
 const patchShare = 4
 
-// domainChange is a VM that changed since the last render: its version then (nil: it is new)
-// and now (nil: it is gone), and the families it changed in, a bit each (domainFamilies).
-type domainChange struct {
-	old, now *veil.Domain
+// domainChange is a VM that changed since the last render (fams: bits of domainFamilies).
+type domainChange = change[veil.Domain]
+
+// change is an object that changed since the last render: its version then (nil: it is new)
+// and now (nil: it is gone), and the families it changed in, a bit each.
+type change[T any] struct {
+	old, now *T
 	fams     uint32
+}
+
+// keepOrPatch renders family k from the changes alone where it can, when the last render is
+// what they are against (usable): kept when no object changed in it, patched when at most
+// 1/patchShare of the total did (the changed objects' old series removed, their new ones
+// added). Neither: the caller emits the family whole.
+func keepOrPatch[T any](e exposition.Sink, desc *exposition.Desc, emit func(exposition.Sink, *T), changes []change[T], k, total int, usable bool) (kept, patched bool) {
+	if !usable {
+		return false, false
+	}
+	bit, n := uint32(1)<<k, 0
+	for _, c := range changes {
+		if c.fams&bit != 0 {
+			n++
+		}
+	}
+	if n == 0 && e.Keep(desc) {
+		return true, false
+	}
+	if n > total/patchShare || !e.Patch(desc) {
+		return false, false
+	}
+	rm := e.Removing()
+	for _, c := range changes {
+		if c.fams&bit == 0 {
+			continue
+		}
+		if c.old != nil {
+			emit(rm, c.old)
+		}
+		if c.now != nil {
+			emit(e, c.now)
+		}
+	}
+	return false, true
 }
 
 // lastRender is what the last render was made of, for a render to keep or patch what did not

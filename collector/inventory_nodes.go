@@ -61,28 +61,7 @@ func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot, 
 		changes = diffNodes(prev, snap.Nodes, fams)
 	}
 	for k, f := range fams {
-		bit, n := uint32(1)<<k, 0
-		for _, c := range changes {
-			if c.fams&bit != 0 {
-				n++
-			}
-		}
-		if shown && n == 0 && e.Keep(f.desc) {
-			continue
-		}
-		if shown && n <= len(snap.Nodes)/patchShare && e.Patch(f.desc) {
-			rm := e.Removing()
-			for _, c := range changes {
-				if c.fams&bit == 0 {
-					continue
-				}
-				if c.old != nil {
-					f.emit(rm, c.old)
-				}
-				if c.now != nil {
-					f.emit(e, c.now)
-				}
-			}
+		if kept, patched := keepOrPatch(e, f.desc, f.emit, changes, k, len(snap.Nodes), shown); kept || patched {
 			continue
 		}
 		for i := range snap.Nodes {
@@ -91,12 +70,8 @@ func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot, 
 	}
 }
 
-// nodeChange is a node that changed since the last render: its version then (nil: it is new)
-// and now (nil: it is gone), and the families it changed in, a bit each (nodeFamilies).
-type nodeChange struct {
-	old, now *veil.Node
-	fams     uint32
-}
+// nodeChange is a node that changed since the last render (fams: bits of nodeFamilies).
+type nodeChange = change[veil.Node]
 
 // diffNodes lists the nodes that differ between prev and cur. A push replaces a node where it
 // is, so the two are most often the same ids in the same order, compared pair by pair;
