@@ -137,23 +137,33 @@ func (s *flatScanner) str() ([]byte, bool) {
 	if !s.consume('"') {
 		return nil, false
 	}
-	start, ascii := s.i, true
-	for j := start; j < len(s.b); j++ {
-		switch c := s.b[j]; {
+	v, next, ok := plainString(s.b, s.i)
+	if ok {
+		s.i = next
+	}
+	return v, ok
+}
+
+// plainString reads, from b[start:] (after its opening quote), a string without escapes or
+// control characters that is valid UTF-8 (encoding/json would replace invalid bytes): its
+// bytes as they are, and the index after its closing quote.
+func plainString(b []byte, start int) (v []byte, next int, ok bool) {
+	ascii := true
+	for j := start; j < len(b); j++ {
+		switch c := b[j]; {
 		case c == '"':
-			v := s.b[start:j]
+			v := b[start:j]
 			if !ascii && !utf8.Valid(v) {
-				return nil, false
+				return nil, 0, false
 			}
-			s.i = j + 1
-			return v, true
+			return v, j + 1, true
 		case c == '\\' || c < 0x20:
-			return nil, false
+			return nil, 0, false
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 func (s *flatScanner) word(w string) bool {

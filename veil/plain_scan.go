@@ -9,7 +9,6 @@ package veil
 import (
 	"bytes"
 	"encoding/json"
-	"unicode/utf8"
 )
 
 // maxPlainDepth bounds the nesting the scanner follows (encoding/json's own limit is 10,000; a
@@ -99,23 +98,11 @@ func (s *plainScanner) plain() ([]byte, bool) {
 	if !s.consume('"') {
 		return nil, false
 	}
-	start, ascii := s.i, true
-	for j := start; j < len(s.b); j++ {
-		switch c := s.b[j]; {
-		case c == '"':
-			v := s.b[start:j]
-			if !ascii && !utf8.Valid(v) {
-				return nil, false
-			}
-			s.i = j + 1
-			return v, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
+	v, next, ok := plainString(s.b, s.i)
+	if ok {
+		s.i = next
 	}
-	return nil, false
+	return v, ok
 }
 
 // value reads one valid JSON value and returns its bytes, as encoding/json hands them to an
