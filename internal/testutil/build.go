@@ -34,7 +34,8 @@ type build struct {
 // binary and returns the binary's path. Binaries go to a directory named after this process;
 // directories of processes gone are removed on the way. Under the race detector the exporter is
 // built with it too, so that the real-process suites race-check the daemon; a race it finds is
-// written to its log, which RaceReport reads.
+// written to its log, which RaceReport reads. $VEIL_BUILD_TAGS, if set, are the build tags of
+// every command built (pprof: the exporter serves /debug/pprof on $VEIL_PPROF_ADDR).
 func Build(tb testing.TB, pkg string) string {
 	tb.Helper()
 	binDirOK.Do(func() {
@@ -62,6 +63,9 @@ func Build(tb testing.TB, pkg string) string {
 		args := []string{"build", "-o", b.path}
 		if Race && strings.Trim(pkg, "/") == "cmd/veil-exporter" {
 			args = append(args, "-race")
+		}
+		if tags := os.Getenv("VEIL_BUILD_TAGS"); tags != "" {
+			args = append(args, "-tags", tags) // e.g. pprof, to profile an exporter a benchmark runs
 		}
 		if out, err := exec.Command("go", append(args, module+strings.TrimPrefix(pkg, "/"))...).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
