@@ -49,6 +49,7 @@ const (
 //     peak resident memory (the largest replica's);
 //   - inflight-refusals: "too many inflight" answers of the stream the exporters logged.
 func BenchmarkFleet(b *testing.B) {
+	phases := newPhaseLog(b)
 	cluster := testutil.StartCluster(b)
 	dir := b.TempDir()
 	exporter := testutil.Build(b, "cmd/veil-exporter")
@@ -75,7 +76,9 @@ func BenchmarkFleet(b *testing.B) {
 	// One exporter running all 60 (with ha on, alone: the stream and the positions bucket get
 	// three replicas from the start, as in production).
 	one := proc("solo")
+	phases.done("NATS, the simulator and the feed")
 	single, cpuOne, rssOne, simOne := fleetSolo(b, sim, leases, one)
+	phases.done("the single exporter's start and window")
 
 	// Three replicas: the same window once the owners settled.
 	insts := []string{"pod-a", "pod-b", "pod-c"}
@@ -94,13 +97,26 @@ func BenchmarkFleet(b *testing.B) {
 	if float64(three) > 1.05*float64(single) {
 		logPushLines(b, reps, insts)
 	}
+	phases.done("the replicas' start, settling and window")
 
-	// kill -9 the owner of c00, takeoverTrials times (restarting it in between): its
-	// controllers move, nobody else's.
-	var takeovers []time.Duration
-	var moved []string
-	var victim string
-	var after map[string]int
+	takeovers, moved, victim, after := fleetKills(b, leases, reps, insts, names, share)
+	phases.done("the kills and restarts")
+	defer phases.done("the feed's end and the judging")
+	// The end: stop the feed, wait for the stream to hold every event, judge each controller.
+	journal := feed.stop()
+	want, lost, dup, disorder, foreign := fleetJudge(b, js, journal, leases, reps, names)
+	refusals := inflightRefusals(one, reps[insts[0]], reps[insts[1]], reps[insts[2]])
+
+	fleetFigures{settle: settle, count: count, victim: victim, after: after, takeovers: takeovers, moved: moved,
+		want: want, lost: lost, dup: dup, disorder: disorder, foreign: foreign, single: single, three: three,
+		cpuOne: cpuOne, cpuRep: cpuRep, simOne: simOne, simThree: simThree, rssOne: rssOne, rssRep: rssRep,
+		refusals: refusals, dev: dev, lo: lo, hi: hi}.report(b)
+}
+
+// fleetKills kill -9s the owner of c00 takeoverTrials times (restarting it in between): its
+// controllers move, nobody else's. It returns each take-over's time, the healthy controllers
+// that moved, the last victim and the owners' counts after its kill.
+func fleetKills(b *testing.B, leases *leaseWatch, reps map[string]*replicaProc, insts, names []string, share int) (takeovers []time.Duration, moved []string, victim string, after map[string]int) {
 	for trial := range takeoverTrials {
 		var took time.Duration
 		var healthy []string
@@ -115,16 +131,7 @@ func BenchmarkFleet(b *testing.B) {
 			leases.waitStable(b, 2*fleetLeaseTTL, insts)
 		}
 	}
-
-	// The end: stop the feed, wait for the stream to hold every event, judge each controller.
-	journal := feed.stop()
-	want, lost, dup, disorder, foreign := fleetJudge(b, js, journal, leases, reps, names)
-	refusals := inflightRefusals(one, reps[insts[0]], reps[insts[1]], reps[insts[2]])
-
-	fleetFigures{settle: settle, count: count, victim: victim, after: after, takeovers: takeovers, moved: moved,
-		want: want, lost: lost, dup: dup, disorder: disorder, foreign: foreign, single: single, three: three,
-		cpuOne: cpuOne, cpuRep: cpuRep, simOne: simOne, simThree: simThree, rssOne: rssOne, rssRep: rssRep,
-		refusals: refusals, dev: dev, lo: lo, hi: hi}.report(b)
+	return takeovers, moved, victim, after
 }
 
 // inflightRefusals counts the "too many inflight" lines in the logs of procs.
