@@ -90,7 +90,10 @@ collect:
   interval: 30s
 guest:
   enabled: true
-  ping_interval: %s
+  ping_interval: %[3]s
+  fsinfo_interval: %[3]s
+  network_interval: %[3]s
+  stats_interval: %[3]s
   concurrency: 32
 events:
   enabled: false
