@@ -481,6 +481,14 @@ func (r *reading) take(f veil.Fetched[pageSpan]) error {
 	if err := r.publish(chron, m); err != nil {
 		return err
 	}
+	if r.pl.waiting() {
+		// Rather than wait for a full batch while the publisher has nothing to do: the end of a
+		// catch-up otherwise waits for all that was held back to be published after the last
+		// page, and a cycle's first events for pages that may take a while.
+		if err := r.flush(); err != nil {
+			return err
+		}
+	}
 	if r.d == oldestFirst {
 		r.lastOff = sp.start + len(items)
 	} else {
