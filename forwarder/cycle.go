@@ -481,15 +481,7 @@ func (r *reading) take(f veil.Fetched[pageSpan]) error {
 	if err := r.publish(chron, m); err != nil {
 		return err
 	}
-	left := sp.start // rows the list holds beyond this page, in the reading's direction
-	if r.d == oldestFirst {
-		left = pg.Count - sp.start - len(items)
-	}
-	if r.pl.waiting() && (2*len(r.batch.events) >= r.pl.size || left < r.pl.size) {
-		// The publisher has nothing to do: rather than fill the batch first, send it once it is
-		// half full (each batch costs the server a staging store of its own, so not each page),
-		// and every page once the rest of the list fits in one batch, so that the end of a
-		// catch-up waits for the last page's events, not for a batch held back until then.
+	if r.pl.takesEarly(len(r.batch.events), rowsBeyond(r.d, sp.start, len(items), pg.Count)) {
 		if err := r.flush(); err != nil {
 			return err
 		}

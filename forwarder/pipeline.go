@@ -35,7 +35,7 @@ const (
 // on the stream (the expectation the stream leader enforces, publisher), and the position advances
 // (and is stored every saveEvery events, while the next batch goes out) past what the stream
 // acknowledged. A publisher with nothing to do takes what the reader holds rather than wait for a
-// full batch (waiting).
+// full batch (takesEarly).
 type pipeline struct {
 	fw     *Forwarder
 	size   int // events per batch
@@ -184,7 +184,7 @@ func (p *pipeline) publish(ctx context.Context) {
 }
 
 // next waits for the next batch; ok is false once the sender is done. While it waits the sender
-// sees it idle (waiting) and sends what it holds rather than fill a batch first.
+// sees it idle (takesEarly).
 func (p *pipeline) next() (b sentBatch, ok bool) {
 	select {
 	case b, ok = <-p.queue:
@@ -197,10 +197,14 @@ func (p *pipeline) next() (b sentBatch, ok bool) {
 	return b, ok
 }
 
-// waiting says that the publisher has nothing to publish: a batch held back until it is full
-// would leave it idle, and at the end of a catch-up everything held back is published after the
-// last page was read.
-func (p *pipeline) waiting() bool { return p.idle.Load() }
+// takesEarly says whether the reader sends the batch it holds (held events) before it is full,
+// left rows of the list still to read: when the publisher has nothing to do and the batch is half
+// full (each batch costs the server a staging store of its own, so not every page), or the rest of
+// the list fits in one batch, so that the end of a catch-up waits for the last page's events, not
+// for a batch held back until then.
+func (p *pipeline) takesEarly(held, left int) bool {
+	return held > 0 && p.idle.Load() && (2*held >= p.size || left < p.size)
+}
 
 // stop ends publishing on err: what is queued after it is drained, not published.
 func (p *pipeline) stop(err error) {
