@@ -481,6 +481,11 @@ func (r *reading) take(f veil.Fetched[pageSpan]) error {
 	if err := r.publish(chron, m); err != nil {
 		return err
 	}
+	if r.pl.takesEarly(len(r.batch.events), rowsBeyond(r.d, sp.start, len(items), pg.Count)) {
+		if err := r.flush(); err != nil {
+			return err
+		}
+	}
 	if r.d == oldestFirst {
 		r.lastOff = sp.start + len(items)
 	} else {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log/level"
@@ -19,10 +20,12 @@ const (
 	// an atomic batch, and memory stays bounded.
 	maxBatchEvents = 1000
 	// saveEvery bounds how many acknowledged events may wait for the next position write while
-	// a cycle publishes; the position is always written when the cycle's publishing ends.
+	// a cycle publishes (besides the batch that goes out while it is written); the position is
+	// always written when the cycle's publishing ends.
 	saveEvery = 1000
-	// A position that could not be stored is retried with this backoff before anything more is
-	// acknowledged: publishing on while the store fails only widens what a restart sends again.
+	// A position that could not be stored is retried with this backoff before more than the
+	// batch out meanwhile is acknowledged: publishing on while the store fails only widens what
+	// a restart sends again.
 	saveRetryMin = 100 * time.Millisecond
 	saveRetryMax = 5 * time.Second
 )
@@ -30,15 +33,18 @@ const (
 // pipeline publishes batches in order from a goroutine of its own, so that reading the journal
 // goes on while a batch is out: each batch is stored right after the controller's newest message
 // on the stream (the expectation the stream leader enforces, publisher), and the position advances
-// (and is stored every saveEvery events) past what the stream acknowledged.
+// (and is stored every saveEvery events, while the next batch goes out) past what the stream
+// acknowledged. A publisher with nothing to do takes what the reader holds rather than wait for a
+// full batch (takesEarly).
 type pipeline struct {
 	fw     *Forwarder
 	size   int // events per batch
 	queue  chan sentBatch
 	failed chan struct{} // closed once the publisher stopped on err
 	done   chan struct{}
-	err    error // written by the publisher before closing failed
-	acked  int   // read after done
+	err    error       // written by the publisher before closing failed
+	acked  int         // read after done
+	idle   atomic.Bool // the publisher waits for a batch
 
 	// sendErr, once set, stops sending.
 	sendErr error
@@ -120,9 +126,18 @@ func (p *pipeline) publish(ctx context.Context) {
 	fw := p.fw
 	unsaved := 0
 	var pos position
-	for b := range p.queue {
+	sv := saver{fw: fw}
+	for {
+		b, ok := p.next()
+		if !ok {
+			break
+		}
 		if p.err != nil {
 			continue // drain: after a failure nothing more is published
+		}
+		if err := sv.failed(); err != nil {
+			p.stop(err) // another instance moved the position, or the lease ended
+			continue
 		}
 		fw.mu.Lock()
 		expect := fw.seq
@@ -139,22 +154,101 @@ func (p *pipeline) publish(ctx context.Context) {
 		}
 		// The position is written every saveEvery events and once the sender is done (below):
 		// not after each batch, which during a catch-up meant a write (two fsyncs) per batch for
-		// nothing a restart needs now that the stream says where we are.
+		// nothing a restart needs now that the stream says where we are. It is written while
+		// the next batch goes out (saver), except after a failure: then at once.
 		if unsaved > 0 && (err != nil || unsaved >= saveEvery) {
 			unsaved = 0
-			if serr := fw.savePosition(ctx, pos); serr != nil && err == nil {
+			serr := sv.wait()
+			switch {
+			case serr != nil:
+			case err != nil:
+				serr = fw.savePosition(ctx, pos)
+			default:
+				sv.start(ctx, pos)
+			}
+			if serr != nil && err == nil {
 				err = serr
 			}
 		}
 		if err != nil {
-			p.err = err
-			close(p.failed)
+			p.stop(err)
 		}
 	}
-	if unsaved > 0 {
-		if err := fw.savePosition(ctx, pos); err != nil && p.err == nil {
-			p.err = err
-		}
+	serr := sv.wait()
+	if unsaved > 0 && serr == nil {
+		serr = fw.savePosition(ctx, pos)
+	}
+	if serr != nil && p.err == nil {
+		p.err = serr
+	}
+}
+
+// next waits for the next batch; ok is false once the sender is done. While it waits the sender
+// sees it idle (takesEarly).
+func (p *pipeline) next() (b sentBatch, ok bool) {
+	select {
+	case b, ok = <-p.queue:
+		return b, ok
+	default:
+	}
+	p.idle.Store(true)
+	b, ok = <-p.queue
+	p.idle.Store(false)
+	return b, ok
+}
+
+// takesEarly says whether the reader sends the batch it holds (held events) before it is full,
+// left rows of the list still to read: when the publisher has nothing to do and the batch is half
+// full (each batch costs the server a staging store of its own, so not every page), or the rest of
+// the list fits in one batch, so that the end of a catch-up waits for the last page's events, not
+// for a batch held back until then.
+func (p *pipeline) takesEarly(held, left int) bool {
+	return held > 0 && p.idle.Load() && (2*held >= p.size || left < p.size)
+}
+
+// stop ends publishing on err: what is queued after it is drained, not published.
+func (p *pipeline) stop(err error) {
+	p.err = err
+	close(p.failed)
+}
+
+// saver writes positions from a goroutine of its own, so that the next batch goes out while the
+// position of the one before is stored (two fsyncs with the file store, a round trip with the
+// bucket: during a catch-up about a tenth of the publisher's time per batch). One save at a time,
+// in order: the publisher waits for a save before it starts the next, so a store that fails
+// stops publishing one batch later at most, and a save that was refused (another instance owns
+// the position, the lease ended) stops it at the next batch, or the one after when the refusal
+// comes while that one goes out. What the stream holds stays guarded by the expectation either
+// way: the position is only the fallback of a restart.
+type saver struct {
+	fw   *Forwarder
+	done chan error // the save in flight; nil when none
+}
+
+func (s *saver) start(ctx context.Context, pos position) {
+	done := make(chan error, 1)
+	s.done = done
+	go func() { done <- s.fw.savePosition(ctx, pos) }()
+}
+
+// wait returns what the save in flight returned (nil when none).
+func (s *saver) wait() error {
+	if s.done == nil {
+		return nil
+	}
+	err := <-s.done
+	s.done = nil
+	return err
+}
+
+// failed returns the error of a save that ended with one, without waiting for one in flight.
+func (s *saver) failed() error {
+	select {
+	case err := <-s.done: // a nil channel: none in flight
+		s.done = nil
+		return err
+	default:
+		return nil
 	}
 }
 

@@ -232,6 +232,15 @@ func readSpans(ctx context.Context, p eventPager, ordering string, concurrency i
 	})
 }
 
+// rowsBeyond is how many rows the list holds past a page of n rows at offset start, in the
+// direction a read goes (towards newer events): oldest first up to count, newest first down to 0.
+func rowsBeyond(d direction, start, n, count int) int {
+	if d == oldestFirst {
+		return count - start - n
+	}
+	return start
+}
+
 // spanPage decodes a page read (or returns the rows taken).
 func spanPage(f veil.Fetched[pageSpan]) (veil.Page[veil.Event], error) {
 	switch {
