@@ -74,6 +74,15 @@ type live struct {
 	labels   slab[*dto.LabelPair]
 	pairs    slab[dto.LabelPair]
 	values   slab[string]
+	// A label pair is shared by the series whose label has the same value, as every series
+	// of a family shares its constant labels' pairs: that of the previous series of desc
+	// (last: a status, a bus, the datapool of disks listed one after the other), or that of
+	// the series at the same position in the previous family (prev: a VM's id in each of the
+	// VM families, which list the VMs in the same order).
+	desc, prevDesc *Desc
+	last           []*dto.LabelPair // by slot of desc
+	from           []int            // by slot of desc: the slot of that label in prevDesc, or -1
+	cur, prev      []*liveSeries    // the series of desc and of prevDesc, in order
 }
 
 // add sends one series of d on ch, or drops it when client_golang would refuse it: a wrong
@@ -89,31 +98,72 @@ func (l *live) add(ch chan<- prometheus.Metric, d *Desc, v float64, labels []str
 	}
 	var ls []*dto.LabelPair
 	if len(d.live) > 0 {
+		if l.desc != d {
+			l.start(d)
+		}
 		ls = l.labels.take(len(d.live))
-		values, pairs := l.values.take(d.nvar), l.pairs.take(d.nvar)
-		k := 0
 		for i, x := range d.live {
 			if x.pair != nil {
 				ls[i] = x.pair
 				continue
 			}
-			values[k] = labels[x.varIdx]
-			pairs[k].Name, pairs[k].Value = x.name, &values[k]
-			ls[i] = &pairs[k]
-			k++
+			ls[i] = l.pair(i, x.name, labels[x.varIdx])
 		}
 	}
+	var m prometheus.Metric
+	var sm *liveSeries
 	if d.typ == prometheus.CounterValue {
-		m := &l.counters.take(1)[0]
-		m.desc, m.labels, m.value = d.Prom, ls, v
-		m.counter.Value = &m.value
-		ch <- m
-		return
+		c := &l.counters.take(1)[0]
+		c.counter.Value, sm, m = &c.value, &c.liveSeries, c
+	} else {
+		g := &l.gauges.take(1)[0]
+		g.gauge.Value, sm, m = &g.value, &g.liveSeries, g
 	}
-	m := &l.gauges.take(1)[0]
-	m.desc, m.labels, m.value = d.Prom, ls, v
-	m.gauge.Value = &m.value
-	ch <- m
+	sm.desc, sm.labels, sm.value = d.Prom, ls, v
+	if ls != nil {
+		l.cur = append(l.cur, sm)
+	}
+	ch <- m // once it is whole: the registry reads it as it comes
+}
+
+// start makes d the family whose series follow, the one before it the previous family.
+func (l *live) start(d *Desc) {
+	l.prevDesc, l.desc = l.desc, d
+	l.prev, l.cur = l.cur, l.prev[:0]
+	l.last = append(l.last[:0], make([]*dto.LabelPair, len(d.live))...)
+	l.from = l.from[:0]
+	for _, x := range d.live {
+		j := -1
+		if l.prevDesc != nil && x.pair == nil {
+			for k, y := range l.prevDesc.live {
+				if y.pair == nil && *y.name == *x.name {
+					j = k
+				}
+			}
+		}
+		l.from = append(l.from, j)
+	}
+}
+
+// pair returns the label pair of the variable label in slot i of the next series of desc.
+func (l *live) pair(i int, name *string, value string) *dto.LabelPair {
+	p := l.last[i]
+	if p == nil || *p.Value != value {
+		p = nil
+		if n, j := len(l.cur), l.from[i]; j >= 0 && n < len(l.prev) {
+			if q := l.prev[n].labels[j]; *q.Value == value {
+				p = q
+			}
+		}
+	}
+	if p == nil {
+		v := &l.values.take(1)[0]
+		*v = value
+		p = &l.pairs.take(1)[0]
+		p.Name, p.Value = name, v
+	}
+	l.last[i] = p
+	return p
 }
 
 // slab hands out zeroed elements from chunks that grow from slabFirst to slabMax elements, so

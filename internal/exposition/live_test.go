@@ -4,6 +4,7 @@ package exposition
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestLiveMetricsAreWhatClientGolangWrites(t *testing.T) {
 			{d: two, typ: prometheus.CounterValue, v: 3, labels: []string{"z3", "a\xff"}},
 			{d: two, typ: prometheus.CounterValue, v: 4, labels: []string{"z4", "a4"}},
 		}}
-		ctrls = append(ctrls, extra)
+		ctrls = append(ctrls, extra, vmFamilies(r))
 		got, want := prometheus.NewRegistry(), prometheus.NewRegistry()
 		for _, c := range ctrls {
 			got.MustRegister(liveRows{c})
@@ -100,4 +101,32 @@ func TestLiveSlabsDoNotOverlap(t *testing.T) {
 	if i != n {
 		t.Fatalf("%d series, want %d", i, n)
 	}
+}
+
+// vmFamilies are families over the same objects in the same order, some skipped, with labels
+// of few values and runs of one value: the live path shares their label pairs between series.
+func vmFamilies(r *rand.Rand) *renderable {
+	a := NewDesc("vm_a", "A.", prometheus.GaugeValue, []string{"domain_id", "status"}, prometheus.Labels{"controller": "c"})
+	b := NewDesc("vm_b_total", "B.", prometheus.CounterValue, []string{"zone", "domain_id", "status"}, nil)
+	c := NewDesc("vm_c", "C.", prometheus.GaugeValue, []string{"status", "i"}, nil)
+	statuses := []string{"running", "stopped", "", "a\"b"}
+	out := &renderable{}
+	status := func() string { return statuses[r.IntN(len(statuses))] }
+	for i := range 300 {
+		out.rows = append(out.rows, row{d: a, typ: prometheus.GaugeValue, v: float64(i), labels: []string{fmt.Sprint(i), status()}})
+	}
+	for i := range 300 {
+		if r.IntN(7) == 0 {
+			continue
+		}
+		id := fmt.Sprint(i)
+		if r.IntN(5) == 0 {
+			id = fmt.Sprint(i + 1000) // not the id at this position of vm_a
+		}
+		out.rows = append(out.rows, row{d: b, typ: prometheus.CounterValue, v: float64(i), labels: []string{status(), id, status()}})
+	}
+	for i := range 50 {
+		out.rows = append(out.rows, row{d: c, typ: prometheus.GaugeValue, v: float64(i), labels: []string{status(), fmt.Sprint(i)}})
+	}
+	return out
 }
