@@ -31,19 +31,34 @@ func (d *inventoryDescs) emitDevices(e exposition.Sink, snap *inventory.Snapshot
 		d.emitPoolProvisioned(e, snap)
 	}
 	if snap.Interfaces != nil {
+		shown := shownRows(snap.Interfaces, func(r *inventory.Interface) string { return r.DomainID }, gone)
 		for i := range snap.Interfaces {
-			if r := &snap.Interfaces[i]; !gone(r.DomainID) {
+			if r := &snap.Interfaces[i]; shown[i] {
 				e.Add(d.ifaceInfo, 1, r.DomainID, r.ID, r.Name, r.MAC, r.Driver, r.NetworkID, r.Network)
 			}
 		}
 		e.Flush()
 		for i := range snap.Interfaces {
-			if r := snap.Interfaces[i].WithDetail(snap.Details); r.Up >= 0 && !gone(r.DomainID) {
+			if !shown[i] {
+				continue
+			}
+			if r := snap.Interfaces[i].WithDetail(snap.Details); r.Up >= 0 {
 				e.Add(d.ifaceUp, float64(r.Up), r.DomainID, r.ID)
 			}
 		}
 		e.Flush()
 	}
+}
+
+// shownRows tells, for each row, whether its VM is not gone: looked up once for all the
+// families of the rows, not once per family (a map lookup per disk and family was a third of
+// the emit's own time at 20,000 disks).
+func shownRows[T any](rows []T, vm func(*T) string, gone func(string) bool) []bool {
+	shown := make([]bool, len(rows))
+	for i := range rows {
+		shown[i] = !gone(vm(&rows[i]))
+	}
+	return shown
 }
 
 // goneDomains tells a VM id the snapshot's domains do not list ("" and ids before the first
@@ -66,28 +81,34 @@ func goneDomains(snap *inventory.Snapshot) func(id string) bool {
 func (d *inventoryDescs) emitVdisks(e exposition.Sink, snap *inventory.Snapshot, gone func(string) bool) {
 	// Rows are passed by value: a pointer to the row with its detail would escape, one
 	// allocation per disk and family.
-	each := func(f func(r inventory.Vdisk)) {
+	shown := shownRows(snap.Vdisks, func(r *inventory.Vdisk) string { return r.DomainID }, gone)
+	each := func(detail bool, f func(r inventory.Vdisk)) {
 		for i := range snap.Vdisks {
-			if r := snap.Vdisks[i].WithDetail(snap.Details); !gone(r.DomainID) {
-				f(r)
+			if !shown[i] {
+				continue
 			}
+			r := snap.Vdisks[i]
+			if detail { // the sizes are not in the detail (WithDetail): no lookup for them
+				r = r.WithDetail(snap.Details)
+			}
+			f(r)
 		}
 		e.Flush()
 	}
-	each(func(r inventory.Vdisk) {
+	each(true, func(r inventory.Vdisk) {
 		e.Add(d.vdiskInfo, 1, r.ID, r.Name, r.DomainID, r.Domain, r.DatapoolID, r.Status, r.Bus, r.Type)
 	})
-	each(func(r inventory.Vdisk) {
+	each(false, func(r inventory.Vdisk) {
 		if r.Provisioned >= 0 {
 			e.Add(d.vdiskProvisioned, r.Provisioned, r.ID, r.DomainID, r.DatapoolID)
 		}
 	})
-	each(func(r inventory.Vdisk) {
+	each(false, func(r inventory.Vdisk) {
 		if r.Allocated >= 0 {
 			e.Add(d.vdiskAllocated, r.Allocated, r.ID, r.DomainID, r.DatapoolID)
 		}
 	})
-	each(func(r inventory.Vdisk) {
+	each(true, func(r inventory.Vdisk) {
 		if r.Snapshots >= 0 {
 			e.Add(d.vdiskSnapshots, float64(r.Snapshots), r.ID, r.DomainID, r.DatapoolID)
 		}

@@ -31,6 +31,11 @@ type Desc struct {
 
 	typ  prometheus.ValueType
 	help string
+	// live is the labels of a series on the live path (live.go); liveOK is false when that
+	// path must leave the series to prometheus.NewConstMetric: a type other than gauge or
+	// counter, or a Desc client_golang refuses (NewConstMetric returns its error).
+	live   []liveLabel
+	liveOK bool
 	// The header in the other formats, made at their first use (formats.go).
 	omOnce    sync.Once
 	omText    string
@@ -84,6 +89,9 @@ func NewDesc(name, help string, typ prometheus.ValueType, variableLabels []strin
 		d.slots[i].label = d.slots[i].prefix
 		d.slots[i].prefix = sep + d.slots[i].prefix + `="`
 	}
+	d.live = liveLabels(d.slots, constLabels)
+	_, err := prometheus.NewConstMetric(d.Prom, typ, 0, make([]string, d.nvar)...)
+	d.liveOK = err == nil && (typ == prometheus.GaugeValue || typ == prometheus.CounterValue)
 	return d
 }
 

@@ -5,5 +5,6 @@
 // and the /metrics handler's paths for all three; it imports only client_golang, client_model,
 // prometheus/common, protobuf and klauspost/compress. A collector writes one emit function
 // against a Sink, which a Builder renders (Cache: Invalidate after a change, Run renders) and
-// Live sends as const metrics for client_golang; a scrape copies the rendered bytes.
+// Live sends to client_golang as the metrics NewConstMetric would make (live.go); a scrape
+// copies the rendered bytes.
 package exposition

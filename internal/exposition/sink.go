@@ -9,17 +9,18 @@ import "github.com/prometheus/client_golang/prometheus"
 // one emit function per family against a Sink, so both paths carry the same series. It is a
 // struct, not an interface, so that the labels of a series added stay on the caller's stack.
 type Sink struct {
-	b  *Builder
-	ch chan<- prometheus.Metric
-	rm bool // Add removes (Removing)
+	b    *Builder
+	ch   chan<- prometheus.Metric
+	live *live // the slabs of the live path's metrics
+	rm   bool  // Add removes (Removing)
 }
 
 // Sink is the Sink that adds to b.
 func (b *Builder) Sink() Sink { return Sink{b: b} }
 
-// Live is the Sink of the live path: each series is sent on ch as a const metric of its Desc's
-// type.
-func Live(ch chan<- prometheus.Metric) Sink { return Sink{ch: ch} }
+// Live is the Sink of the live path: each series is sent on ch as a metric of its Desc's type
+// that every encoder writes as it writes prometheus.NewConstMetric's.
+func Live(ch chan<- prometheus.Metric) Sink { return Sink{ch: ch, live: &live{}} }
 
 // Add adds one series of d. A series the Builder refuses (a label value not valid UTF-8, a
 // wrong label count) is dropped on the live path too: that one series, not the scrape.
@@ -32,6 +33,9 @@ func (s Sink) Add(d *Desc, v float64, labels ...string) {
 		return
 	case s.b != nil:
 		s.b.Add(d, v, labels...)
+		return
+	case d.liveOK:
+		s.live.add(s.ch, d, v, labels)
 		return
 	}
 	if m, err := prometheus.NewConstMetric(d.Prom, d.typ, v, labels...); err == nil {
