@@ -71,36 +71,7 @@ func benchScrape(b *testing.B, exporter, simBin string, vms int) {
 	phases := newPhaseLog(b)
 	defer phases.done("the timed exporter's last scrapes and its figures")
 	dir := b.TempDir()
-	const token = "scrape-bench-token"
-	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte(token), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	sims, _ := startSims(b, simBin, 1, "--token", token, "--seed", "1", "--vms", strconv.Itoa(vms), "--nodes", "500",
-		"--datapools", "50", "--clusters", "5", "--latency", "1ms", "--event-rate", "0")
-	simURL := sims[0]
-	cfg := filepath.Join(dir, "config.yaml")
-	body := fmt.Sprintf(`controllers:
-  - name: bench
-    url: %s
-    token_file: %s
-    max_concurrency: 32
-    max_requests_per_second: 20000
-collect:
-  interval: 30s
-guest:
-  enabled: true
-  ping_interval: %[3]s
-  fsinfo_interval: %[3]s
-  network_interval: %[3]s
-  stats_interval: %[3]s
-  concurrency: 32
-events:
-  enabled: false
-`, simURL, tok, guestPingInterval)
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	cfg := scrapeSetup(b, simBin, dir, vms)
 	procs := startModeProcs(b, exporter, cfg, dir, vms)
 	phases.done("the simulator and the exporters' start")
 	waitGuestSweeps(b, procs)
@@ -149,6 +120,42 @@ events:
 	all.scrapeUntilCycle(b)
 	all.report(b)
 	b.ReportMetric(statusKB(b, all.p.cmd.Process.Pid, "VmRSS:")/1024, "rss-MiB")
+}
+
+// scrapeSetup starts the simulator of vms VMs and writes the exporters' configuration into dir;
+// it returns the configuration's path.
+func scrapeSetup(b *testing.B, simBin, dir string, vms int) string {
+	const token = "scrape-bench-token"
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte(token), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	sims, _ := startSims(b, simBin, 1, "--token", token, "--seed", "1", "--vms", strconv.Itoa(vms), "--nodes", "500",
+		"--datapools", "50", "--clusters", "5", "--latency", "1ms", "--event-rate", "0")
+	simURL := sims[0]
+	cfg := filepath.Join(dir, "config.yaml")
+	body := fmt.Sprintf(`controllers:
+  - name: bench
+    url: %s
+    token_file: %s
+    max_concurrency: 32
+    max_requests_per_second: 20000
+collect:
+  interval: 30s
+guest:
+  enabled: true
+  ping_interval: %[3]s
+  fsinfo_interval: %[3]s
+  network_interval: %[3]s
+  stats_interval: %[3]s
+  concurrency: 32
+events:
+  enabled: false
+`, simURL, tok, guestPingInterval)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return cfg
 }
 
 // phaseLog says how long each part of a long benchmark took (make bench's whole run has a goal).

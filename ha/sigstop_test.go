@@ -19,7 +19,8 @@ import (
 )
 
 // positionWorker stands for the forwarder: it loads the position once, then keeps writing it
-// with compare-and-set at the revision it knows, each time only while the lease is valid.
+// with compare-and-set at the revision it knows, each time only while the lease is valid. It
+// reports "wrote <when it was sent, Unix ns>", "refused" and "stopped".
 func positionWorker(kv jetstream.KeyValue, l *Lease, who string, report func(string)) {
 	key := "test.position." + l.Controller()
 	ctx := l.Context()
@@ -41,6 +42,7 @@ func positionWorker(kv jetstream.KeyValue, l *Lease, who string, report func(str
 		}
 		var err error
 		var r uint64
+		sent := time.Now() // a write sent before a SIGSTOP may have its answer read after the SIGCONT
 		if rev == 0 {
 			r, err = kv.Create(context.Background(), key, []byte(who))
 		} else {
@@ -49,7 +51,7 @@ func positionWorker(kv jetstream.KeyValue, l *Lease, who string, report func(str
 		switch {
 		case err == nil:
 			rev = r
-			report("wrote")
+			report(fmt.Sprintf("wrote %d", sent.UnixNano()))
 		case isCASFailure(err):
 			report("refused")
 			return
@@ -90,14 +92,10 @@ func TestHelperReplica(t *testing.T) {
 		OnAcquire: func(l *Lease) {
 			say("acquired")
 			held.Store(l)
-			// A write says when it happened: the parent reads the pipe late on a busy machine,
-			// and a write from before the SIGSTOP may reach it after.
-			go positionWorker(*kv.Load(), l, "child", func(s string) {
-				if s == "wrote" {
-					s = fmt.Sprintf("wrote %d", time.Now().UnixNano())
-				}
-				say(s)
-			})
+			// A write says when it was sent: the parent reads the pipe late on a busy machine,
+			// and a write from before the SIGSTOP may reach it after, or have its answer read
+			// after the SIGCONT.
+			go positionWorker(*kv.Load(), l, "child", say)
 		},
 	})
 	if err != nil {
@@ -156,7 +154,7 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 		o.OnAcquire = func(l *Lease) {
 			w.acquired(nil, l)
 			go positionWorker(parentKV, l, "parent", func(s string) {
-				if s == "wrote" {
+				if strings.HasPrefix(s, "wrote ") {
 					parentWrote.Store(true)
 				}
 			})
@@ -195,7 +193,7 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 			var at int64
 			fmt.Sscan(strings.TrimPrefix(line, "wrote "), &at)
 			if at > resumed.UnixNano() {
-				t.Errorf("after SIGCONT the child moved the position the new owner had set (%s after it)", time.Unix(0, at).Sub(resumed))
+				t.Errorf("after SIGCONT the child moved the position the new owner had set (sent %s after it)", time.Unix(0, at).Sub(resumed))
 			}
 		}
 	}
