@@ -180,7 +180,7 @@ func (r *fleetRun) steadyWindow() {
 		all = append(all, p.cmd.Process.Pid)
 	}
 	u0 := sampleCPU(r.b, append(all, natsPids(r.cluster)...)...)
-	requests, busiest, rss, simCPU := r.sim.window(r.b, procs...)
+	requests, busiest, rss, simCPU := r.sim.window(r.b, fleetWindow, procs...)
 	u1 := sampleCPU(r.b, append(all, natsPids(r.cluster)...)...)
 	// The longest gap between two events of a controller when nothing happens: what the feed
 	// and the polling alone leave, to read the pauses of the scenarios against.

@@ -132,10 +132,10 @@ func foldIDs(path string) string {
 	return strings.Join(seg, "/")
 }
 
-// window counts the requests every controller receives over fleetWindow, and the CPU the
+// window counts the requests every controller receives over length, and the CPU the
 // exporters and the simulator use meanwhile: that of the busiest exporter, in cores; rss is the
 // largest peak resident memory (VmHWM) of the exporters, in MiB.
-func (s *fleetSim) window(b *testing.B, procs ...*replicaProc) (requests int, busiest, rss, sim float64) {
+func (s *fleetSim) window(b *testing.B, length time.Duration, procs ...*replicaProc) (requests int, busiest, rss, sim float64) {
 	b.Helper()
 	s.waitSteady(b, procs...)
 	// Every controller's window opens and closes at the same instant, give or take the
@@ -146,7 +146,7 @@ func (s *fleetSim) window(b *testing.B, procs ...*replicaProc) (requests int, bu
 		cpu0[i] = cpuTime(b, p.cmd.Process.Pid)
 	}
 	sim0, start := cpuTime(b, s.pid), time.Now()
-	time.Sleep(fleetWindow) // the measured window
+	time.Sleep(length) // the measured window
 	counts := make([]int, len(s.urls))
 	s.each(b, func(i int) error {
 		var st struct {
