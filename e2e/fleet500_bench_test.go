@@ -111,7 +111,7 @@ func (r *fleetRun) floor() int { return r.plan.controllers/r.plan.replicas - 1 }
 func (r *fleetRun) solo() {
 	one := r.reps.proc("solo")
 	start := time.Now()
-	requests, cpu, rss, simCPU := fleetSolo(r.b, r.sim, r.leases, one)
+	requests, cpu, rss, simCPU := fleetSolo(r.b, r.sim, r.leases, one, fleetWindow)
 	r.soloAge = time.Since(start)
 	r.fig["requests-one"], r.fig["cpu-one-cores"], r.fig["hwm-one-MiB"], r.fig["sim-one-cores"] = float64(requests), cpu, rss, simCPU
 	r.note("one exporter running all %d: %d requests over %v, %.2f cores, VmHWM %.0f MiB, simulator %.2f cores", r.plan.controllers, requests, fleetWindow, cpu, rss, simCPU)

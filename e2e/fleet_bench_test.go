@@ -81,7 +81,7 @@ func BenchmarkFleet(b *testing.B) {
 	// three replicas from the start, as in production).
 	one := proc("solo")
 	phases.done("NATS, the simulator and the feed")
-	single, cpuOne, rssOne, simOne := fleetSolo(b, sim, leases, one)
+	single, cpuOne, rssOne, simOne := fleetSolo(b, sim, leases, one, fleetBenchWindow)
 	phases.done("the single exporter's start and window")
 
 	// Three replicas: the same window once the owners settled.
@@ -328,13 +328,13 @@ func fleetSpread(count map[string]int, insts []string, n int) (_ map[string]int,
 }
 
 // fleetSolo starts one, the single exporter, waits until it holds every controller, measures
-// its window and stops it.
-func fleetSolo(b *testing.B, sim *fleetSim, leases *leaseWatch, one *replicaProc) (requests int, busiest, rss, simCPU float64) {
+// its window (length: the same as the replicas' it is compared with) and stops it.
+func fleetSolo(b *testing.B, sim *fleetSim, leases *leaseWatch, one *replicaProc, length time.Duration) (requests int, busiest, rss, simCPU float64) {
 	one.start()
 	testutil.Eventually(b, 60*time.Second+time.Duration(leases.want)*100*time.Millisecond, func() bool { return ready(one) && len(leases.owners()) == leases.want },
 		"the single exporter to hold all %d controllers", leases.want)
 	leases.waitStable(b, 2*time.Second, nil)
-	requests, busiest, rss, simCPU = sim.window(b, fleetBenchWindow, one)
+	requests, busiest, rss, simCPU = sim.window(b, length, one)
 	one.signal(syscall.SIGTERM)
 	one.wait()
 	return requests, busiest, rss, simCPU

@@ -63,6 +63,7 @@ type Cache struct {
 	b     Builder
 	set   atomic.Pointer[Set]
 	stale chan struct{}
+	now   chan struct{} // a change that ends the pause (Now)
 	gen   atomic.Uint64 // changes said so far
 	done  atomic.Uint64 // the generation of the last render's start
 }
@@ -70,7 +71,7 @@ type Cache struct {
 // NewCache returns a Cache with its first render done. after, if not nil, runs after each
 // render has replaced the Set.
 func NewCache(r *Renderer, pace Pace, emit func(Sink), after func()) *Cache {
-	c := &Cache{r: r, emit: emit, pace: pace, after: after, stale: make(chan struct{}, 1)}
+	c := &Cache{r: r, emit: emit, pace: pace, after: after, stale: make(chan struct{}, 1), now: make(chan struct{}, 1)}
 	if r != nil {
 		c.b.gate = &r.scrapes
 	}
@@ -87,6 +88,17 @@ func (c *Cache) Invalidate() {
 	select {
 	case c.stale <- struct{}{}:
 	default: // one is pending: it will read the newest state
+	}
+}
+
+// Now says a change that should not wait for the pause after the last render (a first full
+// sweep, which a freshly started exporter has nothing to show before): Run renders it as soon
+// as the render under way, if any, ends. The pacing resumes after that render.
+func (c *Cache) Now() {
+	c.Invalidate()
+	select {
+	case c.now <- struct{}{}:
+	default:
 	}
 }
 
@@ -125,6 +137,10 @@ func (c *Cache) Run(ctx context.Context) {
 		if c.done.Load() == c.gen.Load() {
 			continue // rendered already by a render that started after the change
 		}
+		select {
+		case <-c.now: // said before this render starts: it is in it
+		default:
+		}
 		cost := c.render()
 		if c.pace == (Pace{}) {
 			continue
@@ -134,6 +150,8 @@ func (c *Cache) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.now:
+			t.Stop()
 		}
 	}
 }

@@ -79,3 +79,33 @@ func TestLiveSinkSendsWhatBuilderRenders(t *testing.T) {
 		t.Errorf("rendered %q, want %q", text, want)
 	}
 }
+
+// TestCacheNowEndsThePause: after a render Run pauses (an hour here), so a change said by
+// Invalidate waits; one said by Now is rendered at once, and so is what Invalidate said before.
+func TestCacheNowEndsThePause(t *testing.T) {
+	d := NewDesc("state", "State.", prometheus.GaugeValue, nil, nil)
+	var state atomic.Int64
+	c := NewCache(nil, Pace{Every: time.Hour}, func(s Sink) { s.Add(d, float64(state.Load())) }, nil)
+	value := func() string {
+		text, err := Families([]*Set{c.Set()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(text)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	state.Store(1)
+	c.Invalidate()
+	testutil.Eventually(t, 5*time.Second, func() bool { return value() == "# HELP state State.\n# TYPE state gauge\nstate 1\n" }, "the first change rendered")
+	// Run is in its hour's pause now (or about to be): what it renders next is one render.
+	state.Store(2)
+	c.Invalidate()
+	c.Now()
+	testutil.Eventually(t, 5*time.Second, func() bool { return value() == "# HELP state State.\n# TYPE state gauge\nstate 2\n" }, "the change said by Now rendered within the pause")
+	state.Store(3)
+	c.Now()
+	testutil.Eventually(t, 5*time.Second, func() bool { return value() == "# HELP state State.\n# TYPE state gauge\nstate 3\n" }, "a second Now rendered too")
+}
