@@ -202,9 +202,9 @@ func (p *pipeline) next() (b sentBatch, ok bool) {
 // full (each batch costs the server a staging store of its own, so not every page), or holds half
 // a page and the rest of the list fits in one batch, so that the end of a catch-up waits for the
 // last page's events, not for a batch held back until then. A poll's few events wait for the end
-// of its read: taking them a page early made ten replicas' rolling restart pause forwarding twice
-// as long (make bench-fleet: median 25.6 s against 11-15 s, 136 controllers over 30 s against
-// 0-5).
+// of its read, one batch per poll as before the rule: what an early batch bought a poll was
+// nothing, and it was the one change to forwarding between a make bench-fleet run whose rolling
+// restart held and runs that did not (which runs of the same code also vary between).
 func (p *pipeline) takesEarly(held, left int) bool {
 	return held > 0 && p.idle.Load() && (2*held >= p.size || left < p.size && 2*held >= p.fw.page)
 }
