@@ -122,6 +122,15 @@ type benchChange struct {
 	seq     uint64    // frames applied when it was seen
 }
 
+// seenPending takes the changes in flight that snap shows out of pending (pb.pmu held).
+func (pb *pushBench) seenPending(snap *inventory.Snapshot, now time.Time) {
+	for id, c := range pb.pending {
+		if c.seenIn(snap, now) {
+			delete(pb.pending, id)
+		}
+	}
+}
+
 // seenIn says whether snap shows the change, and if so notes that it was seen at now.
 func (c *benchChange) seenIn(snap *inventory.Snapshot, now time.Time) bool {
 	i, found := slices.BinarySearchFunc(snap.Domains, c.id, func(d *veil.Domain, id string) int { return strings.Compare(d.ID, id) })
@@ -201,11 +210,7 @@ func (pb *pushBench) watch(stop <-chan struct{}, done chan<- struct{}) {
 		// The changes in flight are looked up (the domains are sorted by id), not the 10,000
 		// domains scanned: a scan per snapshot was a millisecond of CPU per change, counted as
 		// the exporter's.
-		for id, c := range pb.pending {
-			if c.seenIn(snap, now) {
-				delete(pb.pending, id)
-			}
-		}
+		pb.seenPending(snap, now)
 		pb.pmu.Unlock()
 	}
 }
@@ -265,11 +270,7 @@ func (pb *pushBench) waitApplied(b *testing.B) {
 		// that and its line being read is looked for here too, as no snapshot may follow it.
 		snap, now := pb.inv.Store.Snapshot(), time.Now()
 		pb.pmu.Lock()
-		for id, c := range pb.pending {
-			if c.seenIn(snap, now) {
-				delete(pb.pending, id)
-			}
-		}
+		pb.seenPending(snap, now)
 		n := len(pb.pending)
 		pb.pmu.Unlock()
 		if n == 0 {
