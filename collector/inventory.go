@@ -12,7 +12,6 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/inventory"
-	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // Inventory turns the snapshots of one store into metrics: the gauges rendered once per
@@ -35,7 +34,7 @@ type Inventory struct {
 	renderedGen        uint64
 	renderedDevicesGen uint64
 	devicesRendered    bool
-	renderedDomains    []*veil.Domain       // of the last render's snapshot (immutable), nil before it
+	renderedDomains    *inventory.VMs       // of the last render's snapshot (immutable), nil before it
 	renderedDomainsGen uint64               // its DomainsGen
 	backupsShown       bool                 // the last render's snapshot had tasks read: it showed the backups
 	renderedBackupsGen uint64               // of its backups
@@ -111,7 +110,7 @@ func (v *Inventory) render(s exposition.Sink) {
 	prev.nodes, prev.clusters, prev.pools, prev.hosts = v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts
 	v.emit(s, snap, prev, keepDevices)
 	v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts = snap.Nodes, snap.Clusters, snap.Datapools, true
-	v.renderedDomains, v.renderedDomainsGen = snap.Domains, snap.DomainsGen
+	v.renderedDomains, v.renderedDomainsGen = &snap.Domains, snap.DomainsGen
 	v.backupsShown, v.renderedBackupsGen = snap.TaskCounts != nil, snap.BackupsGen
 	v.renderedRefresh, v.renderedApplied, v.renderedGen = snap.Refreshed, snap.Applied, snap.Gen
 }

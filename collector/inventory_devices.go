@@ -67,12 +67,8 @@ func goneDomains(snap *inventory.Snapshot) func(id string) bool {
 	if snap.DomainsGen == 0 {
 		return func(string) bool { return false }
 	}
-	live := make(map[string]struct{}, len(snap.Domains))
-	for i := range snap.Domains {
-		live[snap.Domains[i].ID] = struct{}{}
-	}
 	return func(id string) bool {
-		_, ok := live[id]
+		_, ok := snap.Domains.Find(id)
 		return id != "" && !ok
 	}
 }

@@ -8,7 +8,6 @@ package collector
 import (
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
@@ -101,13 +100,13 @@ func sameBacking[T any](a, b []T) bool {
 // changes. It says whether the VMs are those of the last render (none added or gone).
 func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot, prev lastRender) (sameVMs bool) {
 	fams := d.domainFamilies()
-	changes, ok := prev.diff(snap.Domains, fams)
+	changes, ok := prev.diff(&snap.Domains, fams)
 	sameVMs = ok
 	for _, c := range changes {
 		sameVMs = sameVMs && c.old != nil && c.now != nil
 	}
 	for k, f := range fams {
-		kept, patched := keepOrPatch(e, f.desc, f.emit, changes, k, len(snap.Domains), ok)
+		kept, patched := keepOrPatch(e, f.desc, f.emit, changes, k, snap.Domains.Len(), ok)
 		if kept {
 			continue
 		}
@@ -115,7 +114,7 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 			e.Flush()
 			continue
 		}
-		for _, d := range snap.Domains {
+		for d := range snap.Domains.All() {
 			f.emit(e, d)
 		}
 		e.Flush()
@@ -177,7 +176,7 @@ func keepOrPatch[T any](e exposition.Sink, desc *exposition.Desc, emit func(expo
 // change since (the zero lastRender: nothing to keep): its VMs, and the ids of those pushes
 // changed since, when known (Snapshot.DomainsChangedSince).
 type lastRender struct {
-	vms     []*veil.Domain // nil: none, or not to compare with
+	vms     *inventory.VMs // nil: none, or not to compare with
 	changed []string
 	known   bool
 	// backupsShown says the last render showed the backups, made at backupsGen.
@@ -194,31 +193,33 @@ type lastRender struct {
 // diff lists the VMs that differ between the last render's and cur: those pushes changed
 // when they are known (a binary search each, whatever the inventory's size), otherwise every
 // VM compared (diffDomains). False when there is nothing to compare with.
-func (p lastRender) diff(cur []*veil.Domain, fams []domainFamily) ([]domainChange, bool) {
-	if p.vms == nil || !p.known || len(p.changed) > len(cur)/patchShare {
-		return diffDomains(p.vms, cur, fams)
+func (p lastRender) diff(cur *inventory.VMs, fams []domainFamily) ([]domainChange, bool) {
+	if p.vms == nil {
+		return nil, false
+	}
+	if !p.known || len(p.changed) > cur.Len()/patchShare {
+		// Every VM compared: rare (after a listing), so the lists are walked as slices.
+		return diffDomains(p.vms.Slice(), cur.Slice(), fams)
 	}
 	ids := slices.Clone(p.changed)
 	slices.Sort(ids)
 	var out []domainChange
 	for _, id := range slices.Compact(ids) {
-		i, was := slices.BinarySearchFunc(p.vms, id, byID)
-		j, is := slices.BinarySearchFunc(cur, id, byID)
+		was, wasOK := p.vms.Find(id)
+		is, isOK := cur.Find(id)
 		switch {
-		case was && is:
-			if m := familiesChanged(p.vms[i], cur[j], fams); m != 0 {
-				out = append(out, domainChange{old: p.vms[i], now: cur[j], fams: m})
+		case wasOK && isOK:
+			if m := familiesChanged(was, is, fams); m != 0 {
+				out = append(out, domainChange{old: was, now: is, fams: m})
 			}
-		case was:
-			out = append(out, domainChange{old: p.vms[i], fams: ^uint32(0)})
-		case is:
-			out = append(out, domainChange{now: cur[j], fams: ^uint32(0)})
+		case wasOK:
+			out = append(out, domainChange{old: was, fams: ^uint32(0)})
+		case isOK:
+			out = append(out, domainChange{now: is, fams: ^uint32(0)})
 		}
 	}
 	return out, true
 }
-
-func byID(d *veil.Domain, id string) int { return strings.Compare(d.ID, id) }
 
 // familiesChanged has a bit set for each family a and b differ in: none when they are the same
 // VM (a snapshot's VMs are never modified, so a VM no push or listing replaced is its pointer).

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,9 +68,10 @@ func BenchmarkPushFreshness(b *testing.B) {
 // names (none: no profile) and returns what stops it: -test.cpuprofile would hold the first
 // full listing too.
 func profileWindow(b *testing.B) func() {
+	allocs := allocsWindow(b)
 	path := os.Getenv("VEIL_BENCH_CPUPROFILE")
 	if path == "" {
-		return func() {}
+		return allocs
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -84,7 +85,35 @@ func profileWindow(b *testing.B) func() {
 		if err := f.Close(); err != nil {
 			b.Error(err)
 		}
+		allocs()
 	}
+}
+
+// allocsWindow writes the allocation profile at the window's start into the file
+// VEIL_BENCH_ALLOCPROFILE names with ".base" added, and at its end into that file (none: no
+// profile): `go tool pprof -diff_base` of the two is what the changes allocated.
+func allocsWindow(b *testing.B) func() {
+	path := os.Getenv("VEIL_BENCH_ALLOCPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	write := func(name string) {
+		// The profile is as of the last collections: two make it hold every allocation so far.
+		runtime.GC()
+		runtime.GC()
+		f, err := os.Create(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			b.Error(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
+	write(path + ".base")
+	return func() { write(path) }
 }
 
 // pushBench is one run of BenchmarkPushFreshness: the inventory and its feed, the changes made
@@ -133,8 +162,8 @@ func (pb *pushBench) seenPending(snap *inventory.Snapshot, now time.Time) {
 
 // seenIn says whether snap shows the change, and if so notes that it was seen at now.
 func (c *benchChange) seenIn(snap *inventory.Snapshot, now time.Time) bool {
-	i, found := slices.BinarySearchFunc(snap.Domains, c.id, func(d *veil.Domain, id string) int { return strings.Compare(d.ID, id) })
-	if !found || int(snap.Domains[i].UserPowerState) != c.state {
+	d, found := snap.Domains.Find(c.id)
+	if !found || int(d.UserPowerState) != c.state {
 		return false
 	}
 	c.applied, c.seq = now, snap.Applied

@@ -54,7 +54,7 @@ func (s *Store) collect(ctx context.Context, name string, start time.Time) (func
 		sortDomains(filtered)
 		return func(n *Snapshot) {
 			s.observeListed(ClassDomain, raw)
-			n.Domains, n.DomainsTotal = domainRefs(filtered), len(v)
+			n.Domains, n.DomainsTotal = NewVMs(domainRefs(filtered)), len(v)
 			n.DomainsGen++
 			present := make(map[string]bool, len(v))
 			for i := range v {

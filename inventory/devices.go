@@ -126,5 +126,5 @@ func devicesChanged(prev, next *Snapshot) bool {
 		!maps.Equal(prev.PoolProvisioned, next.PoolProvisioned) ||
 		(prev.DomainsGen == 0) != (next.DomainsGen == 0) ||
 		!slices.EqualFunc(prev.Datapools, next.Datapools, func(a, b veil.Datapool) bool { return a.ID == b.ID }) ||
-		!slices.EqualFunc(prev.Domains, next.Domains, func(a, b *veil.Domain) bool { return a.ID == b.ID })
+		!sameIDs(prev.Domains, next.Domains)
 }

@@ -14,7 +14,7 @@ func TestDevicesChanged(t *testing.T) {
 	base := func() *Snapshot {
 		return &Snapshot{
 			DomainsGen:      3,
-			Domains:         []*veil.Domain{{ID: "d1", VerboseName: "a"}, {ID: "d2"}},
+			Domains:         NewVMs([]*veil.Domain{{ID: "d1", VerboseName: "a"}, {ID: "d2"}}),
 			Datapools:       []veil.Datapool{{ID: "p1", UsedSpace: 1}},
 			Vdisks:          []Vdisk{{ID: "v1", DomainID: "d1", DatapoolID: "p1", Provisioned: 1, Allocated: 2, Snapshots: -1}},
 			Interfaces:      []Interface{{ID: "i1", DomainID: "d1", Up: -1}},
@@ -23,7 +23,7 @@ func TestDevicesChanged(t *testing.T) {
 	}
 	same := base()
 	same.DomainsGen = 4
-	same.Domains = []*veil.Domain{{ID: "d1", VerboseName: "renamed", Status: "x"}, {ID: "d2"}} // not shown by devices
+	same.Domains = NewVMs([]*veil.Domain{{ID: "d1", VerboseName: "renamed", Status: "x"}, {ID: "d2"}}) // not shown by devices
 	same.Datapools = []veil.Datapool{{ID: "p1", UsedSpace: 7}}
 	if devicesChanged(base(), same) {
 		t.Error("the same devices, VMs and datapools read again: changed")
@@ -38,8 +38,8 @@ func TestDevicesChanged(t *testing.T) {
 		"ifaces none":    func(s *Snapshot) { s.Interfaces = []Interface{} },
 		"pool size":      func(s *Snapshot) { s.PoolProvisioned = map[string]float64{"p1": 2} },
 		"pool gone":      func(s *Snapshot) { s.Datapools = nil },
-		"VM gone":        func(s *Snapshot) { s.Domains = s.Domains[:1] },
-		"VM other":       func(s *Snapshot) { s.Domains = []*veil.Domain{{ID: "d1"}, {ID: "d3"}} },
+		"VM gone":        func(s *Snapshot) { s.Domains = s.Domains.remove("d2") },
+		"VM other":       func(s *Snapshot) { s.Domains = NewVMs([]*veil.Domain{{ID: "d1"}, {ID: "d3"}}) },
 		"never listed":   func(s *Snapshot) { s.DomainsGen = 0 },
 	} {
 		next := base()

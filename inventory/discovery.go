@@ -46,11 +46,10 @@ func (s *Snapshot) GuestTargets() []GuestTarget {
 	return s.targets.v
 }
 
-func guestTargets(doms []*veil.Domain, nodes []veil.Node) []GuestTarget {
+func guestTargets(doms VMs, nodes []veil.Node) []GuestTarget {
 	var nodeNames map[string]string // made only if a VM lacks its node's name
-	out := make([]GuestTarget, 0, len(doms))
-	for i := range doms {
-		d := doms[i]
+	out := make([]GuestTarget, 0, doms.Len())
+	for d := range doms.All() {
 		if int(d.UserPowerState) != veil.PowerOn || d.Template || d.ID == "" {
 			continue
 		}

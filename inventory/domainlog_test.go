@@ -16,7 +16,7 @@ func TestDomainsChangedSince(t *testing.T) {
 	f := newFixture(t, veiltest.Options{Seed: 8, VMs: 5}, pushCollect(), veil.Config{})
 	f.mustRefresh(t)
 	listed := f.inv.Snapshot()
-	vms := listed.Domains
+	vms := listed.Domains.Slice()
 	update := func(id, name string) veil.PushFrame {
 		obj, _ := json.Marshal(map[string]any{"id": id, "verbose_name": name, "status": "ACTIVE"})
 		return veil.PushFrame{Resource: "/domains/", Event: veil.PushUpdated, ID: id, Object: obj}

@@ -41,7 +41,7 @@ func TestApplyWhileListingIsReplayed(t *testing.T) {
 	}
 	// The refresh stores the listing it read before the push.
 	r := &refresh{s: f.inv, start: time.Now(), finished: time.Now(),
-		done:  []collected{{name: collDomains, set: func(s *Snapshot) { s.Domains = old }}},
+		done:  []collected{{name: collDomains, set: func(s *Snapshot) { s.Domains = NewVMs(old) }}},
 		fails: []failure{failNone}}
 	r.store()
 	if d, _ := domainOf(f.inv, vm); d.VerboseName != "pushed-name" {

@@ -41,9 +41,9 @@ func (snap *Snapshot) Problems(now time.Time) []Problem {
 			out = append(out, Problem{Kind: "datapool", ID: p.ID, Name: NameOr(p.VerboseName, p.ID), State: p.Status, Failure: objectFailed(p.Status)})
 		}
 	}
-	names := make(map[string]string, len(snap.Domains))
-	for i := range snap.Domains {
-		names[snap.Domains[i].ID] = snap.Domains[i].VerboseName
+	names := make(map[string]string, snap.Domains.Len())
+	for d := range snap.Domains.All() {
+		names[d.ID] = d.VerboseName
 	}
 	for i := range snap.Interfaces {
 		// A link set down: listed, not a failure (an operator may have set it so). Interfaces of
@@ -75,7 +75,7 @@ const NoBackupTag = "no-backup"
 // does: only where backups are in use (some VM has one in the journal), and not those whose
 // newest backup failed, which are listed as such. Not failures: an operator may have chosen not
 // to back a VM up, and dozens of them must not push failed nodes out of the list.
-func notBackedUp(doms []*veil.Domain, backups []DomainBackup, lookback time.Duration, now time.Time) []Problem {
+func notBackedUp(doms VMs, backups []DomainBackup, lookback time.Duration, now time.Time) []Problem {
 	if len(backups) == 0 {
 		return nil
 	}
@@ -96,8 +96,7 @@ func notBackedUp(doms []*veil.Domain, backups []DomainBackup, lookback time.Dura
 		state = "no successful backup within " + within
 	}
 	var out []Problem
-	for i := range doms {
-		d := doms[i]
+	for d := range doms.All() {
 		if d.Template || covered[d.ID] || slices.ContainsFunc(d.Tags, func(t veil.Tag) bool { return t.Name == NoBackupTag }) {
 			continue
 		}

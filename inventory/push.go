@@ -6,7 +6,6 @@ package inventory
 import (
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -86,11 +85,12 @@ func (s *Store) Apply(frames []veil.PushFrame) map[PushDrop]int {
 }
 
 // edit is a snapshot being changed by pushed frames: each slice is copied once, at its first
-// change (readers hold the old ones), and then changed in place.
+// change (readers hold the old ones), and then changed in place. The VMs copy the chunk a
+// frame changes (VMs.put).
 type edit struct {
-	snap                                *Snapshot
-	nodes, clusters, datapools, domains bool // copied already
-	replaying                           bool // frames a listing has counted already
+	snap                       *Snapshot
+	nodes, clusters, datapools bool // copied already
+	replaying                  bool // frames a listing has counted already
 }
 
 // own copies *s unless owned says it was copied already.
@@ -145,7 +145,7 @@ func (s *Store) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) P
 	case f.Event == veil.PushDeleted:
 		snap.DomainsTotal = max(0, snap.DomainsTotal-1)
 	}
-	i, found := slices.BinarySearchFunc(snap.Domains, f.ID, func(d *veil.Domain, id string) int { return strings.Compare(d.ID, id) })
+	_, found := snap.Domains.Find(f.ID)
 	keep := !del && len(s.filterDomains([]veil.Domain{d})) == 1
 	if !keep && !found {
 		return ""
@@ -153,14 +153,10 @@ func (s *Store) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) P
 	if !keep || !found {
 		snap.DevicesGen++ // a VM came or went: the disks and interfaces shown follow it
 	}
-	own(&snap.Domains, &e.domains)
-	switch {
-	case keep && found:
-		snap.Domains[i] = &d
-	case keep:
-		snap.Domains = slices.Insert(snap.Domains, i, &d) // kept sorted by id
-	default:
-		snap.Domains = slices.Delete(snap.Domains, i, i+1)
+	if keep {
+		snap.Domains = snap.Domains.put(&d)
+	} else {
+		snap.Domains = snap.Domains.remove(f.ID)
 	}
 	snap.DomainsGen++
 	snap.logDomain(f.ID)

@@ -30,17 +30,17 @@ type Status struct {
 	Version      string         // of the platform; "" until read or where the controller lacks it
 }
 
-// Domains returns the latest domain snapshot after domain_include/exclude. The slice is
-// shared: callers must not modify it.
+// Domains returns the latest snapshot's domains after domain_include/exclude, in a slice of
+// their own (the VMs they point to are shared: callers must not modify them).
 func (s *Store) Domains() []*veil.Domain {
-	return s.Snapshot().Domains
+	return s.Snapshot().Domains.Slice()
 }
 
 // DomainsGen returns Domains with its generation, which grows each time the domains are read
 // again (0 before the first read), so a follower compares one number to know it has news.
 func (s *Store) DomainsGen() ([]*veil.Domain, uint64) {
 	snap := s.Snapshot()
-	return snap.Domains, snap.DomainsGen
+	return snap.Domains.Slice(), snap.DomainsGen
 }
 
 // Ready reports whether the first refresh has finished (successfully or not).
@@ -71,7 +71,7 @@ func (s *Store) Status() Status {
 		Nodes:        len(snap.Nodes),
 		Clusters:     len(snap.Clusters),
 		Datapools:    len(snap.Datapools),
-		Domains:      len(snap.Domains),
+		Domains:      snap.Domains.Len(),
 		DomainsTotal: snap.DomainsTotal,
 		Tasks:        map[string]int{},
 		Version:      snap.Version,

@@ -244,7 +244,7 @@ func clearCollection(name string, s *Snapshot) {
 	case collDatapools:
 		s.Datapools = nil
 	case collDomains:
-		s.Domains, s.DomainsTotal = nil, 0
+		s.Domains, s.DomainsTotal = VMs{}, 0
 		s.DomainsGen++
 	case collTasks:
 		s.TaskCounts = nil

@@ -23,9 +23,9 @@ type Snapshot struct {
 	Clusters  []veil.Cluster
 	Datapools []veil.Datapool
 	// Domains are after domain_include/exclude, sorted by id. A push replaces the pointer of the
-	// VM it changed, never the VM it points to: a snapshot's copy of the list is one pointer
-	// per VM (copying 50,000 VMs' values at each pushed batch was most of a change's CPU).
-	Domains      []*veil.Domain
+	// VM it changed, never the VM it points to, in a copy of the one chunk of the list that
+	// holds it (VMs).
+	Domains      VMs
 	DomainsTotal int // before filtering
 	// DomainsGen grows each time Domains is replaced (0 before the first read): a follower
 	// compares one number to know it has news.
@@ -136,9 +136,9 @@ func (s *Snapshot) Backups() []DomainBackup {
 		return nil
 	}
 	var out []DomainBackup
-	for i := range s.Domains {
-		if lb, ok := s.backups[s.Domains[i].ID]; ok {
-			out = append(out, DomainBackup{s.Domains[i].ID, lb})
+	for d := range s.Domains.All() {
+		if lb, ok := s.backups[d.ID]; ok {
+			out = append(out, DomainBackup{d.ID, lb})
 		}
 	}
 	return out

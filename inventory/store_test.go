@@ -60,7 +60,7 @@ func (f *fixture) mustRefresh(t *testing.T) {
 func TestSnapshotsAreImmutableAndSignalled(t *testing.T) {
 	f := newFixture(t, veiltest.Options{Seed: 5, VMs: 3}, pushCollect(), veil.Config{})
 	first := f.inv.Snapshot()
-	if first.Refreshed || len(first.Domains) != 0 {
+	if first.Refreshed || first.Domains.Len() != 0 {
 		t.Fatalf("the first snapshot holds a refresh: %+v", first)
 	}
 	f.mustRefresh(t)
@@ -70,10 +70,10 @@ func TestSnapshotsAreImmutableAndSignalled(t *testing.T) {
 		t.Fatal("the refresh did not close the previous snapshot's Changed")
 	}
 	listed := f.inv.Snapshot()
-	if listed.Gen <= first.Gen || !listed.Refreshed || !listed.Up || len(listed.Domains) != 3 || len(first.Domains) != 0 {
-		t.Fatalf("after a refresh: gen %d (was %d), refreshed %v, %d VMs (the first snapshot %d)", listed.Gen, first.Gen, listed.Refreshed, len(listed.Domains), len(first.Domains))
+	if listed.Gen <= first.Gen || !listed.Refreshed || !listed.Up || listed.Domains.Len() != 3 || first.Domains.Len() != 0 {
+		t.Fatalf("after a refresh: gen %d (was %d), refreshed %v, %d VMs (the first snapshot %d)", listed.Gen, first.Gen, listed.Refreshed, listed.Domains.Len(), first.Domains.Len())
 	}
-	vm := listed.Domains[0]
+	vm := listed.Domains.At(0)
 	obj, _ := json.Marshal(map[string]any{"id": vm.ID, "verbose_name": "pushed-name", "status": "ACTIVE"})
 	f.inv.Apply([]veil.PushFrame{{Resource: "/domains/", Event: veil.PushUpdated, ID: vm.ID, Object: obj}})
 	pushed := f.inv.Snapshot()
@@ -82,9 +82,9 @@ func TestSnapshotsAreImmutableAndSignalled(t *testing.T) {
 	default:
 		t.Fatal("the pushed batch did not close the previous snapshot's Changed")
 	}
-	if pushed.Gen != listed.Gen+1 || pushed.Applied != listed.Applied+1 || listed.Domains[0].VerboseName != vm.VerboseName {
+	if pushed.Gen != listed.Gen+1 || pushed.Applied != listed.Applied+1 || listed.Domains.At(0).VerboseName != vm.VerboseName {
 		t.Errorf("after a push: gen %d (was %d), applied %d (was %d), the older snapshot's VM named %q (was %q)",
-			pushed.Gen, listed.Gen, pushed.Applied, listed.Applied, listed.Domains[0].VerboseName, vm.VerboseName)
+			pushed.Gen, listed.Gen, pushed.Applied, listed.Applied, listed.Domains.At(0).VerboseName, vm.VerboseName)
 	}
 	if f.inv.Apply([]veil.PushFrame{{Resource: "/galaxies/", Event: veil.PushUpdated, ID: "g"}}); f.inv.Snapshot() != pushed {
 		t.Error("a batch of dropped frames stored a snapshot")
