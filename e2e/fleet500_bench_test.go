@@ -113,8 +113,8 @@ func (r *fleetRun) solo() {
 	start := time.Now()
 	requests, cpu, rss, simCPU := fleetSolo(r.b, r.sim, r.leases, one, fleetWindow)
 	r.soloAge = time.Since(start)
-	r.fig["requests-one"], r.fig["cpu-one-cores"], r.fig["hwm-one-MiB"], r.fig["sim-one-cores"] = float64(requests), cpu, rss, simCPU
-	r.note("one exporter running all %d: %d requests over %v, %.2f cores, VmHWM %.0f MiB, simulator %.2f cores", r.plan.controllers, requests, fleetWindow, cpu, rss, simCPU)
+	r.fig["requests-one"], r.fig["cpu-one-cores"], r.fig["hwm-one-MiB"], r.fig["sim-one-cores"] = float64(requests.total), cpu, rss, simCPU
+	r.note("one exporter running all %d: %d requests over %v, %.2f cores, VmHWM %.0f MiB, simulator %.2f cores", r.plan.controllers, requests.total, fleetWindow, cpu, rss, simCPU)
 }
 
 // settle starts every replica at once, as a Deployment's pods come up, and waits until no
@@ -198,9 +198,9 @@ func (r *fleetRun) steadyWindow() {
 		memPer, memMax = max(memPer, mem/n), max(memMax, mem)
 	}
 	el := u1.at.Sub(u0.at).Seconds()
-	r.fig["requests-replicas"] = float64(requests)
+	r.fig["requests-replicas"] = float64(requests.total)
 	if one := r.fig["requests-one"]; one > 0 {
-		r.fig["requests-ratio"] = float64(requests) / one
+		r.fig["requests-ratio"] = float64(requests.total) / one
 	}
 	r.fig["cpu-replica-cores"], r.fig["hwm-replica-MiB"], r.fig["sim-cpu-cores"] = busiest, rss, simCPU
 	r.fig["cpu-per-controller-mcores"] = 1000 * cpuPer
@@ -208,7 +208,7 @@ func (r *fleetRun) steadyWindow() {
 	r.fig["nats-cores"] = u0.sum(u1, natsPids(r.cluster)...)
 	r.fig["lease-writes-per-s"] = float64(w1-w0) / el
 	r.note("replicas over %v: %d requests (one exporter %.0f), busiest replica %.2f cores, %.2f millicores and %.1f MiB per controller at most (largest VmRSS %.0f MiB), NATS %.2f cores, simulator %.2f, lease bucket %.0f writes/s",
-		fleetWindow, requests, r.fig["requests-one"], busiest, 1000*cpuPer, memPer, memMax, r.fig["nats-cores"], simCPU, r.fig["lease-writes-per-s"])
+		fleetWindow, requests.total, r.fig["requests-one"], busiest, 1000*cpuPer, memPer, memMax, r.fig["nats-cores"], simCPU, r.fig["lease-writes-per-s"])
 }
 
 // killReplica kills -9 the holder of the first controller: the time until every one of its

@@ -29,6 +29,7 @@ const (
 	fleetVMs         = 1000
 	fleetLeaseTTL    = 3 * time.Second
 	fleetInterval    = 5 * time.Second  // collect.interval
+	fleetPoll        = time.Second      // events.poll_interval
 	fleetWindow      = 30 * time.Second // six refreshes of every controller (make bench-fleet)
 	// fleetBenchWindow is BenchmarkFleet's: four refreshes of every controller (in 30 s about
 	// 4,300 requests, three replicas' 1.004-1.037 of one exporter's; make bench's whole run has
@@ -47,7 +48,9 @@ const (
 //   - lost, duplicated, disorder: journal ids of every controller not once and in order on the
 //     stream at the end (target 0 each);
 //   - requests-ratio: requests the controllers received from three replicas over a window,
-//     divided by those from one exporter running all 60 over the same window (target <= 1.05);
+//     divided by those from one exporter running all 60 over the same window (target <= 1.05),
+//     as requestCount.judged counts them: without the version's, and the one exporter's event
+//     polls at least as many as its poll_interval schedules;
 //   - cpu-one-cores, cpu-replica-cores: CPU of the one exporter and of the busiest replica over
 //     those windows, in cores; sim-cpu-cores the simulator's; hwm-one-MiB, hwm-replica-MiB their
 //     peak resident memory (the largest replica's);
@@ -81,7 +84,7 @@ func BenchmarkFleet(b *testing.B) {
 	// three replicas from the start, as in production).
 	one := proc("solo")
 	phases.done("NATS, the simulator and the feed")
-	single, cpuOne, rssOne, simOne := fleetSolo(b, sim, leases, one, fleetBenchWindow)
+	singleCount, cpuOne, rssOne, simOne := fleetSolo(b, sim, leases, one, fleetBenchWindow)
 	phases.done("the single exporter's start and window")
 
 	// Three replicas: the same window once the owners settled.
@@ -97,7 +100,9 @@ func BenchmarkFleet(b *testing.B) {
 	leases.waitStable(b, 2*fleetLeaseTTL, insts)
 	settle := leases.lastChange().Sub(settleStart)
 	count, lo, hi, share, dev := fleetSpread(leases.counts(), insts, fleetControllers)
-	three, cpuRep, rssRep, simThree := sim.window(b, fleetBenchWindow, reps[insts[0]], reps[insts[1]], reps[insts[2]])
+	threeCount, cpuRep, rssRep, simThree := sim.window(b, fleetBenchWindow, reps[insts[0]], reps[insts[1]], reps[insts[2]])
+	single := singleCount.judged(true, fleetControllers, fleetBenchWindow, fleetPoll)
+	three := threeCount.judged(false, fleetControllers, fleetBenchWindow, fleetPoll)
 	if float64(three) > 1.05*float64(single) {
 		logPushLines(b, reps, insts)
 	}
@@ -199,7 +204,7 @@ func fleetProc(b *testing.B, dir, exporter, ctrls, clusterURLs, inst string) *re
 	cfg := filepath.Join(dir, inst+".yaml")
 	body := "controllers:\n" + ctrls +
 		fmt.Sprintf("collect:\n  interval: %s\nguest:\n  enabled: false\n", fleetInterval) +
-		"events:\n  enabled: true\n  poll_interval: 1s\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
+		"events:\n  enabled: true\n  poll_interval: " + fleetPoll.String() + "\n  start: earliest\n  checkpoint: {store: nats_kv}\n" +
 		fmt.Sprintf("nats:\n  url: %q\n  jetstream: {stream: %s}\n", clusterURLs, fleetStream) +
 		fmt.Sprintf("ha:\n  enabled: true\n  instance: %s\n  lease_ttl: %s\n  replicas: 3\n", inst, fleetLeaseTTL)
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
@@ -329,7 +334,7 @@ func fleetSpread(count map[string]int, insts []string, n int) (_ map[string]int,
 
 // fleetSolo starts one, the single exporter, waits until it holds every controller, measures
 // its window (length: the same as the replicas' it is compared with) and stops it.
-func fleetSolo(b *testing.B, sim *fleetSim, leases *leaseWatch, one *replicaProc, length time.Duration) (requests int, busiest, rss, simCPU float64) {
+func fleetSolo(b *testing.B, sim *fleetSim, leases *leaseWatch, one *replicaProc, length time.Duration) (requests requestCount, busiest, rss, simCPU float64) {
 	one.start()
 	testutil.Eventually(b, 60*time.Second+time.Duration(leases.want)*100*time.Millisecond, func() bool { return ready(one) && len(leases.owners()) == leases.want },
 		"the single exporter to hold all %d controllers", leases.want)

@@ -132,10 +132,32 @@ func foldIDs(path string) string {
 	return strings.Join(seg, "/")
 }
 
+// requestCount is what every controller was asked over a window: in all, and by path (ids
+// folded).
+type requestCount struct {
+	total  int
+	byPath map[string]int
+}
+
+// judged is what a request ratio compares of a window of length. Not the version's: each
+// controller's is read every inventory.VersionEvery refreshes from its first, so whether a
+// 20 s window holds it depends on when its exporter started (one exporter starting all 60 at
+// once: none or all of them). And with schedule, the event polls count at least as many as
+// poll_interval schedules for controllers controllers: one exporter that falls behind its
+// schedule (all 60 on a machine of one core) asks less than it should, which is no extra
+// request of the replicas it is compared with.
+func (r requestCount) judged(schedule bool, controllers int, length, poll time.Duration) int {
+	n := r.total - r.byPath["/api/controllers/base-version/"]
+	if ev := r.byPath["/api/events/"]; schedule {
+		n += max(ev, controllers*int(length/poll)) - ev
+	}
+	return n
+}
+
 // window counts the requests every controller receives over length, and the CPU the
 // exporters and the simulator use meanwhile: that of the busiest exporter, in cores; rss is the
 // largest peak resident memory (VmHWM) of the exporters, in MiB.
-func (s *fleetSim) window(b *testing.B, length time.Duration, procs ...*replicaProc) (requests int, busiest, rss, sim float64) {
+func (s *fleetSim) window(b *testing.B, length time.Duration, procs ...*replicaProc) (requests requestCount, busiest, rss, sim float64) {
 	b.Helper()
 	s.waitSteady(b, procs...)
 	// Every controller's window opens and closes at the same instant, give or take the
@@ -157,7 +179,7 @@ func (s *fleetSim) window(b *testing.B, length time.Duration, procs ...*replicaP
 		return err
 	})
 	for _, n := range counts {
-		requests += n
+		requests.total += n
 	}
 	// What the requests were, over every controller (a path's id segments folded): a ratio
 	// above 1 says which collection was read more than one exporter reads it.
@@ -183,6 +205,7 @@ func (s *fleetSim) window(b *testing.B, length time.Duration, procs ...*replicaP
 		busiest = max(busiest, (cpuTime(b, p.cmd.Process.Pid)-cpu0[i]).Seconds()/el)
 		rss = max(rss, peakRSS(b, p.cmd.Process.Pid))
 	}
+	requests.byPath = byPath
 	return requests, busiest, rss, (cpuTime(b, s.pid) - sim0).Seconds() / el
 }
 
