@@ -184,7 +184,7 @@ type lastRender struct {
 	backupsGen   uint64
 	// The nodes, clusters and datapools it showed: a snapshot's slices are never changed once
 	// stored (a push copies one at its first edit), so the same memory is the same contents.
-	nodes    []veil.Node
+	nodes    []*veil.Node
 	clusters []veil.Cluster
 	pools    []veil.Datapool
 	hosts    bool // it showed them

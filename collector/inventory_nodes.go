@@ -54,7 +54,7 @@ func (d *inventoryDescs) nodeFamilies() []nodeFamily {
 // emitNodes sends the node families. With shown (the last render showed prev, its nodes) a
 // family no node changed in is kept as rendered and one few changed in patched: the changed
 // nodes' old series removed, their new ones added.
-func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot, prev []veil.Node, shown bool) {
+func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot, prev []*veil.Node, shown bool) {
 	fams := d.nodeFamilies()
 	var changes []nodeChange
 	if shown {
@@ -64,8 +64,8 @@ func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot, 
 		if kept, patched := keepOrPatch(e, f.desc, f.emit, changes, k, len(snap.Nodes), shown); kept || patched {
 			continue
 		}
-		for i := range snap.Nodes {
-			f.emit(e, &snap.Nodes[i])
+		for _, n := range snap.Nodes {
+			f.emit(e, n)
 		}
 	}
 }
@@ -74,14 +74,14 @@ func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot, 
 type nodeChange = change[veil.Node]
 
 // diffNodes lists the nodes that differ between prev and cur. A push replaces a node where it
-// is, so the two are most often the same ids in the same order, compared pair by pair;
-// otherwise they are matched by id.
-func diffNodes(prev, cur []veil.Node, fams []nodeFamily) []nodeChange {
+// is, so the two are most often the same ids in the same order, compared pair by pair (a node
+// no push or listing replaced is its pointer); otherwise they are matched by id.
+func diffNodes(prev, cur []*veil.Node, fams []nodeFamily) []nodeChange {
 	const all = ^uint32(0)
 	changed := func(a, b *veil.Node) uint32 {
 		var m uint32
 		for k, f := range fams {
-			if !f.same(a, b) {
+			if a != b && !f.same(a, b) {
 				m |= 1 << k
 			}
 		}
@@ -94,18 +94,17 @@ func diffNodes(prev, cur []veil.Node, fams []nodeFamily) []nodeChange {
 	}
 	if aligned {
 		for i := range cur {
-			if m := changed(&prev[i], &cur[i]); m != 0 {
-				out = append(out, nodeChange{&prev[i], &cur[i], m})
+			if m := changed(prev[i], cur[i]); m != 0 {
+				out = append(out, nodeChange{prev[i], cur[i], m})
 			}
 		}
 		return out
 	}
 	was := make(map[string]*veil.Node, len(prev))
-	for i := range prev {
-		was[prev[i].ID] = &prev[i]
+	for _, n := range prev {
+		was[n.ID] = n
 	}
-	for i := range cur {
-		n := &cur[i]
+	for _, n := range cur {
 		switch old, ok := was[n.ID]; {
 		case !ok:
 			out = append(out, nodeChange{now: n, fams: all})

@@ -50,7 +50,7 @@ func TestNodeFamiliesArePatched(t *testing.T) {
 		expotest.SameText(t, what, expotest.RenderedText(t, f.rendered(t)), expotest.LiveText(t, f.inv.CollectRendered), "veil_node_info{", "veil_node_domains_running{")
 	}
 	before := families()
-	n := f.inv.Snapshot().Nodes[3]
+	n := *f.inv.Snapshot().Nodes[3]
 	f.inv.Apply([]veil.PushFrame{nodeFrame(t, veil.PushUpdated, n, func(o map[string]any) { o["domains_on_count"] = n.DomainsOnCount + 1 })})
 	sameText("a node's running VMs")
 	after := families()
@@ -72,7 +72,7 @@ func TestNodeFamiliesArePatched(t *testing.T) {
 	}
 	for i := range 40 {
 		nodes := f.inv.Snapshot().Nodes
-		n := nodes[rng.IntN(len(nodes))]
+		n := *nodes[rng.IntN(len(nodes))] // a copy: the snapshot's nodes are never changed
 		var frames []veil.PushFrame
 		switch op := rng.IntN(8); {
 		case op == 0 && len(nodes) > 4:
@@ -83,7 +83,7 @@ func TestNodeFamiliesArePatched(t *testing.T) {
 		default: // one node changed, or two in the same batch
 			frames = append(frames, nodeFrame(t, veil.PushUpdated, n, edits[rng.IntN(len(edits))]))
 			if op%2 == 0 {
-				m := nodes[rng.IntN(len(nodes))]
+				m := *nodes[rng.IntN(len(nodes))]
 				frames = append(frames, nodeFrame(t, veil.PushUpdated, m, edits[rng.IntN(len(edits))]))
 			}
 		}

@@ -19,7 +19,7 @@ func (s *Store) collect(ctx context.Context, name string, start time.Time) (func
 	case collNodes:
 		v, raw, err := list(ctx, s, "/api/nodes/", s.client.Nodes)
 		return func(n *Snapshot) {
-			n.Nodes = v
+			n.Nodes = refs(v)
 			for i := range v {
 				s.learnName(start, v[i].ID, v[i].VerboseName)
 			}
@@ -54,7 +54,7 @@ func (s *Store) collect(ctx context.Context, name string, start time.Time) (func
 		sortDomains(filtered)
 		return func(n *Snapshot) {
 			s.observeListed(ClassDomain, raw)
-			n.Domains, n.DomainsTotal = NewVMs(domainRefs(filtered)), len(v)
+			n.Domains, n.DomainsTotal = NewVMs(refs(filtered)), len(v)
 			n.DomainsGen++
 			present := make(map[string]bool, len(v))
 			for i := range v {

@@ -46,7 +46,7 @@ func (s *Snapshot) GuestTargets() []GuestTarget {
 	return s.targets.v
 }
 
-func guestTargets(doms VMs, nodes []veil.Node) []GuestTarget {
+func guestTargets(doms VMs, nodes []*veil.Node) []GuestTarget {
 	var nodeNames map[string]string // made only if a VM lacks its node's name
 	out := make([]GuestTarget, 0, doms.Len())
 	for d := range doms.All() {

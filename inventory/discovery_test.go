@@ -20,7 +20,7 @@ func TestGuestTargetsAddressesAndPortTags(t *testing.T) {
 		{ID: "off", UserPowerState: veil.Number(veil.PowerOff), GuestUtils: veil.GuestUtils{IPv4: []string{"10.0.0.9"}}},
 		{ID: "tpl", UserPowerState: on, Template: true},
 	}
-	got := guestTargets(NewVMs(domainRefs(doms)), nil)
+	got := guestTargets(NewVMs(refs(doms)), nil)
 	type row struct {
 		id, v4, v6 string
 		ports      []string

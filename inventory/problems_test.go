@@ -44,7 +44,7 @@ func TestNotBackedUpListsVMsWithoutARecentSuccessfulBackup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := notBackedUp(NewVMs(domainRefs(doms)), tt.backups, tt.lookback, now)
+			got := notBackedUp(NewVMs(refs(doms)), tt.backups, tt.lookback, now)
 			var ids []string
 			for _, p := range got {
 				ids = append(ids, p.ID)

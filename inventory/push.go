@@ -108,12 +108,12 @@ func (s *Store) applyFrame(e *edit, f veil.PushFrame, now time.Time) PushDrop {
 	del := f.Event == veil.PushDeleted
 	switch f.Resource {
 	case "/nodes/":
-		return pushInto(&e.snap.Nodes, &e.nodes, f, del, func(n veil.Node) string { return n.ID }, s.learnObject(now), s.rejectFrame)
+		return pushInto(&e.snap.Nodes, &e.nodes, f, del, func(n *veil.Node) string { return n.ID }, ref[veil.Node], s.learnObject(now), s.rejectFrame)
 	case "/clusters/":
-		return pushInto(&e.snap.Clusters, &e.clusters, f, del, func(c veil.Cluster) string { return c.ID }, s.learnObject(now), s.rejectFrame)
+		return pushInto(&e.snap.Clusters, &e.clusters, f, del, func(c veil.Cluster) string { return c.ID }, itself[veil.Cluster], s.learnObject(now), s.rejectFrame)
 	case "/data-pools/":
 		e.snap.DevicesGen++ // veil_datapool_provisioned_bytes lists every datapool
-		return pushInto(&e.snap.Datapools, &e.datapools, f, del, func(d veil.Datapool) string { return d.ID }, s.learnObject(now), s.rejectFrame)
+		return pushInto(&e.snap.Datapools, &e.datapools, f, del, func(d veil.Datapool) string { return d.ID }, itself[veil.Datapool], s.learnObject(now), s.rejectFrame)
 	case "/domains/":
 		return s.pushDomain(e, f, del, now)
 	}
@@ -182,9 +182,10 @@ func (s *Store) rejectFrame(f veil.PushFrame, got string, err error) {
 	s.client.Reject(r)
 }
 
-// pushInto applies a frame of a class without filters to its slice; reject is told about an
-// object that does not decode.
-func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T) string, learn func(id, name string), reject func(f veil.PushFrame, got string, err error)) PushDrop {
+// pushInto applies a frame of a class without filters to its slice of E, each made of a
+// decoded O by wrap (a value is itself, a node its pointer); reject is told about an object
+// that does not decode.
+func pushInto[O, E any](s *[]E, owned *bool, f veil.PushFrame, del bool, id func(E) string, wrap func(O) E, learn func(id, name string), reject func(f veil.PushFrame, got string, err error)) PushDrop {
 	i := indexOf(*s, f.ID, id)
 	if del {
 		if i >= 0 {
@@ -193,12 +194,13 @@ func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T)
 		}
 		return ""
 	}
-	v, err := veil.DecodeObject[T](f.Object)
+	o, err := veil.DecodeObject[O](f.Object)
+	v := wrap(o)
 	if err != nil || id(v) != f.ID {
 		reject(f, id(v), err)
 		return DropBadObject
 	}
-	_, name := identity(v)
+	_, name := identity(o)
 	learn(f.ID, name)
 	own(s, owned)
 	if i >= 0 {
@@ -208,6 +210,12 @@ func pushInto[T any](s *[]T, owned *bool, f veil.PushFrame, del bool, id func(T)
 	}
 	return ""
 }
+
+// itself is wrap for a slice of values.
+func itself[T any](v T) T { return v }
+
+// ref is wrap for a slice of pointers.
+func ref[T any](v T) *T { return &v }
 
 // identity is the id and name of an object of a pushed collection.
 func identity(v any) (id, name string) {
