@@ -93,6 +93,62 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 	}
 }
 
+// TestTheReceiverEndsAHandOverItsViewIsBehindOn: the receiver holds the controller handed
+// over, but its view has an older revision of the record (the watch had not delivered the
+// latest): its delete is refused, and it reads the record again so that its next look ends the
+// hand-over, without waiting for another change of the bucket (none may come before a renew
+// period: every replica waits for this one).
+func TestTheReceiverEndsAHandOverItsViewIsBehindOn(t *testing.T) {
+	url := testutil.StartNATS(t).URL()
+	js := testutil.JetStream(t, url)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "HANDOVER_BEHIND", History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := config.Default().HA
+	recv, err := New(nc, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: "pod-c", LeaseTTL: testTTL, Controllers: []string{"alpha"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, err := New(nc, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: "pod-a", LeaseTTL: testTTL, Controllers: []string{"alpha"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sender.claimHandOver(ctx, kv, nil, "alpha", "pod-c") {
+		t.Fatal("the hand-over was refused")
+	}
+	old, err := kv.Get(ctx, handOverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The receiver's view stops at this revision; the record is written once more after it.
+	recv.view.apply(handOverKey, old.Revision(), old.Operation(), old.Value(), time.Now())
+	if _, err := kv.Update(ctx, handOverKey, old.Value(), old.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	recv.held["alpha"] = &Lease{controller: "alpha"}
+	recv.endHandOver(ctx, kv) // refused: its view is behind
+	if e, err := kv.Get(ctx, handOverKey); err != nil || e.Operation() != jetstream.KeyValuePut {
+		t.Fatalf("the record went with a delete at a revision it no longer had: %v", err)
+	}
+	recv.endHandOver(ctx, kv) // its view read the record again: this one goes through
+	if e, err := kv.Get(ctx, handOverKey); err == nil && e.Operation() == jetstream.KeyValuePut {
+		t.Fatal("the record is still there: the receiver's view did not catch up on the refusal")
+	}
+	select {
+	case <-recv.kickCh:
+	default:
+		t.Error("the refusal did not ask the loop for another look")
+	}
+}
+
 // TestJoiningReplicasTakeTheirShareWithinARenewPeriod has one replica hold 30 controllers and
 // two more join: the 20 hand-overs follow one another as soon as each controller is taken,
 // still one at a time, not one per renew period of the holder. With lease_ttl 30 s (renew

@@ -90,7 +90,7 @@ func (w *world) start(name string, opt func(*testOptions)) *replica {
 	r := &replica{name: name, nc: nc, done: make(chan struct{}), released: map[string]int{}}
 	opts := testOptions{Options: Options{
 		Bucket: w.bucket, Replicas: 3, LeaseTTL: testTTL, Instance: name, Controllers: w.ctrls,
-		Logger:    level.NewFilter(log.With(log.NewLogfmtLogger(&w.logs), "t", log.DefaultTimestampUTC), level.AllowInfo()),
+		Logger:    level.NewFilter(log.With(log.NewLogfmtLogger(&w.logs), "t", log.DefaultTimestampUTC), level.AllowDebug()),
 		OnAcquire: func(l *Lease) { w.acquired(r, l) },
 		OnRelease: func(ct string) func() { w.releasedBy(r, ct); return nil },
 	}}

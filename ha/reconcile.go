@@ -253,7 +253,23 @@ func (c *Coordinator) endHandOver(ctx context.Context, kv jetstream.KeyValue) {
 	}
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	if err := kv.Delete(cctx, handOverKey, jetstream.LastRevision(e.rev)); err != nil && !isCASFailure(err) {
+	err := kv.Delete(cctx, handOverKey, jetstream.LastRevision(e.rev))
+	switch {
+	case isCASFailure(err):
+		// The view was behind: read the record again and look once more, rather than leave the
+		// next hand-over waiting for a change of the bucket that may not come before a renew
+		// period.
+		g, gerr := kv.Get(cctx, handOverKey)
+		c.mu.Lock()
+		switch {
+		case gerr == nil:
+			c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			c.view.forget(handOverKey)
+		}
+		c.mu.Unlock()
+		c.kick()
+	case err != nil:
 		level.Debug(c.logger).Log("msg", "couldn't delete the hand-over record; it expires instead", "controller", r.Controller, "err", err)
 	}
 }
