@@ -49,8 +49,8 @@ const (
 //     stream at the end (target 0 each);
 //   - requests-ratio: requests the controllers received from three replicas over a window,
 //     divided by those from one exporter running all 60 over the same window (target <= 1.05),
-//     as requestCount.judged counts them: without the version's, and the one exporter's event
-//     polls at least as many as its poll_interval schedules;
+//     as judged counts them: without the version's, and the one exporter's event polls at least
+//     as many as the replicas' up to what its poll_interval schedules;
 //   - cpu-one-cores, cpu-replica-cores: CPU of the one exporter and of the busiest replica over
 //     those windows, in cores; sim-cpu-cores the simulator's; hwm-one-MiB, hwm-replica-MiB their
 //     peak resident memory (the largest replica's);
@@ -101,8 +101,7 @@ func BenchmarkFleet(b *testing.B) {
 	settle := leases.lastChange().Sub(settleStart)
 	count, lo, hi, share, dev := fleetSpread(leases.counts(), insts, fleetControllers)
 	threeCount, cpuRep, rssRep, simThree := sim.window(b, fleetBenchWindow, reps[insts[0]], reps[insts[1]], reps[insts[2]])
-	single := singleCount.judged(true, fleetControllers, fleetBenchWindow, fleetPoll)
-	three := threeCount.judged(false, fleetControllers, fleetBenchWindow, fleetPoll)
+	three, single := judged(threeCount, singleCount, fleetControllers, fleetBenchWindow, fleetPoll)
 	if float64(three) > 1.05*float64(single) {
 		logPushLines(b, reps, insts)
 	}

@@ -139,19 +139,21 @@ type requestCount struct {
 	byPath map[string]int
 }
 
-// judged is what a request ratio compares of a window of length. Not the version's: each
-// controller's is read every inventory.VersionEvery refreshes from its first, so whether a
-// 20 s window holds it depends on when its exporter started (one exporter starting all 60 at
-// once: none or all of them). And with schedule, the event polls count at least as many as
-// poll_interval schedules for controllers controllers: one exporter that falls behind its
-// schedule (all 60 on a machine of one core) asks less than it should, which is no extra
-// request of the replicas it is compared with.
-func (r requestCount) judged(schedule bool, controllers int, length, poll time.Duration) int {
-	n := r.total - r.byPath["/api/controllers/base-version/"]
-	if ev := r.byPath["/api/events/"]; schedule {
-		n += max(ev, controllers*int(length/poll)) - ev
-	}
-	return n
+// judged is what a request ratio compares of the windows of length of several replicas (r)
+// and of one exporter (one). Not the version's: each controller's is read every
+// inventory.VersionEvery refreshes from its first, so whether a 20 s window holds it depends on
+// when its exporter started (one exporter starting all 60 at once: none or all of them). And
+// the one exporter's event polls count at least as many as the replicas made, up to the
+// poll_interval's schedule for controllers: one exporter that falls behind its schedule (all 60
+// on a machine of one core) asks less than it should, and replicas on schedule make no extra
+// request; polls beyond the schedule still count against them.
+func judged(r, one requestCount, controllers int, length, poll time.Duration) (replicas, single int) {
+	const version, events = "/api/controllers/base-version/", "/api/events/"
+	replicas = r.total - r.byPath[version]
+	single = one.total - one.byPath[version]
+	ev := one.byPath[events]
+	single += max(ev, min(r.byPath[events], controllers*int(length/poll))) - ev
+	return replicas, single
 }
 
 // window counts the requests every controller receives over length, and the CPU the
