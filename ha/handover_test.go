@@ -16,10 +16,9 @@ import (
 	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
 
-// TestOnlyOneHandOverAtATime gives two replicas views that both make them the mover (the race
-// seen on CI: two controllers released within 5 ms) and checks that only the first may release
-// until the controller it handed over is held by someone.
-func TestOnlyOneHandOverAtATime(t *testing.T) {
+// handOverBucket starts a NATS server with a bucket of its own for the hand-over record, and
+// returns it with a maker of coordinators (not running) of the controllers alpha and bravo.
+func handOverBucket(t *testing.T) (context.Context, jetstream.KeyValue, func(name string) *Coordinator) {
 	url := testutil.StartNATS(t).URL()
 	js := testutil.JetStream(t, url)
 	nc, err := nats.Connect(url)
@@ -28,19 +27,26 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "HANDOVER_TEST", History: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	def := config.Default().HA // the bucket and replicas a configuration without an ha section gets
-	coord := func(name string) *Coordinator {
+	return ctx, kv, func(name string) *Coordinator {
 		c, err := New(nc, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: name, LeaseTTL: testTTL, Controllers: []string{"alpha", "bravo"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
+}
+
+// TestOnlyOneHandOverAtATime gives two replicas views that both make them the mover (the race
+// seen on CI: two controllers released within 5 ms) and checks that only the first may release
+// until the controller it handed over is held by someone.
+func TestOnlyOneHandOverAtATime(t *testing.T) {
+	ctx, kv, coord := handOverBucket(t)
 	a, b, recv := coord("pod-a"), coord("pod-b"), coord("pod-c")
 
 	if !a.claimHandOver(ctx, kv, nil, "alpha", "pod-c") {
@@ -99,28 +105,8 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 // hand-over, without waiting for another change of the bucket (none may come before a renew
 // period: every replica waits for this one).
 func TestTheReceiverEndsAHandOverItsViewIsBehindOn(t *testing.T) {
-	url := testutil.StartNATS(t).URL()
-	js := testutil.JetStream(t, url)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "HANDOVER_BEHIND", History: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	def := config.Default().HA
-	recv, err := New(nc, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: "pod-c", LeaseTTL: testTTL, Controllers: []string{"alpha"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sender, err := New(nc, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: "pod-a", LeaseTTL: testTTL, Controllers: []string{"alpha"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, kv, coord := handOverBucket(t)
+	sender, recv := coord("pod-a"), coord("pod-c")
 	if !sender.claimHandOver(ctx, kv, nil, "alpha", "pod-c") {
 		t.Fatal("the hand-over was refused")
 	}

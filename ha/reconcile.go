@@ -220,15 +220,7 @@ func (c *Coordinator) claimHandOver(ctx context.Context, kv jetstream.KeyValue, 
 	}
 	if isCASFailure(err) {
 		// Another replica is handing over, or the view was behind: read the key for the next look.
-		g, gerr := kv.Get(cctx, handOverKey)
-		c.mu.Lock()
-		switch {
-		case gerr == nil:
-			c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-			c.view.forget(handOverKey) // gone by the bucket's max age
-		}
-		c.mu.Unlock()
+		c.rereadHandOver(cctx, kv)
 		return false
 	}
 	if err != nil {
@@ -259,18 +251,24 @@ func (c *Coordinator) endHandOver(ctx context.Context, kv jetstream.KeyValue) {
 		// The view was behind: read the record again and look once more, rather than leave the
 		// next hand-over waiting for a change of the bucket that may not come before a renew
 		// period.
-		g, gerr := kv.Get(cctx, handOverKey)
-		c.mu.Lock()
-		switch {
-		case gerr == nil:
-			c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-			c.view.forget(handOverKey)
-		}
-		c.mu.Unlock()
+		c.rereadHandOver(cctx, kv)
 		c.kick()
 	case err != nil:
 		level.Debug(c.logger).Log("msg", "couldn't delete the hand-over record; it expires instead", "controller", r.Controller, "err", err)
+	}
+}
+
+// rereadHandOver reads the hand-over record into the view after a write over its revision was
+// refused: the view was behind.
+func (c *Coordinator) rereadHandOver(ctx context.Context, kv jetstream.KeyValue) {
+	g, err := kv.Get(ctx, handOverKey)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil:
+		c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		c.view.forget(handOverKey) // deleted, or gone by the bucket's max age
 	}
 }
 
