@@ -80,8 +80,11 @@ func diffNodes(prev, cur []*veil.Node, fams []nodeFamily) []nodeChange {
 	const all = ^uint32(0)
 	changed := func(a, b *veil.Node) uint32 {
 		var m uint32
+		if a == b {
+			return 0
+		}
 		for k, f := range fams {
-			if a != b && !f.same(a, b) {
+			if !f.same(a, b) {
 				m |= 1 << k
 			}
 		}
