@@ -150,7 +150,8 @@ func reportCatchUp(b *testing.B, run catchUpRun) {
 // time, through the same client) against the same simulator, its answers counted as they arrive.
 // What separates it from the floor is the HTTP round trip between the two processes (writing,
 // waking, reading, on cores they share with everything else); what separates the forwarder from
-// it is the forwarder's own work and the one row each page overlaps the one before.
+// it is the forwarder's own work and the one row each page overlaps the one before. make bench
+// judges the catch-up against it (bench/report, catchUpGoal).
 func readerOnly(b *testing.B, sim *simProcess, ordering string, page, concurrency int) float64 {
 	b.Helper()
 	const readerPages = 200 // a second's reading: the ratio settles well before

@@ -248,19 +248,7 @@ func loopFigures(r results) (figs []Figure) {
 	}
 	figs = append(figs, f)
 
-	for _, order := range []string{"oldest_first", "newest_first"} {
-		c := "BenchmarkCatchUp/" + order
-		rate, ratio := r.get(c, "events/s"), r.get(c, "ratio", "ratio_to_floor", "ratio-to-floor")
-		f := figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, ratio)), "page floor", ratio, ">=", 0.9)
-		if nom, ms := r.get(c, "ratio_nominal"), r.get(c, "answer_ms"); len(nom) > 0 && len(ms) > 0 {
-			f.Note = fmt.Sprintf("floor from the simulator's measured answer time %.2f ms per page; %.3f of the nominal 20 ms floor", median(ms), median(nom))
-			if ro := r.get(c, "reader_only_ratio"); len(ro) > 0 {
-				f.Note += fmt.Sprintf("; a client doing nothing but read pages reaches %.3f of this floor", median(ro))
-			}
-		}
-		figs = append(figs, f)
-	}
-
+	figs = append(figs, catchUpFigures(r)...)
 	figs = append(figs, catchUpCPUFigures(r)...)
 
 	d := "BenchmarkSteadyStateDelay"

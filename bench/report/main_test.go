@@ -138,3 +138,30 @@ func TestPushCPUFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestCatchUpFigures: the catch-up is judged run by run against the bare reader of the same run;
+// a run without its bare reader is not measured (make bench fails).
+func TestCatchUpFigures(t *testing.T) {
+	old, fresh := "BenchmarkCatchUp/oldest_first", "BenchmarkCatchUp/newest_first"
+	r := results{
+		// 0.8962/0.9572, 0.9041/0.9637, 0.8888/0.9631: a run of the last stop that missed the
+		// page floor's goal (median 0.896); against its bare reader 0.936, 0.938, 0.923.
+		old: {"events/s": {16781, 16866, 16599}, "ratio": {0.8962, 0.9041, 0.8888}, "reader_only_ratio": {0.9572, 0.9637, 0.9631}},
+		// A forwarder that loses a fifth to its own work where a bare reader loses nothing.
+		fresh: {"events/s": {15000, 15100, 14900}, "ratio": {0.80, 0.81, 0.79}, "reader_only_ratio": {0.99, 0.99, 1.0}},
+	}
+	figs := catchUpFigures(r)
+	if len(figs) != 2 {
+		t.Fatalf("%d figures", len(figs))
+	}
+	if f := figs[0]; f.Status != "PASS" || f.Ratio == nil || *f.Ratio < 0.935 || *f.Ratio > 0.937 {
+		t.Errorf("oldest first: %s, ratio %v, want PASS at 0.936", f.Status, f.Ratio)
+	}
+	if f := figs[1]; f.Status != "MISS" {
+		t.Errorf("newest first: %s, want MISS (0.80 of a bare reader)", f.Status)
+	}
+	delete(r[fresh], "reader_only_ratio")
+	if f := catchUpFigures(r)[1]; f.Status != "NOT MEASURED" || failures([]Figure{f}) == "" {
+		t.Errorf("without its bare reader: %+v does not fail make bench", f)
+	}
+}
