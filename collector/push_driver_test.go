@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/veil-exporter/veil-exporter/internal/testutil"
 )
 
 // driverEnv, set to the simulator's URL, makes this test binary the driver instead of running
@@ -41,6 +43,7 @@ func runDriverProcess(url string, rate int, plan []plannedChange, sent func(k in
 		fmt.Fprintln(&in, c.id, c.action)
 	}
 	cmd := exec.Command(os.Args[0])
+	testutil.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), driverEnv+"="+url)
 	cmd.Stdin = strings.NewReader(in.String())
 	cmd.Stderr = os.Stderr

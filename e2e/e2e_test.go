@@ -69,6 +69,7 @@ func start(t *testing.T, dir, name string, args ...string) {
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	testutil.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

@@ -53,6 +53,7 @@ func (p *replicaProc) start() {
 		p.t.Fatal(err)
 	}
 	p.cmd = exec.Command(p.bin, "--config.file", p.cfg, "--web.listen-address", p.web)
+	testutil.DieWithTest(p.cmd)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

@@ -290,6 +290,7 @@ func scrapeOnce(u string) (string, http.Header, error) {
 // controllers and its pid.
 func startSims(b *testing.B, bin string, n int, args ...string) ([]string, int) {
 	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	testutil.DieWithTest(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)

@@ -186,6 +186,7 @@ func startSimProcess(b *testing.B, args ...string) *simProcess {
 	p := &simProcess{url: "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(b)), token: "bench-token"}
 	cmd := exec.Command(testutil.Build(b, "cmd/veil-sim"), append([]string{"--listen", strings.TrimPrefix(p.url, "http://"), "--token", p.token, "--event-rate", "0"}, args...)...)
 	cmd.Stderr = os.Stderr
+	testutil.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

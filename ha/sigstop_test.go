@@ -132,6 +132,7 @@ func TestSIGSTOPOwnerCannotMoveThePositionAfterSIGCONT(t *testing.T) {
 	var parentWrote atomic.Bool
 	var out testutil.SyncBuffer
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperReplica$", "-test.v")
+	testutil.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), "VEIL_HA_HELPER=1", "VEIL_HA_URLS="+cl.URLs(), "VEIL_HA_BUCKET="+w.bucket, "VEIL_HA_CONTROLLER="+ct)
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {

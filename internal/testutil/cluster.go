@@ -46,6 +46,7 @@ func (p *node) start() error {
 		return nil
 	}
 	cmd := exec.Command(p.bin, p.args...)
+	DieWithTest(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
