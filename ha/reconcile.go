@@ -261,6 +261,9 @@ func (c *Coordinator) endHandOver(ctx context.Context, kv jetstream.KeyValue) {
 // rereadHandOver reads the hand-over record into the view after a write over its revision was
 // refused: the view was behind.
 func (c *Coordinator) rereadHandOver(ctx context.Context, kv jetstream.KeyValue) {
+	c.mu.Lock()
+	known := c.view.rev(handOverKey)
+	c.mu.Unlock()
 	g, err := kv.Get(ctx, handOverKey)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -268,7 +271,7 @@ func (c *Coordinator) rereadHandOver(ctx context.Context, kv jetstream.KeyValue)
 	case err == nil:
 		c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		c.view.forget(handOverKey) // deleted, or gone by the bucket's max age
+		c.view.forget(handOverKey, known) // deleted, or gone by the bucket's max age
 	}
 }
 
@@ -321,13 +324,16 @@ func (c *Coordinator) acquire(ctx context.Context, kv jetstream.KeyValue, contro
 	}
 	if isCASFailure(err) {
 		// The view was behind: read the key so that the next look is right.
+		c.mu.Lock()
+		known := c.view.rev(key)
+		c.mu.Unlock()
 		g, gerr := kv.Get(cctx, key)
 		c.mu.Lock()
 		switch {
 		case gerr == nil:
 			c.view.apply(key, g.Revision(), g.Operation(), g.Value(), time.Now())
 		case errors.Is(gerr, jetstream.ErrKeyNotFound) && e != nil && !e.deleted:
-			c.view.forget(key) // gone by the bucket's max age
+			c.view.forget(key, known) // gone by the bucket's max age
 		}
 		c.mu.Unlock()
 		return nil

@@ -97,9 +97,24 @@ func (v *view) apply(key string, rev uint64, op jetstream.KeyValueOp, value []by
 	return true
 }
 
-// forget drops a key the bucket no longer has (removed by its max age, which the watch does
-// not report).
-func (v *view) forget(key string) { delete(v.entries, key) }
+// forget drops a key a read found absent (deleted, or removed by the bucket's max age, which
+// the watch does not report), unless the view has learnt a revision of it newer than known, the
+// one it held when the read was sent: the watch may deliver a write made after the read before
+// the read's answer comes, and that write stands.
+func (v *view) forget(key string, known uint64) {
+	if e, ok := v.entries[key]; ok && e.rev > known {
+		return
+	}
+	delete(v.entries, key)
+}
+
+// rev is the revision of key the view holds (0: none).
+func (v *view) rev(key string) uint64 {
+	if e, ok := v.entries[key]; ok {
+		return e.rev
+	}
+	return 0
+}
 
 // leaseState describes leases.<controller> at now for a replica with lease time ttl.
 type leaseState struct {
