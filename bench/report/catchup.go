@@ -27,8 +27,11 @@ func catchUpFigures(r results) (figs []Figure) {
 	for _, order := range []string{"oldest_first", "newest_first"} {
 		c := "BenchmarkCatchUp/" + order
 		rate, page, bare := r.get(c, "events/s"), r.get(c, "ratio"), r.get(c, "reader_only_ratio")
-		judged := perRun(page, bare)
-		if judged == nil {
+		var judged []float64 // run by run; none unless every run has its bare reader
+		if len(page) == len(bare) {
+			judged = sweepFloors(page, bare)
+		}
+		if len(judged) == 0 {
 			rate = nil // a run without its bare reader cannot be judged: not measured
 		}
 		f := figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, judged)), "a bare reader, same run", judged, ">=", catchUpGoal)
@@ -39,19 +42,4 @@ func catchUpFigures(r results) (figs []Figure) {
 		figs = append(figs, f)
 	}
 	return figs
-}
-
-// perRun divides a by b run by run; nil unless both have the same runs, every b non-zero.
-func perRun(a, b []float64) []float64 {
-	if len(a) == 0 || len(a) != len(b) {
-		return nil
-	}
-	out := make([]float64, len(a))
-	for i := range a {
-		if b[i] == 0 {
-			return nil
-		}
-		out[i] = a[i] / b[i]
-	}
-	return out
 }
