@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,114 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/veil-exporter/veil-exporter/veil"
-
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
-
-// position is where a controller's event stream has been published up to.
-// Several events can share one created instant, so the instant alone is not enough.
-type position struct {
-	Created time.Time `json:"created"` // newest published created; zero before anything
-	IDs     []string  `json:"ids"`     // ids published at exactly Created
-	// Known is true once a position was established (start: latest with an empty journal
-	// stays known with a zero Created).
-	Known bool `json:"known"`
-	// FromStart says the position is where events.start put a first start, not one published
-	// up to: the stream's, when it holds any of this controller, replaces it without a rewind.
-	FromStart bool `json:"from_start,omitempty"`
-	// Seen describes the journal when it was last read, so that events lost at the source
-	// (deleted before they could be read) can be counted exactly: Ahead events were newer than
-	// the position up to and including the newest one then, Tail.
-	Ahead       int       `json:"ahead"`
-	TailID      string    `json:"tail_id,omitempty"`
-	TailCreated time.Time `json:"tail_created,omitzero"`
-	// Future are events published ahead of their time: dated more than futureSkew past the clock
-	// when they were read. The journal lists events that come later before them, so they do not
-	// move Created (which would make those count as published); they are known by id until
-	// Created passes them. At most maxFuture: further ones move Created as any event.
-	Future []futureEvent `json:"future,omitempty"`
-}
-
-// futureEvent is one event of position.Future.
-type futureEvent struct {
-	ID      string    `json:"id"`
-	Created time.Time `json:"created"`
-}
-
-// futureSkew is how far past the exporter's clock an event's created must be for it to be
-// published ahead of its time; maxFuture bounds how many such events the position holds (and its
-// headers carry).
-const (
-	futureSkew = 5 * time.Minute
-	maxFuture  = 16
-)
-
-// addFuture records an event published ahead of its time.
-func (p *position) addFuture(created time.Time, id string) {
-	p.Future = append(p.Future, futureEvent{ID: id, Created: created})
-}
-
-// isFuture says whether id was published ahead of its time.
-func (p *position) isFuture(id string) bool {
-	for _, a := range p.Future {
-		if a.ID == id {
-			return true
-		}
-	}
-	return false
-}
-
-// published says whether an event with this created and id is at or before the position.
-func (p *position) published(created time.Time, id string) bool {
-	if !p.Known {
-		return false
-	}
-	switch created.Compare(p.Created) {
-	case -1:
-		return true
-	case 1:
-		return false
-	}
-	for _, x := range p.IDs {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
-
-// passed says whether the position is past e: published for e, and for an event that could not
-// be read as one (its created borrowed from a neighbour, which may differ between two reads of
-// the journal) also any id published at the position's instant. Events published ahead of their
-// time are not passed (publishedEvent).
-func (p *position) passed(e *veil.Event) bool {
-	if p.published(e.Created.Time, e.ID) {
-		return true
-	}
-	return e.Invalid != "" && p.Known && slices.Contains(p.IDs, e.ID)
-}
-
-// publishedEvent says whether e was published: passed, or published ahead of its time.
-func (p *position) publishedEvent(e *veil.Event) bool {
-	return p.passed(e) || p.isFuture(e.ID)
-}
-
-// advance moves the position past one event published after it.
-func (p *position) advance(created time.Time, id string) {
-	if !p.Known || created.After(p.Created) {
-		p.Created, p.IDs, p.Known = created, []string{id}, true
-		p.Future = slices.DeleteFunc(p.Future, func(a futureEvent) bool { return a.Created.Before(created) })
-		return
-	}
-	p.IDs = append(p.IDs, id)
-}
-
-func (p position) clone() position {
-	p.IDs = append([]string(nil), p.IDs...)
-	p.Future = slices.Clone(p.Future)
-	return p
-}
 
 // checkpoint stores the position of one controller.
 type checkpoint interface {

@@ -27,18 +27,22 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 		}
 		fw.setNotReady(natsErr) // until the stream says where we are, nothing is published
 	}
+	return fw.tail(ctx, natsErr)
+}
+
+// tail locates the boundary between published and new events and, unless natsErr says NATS
+// cannot take them, publishes the new ones: the cycle with the stream's part done (a property
+// test runs it over a journal in memory).
+func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
+	now := fw.clock()
 	fw.mu.Lock()
 	pos, hint := fw.pos.clone(), fw.hint
 	fw.mu.Unlock()
-	b, count, anchored, seen, err := fw.locate(ctx, &pos, hint)
+	bd, err := fw.locate(ctx, &pos, hint)
 	if err != nil {
 		return 0, err
 	}
-	d := fw.dir()
-	newCount := b
-	if d == oldestFirst {
-		newCount = count - b
-	}
+	newCount := bd.fresh(fw.dir())
 	fw.mu.Lock()
 	fw.backlog = max(0, newCount-len(pos.Future)) // those are published: the journal lists them last
 	fw.mu.Unlock()
@@ -49,18 +53,47 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 		return 0, natsErr
 	}
 	if newCount <= 0 {
-		if d == newestFirst {
+		if fw.dir() == newestFirst {
 			fw.setHint(0)
 		} else {
-			fw.setHint(count)
+			fw.setHint(bd.count)
 		}
+		fw.promote(now)
 		return 0, nil
 	}
 	// Should reading fail (the list moved past the overlap), the next cycle looks where the
 	// boundary just was rather than searching the whole list, which under a moving list takes
 	// long enough for the list to move again.
-	fw.setHint(b)
-	return fw.read(ctx, pos, b, count, anchored, seen)
+	fw.setHint(bd.b)
+	return fw.read(ctx, pos, bd, now)
+}
+
+// boundary is where locate found the published events end: oldest first, offsets below b are
+// published; newest first, offsets from b on are. anchored says that the published event next
+// to b exists (otherwise reading starts at the very start of the list). seen is the page it
+// found the boundary on, when it found it on the first page it read: reading may take its first
+// page from it (seen.cover).
+type boundary struct {
+	b, count int
+	anchored bool
+	seen     *seenPage
+}
+
+// fresh is how many events the list holds past the boundary in the direction d.
+func (bd boundary) fresh(d direction) int {
+	if d == oldestFirst {
+		return bd.count - bd.b
+	}
+	return bd.b
+}
+
+// promote moves the acknowledged position up past the events published ahead of their time
+// that the clock has passed (position.promote), after a read that began at now and published
+// everything it listed (the pipeline is closed: nothing else moves the position meanwhile).
+func (fw *Forwarder) promote(now time.Time) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	fw.pos.promote(now)
 }
 
 // setUpError is a stream or position store set-up that failed with NATS connected.
@@ -105,25 +138,24 @@ func (fw *Forwarder) setHint(h int) {
 	fw.mu.Unlock()
 }
 
-// locate finds the boundary offset b between published and new events: oldest first, offsets
-// below b are published; newest first, offsets from b on are. anchored says that the published
-// event next to b exists (otherwise reading starts at the very start of the list). It also
-// notices events lost at the source and records what is needed to count future losses. seen is
-// the page it found the boundary on, when it found it on the first page it read: reading may
-// take its first page from it (seen.cover).
-func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, count int, anchored bool, seen *seenPage, err error) {
+// locate finds the boundary between published and new events, starting at the offset where
+// the last cycle left it (hint). It also notices events lost at the source and records what is
+// needed to count future losses.
+func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (boundary, error) {
+	var b, count int
+	var anchored bool
 	o := max(0, hint-fw.page/2)
 	pg, err := fw.eventsPage(ctx, o, fw.page)
 	if err != nil {
-		return 0, 0, false, nil, fmt.Errorf("couldn't read events: %w", err)
+		return boundary{}, fmt.Errorf("couldn't read events: %w", err)
 	}
 	if o > 0 && len(pg.Results) == 0 { // the list shrank below the hint
 		o = 0
 		if pg, err = fw.eventsPage(ctx, 0, fw.page); err != nil {
-			return 0, 0, false, nil, fmt.Errorf("couldn't read events: %w", err)
+			return boundary{}, fmt.Errorf("couldn't read events: %w", err)
 		}
 	}
-	seen = &seenPage{start: o, page: pg}
+	seen := &seenPage{start: o, page: pg}
 	fw.learnOrder(pg.Results)
 	d := fw.dir()
 	count = pg.Count
@@ -157,7 +189,7 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, co
 		b, o, items, err = fw.walkUp(ctx, o, items, count, pred)
 	}
 	if err != nil {
-		return 0, 0, false, nil, err
+		return boundary{}, err
 	}
 	// Is the published event next to the boundary still there?
 	if d == oldestFirst {
@@ -173,7 +205,7 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (b, co
 		fw.mu.Unlock()
 		fw.observe(ctx, pos, d, b, count, o, items)
 	}
-	return b, count, anchored, seen, nil
+	return boundary{b: b, count: count, anchored: anchored, seen: seen}, nil
 }
 
 // walkDown looks for the boundary below a page that begins past it, a page at a time, before
@@ -366,9 +398,9 @@ func (fw *Forwarder) oldestListed(ctx context.Context, d direction) (time.Time, 
 // ones push them to higher offsets newest first, retention pulls them to lower offsets oldest
 // first), so that the list moving between two reads shifts the overlap inside the page instead of
 // past it.
-func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, anchored bool, seen *seenPage) (int, error) {
+func (fw *Forwarder) read(ctx context.Context, pos position, bd boundary, now time.Time) (int, error) {
 	pl := fw.startPipeline(ctx)
-	next, err := fw.readPages(ctx, pos, b, count, anchored, seen, pl)
+	next, held, err := fw.readPages(ctx, pos, bd, now, pl)
 	n, perr := pl.close()
 	fw.mu.Lock()
 	switch {
@@ -381,40 +413,44 @@ func (fw *Forwarder) read(ctx context.Context, pos position, b, count int, ancho
 	if perr != nil {
 		return n, perr // a publish failure or a lost position outranks what reading saw
 	}
+	fw.holding(held)
 	if err == nil {
 		fw.setHint(next)
+		if held == 0 {
+			fw.promote(now)
+		}
 	}
 	return n, err
 }
 
 // readPages reads the new events and sends them through pl in batches; it returns the offset
-// where the next cycle expects the boundary.
-func (fw *Forwarder) readPages(ctx context.Context, pos position, b, count int, anchored bool, seen *seenPage, pl *pipeline) (int, error) {
+// where the next cycle expects the boundary and how many events dated ahead it held back.
+func (fw *Forwarder) readPages(ctx context.Context, pos position, bd boundary, now time.Time, pl *pipeline) (int, int, error) {
 	r := &reading{
-		fw: fw, pl: pl, pos: pos, d: fw.dir(), anchored: anchored, sl: newSlack(fw.slack, fw.page),
-		prefix: fw.stream.cfg.SubjectPrefix, source: fw.source, first: true, lastOff: b,
-		limit: fw.stream.messageLimit(),
+		fw: fw, pl: pl, pos: pos, d: fw.dir(), anchored: bd.anchored, sl: newSlack(fw.slack, fw.page),
+		prefix: fw.stream.cfg.SubjectPrefix, source: fw.source, first: true, lastOff: bd.b,
+		limit: fw.stream.messageLimit(), now: now,
 	}
 	defer func() { fw.slack = r.sl.load() }()
 	r.batch = r.newBatch()
-	pages := readSpans(ctx, fw.pager, fw.ordering, fw.concurrency(), newSpanPlan(r.d, fw.page, b, count, anchored, r.sl, seen))
+	pages := readSpans(ctx, fw.pager, fw.ordering, fw.concurrency(), newSpanPlan(r.d, fw.page, bd, r.sl))
 	defer pages.Stop()
 	for {
 		f, ok, err := pages.Next()
 		if err != nil {
-			return 0, err
+			return 0, r.held, err
 		}
 		if !ok {
 			break
 		}
 		if err := r.take(f); err != nil {
-			return 0, err
+			return 0, r.held, err
 		}
 	}
 	if err := r.flush(); err != nil {
-		return 0, err
+		return 0, r.held, err
 	}
-	return r.lastOff, ctx.Err()
+	return r.lastOff, r.held, ctx.Err()
 }
 
 // reading is one read of the new events, page by page in the plan's order: it proves each page
@@ -430,9 +466,11 @@ type reading struct {
 	prefix, source string
 	limit          int // the largest message NATS takes (0: not known)
 	batch          sentBatch
-	first          bool   // no page taken yet
-	prevID         string // the newest event of the page before
-	lastOff        int    // where the next cycle expects the boundary
+	first          bool      // no page taken yet
+	prevID         string    // the newest event of the page before
+	lastOff        int       // where the next cycle expects the boundary
+	now            time.Time // the exporter's clock when the cycle began: what is dated after it is ahead
+	held           int       // events dated ahead left unpublished (position.take)
 }
 
 func (r *reading) newBatch() sentBatch {
@@ -544,11 +582,10 @@ func (r *reading) publish(chron []veil.Event, m int) error {
 			// there is older than the position.
 			continue
 		}
-		future := e.Invalid == "" && e.Created.After(time.Now().Add(futureSkew)) && len(r.pos.Future) < maxFuture
-		if future {
-			r.pos.addFuture(e.Created.Time, e.ID)
-		} else {
-			r.pos.advance(e.Created.Time, e.ID)
+		future, held := r.pos.take(&e, r.now)
+		if held {
+			r.held++ // dated ahead while Future is full: a later read takes it
+			continue
 		}
 		b := &r.batch
 		b.events = append(b.events, e)

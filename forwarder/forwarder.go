@@ -44,7 +44,8 @@ type Forwarder struct {
 	logger   log.Logger
 	pager    eventPager
 	pub      publisher
-	page     int // events per page read (events.page_size)
+	sr       streamReader // nil with core NATS
+	page     int          // events per page read (events.page_size)
 	ordering string
 	order    direction
 	auto     bool
@@ -111,6 +112,12 @@ type Forwarder struct {
 	rejectedN    int
 	rejectedSeen map[string]struct{} // the last rejectedMemory events counted (rejectedKeys, oldest first)
 	rejectedKeys []string
+	// clock is the exporter's clock (time.Now; a test's own): what is dated after it is ahead.
+	clock func() time.Time
+	// held is how many events dated ahead the last read left unpublished (position.take);
+	// aheadSaid when the controller's clock running ahead was last logged.
+	held      int
+	aheadSaid time.Time
 
 	descs descs
 }
@@ -123,7 +130,7 @@ type pubKey struct{ typ, class string }
 const maxEntityClasses = 50
 
 type descs struct {
-	published, rejected, pubErrors, dups, gaps, episodes, conflicts, adoptions, rewinds, republished, newestCreated, backlog, natsUp *prometheus.Desc
+	published, rejected, pubErrors, dups, gaps, episodes, conflicts, adoptions, rewinds, republished, newestCreated, backlog, ahead, held, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.
@@ -139,7 +146,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[pubKey]uint64{}, rejected: map[string]uint64{rejectTooLarge: 0, rejectLongToken: 0, rejectNoID: 0, rejectBadCreated: 0, rejectNotObject: 0}, rejectedSeen: map[string]struct{}{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true}
+		published: map[pubKey]uint64{}, rejected: map[string]uint64{rejectTooLarge: 0, rejectLongToken: 0, rejectNoID: 0, rejectBadCreated: 0, rejectNotObject: 0}, rejectedSeen: map[string]struct{}{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true, clock: time.Now}
 	fw.outage.Logger, fw.outage.Remind = fw.logger, failureLogEvery
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
@@ -162,6 +169,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 	fw.stream = opts.Stream
 	if fw.stream.js != nil {
 		fw.pub = &jsPublisher{stream: fw.stream, filter: fw.subjectFilter(), timeout: fw.stream.cfg.JetStream.PublishTimeout}
+		fw.sr = leaderReader{s: fw.stream, filter: fw.subjectFilter()}
 	} else {
 		fw.pub = &corePublisher{nc: fw.stream.conn.NATS(), timeout: fw.stream.cfg.JetStream.PublishTimeout}
 	}
@@ -199,6 +207,8 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		republished:   prometheus.NewDesc("veil_events_republished_total", "Events published again because the stream held less of this controller than the position (counted from the stored position at a start, so a lower bound after a crash)."+polled, nil, c),
 		newestCreated: prometheus.NewDesc("veil_events_last_published_timestamp_seconds", "Created time of the newest published event (the stored position)."+polled, nil, c),
 		backlog:       prometheus.NewDesc("veil_events_backlog", "Events known but not yet published; also counted while NATS is unreachable."+polled, nil, c),
+		ahead:         prometheus.NewDesc("veil_events_ahead_of_clock", "Events published although dated after this machine's clock when they were read (the controller's clock runs ahead), which the position remembers by id until the clock passes them (at most 100,000; beyond, they are held back)."+polled, nil, c),
+		held:          prometheus.NewDesc("veil_events_held_back", "Events dated after this machine's clock left unpublished by the last read because 100,000 such events are remembered already: each goes out once the clock passes it. Counted in veil_events_backlog too."+polled, nil, c),
 		natsUp:        prometheus.NewDesc("veil_nats_connected", "1 if the event forwarder's NATS connection is up, read at scrape time.", nil, c),
 	}
 	return fw, nil
@@ -387,6 +397,37 @@ func pageSize(n int, logger log.Logger) int {
 
 // maxSetUpRetry caps the backoff of retrying the stream and position store set-up.
 const maxSetUpRetry = 30 * time.Second
+
+// holding records how many events dated ahead the last read held back, and says so once when
+// holding begins.
+func (fw *Forwarder) holding(n int) {
+	fw.mu.Lock()
+	was := fw.held
+	fw.held = n
+	fw.mu.Unlock()
+	if n > 0 && was == 0 {
+		level.Warn(fw.logger).Log("msg", "events dated ahead of this machine's clock are held back: the position remembers as many such events as it may; each goes out once the clock passes it", "held", n, "remembered", maxFutureIDs)
+	}
+}
+
+// aheadLogEvery is how often a controller's clock running ahead is logged again; aheadLogLead how
+// far ahead an event must be dated for it to be logged (a clock a second ahead is no news).
+const (
+	aheadLogEvery = 5 * time.Minute
+	aheadLogLead  = time.Minute
+)
+
+// aheadFrom says, at most every aheadLogEvery, that events dated ahead were published: the first
+// of an episode is a. fw.mu is held.
+func (fw *Forwarder) aheadFrom(a futureEvent) {
+	now := fw.clock()
+	lead := a.Created.Sub(now)
+	if lead < aheadLogLead || now.Sub(fw.aheadSaid) < aheadLogEvery {
+		return
+	}
+	fw.aheadSaid = now
+	level.Warn(fw.logger).Log("msg", "an event is dated ahead of this machine's clock (is the controller's clock or time zone wrong?): published, and remembered by id until the clock passes it, so that events written after it are published too", "id", a.ID, "created", a.Created, "ahead_by", lead.Round(time.Second))
+}
 
 // setNotReady records why NATS keeps events back (nil: it does not).
 func (fw *Forwarder) setNotReady(err error) {

@@ -53,6 +53,10 @@ type pipeline struct {
 	// the start of its batch; then batches of fullSize resume.
 	serial   int
 	fullSize int
+	// firstExpect is the controller's newest stream sequence before the first batch (begun once
+	// it went out): every event the read took ahead of its time follows it (markInstants).
+	firstExpect uint64
+	begun       bool
 }
 
 // serialEvents is how many events are published one at a time after a failure.
@@ -63,6 +67,9 @@ type sentBatch struct {
 	msgs   []*nats.Msg
 	// future says, for each event, that it was published ahead of its time (position.Future).
 	future []bool
+	// expect is the controller's newest stream sequence before the batch (the publisher sets
+	// it): the sequence its messages follow.
+	expect uint64
 }
 
 // startPipeline sizes batches from max_pending (what may be unacknowledged at once: one batch),
@@ -140,12 +147,15 @@ func (p *pipeline) publish(ctx context.Context) {
 			continue
 		}
 		fw.mu.Lock()
-		expect := fw.seq
-		fw.markInstants(b, expect)
+		b.expect = fw.seq
+		if !p.begun {
+			p.begun, p.firstExpect = true, b.expect
+		}
+		fw.markInstants(b, p.firstExpect)
 		fw.mu.Unlock()
-		n, last, err := fw.pub.publish(ctx, b.msgs, expect)
+		n, last, err := fw.pub.publish(ctx, b.msgs, b.expect)
 		if n > 0 {
-			pos = fw.acknowledged(b.events[:n], b.msgs[:n], b.future[:n], last)
+			pos = fw.acknowledged(b, n, last)
 			p.acked += n
 			unsaved += n
 		}
@@ -256,13 +266,20 @@ func (s *saver) failed() error {
 }
 
 // markInstants gives each message of b that shares its instant with an earlier one a stream
-// sequence before the first message of that instant (hdrInstantFrom): expect, the controller's
-// newest sequence before b, for an instant that begins in b. fw.mu is held.
-func (fw *Forwarder) markInstants(b sentBatch, expect uint64) {
+// sequence before the first message of that instant (hdrInstantFrom): b.expect, the controller's
+// newest sequence before b, for an instant that begins in b. A message whose position holds
+// events published ahead of their time that the read took itself gets the sequence before the
+// read's first batch, first (hdrFutureFrom: message set it when the oldest of them was published
+// before the read). fw.mu is held.
+func (fw *Forwarder) markInstants(b sentBatch, first uint64) {
 	for i, m := range b.msgs {
+		if _, ahead := m.Header[hdrFutureCount]; ahead && m.Header.Get(hdrFutureFrom) == "" {
+			m.Header[hdrFutureFrom] = []string{strconv.FormatUint(first, 10)}
+		}
 		if b.future[i] {
 			continue // its headers give the position's instant, not its own
 		}
+		expect := b.expect
 		c := b.events[i].Created.Time
 		if !fw.inst.known || !c.Equal(fw.inst.created) {
 			fw.inst = instant{known: true, created: c, from: expect}
@@ -293,11 +310,14 @@ func (fw *Forwarder) publishFailed(err error) {
 	}
 }
 
-// acknowledged advances the position past events that the stream acknowledged together with all
-// events before them, the last with stream sequence seq (0: core NATS), and returns it.
-func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, future []bool, seq uint64) position {
+// acknowledged advances the position past the first n events of b, which the stream
+// acknowledged together with all events before them, the last with stream sequence seq (0: core
+// NATS), and returns it.
+func (fw *Forwarder) acknowledged(b sentBatch, n int, seq uint64) position {
+	events, msgs, future := b.events[:n], b.msgs[:n], b.future[:n]
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
+	wasAhead := len(fw.pos.Future)
 	if seq > 0 {
 		fw.seq = seq
 	}
@@ -306,9 +326,12 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, future 
 	p.FromStart = false
 	for i, e := range events {
 		if future[i] {
-			p.addFuture(e.Created.Time, e.ID)
+			p.addFuture(e.Created.Time, e.ID, b.expect)
 		} else {
 			p.advance(e.Created.Time, e.ID)
+		}
+		if e.Invalid != "" {
+			p.addOdd(e.ID)
 		}
 		fw.published[pubKey{typeLabel(e.Type), fw.classLabel(&e)}]++
 		if fw.republishUntil.published(e.Created.Time, e.ID) {
@@ -326,6 +349,9 @@ func (fw *Forwarder) acknowledged(events []veil.Event, msgs []*nats.Msg, future 
 		fw.republishUntil = position{} // past what the rewind went back from
 	}
 	fw.pos = p
+	if wasAhead == 0 && len(p.Future) > 0 {
+		fw.aheadFrom(p.Future[0])
+	}
 	fw.lastAcked = time.Now()
 	fw.backlog = max(0, fw.backlog-len(events))
 	return p.clone()

@@ -448,3 +448,48 @@ func TestAnEventDatedInTheFutureHidesNothing(t *testing.T) {
 		t.Errorf("the forwarder started from the stream published %d events, want the 3 new ones", n)
 	}
 }
+
+// TestAControllerClockAheadThenOversizedEventsLoseNothing: issue 49's combination. Forty events
+// dated an hour ahead (more than the position once remembered by id), then events dated now,
+// which ordering by created lists before them, one of them over max_payload: each goes out once.
+// Before the position remembered any number of events dated ahead, the later ones counted as
+// published and were never sent, with nothing said.
+func TestAControllerClockAheadThenOversizedEventsLoseNothing(t *testing.T) {
+	r := newPoisonRig(t)
+	want := r.j.good(5)
+	ids := func(got []jetstream.RawStreamMsg) []string {
+		var out []string
+		for _, m := range got {
+			out = append(out, m.Header.Get(nats.MsgIdHdr))
+		}
+		return out
+	}
+	for i := range 40 {
+		id := fmt.Sprintf("ahead-%02d", i)
+		r.j.add(fmt.Sprintf(`{"id":%q,"type":"info","created":%q}`, id, time.Now().Add(time.Hour+time.Duration(i)*time.Millisecond).UTC().Format(time.RFC3339Nano)))
+		want = append(want, id)
+	}
+	exactlyOnceInOrder(t, "prod", want, ids(r.waitStored(t, len(want))))
+	// Written after: listed before the forty.
+	below := func(raw string) {
+		r.j.mu.Lock()
+		ahead := append([]string(nil), r.j.events[len(r.j.events)-40:]...)
+		r.j.events = r.j.events[:len(r.j.events)-40]
+		r.j.mu.Unlock()
+		r.j.add(raw)
+		r.j.mu.Lock()
+		r.j.events = append(r.j.events, ahead...)
+		r.j.mu.Unlock()
+	}
+	below(`{"id":"now-1","type":"info","created":"CREATED"}`)
+	below(`{"id":"huge","type":"error","created":"CREATED","detail_message":"` + strings.Repeat("x", 1536*1024) + `"}`)
+	below(`{"id":"now-2","type":"info","created":"CREATED"}`)
+	want = append(want, "now-1", "huge", "now-2")
+	exactlyOnceInOrder(t, "prod", want, ids(r.waitStored(t, len(want))))
+	if st := r.fw.Status(); st.Ahead != 40 || st.Rejected[rejectTooLarge] != 1 {
+		t.Errorf("status: %d events remembered ahead of the clock (want 40), %d cut (want 1)", st.Ahead, st.Rejected[rejectTooLarge])
+	}
+	if !strings.Contains(r.logs.String(), "dated ahead of this machine's clock") {
+		t.Errorf("the clock running ahead was not logged:\n%.2000s", r.logs.String())
+	}
+}

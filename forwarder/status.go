@@ -19,10 +19,13 @@ type Status struct {
 	Position    time.Time // created of the newest acknowledged event
 	PositionIDs []string  // ids acknowledged at that instant
 	Backlog     int       // events known but not yet published
-	LastAcked   time.Time // when the last acknowledgement arrived (wall clock)
-	Published   uint64
-	Duplicates  uint64
-	Gaps        uint64 // events known to be lost (exact or lower bound)
+	// Ahead is how many events dated after this machine's clock were published and are
+	// remembered by id; HeldBack how many such events the last read left for later (Ahead full).
+	Ahead, HeldBack int
+	LastAcked       time.Time // when the last acknowledgement arrived (wall clock)
+	Published       uint64
+	Duplicates      uint64
+	Gaps            uint64 // events known to be lost (exact or lower bound)
 	// GapEpisodes counts the times continuity with the stored position could not be proven;
 	// LastGap describes the latest.
 	GapEpisodes uint64
@@ -85,7 +88,7 @@ func (fw *Forwarder) Status() Status {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
-		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, LastAcked: fw.lastAcked,
+		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, Ahead: len(fw.pos.Future), HeldBack: fw.held, LastAcked: fw.lastAcked,
 		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
 		Conflicts: fw.conflicts, PositionAdoptions: fw.positionAdoptions, Fenced: fw.fenced, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
 		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
@@ -122,7 +125,7 @@ func (fw *Forwarder) RunStatus() []runstatus.Status {
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 	d := fw.descs
-	for _, x := range []*prometheus.Desc{d.published, d.rejected, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.natsUp} {
+	for _, x := range []*prometheus.Desc{d.published, d.rejected, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.ahead, d.held, d.natsUp} {
 		ch <- x
 	}
 }
@@ -148,5 +151,7 @@ func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.republished, prometheus.CounterValue, float64(fw.republished))
 	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
 	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
+	ch <- prometheus.MustNewConstMetric(d.ahead, prometheus.GaugeValue, float64(len(fw.pos.Future)))
+	ch <- prometheus.MustNewConstMetric(d.held, prometheus.GaugeValue, float64(fw.held))
 	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.stream.conn.Connected()))
 }

@@ -31,8 +31,16 @@ const (
 	// hdrOrder is the order the journal was read in (oldest_first, newest_first).
 	hdrOrder = "Veil-Journal-Order"
 	// hdrFuture lists the events published ahead of their time that the position holds
-	// (position.Future: a JSON array of {id, created}), when there are any.
+	// (position.Future: a JSON array of {id, created}), when there are at most maxHeaderFuture.
 	hdrFuture = "Veil-Future"
+	// hdrFutureCount is how many events published ahead of their time the position holds, on
+	// every message whose position holds any; hdrFutureFrom a stream sequence that all their
+	// messages follow: the ones hdrFuture does not list are read back from there (completeFuture).
+	hdrFutureCount = "Veil-Future-Count"
+	// hdrOdd lists the last maxHeaderOdd events published that could not be read as events
+	// (position.Odd: a JSON array of ids), when there are any.
+	hdrOdd        = "Veil-Odd-Ids"
+	hdrFutureFrom = "Veil-Future-After-Seq"
 	// hdrCreatedCount, on a message whose instant holds more ids than hdrCreatedIDs lists (the
 	// last maxHeaderIDs of them), is how many there are.
 	hdrCreatedCount = "Veil-Created-Count"
@@ -43,8 +51,13 @@ const (
 )
 
 // maxHeaderIDs bounds the ids a message lists: the headers stay a few KiB, whatever the number of
-// events at one instant (thousands at once on a boot storm).
-const maxHeaderIDs = 32
+// events at one instant (thousands at once on a boot storm). maxHeaderFuture bounds the events
+// published ahead of their time a message lists, whatever their number.
+const (
+	maxHeaderIDs    = 32
+	maxHeaderFuture = 8
+	maxHeaderOdd    = 8
+)
 
 // Expectation headers the stream leader enforces (nats-server 2.11+).
 const (
@@ -60,9 +73,26 @@ func positionHeaders(h nats.Header, pos *position, order direction) {
 		list = list[len(list)-maxHeaderIDs:]
 		h[hdrCreatedCount] = []string{strconv.Itoa(len(pos.IDs))}
 	}
-	if len(pos.Future) > 0 {
-		ahead, _ := json.Marshal(pos.Future)
-		h[hdrFuture] = []string{string(ahead)}
+	if n := len(pos.Odd); n > 0 {
+		h[hdrOdd] = []string{idList(pos.Odd[max(0, n-maxHeaderOdd):])}
+	}
+	if n := len(pos.Future); n > 0 {
+		h[hdrFutureCount] = []string{strconv.Itoa(n)}
+		if n <= maxHeaderFuture {
+			type listed struct {
+				ID      string    `json:"id"`
+				Created time.Time `json:"created"`
+			}
+			l := make([]listed, n)
+			for i, a := range pos.Future {
+				l[i] = listed{a.ID, a.Created}
+			}
+			ahead, _ := json.Marshal(l)
+			h[hdrFuture] = []string{string(ahead)}
+		}
+		if after := pos.Future[0].After; after != afterPending {
+			h[hdrFutureFrom] = []string{strconv.FormatUint(after, 10)}
+		}
 	}
 	// One backing array for the three values: this runs for every event of a catch-up.
 	v := [...]string{pos.Created.UTC().Format(time.RFC3339Nano), idList(list), order.String()}
@@ -111,7 +141,9 @@ func streamPosition(h nats.Header, body []byte) (position, error) {
 			return position{}, fmt.Errorf("header %s: %w", hdrCreated, err)
 		}
 		var ids []string
-		if err := json.Unmarshal([]byte(h.Get(hdrCreatedIDs)), &ids); err != nil || len(ids) == 0 {
+		// No ids: nothing dated at or before the clock was published yet, only events dated
+		// ahead of it (hdrFuture).
+		if err := json.Unmarshal([]byte(h.Get(hdrCreatedIDs)), &ids); err != nil || len(ids) == 0 && h.Get(hdrFutureCount) == "" {
 			return position{}, fmt.Errorf("header %s: not a list of ids", hdrCreatedIDs)
 		}
 		p := position{Created: t, IDs: ids, Known: true}
@@ -119,6 +151,17 @@ func streamPosition(h nats.Header, body []byte) (position, error) {
 			if err := json.Unmarshal([]byte(a), &p.Future); err != nil {
 				return position{}, fmt.Errorf("header %s: %w", hdrFuture, err)
 			}
+		}
+		if o := h.Get(hdrOdd); o != "" {
+			if err := json.Unmarshal([]byte(o), &p.Odd); err != nil {
+				return position{}, fmt.Errorf("header %s: %w", hdrOdd, err)
+			}
+		}
+		// Without hdrFutureFrom (a message of an older version) the events listed may be
+		// anywhere in the stream: 0.
+		from, _ := strconv.ParseUint(h.Get(hdrFutureFrom), 10, 64)
+		for i := range p.Future {
+			p.Future[i].After = from
 		}
 		return p, nil
 	}
@@ -173,9 +216,8 @@ func (fw *Forwarder) completeInstant(ctx context.Context, m *storedMsg, sp *posi
 	created := m.header.Get(hdrCreated)
 	prefix := fw.opts.Controller + "."
 	var ids []string
-	c, timeout := fw.stream.conn, fw.stream.cfg.JetStream.PublishTimeout
 	for seq := from + 1; seq <= m.seq; {
-		x, err := getMessage(ctx, c, timeout, fw.stream.cfg.JetStream.Stream, msgGet{Seq: seq, NextBySubject: fw.subjectFilter()})
+		x, err := fw.sr.from(ctx, seq)
 		if err != nil {
 			return 0, err
 		}
@@ -200,6 +242,65 @@ func (fw *Forwarder) completeInstant(ctx context.Context, m *storedMsg, sp *posi
 	return from, nil
 }
 
+// completeFuture reads back the events published ahead of their time that m's position holds
+// and its headers do not list (more than maxHeaderFuture): the controller's messages after the
+// sequence hdrFutureFrom gives, up to m, dated after the position's instant. Should the stream
+// hold fewer than the count says (messages deleted since), what it holds is used and that is
+// said: those not found may be published again, and the duplicate window drops them.
+func (fw *Forwarder) completeFuture(ctx context.Context, m *storedMsg, sp *position) error {
+	count, _ := strconv.Atoi(m.header.Get(hdrFutureCount))
+	if count <= len(sp.Future) {
+		return nil
+	}
+	from, _ := strconv.ParseUint(m.header.Get(hdrFutureFrom), 10, 64)
+	prefix := fw.opts.Controller + "."
+	var ahead []futureEvent
+	seen := map[string]bool{}
+	for seq := from + 1; seq <= m.seq; {
+		x, err := fw.sr.from(ctx, seq)
+		if err != nil {
+			return err
+		}
+		if x == nil || x.seq > m.seq {
+			break
+		}
+		seq = x.seq + 1
+		created, err := time.Parse(time.RFC3339Nano, x.header.Get("ce-time"))
+		id := strings.TrimPrefix(x.header.Get(nats.MsgIdHdr), prefix)
+		if err != nil || !created.After(sp.Created) || seen[id] {
+			continue
+		}
+		seen[id] = true
+		ahead = append(ahead, futureEvent{ID: id, Created: created, After: from})
+	}
+	if len(ahead) != count {
+		level.Warn(fw.logger).Log("msg", "the stream holds another number of events published ahead of their time than its newest message counts: those not found may be published again (the duplicate window drops them)",
+			"count", count, "found", len(ahead), "stream_seq", m.seq)
+	}
+	sp.Future = ahead
+	return nil
+}
+
+// promotedFrom says whether p is q moved up by promote alone: q's events published ahead of
+// their time, the clock having passed some, are p's instant and later. The stream's newest
+// message then holds q while the forwarder holds p, and neither is behind the other.
+func (p position) promotedFrom(q position) bool {
+	if !p.Known || !q.Known || !p.Created.After(q.Created) {
+		return false
+	}
+	for _, id := range p.IDs {
+		if !q.isFuture(id) {
+			return false
+		}
+	}
+	for _, a := range p.Future {
+		if !q.isFuture(a.ID) {
+			return false
+		}
+	}
+	return true
+}
+
 // compare orders two positions: -1 when p is before q, 1 after, 0 the same. At one instant the
 // position holding fewer of the ids published then is the earlier one.
 func (p position) compare(q position) int {
@@ -217,6 +318,15 @@ func (p position) compare(q position) int {
 	pq, qp := containsAll(q.IDs, p.IDs), containsAll(p.IDs, q.IDs)
 	switch {
 	case pq && qp:
+		// One instant, one tie: the position holding more of the events published ahead of
+		// their time is the later one.
+		pa, qa := p.aheadOf(&q), q.aheadOf(&p)
+		switch {
+		case pa && !qa:
+			return 1
+		case qa && !pa:
+			return -1
+		}
 		return 0
 	case pq:
 		return -1
@@ -224,6 +334,16 @@ func (p position) compare(q position) int {
 		return 1
 	}
 	return 0 // different ties of one instant: neither is provably ahead
+}
+
+// aheadOf says whether p holds an event published ahead of its time that q does not.
+func (p *position) aheadOf(q *position) bool {
+	for _, a := range p.Future {
+		if !q.isFuture(a.ID) {
+			return true
+		}
+	}
+	return false
 }
 
 func containsAll(set, sub []string) bool {
@@ -254,13 +374,13 @@ func (fw *Forwarder) subjectFilter() string {
 // position in force.
 func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 	c := fw.stream.conn
-	if fw.stream.js == nil {
+	if fw.sr == nil {
 		fw.mu.Lock()
 		fw.needSync, fw.epoch = false, c.Generation()
 		fw.mu.Unlock()
 		return nil
 	}
-	m, err := lastMessage(ctx, c, fw.stream.cfg.JetStream.PublishTimeout, fw.stream.cfg.JetStream.Stream, fw.subjectFilter())
+	m, err := fw.sr.last(ctx)
 	if err != nil {
 		return fmt.Errorf("couldn't read the position from the stream: %w", err)
 	}
@@ -271,6 +391,9 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 			return fmt.Errorf("couldn't read the position from stream message %d: %w", m.seq, err)
 		}
 		if from, err = fw.completeInstant(ctx, m, &sp); err != nil {
+			return fmt.Errorf("couldn't read the position from the stream: %w", err)
+		}
+		if err = fw.completeFuture(ctx, m, &sp); err != nil {
 			return fmt.Errorf("couldn't read the position from the stream: %w", err)
 		}
 	}
@@ -285,6 +408,9 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 	default:
 		fw.seq = m.seq
 		c := sp.compare(cur)
+		if cur.promotedFrom(sp) {
+			c = 0 // the stream's newest message is from before a promotion: ours is as far
+		}
 		if c != 0 || !cur.Known {
 			if c < 0 && cur.Known && !cur.FromStart {
 				fw.rewinds++
@@ -332,6 +458,28 @@ type storedMsg struct {
 	seq    uint64
 	header nats.Header
 	data   []byte
+}
+
+// streamReader reads a controller's messages back from the stream (nil with core NATS).
+type streamReader interface {
+	// last is the controller's newest message; nil when the stream holds none.
+	last(ctx context.Context) (*storedMsg, error)
+	// from is the controller's first message at or after seq; nil when there is none.
+	from(ctx context.Context, seq uint64) (*storedMsg, error)
+}
+
+// leaderReader reads through the stream leader's message get API.
+type leaderReader struct {
+	s      *Stream
+	filter string // the controller's subjects
+}
+
+func (r leaderReader) last(ctx context.Context) (*storedMsg, error) {
+	return lastMessage(ctx, r.s.conn, r.s.cfg.JetStream.PublishTimeout, r.s.cfg.JetStream.Stream, r.filter)
+}
+
+func (r leaderReader) from(ctx context.Context, seq uint64) (*storedMsg, error) {
+	return getMessage(ctx, r.s.conn, r.s.cfg.JetStream.PublishTimeout, r.s.cfg.JetStream.Stream, msgGet{Seq: seq, NextBySubject: r.filter})
 }
 
 // lastMessage reads the newest message matching filter through the stream leader's message get

@@ -149,16 +149,16 @@ type spanPlan struct {
 	start, end  int // of the last span planned (end: newest first, before the slack)
 }
 
-// newSpanPlan plans the read from the boundary b of a list of count events; anchored says the
-// published event next to b is there (otherwise the read starts at the very start of the list:
-// newest first, the first page must reach the oldest event).
-func newSpanPlan(d direction, page, b, count int, anchored bool, sl *slack, seen *seenPage) *spanPlan {
-	p := &spanPlan{d: d, page: page, count: count, sl: sl, seen: seen, at: -1, end: count}
+// newSpanPlan plans the read from the boundary bd; when the published event next to it is not
+// there (not anchored) the read starts at the very start of the list: newest first, the first
+// page must reach the oldest event.
+func newSpanPlan(d direction, page int, bd boundary, sl *slack) *spanPlan {
+	p := &spanPlan{d: d, page: page, count: bd.count, sl: sl, seen: bd.seen, at: -1, end: bd.count}
 	switch {
-	case anchored && d == oldestFirst:
-		p.at = b - 1
-	case anchored:
-		p.at, p.end = b, b+1
+	case bd.anchored && d == oldestFirst:
+		p.at = bd.b - 1
+	case bd.anchored:
+		p.at, p.end = bd.b, bd.b+1
 	}
 	return p
 }

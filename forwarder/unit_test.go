@@ -197,8 +197,8 @@ func TestMetricsAfterPublishing(t *testing.T) {
 	if _, ok := got["veil_events_position_timestamp_seconds"]; ok {
 		t.Errorf("veil_events_position_timestamp_seconds is still exported (it equalled last_published)")
 	}
-	if series != 18 { // 13, and veil_events_rejected_total at 0 for each of its 5 reasons
-		t.Errorf("%d series, want 18: %v", series, got)
+	if series != 20 { // 15, and veil_events_rejected_total at 0 for each of its 5 reasons
+		t.Errorf("%d series, want 20: %v", series, got)
 	}
 	// The cycle that published the events ends (and is recorded) just after the acknowledgements.
 	testutil.EventuallyNil(t, 10*time.Second, func() error {

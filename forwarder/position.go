@@ -1,0 +1,220 @@
+package forwarder
+
+// The position: what has been published of a controller's journal, and how taking an event
+// moves it. No I/O: the reader (cycle.go) asks it, the publisher (pipeline.go) moves it past what
+// the stream acknowledged, the stream's headers (streampos.go) and the checkpoint carry it.
+//
+// The rule, whatever the events' created say:
+//   - Created (the watermark W) and IDs: every event dated before W was published (or predates
+//     the start, or was lost at the source, counted in gaps), and so were the events of IDs,
+//     dated exactly W. W moves only to the created of an event taken no later than the
+//     exporter's clock said when it was read: a controller's clock that runs ahead, for one event
+//     or for good, never moves it past events the controller writes after it, which ordering by
+//     created lists before the ones dated ahead.
+//   - Future: the events published although dated after the clock when they were read, known
+//     by id (and the stream sequence their messages follow, After) until W passes them. There
+//     is no count threshold: as many as the controller dates ahead, up to maxFutureIDs (about
+//     100 bytes each: 10 MB at most per controller). Beyond it an event dated ahead is held
+//     back, not published and not lost: it goes out once the clock has passed it.
+//   - promote: once a read has published everything it listed, the events of Future the clock
+//     has passed move W up to the newest of them, so that a controller whose clock runs hours
+//     ahead all the time is remembered by id for as long as it is ahead, not for ever.
+//
+// An event is published exactly when published/publishedEvent says so; the reader takes every
+// listed event not published, in the journal's order.
+
+import (
+	"slices"
+	"time"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// position is where a controller's event stream has been published up to.
+// Several events can share one created instant, so the instant alone is not enough.
+type position struct {
+	Created time.Time `json:"created"` // the watermark W: newest created taken at or before the clock; zero before anything
+	IDs     []string  `json:"ids"`     // ids published at exactly Created
+	// Known is true once a position was established (start: latest with an empty journal
+	// stays known with a zero Created).
+	Known bool `json:"known"`
+	// FromStart says the position is where events.start put a first start, not one published
+	// up to: the stream's, when it holds any of this controller, replaces it without a rewind.
+	FromStart bool `json:"from_start,omitempty"`
+	// Seen describes the journal when it was last read, so that events lost at the source
+	// (deleted before they could be read) can be counted exactly: Ahead events were newer than
+	// the position up to and including the newest one then, Tail.
+	Ahead       int       `json:"ahead"`
+	TailID      string    `json:"tail_id,omitempty"`
+	TailCreated time.Time `json:"tail_created,omitzero"`
+	// Future are events published ahead of their time (dated after the exporter's clock when
+	// they were read), in the order they were published; see the file comment.
+	Future []futureEvent `json:"future,omitempty"`
+	// Odd are the last maxOddIDs events published that could not be read as events (no id, no
+	// readable created, not an object): they are dated as a neighbour on the page they were read
+	// on, which differs from page to page, so they are known by id.
+	Odd []string `json:"odd,omitempty"`
+	// ahead indexes Future by id once it is long (isFuture); clone starts a copy without it.
+	ahead map[string]struct{}
+}
+
+// maxOddIDs bounds position.Odd: an event that does not decode is re-read at most a few pages
+// after it was published (where its borrowed date may still be ahead of the position).
+const maxOddIDs = 256
+
+// futureEvent is one event of position.Future.
+type futureEvent struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+	// After is a stream sequence before the event's message (0: not known): the stream's
+	// headers resume a position whose Future is too long to list from the messages after it.
+	After uint64 `json:"after,omitempty"`
+}
+
+// afterPending is futureEvent.After of an event taken by a read whose batch has not gone out:
+// the publisher knows the sequence (markInstants), the reader does not.
+const afterPending = ^uint64(0)
+
+// maxFutureIDs bounds position.Future: the memory (and, at a restart from the stream, the
+// messages read back) that events dated ahead of the clock may cost.
+const maxFutureIDs = 100_000
+
+// take says how the reader takes e, read when the exporter's clock said now: ahead (published
+// ahead of its time, remembered by id), held (dated ahead while Future is full: left for a later
+// read) or neither (an ordinary event: it moves W). It moves the position past e unless held.
+// An event that does not decode counts as dated as the neighbour it borrowed its created from.
+func (p *position) take(e *veil.Event, now time.Time) (ahead, held bool) {
+	if e.Created.After(now) {
+		if len(p.Future) >= maxFutureIDs {
+			return false, true
+		}
+		p.addFuture(e.Created.Time, e.ID, afterPending)
+		ahead = true
+	} else {
+		p.advance(e.Created.Time, e.ID)
+	}
+	if e.Invalid != "" {
+		p.addOdd(e.ID)
+	}
+	return ahead, false
+}
+
+// addOdd remembers an event that could not be read as one.
+func (p *position) addOdd(id string) {
+	if len(p.Odd) >= maxOddIDs {
+		p.Odd = slices.Delete(p.Odd, 0, len(p.Odd)-maxOddIDs+1)
+	}
+	p.Odd = append(p.Odd, id)
+}
+
+// addFuture records an event published ahead of its time.
+func (p *position) addFuture(created time.Time, id string, after uint64) {
+	p.Future = append(p.Future, futureEvent{ID: id, Created: created, After: after})
+	if p.ahead != nil {
+		p.ahead[id] = struct{}{}
+	}
+}
+
+// indexAheadFrom is the length of Future from which isFuture looks ids up in an index.
+const indexAheadFrom = 16
+
+// isFuture says whether id was published ahead of its time.
+func (p *position) isFuture(id string) bool {
+	if len(p.Future) < indexAheadFrom {
+		for i := range p.Future {
+			if p.Future[i].ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	if p.ahead == nil {
+		p.ahead = make(map[string]struct{}, len(p.Future))
+		for _, a := range p.Future {
+			p.ahead[a.ID] = struct{}{}
+		}
+	}
+	_, ok := p.ahead[id]
+	return ok
+}
+
+// published says whether an event with this created and id is at or before the position.
+func (p *position) published(created time.Time, id string) bool {
+	if !p.Known {
+		return false
+	}
+	switch created.Compare(p.Created) {
+	case -1:
+		return true
+	case 1:
+		return false
+	}
+	return slices.Contains(p.IDs, id)
+}
+
+// passed says whether the position is past e: published for e, and for an event that could not
+// be read as one (its created borrowed from a neighbour, which may differ between two reads of
+// the journal) also any id published at the position's instant. Events published ahead of their
+// time are not passed (publishedEvent).
+func (p *position) passed(e *veil.Event) bool {
+	if p.published(e.Created.Time, e.ID) {
+		return true
+	}
+	return e.Invalid != "" && p.Known && (slices.Contains(p.IDs, e.ID) || slices.Contains(p.Odd, e.ID))
+}
+
+// publishedEvent says whether e was published: passed, or published ahead of its time.
+func (p *position) publishedEvent(e *veil.Event) bool {
+	return p.passed(e) || p.isFuture(e.ID)
+}
+
+// advance moves the position past one event published after it.
+func (p *position) advance(created time.Time, id string) {
+	if !p.Known || created.After(p.Created) {
+		p.Created, p.IDs, p.Known = created, []string{id}, true
+		p.forgetPassed()
+		return
+	}
+	p.IDs = append(p.IDs, id)
+}
+
+// forgetPassed drops the events of Future that W has passed: published says so now. One dated
+// exactly W joins IDs.
+func (p *position) forgetPassed() {
+	p.Future = slices.DeleteFunc(p.Future, func(a futureEvent) bool {
+		c := a.Created.Compare(p.Created)
+		if c == 0 && !slices.Contains(p.IDs, a.ID) {
+			p.IDs = append(p.IDs, a.ID)
+		}
+		if c <= 0 && p.ahead != nil {
+			delete(p.ahead, a.ID)
+		}
+		return c <= 0
+	})
+}
+
+// promote moves W up to the newest event of Future dated no later than now, the clock when a
+// read began that published everything it listed: every event dated up to it was published
+// then. It says whether W moved.
+func (p *position) promote(now time.Time) bool {
+	w, found := p.Created, false
+	for _, a := range p.Future {
+		if !a.Created.After(now) && (a.Created.After(w) || !p.Known) {
+			w, found = a.Created, true
+		}
+	}
+	if !found {
+		return false
+	}
+	p.Created, p.IDs, p.Known = w, nil, true
+	p.forgetPassed()
+	return true
+}
+
+func (p position) clone() position {
+	p.IDs = slices.Clone(p.IDs)
+	p.Future = slices.Clone(p.Future)
+	p.Odd = slices.Clone(p.Odd)
+	p.ahead = nil
+	return p
+}
