@@ -449,7 +449,7 @@ func TestAnEventDatedInTheFutureHidesNothing(t *testing.T) {
 	}
 }
 
-// TestAControllerClockAheadThenOversizedEventsLoseNothing: issue 49's combination. Forty events
+// TestAControllerClockAheadThenOversizedEventsLoseNothing: forty events
 // dated an hour ahead (more than the position once remembered by id), then events dated now,
 // which ordering by created lists before them, one of them over max_payload: each goes out once.
 // Before the position remembered any number of events dated ahead, the later ones counted as

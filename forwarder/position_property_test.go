@@ -9,7 +9,7 @@ package forwarder
 // list of messages (which also answers the reads back a restart makes), and the forwarder is
 // killed and started again from the stream and its stored position. No NATS, no HTTP.
 //
-// Not in make test yet: it still finds events lost (issue 49's closing note has the seeds). Run
+// Not in make test yet: it still finds events lost. Run
 // it with: go test -tags property -run TestEveryEventOnce ./forwarder (VEIL_PROPERTY_CASES,
 // VEIL_PROPERTY_SEED to replay one, VEIL_PROPERTY_CHURN=1 and VEIL_PROPERTY_NEWEST=1 for the
 // harder journals).
@@ -461,7 +461,7 @@ func TestEveryEventOnceWhateverTheJournalDoes(t *testing.T) {
 }
 
 // propOrder is the order a case reads in: oldest first (what events.order auto asks for), or
-// newest first too with VEIL_PROPERTY_NEWEST=1 (it still finds a resync livelock: issue 49's note).
+// newest first too with VEIL_PROPERTY_NEWEST=1 (it still finds a resync livelock).
 func propOrder(rng *rand.Rand) string {
 	if os.Getenv("VEIL_PROPERTY_NEWEST") != "" && rng.IntN(2) == 0 {
 		return "newest_first"
@@ -470,7 +470,7 @@ func propOrder(rng *rand.Rand) string {
 }
 
 // propChurn is the per mille of page reads that change the journal first: none, or up to 30 %
-// with VEIL_PROPERTY_CHURN=1 (it still finds events lost: issue 49's note).
+// with VEIL_PROPERTY_CHURN=1 (it still finds events lost).
 func propChurn(rng *rand.Rand) int {
 	if os.Getenv("VEIL_PROPERTY_CHURN") != "" {
 		return rng.IntN(300)

@@ -1,0 +1,269 @@
+package forwarder
+
+// Locating the boundary between published and new events in the journal (a page walk, then a
+// binary search), and noticing events lost at the source on the way.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-kit/log/level"
+
+	"github.com/veil-exporter/veil-exporter/veil"
+)
+
+// locate finds the boundary between published and new events, starting at the offset where
+// the last cycle left it (hint). It also notices events lost at the source and records what is
+// needed to count future losses.
+func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (boundary, error) {
+	var b, count int
+	var anchored bool
+	o := max(0, hint-fw.page/2)
+	pg, err := fw.eventsPage(ctx, o, fw.page)
+	if err != nil {
+		return boundary{}, fmt.Errorf("couldn't read events: %w", err)
+	}
+	if o > 0 && len(pg.Results) == 0 { // the list shrank below the hint
+		o = 0
+		if pg, err = fw.eventsPage(ctx, 0, fw.page); err != nil {
+			return boundary{}, fmt.Errorf("couldn't read events: %w", err)
+		}
+	}
+	seen := &seenPage{start: o, page: pg}
+	fw.learnOrder(pg.Results)
+	d := fw.dir()
+	count = pg.Count
+	// Events published ahead of their time (dated in the future) do not count here: the journal
+	// lists them after events that come later, and the boundary is where the position's time is.
+	isNew := func(e veil.Event) bool { return !pos.passed(&e) }
+	pred := isNew // oldest first: the first new event
+	if d == newestFirst {
+		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event
+	}
+	items := pg.Results
+	j := -1
+	for i := range items {
+		if pred(items[i]) {
+			j = i
+			break
+		}
+	}
+	switch {
+	case !pos.Known && d == newestFirst:
+		b = count // nothing published: everything is new
+	case j > 0 || j == 0 && o == 0:
+		b = o + j
+	case j < 0 && o+len(items) >= count:
+		b = count
+	case j == 0:
+		seen = nil
+		b, o, items, err = fw.walkDown(ctx, o, items, pred)
+	default:
+		seen = nil
+		b, o, items, err = fw.walkUp(ctx, o, items, count, pred)
+	}
+	if err != nil {
+		return boundary{}, err
+	}
+	// Is the published event next to the boundary still there?
+	if d == oldestFirst {
+		anchored = b > 0
+	} else {
+		anchored = b < count
+	}
+	if !anchored && pos.Known && !pos.Created.IsZero() && count > 0 {
+		fw.countGap(ctx, pos, d)
+	} else if anchored || count == 0 {
+		fw.mu.Lock()
+		fw.gapLogged = false
+		fw.mu.Unlock()
+		fw.observe(ctx, pos, d, b, count, o, items)
+	}
+	return boundary{b: b, count: count, anchored: anchored, seen: seen}, nil
+}
+
+// walkDown looks for the boundary below a page that begins past it, a page at a time, before
+// searching: retention moves the boundary down (oldest first) between two cycles by about what it
+// deletes meanwhile, which a few pages cover, while a search's dozen reads one after the other
+// take long enough for the list to move past what it found. It returns the last page read.
+func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
+	for range 4 {
+		if o == 0 {
+			return 0, o, items, nil
+		}
+		o = max(0, o-(fw.page-1))
+		pg, err := fw.eventsPage(ctx, o, fw.page)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
+		}
+		items = pg.Results
+		j := slices.IndexFunc(items, pred)
+		switch {
+		case j > 0 || j == 0 && o == 0:
+			return o + j, o, items, nil
+		case j < 0:
+			// Past this page now: the list moved back up between the two reads.
+			return o + len(items), o, items, nil
+		}
+	}
+	b, err := fw.search(ctx, 0, o, pred)
+	return b, o, items, err
+}
+
+// walkUp is walkDown's counterpart for a boundary past the page read: newest first, arrivals
+// move it up while it is looked for.
+func (fw *Forwarder) walkUp(ctx context.Context, o int, items []veil.Event, count int, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
+	for range 4 {
+		o += max(1, len(items)-1)
+		pg, err := fw.eventsPage(ctx, o, fw.page)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
+		}
+		items, count = pg.Results, pg.Count
+		if j := slices.IndexFunc(items, pred); j >= 0 {
+			return o + j, o, items, nil
+		}
+		if o+len(items) >= count {
+			return count, o, items, nil
+		}
+	}
+	b, err := fw.search(ctx, o+len(items), count, pred)
+	return b, o, items, err
+}
+
+// observe remembers how many events follow the position and which is the newest, so that a
+// later loss (retention deleting them unread) can be counted exactly. The tail and the boundary
+// must come from one view of the journal: when the tail is not on the page already read, the
+// event next to the boundary is read before and after it, and an observation across a shift
+// (events added or deleted meanwhile) is dropped in favour of the previous one.
+func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, b, count, o int, items []veil.Event) {
+	if count == 0 {
+		return
+	}
+	anchorOff, tailOff, ahead := b, 0, b
+	if d == oldestFirst {
+		anchorOff, tailOff, ahead = b-1, count-1, count-b
+	}
+	onPage := func(off int) (veil.Event, bool) {
+		if i := off - o; i >= 0 && i < len(items) {
+			return items[i], true
+		}
+		return veil.Event{}, false
+	}
+	read := func(off int) (veil.Event, bool) {
+		if e, ok := onPage(off); ok {
+			return e, true
+		}
+		e, _, ok, err := fw.probe(ctx, off)
+		return e, err == nil && ok
+	}
+	tail, ok := onPage(tailOff)
+	if !ok {
+		before, ok := read(anchorOff)
+		if !ok {
+			return
+		}
+		if tail, ok = read(tailOff); !ok {
+			return
+		}
+		after, _, ok, err := fw.probe(ctx, anchorOff)
+		if err != nil || !ok || after.ID != before.ID {
+			return
+		}
+	}
+	pos.Ahead, pos.TailID, pos.TailCreated = ahead, tail.ID, tail.Created.Time
+	fw.mu.Lock()
+	fw.pos.Ahead, fw.pos.TailID, fw.pos.TailCreated = ahead, tail.ID, tail.Created.Time
+	fw.mu.Unlock()
+}
+
+// countGap runs when the position's event is gone and everything left is newer: events between
+// it and the oldest remaining one may have been deleted unread. Counted exactly when the tail
+// observed earlier is still listed; otherwise continuity cannot be proven: a gap episode, with
+// the lower bound in gaps.
+func (fw *Forwarder) countGap(ctx context.Context, pos *position, d direction) {
+	fw.mu.Lock()
+	logged := fw.gapLogged
+	fw.mu.Unlock()
+	lost, exact, left := 0, false, 0
+	var err error
+	if pos.TailID != "" {
+		// remaining = events still listed that are not newer than the tail we saw.
+		notNewer := func(e veil.Event) bool { return !e.Created.After(pos.TailCreated) }
+		var x, remaining int
+		var ok bool
+		var at veil.Event
+		if d == oldestFirst {
+			x, err = fw.search(ctx, 0, 1<<30, func(e veil.Event) bool { return !notNewer(e) })
+			remaining = x
+			if err == nil && x > 0 {
+				at, _, ok, err = fw.probe(ctx, x-1)
+			}
+		} else {
+			var count int
+			_, count, _, err = fw.probe(ctx, 0)
+			if err == nil {
+				x, err = fw.search(ctx, 0, count, notNewer)
+				remaining = count - x
+				if err == nil && x < count {
+					at, _, ok, err = fw.probe(ctx, x)
+				}
+			}
+		}
+		if err == nil && ok && at.Created.Equal(pos.TailCreated) {
+			exact = true
+			lost = max(0, pos.Ahead-remaining)
+			left = min(pos.Ahead, remaining)
+		} else if err == nil {
+			lost = pos.Ahead // the tail is gone too: at least this many
+		}
+	}
+	var oldest time.Time
+	if err == nil && !exact && !logged {
+		oldest, err = fw.oldestListed(ctx, d)
+	}
+	if err != nil {
+		return // the journal could not be read: count on a later cycle
+	}
+	fw.mu.Lock()
+	fw.gapLogged = true
+	fw.gaps += uint64(lost)
+	episode := !exact && !logged
+	if episode {
+		fw.episodes++
+		fw.lastGap = GapEpisode{At: time.Now(), After: pos.Created, Before: oldest, Lost: uint64(lost)}
+	}
+	fw.mu.Unlock()
+	switch {
+	case episode:
+		level.Warn(fw.logger).Log("msg", "the position's event is gone and continuity with it cannot be proven: events created between after and before may have been deleted unread (a gap episode)",
+			"lost_at_least", lost, "after", pos.Created, "before", oldest)
+	case lost > 0 && exact:
+		level.Warn(fw.logger).Log("msg", "events were deleted by the platform before they could be read", "lost", lost, "after", pos.Created)
+	case lost > 0:
+		level.Warn(fw.logger).Log("msg", "more events were deleted by the platform before they could be read", "lost_at_least", lost, "after", pos.Created)
+	}
+	// Account once: what is left unread up to the tail is what a later deletion (the outage goes
+	// on) can still lose.
+	pos.Ahead = left
+	fw.mu.Lock()
+	fw.pos.Ahead = left
+	fw.mu.Unlock()
+}
+
+// oldestListed is the created of the oldest event in the journal (zero when it is empty).
+func (fw *Forwarder) oldestListed(ctx context.Context, d direction) (time.Time, error) {
+	e, count, ok, err := fw.probe(ctx, 0)
+	if err != nil || d == oldestFirst || count <= 1 {
+		if !ok {
+			return time.Time{}, err
+		}
+		return e.Created.Time, err
+	}
+	if e, _, ok, err = fw.probe(ctx, count-1); err != nil || !ok {
+		return time.Time{}, err
+	}
+	return e.Created.Time, nil
+}
