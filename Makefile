@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revisi
              -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 PKGS      := ./...
 
-.PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz faults demo demo-ha bench bench-fleet bench-reference lint clean
+.PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz property faults demo demo-ha bench bench-fleet bench-reference lint clean
 
 all: build
 
@@ -92,6 +92,12 @@ FUZZTIME     ?= 30s
 FUZZPARALLEL ?=
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZPARALLEL=$(FUZZPARALLEL) bash scripts/fuzz.sh
+
+## property: the forwarder's position as a property (forwarder/position_property_test.go) over
+## PROPERTY_CASES random journals instead of make test's 200; a failure names the seed to replay.
+PROPERTY_CASES ?= 20000
+property:
+	VEIL_PROPERTY_CASES=$(PROPERTY_CASES) $(GO) test -count=1 -v -timeout 60m -run '^TestEveryEventOnceWhateverTheJournalDoes$$' ./forwarder/
 
 ## faults: the durability suite (e2e/durability_test.go: kills, lost volumes and messages, lost
 ## acknowledgements, pauses, a full disk) with every row's rounds FAULTS_SCALE times as many as in

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -160,6 +161,9 @@ func (fw *Forwarder) read(ctx context.Context, pos position, bd boundary, now ti
 	fw.holding(held)
 	if err == nil {
 		fw.setHint(next)
+		fw.mu.Lock()
+		fw.backlog = held // read to the end of the list: what it held back is left
+		fw.mu.Unlock()
 		if held == 0 {
 			fw.promote(now)
 		}
@@ -284,11 +288,17 @@ func (r *reading) overlap(chron []veil.Event, sp pageSpan, count int) (int, erro
 	m := -1
 	switch {
 	case r.first && r.anchored:
-		if len(chron) == 0 || !r.pos.passed(&chron[0]) {
+		// Events with no created of their own (dated as a neighbour) neither begin the page nor
+		// anchor it, unless the page holds nothing else.
+		first := slices.IndexFunc(chron, func(e veil.Event) bool { return !undated(&e) })
+		if first < 0 {
+			first = 0
+		}
+		if len(chron) == 0 || !r.pos.passed(&chron[first]) {
 			return m, r.resync()
 		}
 		for i := range chron {
-			if r.pos.passed(&chron[i]) {
+			if r.pos.passed(&chron[i]) && (!undated(&chron[i]) || m < 0) {
 				m = i // the anchor: the newest published event
 			}
 		}

@@ -37,7 +37,11 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (bound
 	count = pg.Count
 	// Events published ahead of their time (dated in the future) do not count here: the journal
 	// lists them after events that come later, and the boundary is where the position's time is.
-	isNew := func(e veil.Event) bool { return !pos.passed(&e) }
+	// An event with no created of its own is dated as a neighbour on its page; alone on it (or
+	// with no dated neighbour) it says nothing of where the boundary is: it counts as new, which
+	// may put the boundary before it but never past a new event (the reader skips it if it was
+	// published).
+	isNew := func(e veil.Event) bool { return undated(&e) && e.Created.IsZero() || !pos.passed(&e) }
 	pred := isNew // oldest first: the first new event
 	if d == newestFirst {
 		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event

@@ -152,20 +152,29 @@ func (p *position) published(created time.Time, id string) bool {
 	return slices.Contains(p.IDs, id)
 }
 
-// passed says whether the position is past e: published for e, and for an event that could not
-// be read as one (its created borrowed from a neighbour, which may differ between two reads of
-// the journal) also any id published at the position's instant. Events published ahead of their
-// time are not passed (publishedEvent).
+// passed says whether the position is past e. It follows the journal's order (the boundary is
+// searched with it), so events published ahead of their time are not passed (publishedEvent).
+// An event with no readable created is dated as its older neighbour on the page (decodeEvents),
+// which says where the journal lists it but not whether it was published: it is passed only
+// when dated no later than the position and known by id (published at the position's instant,
+// or one of Odd).
 func (p *position) passed(e *veil.Event) bool {
-	if p.published(e.Created.Time, e.ID) {
-		return true
+	if !undated(e) {
+		return p.published(e.Created.Time, e.ID)
 	}
-	return e.Invalid != "" && p.Known && (slices.Contains(p.IDs, e.ID) || slices.Contains(p.Odd, e.ID))
+	return p.Known && !e.Created.After(p.Created) &&
+		(slices.Contains(p.IDs, e.ID) || slices.Contains(p.Odd, e.ID))
 }
 
-// publishedEvent says whether e was published: passed, or published ahead of its time.
+// undated says whether e has no created of its own: the one it has is its neighbour's.
+func undated(e *veil.Event) bool {
+	return e.Invalid != "" && e.Invalid != rejectNoID
+}
+
+// publishedEvent says whether e was published: passed, published ahead of its time, or one of
+// the events that do not decode published lately.
 func (p *position) publishedEvent(e *veil.Event) bool {
-	return p.passed(e) || p.isFuture(e.ID)
+	return p.passed(e) || p.isFuture(e.ID) || e.Invalid != "" && slices.Contains(p.Odd, e.ID)
 }
 
 // advance moves the position past one event published after it.
