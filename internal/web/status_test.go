@@ -70,6 +70,16 @@ var pageCases = []pageCase{
 		},
 	},
 	{
+		name: "events dated ahead of the clock are shown with what they cost",
+		edit: func(s *statusData) { s.Controllers[0].Events.Ahead, s.Controllers[0].Events.HeldBack = 40, 3 },
+		want: []string{"<th>Dated ahead of this clock</th>", `<span class="badge wait">40</span> published, remembered by id`, `<span class="err">3 held back</span>`, "mend it"},
+	},
+	{
+		name:    "no event dated ahead: a plain 0",
+		want:    []string{"<th>Dated ahead of this clock</th><td>0</td>"},
+		notWant: []string{"mend it"},
+	},
+	{
 		name: "values are shown",
 		want: []string{
 			"37 / 40", "SUCCESS 16", "FAILED 4", "29 / 31 eligible VMs", "guest-ping on vm-1: timeout",

@@ -200,11 +200,16 @@ type guestStatus struct {
 }
 
 type eventsStatus struct {
-	Subject       string    `json:"subject"`
-	Order         string    `json:"order"`
-	Position      time.Time `json:"position,omitzero"`
-	PositionIDs   []string  `json:"position_ids"`
-	Backlog       int       `json:"backlog"`
+	Subject     string    `json:"subject"`
+	Order       string    `json:"order"`
+	Position    time.Time `json:"position,omitzero"`
+	PositionIDs []string  `json:"position_ids"`
+	Backlog     int       `json:"backlog"`
+	// Ahead: events published though dated after this machine's clock, remembered by id until
+	// it passes them; HeldBack: such events left unpublished because as many are remembered as
+	// may be (each goes out once the clock passes it).
+	Ahead         int       `json:"ahead_of_clock"`
+	HeldBack      int       `json:"held_back"`
 	Published     uint64    `json:"published"`
 	LastPublished time.Time `json:"last_published,omitzero"`
 	Duplicates    uint64    `json:"duplicates_dropped"`
@@ -323,7 +328,7 @@ func guestView(g guest.Status) *guestStatus {
 func eventsView(f forwarder.Status) *eventsStatus {
 	e := &eventsStatus{
 		Subject: f.Subject, Order: f.Order, Position: f.Position, PositionIDs: f.PositionIDs,
-		Backlog: f.Backlog, Published: f.Published, LastPublished: f.LastAcked,
+		Backlog: f.Backlog, Ahead: f.Ahead, HeldBack: f.HeldBack, Published: f.Published, LastPublished: f.LastAcked,
 		Duplicates: f.Duplicates, Gaps: f.Gaps, GapEpisodes: f.GapEpisodes, NotReady: f.NotReady,
 		LastError: f.LastError, Stopped: f.Stopped,
 		Recent: make([]recentEvent, 0, len(f.Recent)),
