@@ -1,7 +1,8 @@
 # veil-exporter — build, test, demo, bench, lint.
 GO        ?= go
 BIN       := bin
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version is the VERSION file's (no tag needed); VERSION=... overrides it.
+VERSION   ?= $(shell cat VERSION 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BRANCH    ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
 BUILD_USER ?= $(shell whoami 2>/dev/null || echo unknown)@$(shell hostname 2>/dev/null || echo unknown)
@@ -13,6 +14,7 @@ LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revisi
              -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 PKGS      := ./...
 
+.PHONY: notice notice-test release release-chart release-test
 .PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz property faults demo demo-ha bench bench-fleet bench-reference lint clean
 
 all: build
@@ -43,7 +45,7 @@ image:
 ## detector (fuzz targets run their seed corpora as ordinary tests), alert-rule unit tests.
 ## It first installs what the tests need (test-deps), so a fresh machine with Go runs it.
 test: test-deps
-	$(MAKE) vet race rules-test
+	$(MAKE) vet race rules-test notice-test
 
 ## test-deps: promtool and prometheus (alert-rule tests, end-to-end test), chromium (status page
 ## in the end-to-end test), podman and runc (the image test, e2e/image_test.go), and every module
@@ -141,4 +143,11 @@ lint: vet
 	$(GO) tool staticcheck $(PKGS)
 
 clean:
-	rm -rf $(BIN) bench/out
+	rm -rf $(BIN) bench/out dist
+
+## notice: regenerate NOTICE, the licenses of the modules bin/veil-exporter links (tools/notice);
+## notice-test (part of make test) fails when NOTICE differs from what it would write.
+notice:
+	cd tools && $(GO) run ./cmd/notice -root ..
+notice-test:
+	cd tools && $(GO) test -count=1 ./notice/
