@@ -224,6 +224,12 @@ type EventSpec struct {
 	SameCreated bool   // all n events share one created instant
 	Message     string
 	EntityClass string // domain, node, or any class name; "none" for no entity
+	// Ahead dates the events that far after the simulator's clock, as a controller whose clock
+	// runs ahead does (they are listed where that created puts them).
+	Ahead time.Duration
+	// AheadStays keeps the journal's order as a controller with a monotonic clock does: the
+	// events written after ones dated Ahead are dated as the newest of them (not before them).
+	AheadStays bool
 }
 
 // AddEvents appends n events and returns their ids, oldest first.
@@ -234,11 +240,14 @@ func (s *Server) AddEvents(n int, opt EventSpec) []string {
 	s.st.advance(now)
 	ids := make([]string, 0, max(n, 0))
 	for i := 0; i < n; i++ {
-		t := now
+		t := now.Add(opt.Ahead)
 		if !opt.SameCreated {
-			t = now.Add(time.Duration(i) * time.Microsecond)
+			t = t.Add(time.Duration(i) * time.Microsecond)
 		}
-		ids = append(ids, s.st.randomEvent(t, opt).id)
+		e := s.st.randomEvent(t, opt)
+		// Dated ahead: the events written after it with the clock right go before it.
+		e.future = opt.Ahead > 0 && !opt.AheadStays
+		ids = append(ids, e.id)
 	}
 	return ids
 }
