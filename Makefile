@@ -106,11 +106,15 @@ property:
 ## `make test`, and the nemesis (e2e/nemesis_test.go: a seeded random schedule of composed faults
 ## on a 3-node NATS cluster, three replicas and six controllers) for NEMESIS_DURATION; prints the
 ## checkers' tables (journal ids ok / lost / duplicated / out of order). NEMESIS_SEED replays one.
+## Then the data nemesis (e2e/data_nemesis_test.go: hostile events, clocks ahead, kill -9, NATS
+## restarts) for DATA_NEMESIS_STEPS steps instead of make test's 30; DATA_NEMESIS_SEED replays one.
 FAULTS_SCALE ?= 5
 NEMESIS_DURATION ?= 30m
+DATA_NEMESIS_STEPS ?= 300
 faults:
 	VEIL_FAULTS_SCALE=$(FAULTS_SCALE) VEIL_NEMESIS_DURATION=$(NEMESIS_DURATION) $(if $(NEMESIS_SEED),VEIL_NEMESIS_SEED=$(NEMESIS_SEED)) \
-	  $(GO) test -race -count=1 -v -timeout 120m -run '^(TestDurability|TestClassify|TestNemesis)$$' ./e2e/
+	  VEIL_DATA_NEMESIS_STEPS=$(DATA_NEMESIS_STEPS) $(if $(DATA_NEMESIS_SEED),VEIL_DATA_NEMESIS_SEED=$(DATA_NEMESIS_SEED)) \
+	  $(GO) test -race -count=1 -v -timeout 120m -run '^(TestDurability|TestClassify|TestNemesis|TestDataNemesis)$$' ./e2e/
 
 ## demo: the simulator + the exporter with an embedded NATS server (+ Prometheus with the alert
 ## rules when installed); Ctrl-C stops them all.
