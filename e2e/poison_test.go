@@ -1,6 +1,6 @@
 package e2e
 
-// The poison suite (DESIGN §8): what a controller or a guest sends on a bad
+// The poison suite (docs/events.md, "Bad input"): what a controller or a guest sends on a bad
 // day, served by the simulator on request (/_sim/events/poison, /_sim/odd_fields,
 // /_sim/domains/<id>/guest_hostile), with good events and good VMs around it. The contract of
 // every row: one bad thing costs only itself, is counted, is said once, and never stops anything

@@ -1,6 +1,6 @@
 package veiltest
 
-// This file holds the bad input the simulator serves on request (DESIGN §8): events a
+// This file holds the bad input the simulator serves on request (docs/events.md, "Bad input"): events a
 // forwarder cannot publish as they are (a huge detail_message, a very long type, no id, a bad or
 // missing created, dated far in the future), an odd field in one object of any collection, and
 // hostile guest-agent answers. Each is what a controller or a guest may send on a bad day; none

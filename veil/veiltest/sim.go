@@ -73,7 +73,7 @@
 //   - Options.ChangeLog keeps the last N changes (Changes, GET /_sim/changes?since=N), each
 //     with a number, its time and its object: a test can compare what a client stored with what
 //     the simulator did. Off by default: a change costs one comparison while nothing records it.
-//   - Bad input on request (poison.go, DESIGN §8): AddPoisonEvent (POST /_sim/events/poison)
+//   - Bad input on request (poison.go; docs/events.md, "Bad input"): AddPoisonEvent (POST /_sim/events/poison)
 //     writes one event a forwarder cannot publish as it is (a huge detail_message, a long type,
 //     no id, a bad, null or missing created, dated in the future), in the journal at its place
 //     in its bad wire form; an event written after a future-dated one goes before it, as
