@@ -115,7 +115,7 @@ func TestCloudEventsTimeAndEncoding(t *testing.T) {
 		}
 		pos := position{}
 		pos.advance(e.Created.Time, e.ID)
-		if got := msg(message("veil.events", "prod", "https://veil", &e, &pos, oldestFirst, 0)).Header.Get("ce-time"); got != tt.want {
+		if got := msg((&envelope{prefix: "veil.events", controller: "prod", source: "https://veil", order: oldestFirst}).message(&e, &pos)).Header.Get("ce-time"); got != tt.want {
 			t.Errorf("created %s: ce-time %q, want %q", tt.created, got, tt.want)
 		}
 	}

@@ -176,9 +176,9 @@ func (fw *Forwarder) read(ctx context.Context, pos position, bd boundary, now ti
 func (fw *Forwarder) readPages(ctx context.Context, pos position, bd boundary, now time.Time, pl *pipeline) (int, int, error) {
 	r := &reading{
 		fw: fw, pl: pl, pos: pos, d: fw.dir(), anchored: bd.anchored, sl: newSlack(fw.slack, fw.page),
-		prefix: fw.stream.cfg.SubjectPrefix, source: fw.source, first: true, lastOff: bd.b,
-		limit: fw.stream.messageLimit(), now: now,
+		first: true, lastOff: bd.b, now: now,
 	}
+	r.env = envelope{prefix: fw.stream.cfg.SubjectPrefix, controller: fw.opts.Controller, source: fw.source, order: r.d, limit: fw.stream.messageLimit()}
 	defer func() { fw.slack = r.sl.load() }()
 	r.batch = r.newBatch()
 	pages := readSpans(ctx, fw.pager, fw.ordering, fw.concurrency(), newSpanPlan(r.d, fw.page, bd, r.sl))
@@ -205,20 +205,19 @@ func (fw *Forwarder) readPages(ctx context.Context, pos position, bd boundary, n
 // contiguous with what came before, takes the events not yet published in chronological order
 // and sends them through the pipeline in batches.
 type reading struct {
-	fw             *Forwarder
-	pl             *pipeline
-	pos            position // advanced with every event taken
-	d              direction
-	anchored       bool
-	sl             *slack
-	prefix, source string
-	limit          int // the largest message NATS takes (0: not known)
-	batch          sentBatch
-	first          bool      // no page taken yet
-	prevID         string    // the newest event of the page before
-	lastOff        int       // where the next cycle expects the boundary
-	now            time.Time // the exporter's clock when the cycle began: what is dated after it is ahead
-	held           int       // events dated ahead left unpublished (position.take)
+	fw       *Forwarder
+	pl       *pipeline
+	pos      position // advanced with every event taken
+	d        direction
+	anchored bool
+	sl       *slack
+	env      envelope // what every message of the read shares
+	batch    sentBatch
+	first    bool      // no page taken yet
+	prevID   string    // the newest event of the page before
+	lastOff  int       // where the next cycle expects the boundary
+	now      time.Time // the exporter's clock when the cycle began: what is dated after it is ahead
+	held     int       // events dated ahead left unpublished (position.take)
 }
 
 func (r *reading) newBatch() sentBatch {
@@ -344,7 +343,7 @@ func (r *reading) publish(chron []veil.Event, m int) error {
 		b := &r.batch
 		b.events = append(b.events, e)
 		b.future = append(b.future, future)
-		m, reason := message(r.prefix, r.fw.opts.Controller, r.source, &b.events[len(b.events)-1], &r.pos, r.d, r.limit)
+		m, reason := r.env.message(&b.events[len(b.events)-1], &r.pos)
 		b.msgs = append(b.msgs, m)
 		if reason != "" {
 			r.fw.rejectedEvent(&b.events[len(b.events)-1], m, reason)

@@ -46,27 +46,21 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (bound
 	if d == newestFirst {
 		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event
 	}
-	items := pg.Results
-	j := -1
-	for i := range items {
-		if pred(items[i]) {
-			j = i
-			break
-		}
-	}
+	v := view{o: o, items: pg.Results}
+	j := slices.IndexFunc(v.items, pred)
 	switch {
 	case !pos.Known && d == newestFirst:
 		b = count // nothing published: everything is new
 	case j > 0 || j == 0 && o == 0:
 		b = o + j
-	case j < 0 && o+len(items) >= count:
+	case j < 0 && o+len(v.items) >= count:
 		b = count
 	case j == 0:
 		seen = nil
-		b, o, items, err = fw.walkDown(ctx, o, items, pred)
+		b, err = fw.walkDown(ctx, &v, pred)
 	default:
 		seen = nil
-		b, o, items, err = fw.walkUp(ctx, o, items, count, pred)
+		b, err = fw.walkUp(ctx, &v, count, pred)
 	}
 	if err != nil {
 		return boundary{}, err
@@ -83,58 +77,63 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (bound
 		fw.mu.Lock()
 		fw.gapLogged = false
 		fw.mu.Unlock()
-		fw.observe(ctx, pos, d, b, count, o, items)
+		fw.observe(ctx, pos, d, boundary{b: b, count: count}, v)
 	}
 	return boundary{b: b, count: count, anchored: anchored, seen: seen}, nil
+}
+
+// view is the last page locate read: its events, read at offset o.
+type view struct {
+	o     int
+	items []veil.Event
 }
 
 // walkDown looks for the boundary below a page that begins past it, a page at a time, before
 // searching: retention moves the boundary down (oldest first) between two cycles by about what it
 // deletes meanwhile, which a few pages cover, while a search's dozen reads one after the other
-// take long enough for the list to move past what it found. It returns the last page read.
-func (fw *Forwarder) walkDown(ctx context.Context, o int, items []veil.Event, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
+// take long enough for the list to move past what it found. v, the page read before, becomes
+// the last page read.
+func (fw *Forwarder) walkDown(ctx context.Context, v *view, pred func(veil.Event) bool) (int, error) {
 	for range 4 {
-		if o == 0 {
-			return 0, o, items, nil
+		if v.o == 0 {
+			return 0, nil
 		}
-		o = max(0, o-(fw.page-1))
-		pg, err := fw.eventsPage(ctx, o, fw.page)
+		v.o = max(0, v.o-(fw.page-1))
+		pg, err := fw.eventsPage(ctx, v.o, fw.page)
 		if err != nil {
-			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
+			return 0, fmt.Errorf("couldn't read events: %w", err)
 		}
-		items = pg.Results
-		j := slices.IndexFunc(items, pred)
+		v.items = pg.Results
+		j := slices.IndexFunc(v.items, pred)
 		switch {
-		case j > 0 || j == 0 && o == 0:
-			return o + j, o, items, nil
+		case j > 0 || j == 0 && v.o == 0:
+			return v.o + j, nil
 		case j < 0:
 			// Past this page now: the list moved back up between the two reads.
-			return o + len(items), o, items, nil
+			return v.o + len(v.items), nil
 		}
 	}
-	b, err := fw.search(ctx, 0, o, pred)
-	return b, o, items, err
+	return fw.search(ctx, 0, v.o, pred)
 }
 
 // walkUp is walkDown's counterpart for a boundary past the page read: newest first, arrivals
 // move it up while it is looked for.
-func (fw *Forwarder) walkUp(ctx context.Context, o int, items []veil.Event, count int, pred func(veil.Event) bool) (int, int, []veil.Event, error) {
+func (fw *Forwarder) walkUp(ctx context.Context, v *view, count int, pred func(veil.Event) bool) (int, error) {
 	for range 4 {
-		o += max(1, len(items)-1)
-		pg, err := fw.eventsPage(ctx, o, fw.page)
+		v.o += max(1, len(v.items)-1)
+		pg, err := fw.eventsPage(ctx, v.o, fw.page)
 		if err != nil {
-			return 0, 0, nil, fmt.Errorf("couldn't read events: %w", err)
+			return 0, fmt.Errorf("couldn't read events: %w", err)
 		}
-		items, count = pg.Results, pg.Count
-		if j := slices.IndexFunc(items, pred); j >= 0 {
-			return o + j, o, items, nil
+		v.items, count = pg.Results, pg.Count
+		if j := slices.IndexFunc(v.items, pred); j >= 0 {
+			return v.o + j, nil
 		}
-		if o+len(items) >= count {
-			return count, o, items, nil
+		if v.o+len(v.items) >= count {
+			return count, nil
 		}
 	}
-	b, err := fw.search(ctx, o+len(items), count, pred)
-	return b, o, items, err
+	return fw.search(ctx, v.o+len(v.items), count, pred)
 }
 
 // observe remembers how many events follow the position and which is the newest, so that a
@@ -142,7 +141,8 @@ func (fw *Forwarder) walkUp(ctx context.Context, o int, items []veil.Event, coun
 // must come from one view of the journal: when the tail is not on the page already read, the
 // event next to the boundary is read before and after it, and an observation across a shift
 // (events added or deleted meanwhile) is dropped in favour of the previous one.
-func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, b, count, o int, items []veil.Event) {
+func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, bd boundary, v view) {
+	b, count := bd.b, bd.count
 	if count == 0 {
 		return
 	}
@@ -151,8 +151,8 @@ func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, b,
 		anchorOff, tailOff, ahead = b-1, count-1, count-b
 	}
 	onPage := func(off int) (veil.Event, bool) {
-		if i := off - o; i >= 0 && i < len(items) {
-			return items[i], true
+		if i := off - v.o; i >= 0 && i < len(v.items) {
+			return v.items[i], true
 		}
 		return veil.Event{}, false
 	}
@@ -160,8 +160,11 @@ func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, b,
 		if e, ok := onPage(off); ok {
 			return e, true
 		}
-		e, _, ok, err := fw.probe(ctx, off)
-		return e, err == nil && ok
+		e, _, err := fw.probe(ctx, off)
+		if err != nil || e == nil {
+			return veil.Event{}, false
+		}
+		return *e, true
 	}
 	tail, ok := onPage(tailOff)
 	if !ok {
@@ -172,8 +175,8 @@ func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, b,
 		if tail, ok = read(tailOff); !ok {
 			return
 		}
-		after, _, ok, err := fw.probe(ctx, anchorOff)
-		if err != nil || !ok || after.ID != before.ID {
+		after, _, err := fw.probe(ctx, anchorOff)
+		if err != nil || after == nil || after.ID != before.ID {
 			return
 		}
 	}
@@ -197,26 +200,25 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *position, d direction) {
 		// remaining = events still listed that are not newer than the tail we saw.
 		notNewer := func(e veil.Event) bool { return !e.Created.After(pos.TailCreated) }
 		var x, remaining int
-		var ok bool
-		var at veil.Event
+		var at *veil.Event
 		if d == oldestFirst {
 			x, err = fw.search(ctx, 0, 1<<30, func(e veil.Event) bool { return !notNewer(e) })
 			remaining = x
 			if err == nil && x > 0 {
-				at, _, ok, err = fw.probe(ctx, x-1)
+				at, _, err = fw.probe(ctx, x-1)
 			}
 		} else {
 			var count int
-			_, count, _, err = fw.probe(ctx, 0)
+			_, count, err = fw.probe(ctx, 0)
 			if err == nil {
 				x, err = fw.search(ctx, 0, count, notNewer)
 				remaining = count - x
 				if err == nil && x < count {
-					at, _, ok, err = fw.probe(ctx, x)
+					at, _, err = fw.probe(ctx, x)
 				}
 			}
 		}
-		if err == nil && ok && at.Created.Equal(pos.TailCreated) {
+		if err == nil && at != nil && at.Created.Equal(pos.TailCreated) {
 			exact = true
 			lost = max(0, pos.Ahead-remaining)
 			left = min(pos.Ahead, remaining)
@@ -259,14 +261,14 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *position, d direction) {
 
 // oldestListed is the created of the oldest event in the journal (zero when it is empty).
 func (fw *Forwarder) oldestListed(ctx context.Context, d direction) (time.Time, error) {
-	e, count, ok, err := fw.probe(ctx, 0)
+	e, count, err := fw.probe(ctx, 0)
 	if err != nil || d == oldestFirst || count <= 1 {
-		if !ok {
+		if e == nil {
 			return time.Time{}, err
 		}
 		return e.Created.Time, err
 	}
-	if e, _, ok, err = fw.probe(ctx, count-1); err != nil || !ok {
+	if e, _, err = fw.probe(ctx, count-1); err != nil || e == nil {
 		return time.Time{}, err
 	}
 	return e.Created.Time, nil

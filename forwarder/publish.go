@@ -86,12 +86,22 @@ const (
 // be read as events: <prefix>.<controller>.invalid, under the controller's filter.
 const invalidToken = "invalid"
 
+// envelope is what the messages of one read share besides their events: the subject prefix, the
+// controller's name and ce-source (its URL without userinfo), the order the journal is read in
+// and the largest message NATS takes (0: not known, no limit).
+type envelope struct {
+	prefix, controller, source string
+	order                      direction
+	limit                      int
+}
+
 // message builds the NATS message of one event: subject, CloudEvents binary headers, the headers
 // that resume from it (pos: the position with this event added), the body (raw, or cut to fit
-// limit bytes with headers; limit 0: no limit). The header map is sized once for every header
-// the publish adds (position, expectation, batch): this runs for every event of a catch-up. It
-// returns why the event could not go out as it is ("" when it could).
-func message(prefix, controller, controllerURL string, e *veil.Event, pos *position, order direction, limit int) (*nats.Msg, string) {
+// env.limit bytes with headers). The header map is sized once for every header the publish adds
+// (position, expectation, batch): this runs for every event of a catch-up. It returns why the
+// event could not go out as it is ("" when it could).
+func (env *envelope) message(e *veil.Event, pos *position) (*nats.Msg, string) {
+	prefix, controller, limit := env.prefix, env.controller, env.limit
 	class := "none"
 	subject := ""
 	if len(e.Entities) > 0 {
@@ -102,7 +112,7 @@ func message(prefix, controller, controllerURL string, e *veil.Event, pos *posit
 	if !e.Created.IsZero() {
 		ceTime = e.Created.UTC().Format(time.RFC3339Nano)
 	}
-	v := [...]string{id, "application/json", "1.0", ceHeader(id), ceHeader(controllerURL), ceHeader(boundAttr(prefix + "." + e.Type)), ceTime, ceHeader(boundAttr(subject)), "application/json"}
+	v := [...]string{id, "application/json", "1.0", ceHeader(id), ceHeader(env.source), ceHeader(boundAttr(prefix + "." + e.Type)), ceTime, ceHeader(boundAttr(subject)), "application/json"}
 	vals := v[:]
 	h := make(nats.Header, len(v)+11)
 	for i, k := range [...]string{nats.MsgIdHdr, "Content-Type", "ce-specversion", "ce-id", "ce-source", "ce-type", "ce-time", "ce-subject", "ce-datacontenttype"} {
@@ -110,7 +120,7 @@ func message(prefix, controller, controllerURL string, e *veil.Event, pos *posit
 			h[k] = vals[i : i+1 : i+1]
 		}
 	}
-	positionHeaders(h, pos, order)
+	positionHeaders(h, pos, env.order)
 	reason := e.Invalid
 	var tail string
 	if reason != "" {

@@ -92,7 +92,7 @@ func benchMessages(b *testing.B, n int) func() []*nats.Msg {
 		msgs := make([]*nats.Msg, len(evs))
 		for i := range evs {
 			pos.advance(evs[i].Created.Time, evs[i].ID)
-			msgs[i], _ = message("veil.events", "prod", "http://127.0.0.1", &evs[i], &pos, oldestFirst, 0)
+			msgs[i], _ = (&envelope{prefix: "veil.events", controller: "prod", source: "http://127.0.0.1", order: oldestFirst}).message(&evs[i], &pos)
 		}
 		return msgs
 	}

@@ -302,7 +302,7 @@ func messagesOf(fw *Forwarder, events []veil.Event) []*nats.Msg {
 	msgs := make([]*nats.Msg, len(events))
 	for i := range events {
 		pos.advance(events[i].Created.Time, events[i].ID)
-		msgs[i], _ = message(fw.stream.cfg.SubjectPrefix, fw.opts.Controller, fw.source, &events[i], &pos, oldestFirst, 0)
+		msgs[i], _ = (&envelope{prefix: fw.stream.cfg.SubjectPrefix, controller: fw.opts.Controller, source: fw.source, order: oldestFirst}).message(&events[i], &pos)
 	}
 	return msgs
 }

@@ -252,16 +252,17 @@ func spanPage(f veil.Fetched[pageSpan]) (veil.Page[veil.Event], error) {
 	return decodeEvents(f.Body, f.Span.start)
 }
 
-// probe reads the single event at offset; ok is false past the end of the list.
-func (fw *Forwarder) probe(ctx context.Context, off int) (veil.Event, int, bool, error) {
+// probe reads the single event at offset: nil past the end of the list; count is the list's
+// length then.
+func (fw *Forwarder) probe(ctx context.Context, off int) (e *veil.Event, count int, err error) {
 	pg, err := fw.eventsPage(ctx, off, 1)
 	if err != nil {
-		return veil.Event{}, 0, false, fmt.Errorf("couldn't read events at offset %d: %w", off, err)
+		return nil, 0, fmt.Errorf("couldn't read events at offset %d: %w", off, err)
 	}
 	if len(pg.Results) == 0 {
-		return veil.Event{}, pg.Count, false, nil
+		return nil, pg.Count, nil
 	}
-	return pg.Results[0], pg.Count, true, nil
+	return &pg.Results[0], pg.Count, nil
 }
 
 // search returns the smallest offset in [lo, hi] where pred holds (pred(hi) is assumed true and
@@ -269,11 +270,11 @@ func (fw *Forwarder) probe(ctx context.Context, off int) (veil.Event, int, bool,
 func (fw *Forwarder) search(ctx context.Context, lo, hi int, pred func(veil.Event) bool) (int, error) {
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		e, _, ok, err := fw.probe(ctx, mid)
+		e, _, err := fw.probe(ctx, mid)
 		if err != nil {
 			return 0, err
 		}
-		if !ok || pred(e) {
+		if e == nil || pred(*e) {
 			hi = mid
 		} else {
 			lo = mid + 1

@@ -40,7 +40,7 @@ func TestMessageSubjectHeadersAndBody(t *testing.T) {
 			tt.ev.Created = veil.Time{Time: created}
 			pos := position{}
 			pos.advance(tt.ev.Created.Time, tt.ev.ID)
-			m, _ := message("veil.events", tt.controller, "https://veil.example.com", &tt.ev, &pos, oldestFirst, 0)
+			m, _ := (&envelope{prefix: "veil.events", controller: tt.controller, source: "https://veil.example.com", order: oldestFirst}).message(&tt.ev, &pos)
 			if m.Subject != tt.wantSubject {
 				t.Errorf("subject %q, want %q", m.Subject, tt.wantSubject)
 			}

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,7 +17,36 @@ import (
 const (
 	maxFileLines = 600
 	maxFuncLines = 80
+	// A function of a package in signatureScope takes at most maxParams parameters and returns
+	// at most maxResults results (the receiver not counted): more is a struct of parameters or a
+	// method on the type that holds them.
+	maxParams  = 5
+	maxResults = 3
 )
+
+// signatureScope lists the directories, relative to the module's root, whose non-test files keep
+// to maxParams and maxResults: "dir" is that package alone, "dir/..." it and every package below
+// it, "..." the whole module.
+var signatureScope = []string{"forwarder"}
+
+// inScope says whether the file rel (slash-separated, relative to the module's root) is in a
+// package scope names.
+func inScope(rel string, scope []string) bool {
+	dir := path.Dir(rel)
+	for _, s := range scope {
+		switch {
+		case s == "...":
+			return true
+		case strings.HasSuffix(s, "/..."):
+			if base := strings.TrimSuffix(s, "/..."); dir == base || strings.HasPrefix(dir, base+"/") {
+				return true
+			}
+		case dir == s:
+			return true
+		}
+	}
+	return false
+}
 
 // issueCitation is a comment that names the issue that asked for the code rather than what the
 // code guarantees.
@@ -24,7 +54,9 @@ var issueCitation = regexp.MustCompile(`(?i)\bissue [0-9]+`)
 
 // TestCodeShape fails on every offence of the module: a file over maxFileLines lines ("file
 // PATH"), a function over maxFuncLines lines, its signature to the closing brace ("func PATH
-// NAME", NAME as Recv.Method for a method), and a comment citing an issue ("issue PATH").
+// NAME", NAME as Recv.Method for a method), a comment citing an issue ("issue PATH"), and, in
+// signatureScope, a function, method, function literal or function type with more than maxParams
+// parameters or maxResults results ("signature PATH NAME").
 func TestCodeShape(t *testing.T) {
 	for _, o := range offences(t, moduleRoot(t)) {
 		t.Errorf("%s (%s)", o.key, o.what)
@@ -85,6 +117,9 @@ func fileOffences(fset *token.FileSet, f *ast.File, rel string) []offence {
 			out = append(out, offence{"func " + rel + " " + funcName(fn), fmt.Sprintf("%d lines, over %d", n, maxFuncLines)})
 		}
 	}
+	if !strings.HasSuffix(rel, "_test.go") && inScope(rel, signatureScope) {
+		out = append(out, signatureOffences(fset, f, rel)...)
+	}
 	for _, cg := range f.Comments {
 		for _, c := range cg.List {
 			if m := issueCitation.FindString(c.Text); m != "" {
@@ -93,6 +128,61 @@ func fileOffences(fset *token.FileSet, f *ast.File, rel string) []offence {
 		}
 	}
 	return out
+}
+
+// signatureOffences are f's functions with more than maxParams parameters or maxResults results:
+// declared functions and methods, function literals, interface methods and function types.
+func signatureOffences(fset *token.FileSet, f *ast.File, rel string) []offence {
+	var out []offence
+	check := func(name string, ft *ast.FuncType) {
+		p, r := fieldCount(ft.Params), fieldCount(ft.Results)
+		if p > maxParams || r > maxResults {
+			out = append(out, offence{"signature " + rel + " " + name,
+				fmt.Sprintf("%d parameters (at most %d), %d results (at most %d): group them in a struct or a method on the type that holds them", p, maxParams, r, maxResults)})
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.FuncDecl:
+			check(funcName(x), x.Type)
+			if x.Body != nil {
+				ast.Inspect(x.Body, func(n ast.Node) bool {
+					if lit, ok := n.(*ast.FuncLit); ok {
+						check(fmt.Sprintf("%s (func literal, line %d)", funcName(x), fset.Position(lit.Pos()).Line), lit.Type)
+						ast.Inspect(lit.Body, func(m ast.Node) bool { return funcTypes(m, fset, check) })
+						return false
+					}
+					return funcTypes(n, fset, check)
+				})
+			}
+			return false
+		default:
+			return funcTypes(n, fset, check)
+		}
+	})
+	return out
+}
+
+// funcTypes checks a function type outside a declaration or literal (a field, an interface
+// method, a type or a variable); it says whether to look inside n.
+func funcTypes(n ast.Node, fset *token.FileSet, check func(string, *ast.FuncType)) bool {
+	if ft, ok := n.(*ast.FuncType); ok {
+		check(fmt.Sprintf("(func type, line %d)", fset.Position(ft.Pos()).Line), ft)
+	}
+	return true
+}
+
+// fieldCount is the number of parameters or results a list declares: one per name, one per
+// unnamed entry.
+func fieldCount(l *ast.FieldList) int {
+	if l == nil {
+		return 0
+	}
+	n := 0
+	for _, f := range l.List {
+		n += max(len(f.Names), 1)
+	}
+	return n
 }
 
 // funcName is Name, or Recv.Name for a method (the receiver's type without * and type
@@ -133,5 +223,51 @@ func moduleRoot(t *testing.T) string {
 			t.Fatal("no go.mod above the test")
 		}
 		dir = parent
+	}
+}
+
+// TestSignatureRuleFindsEveryKindOfFunction proves the signature rule sees too many parameters or
+// results wherever a function is written, and that test files and packages out of scope are left
+// alone.
+func TestSignatureRuleFindsEveryKindOfFunction(t *testing.T) {
+	const src = `package forwarder
+
+type fw struct{ cb func(a, b, c, d, e, f int) }
+
+type pager interface{ page() (int, int, int, error) }
+
+func six(a, b, c, d, e, f int) {}
+
+func (x *fw) four() (int, int, int, error) { return 0, 0, 0, nil }
+
+func ok(a, b, c, d, e int) (int, int, error) {
+	g := func(a, b, c, d, e, f int) {}
+	_ = g
+	return 0, 0, nil
+}
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "x.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range fileOffences(fset, f, "forwarder/x.go") {
+		got = append(got, o.key)
+	}
+	want := []string{
+		"signature forwarder/x.go (func type, line 3)",
+		"signature forwarder/x.go (func type, line 5)",
+		"signature forwarder/x.go six",
+		"signature forwarder/x.go fw.four",
+		"signature forwarder/x.go ok (func literal, line 12)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("offences:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, rel := range []string{"forwarder/x_test.go", "veil/x.go", "forwarder/sub/x.go"} {
+		if o := fileOffences(fset, f, rel); len(o) != 0 {
+			t.Errorf("%s: %v, want none (not in scope)", rel, o)
+		}
 	}
 }
