@@ -295,8 +295,18 @@ func judgeData(t *testing.T, w *durabilityWorld, p *replicaProc) {
 	}
 	var lost, dup []string
 	var inOrder, stream []string
+	judged := map[string]bool{} // bodies of events without an id
+	twins := 0
 	for _, e := range journal {
 		if !e.hasKey {
+			// Events without an id are told apart by their bodies: byte-identical ones (a
+			// controller's clock held at one instant, the same VM and message) are one event to
+			// a subscriber and to the forwarder, published once (docs/events.md).
+			if judged[string(e.raw)] {
+				twins++
+				continue
+			}
+			judged[string(e.raw)] = true
 			n := 0
 			for _, b := range bodies {
 				if bytes.Equal(b, e.raw) {
@@ -330,8 +340,11 @@ func judgeData(t *testing.T, w *durabilityWorld, p *replicaProc) {
 		}
 	}
 	v := classify(inOrder, stream)
-	t.Logf("data nemesis: %d journal events, %d messages; %d lost, %d duplicated; of %d rightly dated, %d out of order",
-		len(journal), len(msgs), len(lost), len(dup), len(inOrder), len(v.outOfOrder))
+	t.Logf("data nemesis: %d journal events (%d without an id byte-identical to another), %d messages; %d lost, %d duplicated; of %d rightly dated, %d out of order",
+		len(journal), twins, len(msgs), len(lost), len(dup), len(inOrder), len(v.outOfOrder))
+	if want := len(journal) - twins; len(msgs) != want {
+		t.Errorf("%d messages on the stream, want %d", len(msgs), want)
+	}
 	if len(lost) > 0 || len(dup) > 0 || len(v.outOfOrder) > 0 {
 		t.Errorf("lost %v, duplicated %v, out of order %v", first(lost), first(dup), first(v.outOfOrder))
 	}
