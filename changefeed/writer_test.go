@@ -114,7 +114,7 @@ func (r *rig) listed(t *testing.T) map[string]string {
 	}
 	out := map[string]string{}
 	for class, path := range map[string]string{"node": "/api/nodes/", "cluster": "/api/clusters/", "datapool": "/api/data-pools/", "domain": "/api/domains/"} {
-		page, err := veil.ListPage[json.RawMessage](context.Background(), client, path, 0, 1000, nil)
+		page, err := veil.ListPage[json.RawMessage](context.Background(), client, veil.PageRequest{Path: path, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,7 +49,7 @@ func simListed(t *testing.T, controller string, sim *veiltest.Server) map[string
 	}
 	out := map[string]string{}
 	for path, class := range invClasses {
-		page, err := veil.ListPage[json.RawMessage](context.Background(), client, "/api"+path, 0, 1000, nil)
+		page, err := veil.ListPage[json.RawMessage](context.Background(), client, veil.PageRequest{Path: "/api" + path, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

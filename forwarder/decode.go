@@ -33,7 +33,7 @@ func (p clientPager) pageBody(ctx context.Context, offset, limit int, ordering s
 	if ordering != "" {
 		q.Set("ordering", ordering)
 	}
-	return veil.PageBody(ctx, p.c, eventsPath, offset, limit, q)
+	return veil.PageBody(ctx, p.c, veil.PageRequest{Path: eventsPath, Offset: offset, Limit: limit, Query: q})
 }
 
 const eventsPath = "/api/events/"

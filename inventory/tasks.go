@@ -100,7 +100,7 @@ func (t *taskTracker) refresh(ctx context.Context, c *veil.Client) (taskRead, er
 	ch := make(chan res, len(TaskStatuses))
 	for _, s := range TaskStatuses {
 		go func() {
-			p, err := veil.ListPage[veil.Task](ctx, c, "/api/tasks/", 0, 1, url.Values{"status": {s}})
+			p, err := veil.ListPage[veil.Task](ctx, c, veil.PageRequest{Path: "/api/tasks/", Limit: 1, Query: url.Values{"status": {s}}})
 			ch <- res{s, p.Count, err}
 		}()
 	}
@@ -149,7 +149,7 @@ func (t *taskTracker) scan(ctx context.Context, c *veil.Client) error {
 	var seen []veil.Task
 	reached := false
 	for p := 0; p < pages && !reached; p++ {
-		page, err := veil.ListPage[veil.Task](ctx, c, "/api/tasks/", p*taskPageSize, taskPageSize, q)
+		page, err := veil.ListPage[veil.Task](ctx, c, veil.PageRequest{Path: "/api/tasks/", Offset: p * taskPageSize, Limit: taskPageSize, Query: q})
 		if err != nil {
 			return fmt.Errorf("couldn't read tasks: %w", err)
 		}

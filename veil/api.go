@@ -142,5 +142,5 @@ func (c *Client) EventsPage(ctx context.Context, offset, limit int, ordering str
 	if ordering != "" {
 		q.Set("ordering", ordering)
 	}
-	return ListPage[Event](ctx, c, "/api/events/", offset, limit, q)
+	return ListPage[Event](ctx, c, PageRequest{Path: "/api/events/", Offset: offset, Limit: limit, Query: q})
 }

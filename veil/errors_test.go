@@ -54,7 +54,7 @@ func errorCases(ctx context.Context, sim *veiltest.Server, domainID string, off 
 		{
 			name: "405 wrong method",
 			call: func(c *veil.Client) error {
-				_, err := veil.ListPage[veil.Domain](ctx, c, "/api/domains/"+domainID+"/start/", 0, 10, nil)
+				_, err := veil.ListPage[veil.Domain](ctx, c, veil.PageRequest{Path: "/api/domains/" + domainID + "/start/", Limit: 10})
 				return err
 			},
 			status: 405, want: "405 method not allowed",

@@ -104,7 +104,7 @@ func (l *listing[T]) read(ctx context.Context, q Query, yield func(T, error) boo
 		if sp.guessed {
 			rctx = gctx
 		}
-		body, err := pageBody(rctx, l.c, l.path, sp.offset, MaxPageSize, q, slotted)
+		body, err := pageBody(rctx, l.c, PageRequest{Path: l.path, Offset: sp.offset, Limit: MaxPageSize, Query: q}, slotted)
 		if err != nil && sp.guessed && l.isDropped() {
 			return nil, nil // its answer is dropped; the reader goes on with the pages that count
 		}
@@ -292,35 +292,43 @@ func hintKey(path string, q Query) string {
 	return path + "?" + q.Encode()
 }
 
-// ListPage reads one page of a collection: offset, limit (capped at 100) and query.
-func ListPage[T any](ctx context.Context, c *Client, path string, offset, limit int, q Query) (Page[T], error) {
-	body, err := PageBody(ctx, c, path, offset, limit, q)
+// PageRequest is one page of a collection: its path, the offset of its first row, how many rows
+// (capped at MaxPageSize; 0 asks for that many) and the query.
+type PageRequest struct {
+	Path          string
+	Offset, Limit int
+	Query         Query
+}
+
+// ListPage reads one page of a collection.
+func ListPage[T any](ctx context.Context, c *Client, r PageRequest) (Page[T], error) {
+	body, err := PageBody(ctx, c, r)
 	if err != nil {
 		return Page[T]{}, err
 	}
-	return DecodePage[T](path, body, offset)
+	return DecodePage[T](r.Path, body, r.Offset)
 }
 
 // PageBody reads one page of a collection like ListPage and returns the answer undecoded, so a
 // caller reading pages concurrently can send its next request before decoding this one
 // (DecodePage).
-func PageBody(ctx context.Context, c *Client, path string, offset, limit int, q Query) ([]byte, error) {
-	return pageBody(ctx, c, path, offset, limit, q, nil)
+func PageBody(ctx context.Context, c *Client, r PageRequest) ([]byte, error) {
+	return pageBody(ctx, c, r, nil)
 }
 
 // pageBody is PageBody; slotted, if set, is called once the request holds a request slot.
-func pageBody(ctx context.Context, c *Client, path string, offset, limit int, q Query, slotted func()) ([]byte, error) {
+func pageBody(ctx context.Context, c *Client, pr PageRequest, slotted func()) ([]byte, error) {
+	limit, offset := pr.Limit, max(pr.Offset, 0)
 	if limit <= 0 || limit > MaxPageSize {
 		limit = MaxPageSize
 	}
-	offset = max(offset, 0)
 	query := url.Values{}
-	for k, v := range q {
+	for k, v := range pr.Query {
 		query[k] = v
 	}
 	query.Set("limit", strconv.Itoa(limit))
 	query.Set("offset", strconv.Itoa(offset))
-	r := &request{method: http.MethodGet, endpoint: path, path: escapePath(path), query: query, retry: true, slotted: slotted}
+	r := &request{method: http.MethodGet, endpoint: pr.Path, path: escapePath(pr.Path), query: query, retry: true, slotted: slotted}
 	body, _, err := c.do(ctx, r)
 	return body, err
 }
