@@ -209,9 +209,10 @@ func (r *request) String() string { return r.method + " " + r.endpoint }
 func (c *Client) do(ctx context.Context, r *request) ([]byte, int, error) {
 	reloaded := false
 	for attempt := 0; ; attempt++ {
-		body, status, retryAfter, err := c.attempt(ctx, r)
+		rp, err := c.attempt(ctx, r)
+		status, retryAfter := rp.status, rp.retryAfter
 		if err == nil {
-			return body, status, nil
+			return rp.body, status, nil
 		}
 		if ctx.Err() != nil {
 			return nil, status, fmt.Errorf("veil: %s: %w", r, ctx.Err())
@@ -263,12 +264,20 @@ func retryable(status int, err error) bool {
 	return false
 }
 
+// reply is what one attempt got: the body of a 2xx answer, the status that arrived (0: none),
+// and the Retry-After an error answer asked for.
+type reply struct {
+	body       []byte
+	status     int
+	retryAfter time.Duration
+}
+
 // attempt sends r once, within the client's limits.
-func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status int, retryAfter time.Duration, err error) {
+func (c *Client) attempt(ctx context.Context, r *request) (reply, error) {
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, 0, 0, ctx.Err()
+		return reply{}, ctx.Err()
 	}
 	defer func() { <-c.slots }()
 	if r.slotted != nil {
@@ -280,10 +289,10 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 	if c.pacer != nil {
 		if err := c.pacer.wait(ctx); err != nil {
 			if ctx.Err() != nil {
-				return nil, 0, 0, ctx.Err()
+				return reply{}, ctx.Err()
 			}
 			// The permit would come after ctx's deadline.
-			return nil, 0, 0, fmt.Errorf("%w: %w", errRateWait, context.DeadlineExceeded)
+			return reply{}, fmt.Errorf("%w: %w", errRateWait, context.DeadlineExceeded)
 		}
 	}
 	// The deadline starts now, after the waits for a slot and the rate: it times the request
@@ -297,7 +306,7 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 
 	req, err := c.httpRequest(actx, r)
 	if err != nil {
-		return nil, 0, 0, err
+		return reply{}, err
 	}
 
 	start := time.Now()
@@ -309,7 +318,7 @@ func (c *Client) attempt(ctx context.Context, r *request) (body []byte, status i
 	}()
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, 0, 0, err
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	observed = resp.StatusCode
@@ -341,8 +350,8 @@ func (c *Client) httpRequest(ctx context.Context, r *request) (*http.Request, er
 
 // answer reads the body of a 2xx answer within MaxResponseBytes, or makes an *APIError of
 // another (with the Retry-After it asks for).
-func (c *Client) answer(resp *http.Response) (body []byte, status int, retryAfter time.Duration, err error) {
-	status = resp.StatusCode
+func (c *Client) answer(resp *http.Response) (reply, error) {
+	status := resp.StatusCode
 	ok := status >= 200 && status < 300
 	limit := c.maxBytes
 	if !ok && limit > maxErrorBody {
@@ -350,25 +359,26 @@ func (c *Client) answer(resp *http.Response) (body []byte, status int, retryAfte
 	}
 	if ok && resp.ContentLength > limit {
 		// Not read at all: it would be too large however it ended.
-		return nil, status, 0, fmt.Errorf("%w: %d bytes announced, over %d", ErrTooLarge, resp.ContentLength, limit)
+		return reply{status: status}, fmt.Errorf("%w: %d bytes announced, over %d", ErrTooLarge, resp.ContentLength, limit)
 	}
-	body, err = readBody(resp, limit)
+	body, err := readBody(resp, limit)
 	if err != nil {
 		// The answer broke off: for retries it is as if none had come.
-		return nil, 0, 0, fmt.Errorf("reading response (status %d): %w", status, err)
+		return reply{}, fmt.Errorf("reading response (status %d): %w", status, err)
 	}
 	if ok && int64(len(body)) > limit {
-		return nil, status, 0, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
+		return reply{status: status}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
 	}
 	if ok {
-		return body, status, 0, nil
+		return reply{body: body, status: status}, nil
 	}
+	rp := reply{status: status}
 	if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
-		retryAfter = time.Duration(s) * time.Second
+		rp.retryAfter = time.Duration(s) * time.Second
 	}
 	ae := decodeAPIError(status, body)
 	ae.Message, ae.Snippet = c.redact(ae.Message), c.redact(ae.Snippet)
-	return nil, status, retryAfter, ae
+	return rp, ae
 }
 
 // bodyPrealloc bounds the room reserved for an answer from its Content-Length: the length comes

@@ -141,7 +141,7 @@ func (c *Client) guestCommand(ctx context.Context, id, cmd string, fargs any, ti
 
 // guestResult runs cmd with empty fargs and decodes its result into v. A result that does not
 // decode is told to c.Reject (collection cmd, id the domain's).
-func guestResult(ctx context.Context, c *Client, id, cmd string, timeout time.Duration, v any) error {
+func (c *Client) guestResult(ctx context.Context, id, cmd string, timeout time.Duration, v any) error {
 	raw, _, err := c.guestCommand(ctx, id, cmd, nil, timeout)
 	if err != nil {
 		return err
@@ -198,7 +198,7 @@ func (c *Client) GuestPing(ctx context.Context, id string, timeout time.Duration
 // GuestOSInfo reads guest-get-osinfo.
 func (c *Client) GuestOSInfo(ctx context.Context, id string, timeout time.Duration) (*GuestOSInfo, error) {
 	v := new(GuestOSInfo)
-	if err := guestResult(ctx, c, id, "guest-get-osinfo", timeout, v); err != nil {
+	if err := c.guestResult(ctx, id, "guest-get-osinfo", timeout, v); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -218,7 +218,7 @@ func (c *Client) GuestNetworkInterfaces(ctx context.Context, id string, timeout 
 // GuestInfo reads guest-info.
 func (c *Client) GuestInfo(ctx context.Context, id string, timeout time.Duration) (*GuestInfo, error) {
 	v := new(GuestInfo)
-	if err := guestResult(ctx, c, id, "guest-info", timeout, v); err != nil {
+	if err := c.guestResult(ctx, id, "guest-info", timeout, v); err != nil {
 		return nil, err
 	}
 	return v, nil
