@@ -108,12 +108,12 @@ func (s *Store) applyFrame(e *edit, f veil.PushFrame, now time.Time) PushDrop {
 	del := f.Event == veil.PushDeleted
 	switch f.Resource {
 	case "/nodes/":
-		return pushInto(&e.snap.Nodes, &e.nodes, f, del, func(n *veil.Node) string { return n.ID }, ref[veil.Node], s.learnObject(now), s.rejectFrame)
+		return pushInto(pushSlice[veil.Node, *veil.Node]{&e.snap.Nodes, &e.nodes, func(n *veil.Node) string { return n.ID }, ref[veil.Node]}, f, del, s.learnObject(now), s.rejectFrame)
 	case "/clusters/":
-		return pushInto(&e.snap.Clusters, &e.clusters, f, del, func(c veil.Cluster) string { return c.ID }, itself[veil.Cluster], s.learnObject(now), s.rejectFrame)
+		return pushInto(pushSlice[veil.Cluster, veil.Cluster]{&e.snap.Clusters, &e.clusters, func(c veil.Cluster) string { return c.ID }, itself[veil.Cluster]}, f, del, s.learnObject(now), s.rejectFrame)
 	case "/data-pools/":
 		e.snap.DevicesGen++ // veil_datapool_provisioned_bytes lists every datapool
-		return pushInto(&e.snap.Datapools, &e.datapools, f, del, func(d veil.Datapool) string { return d.ID }, itself[veil.Datapool], s.learnObject(now), s.rejectFrame)
+		return pushInto(pushSlice[veil.Datapool, veil.Datapool]{&e.snap.Datapools, &e.datapools, func(d veil.Datapool) string { return d.ID }, itself[veil.Datapool]}, f, del, s.learnObject(now), s.rejectFrame)
 	case "/domains/":
 		return s.pushDomain(e, f, del, now)
 	}
@@ -182,10 +182,20 @@ func (s *Store) rejectFrame(f veil.PushFrame, got string, err error) {
 	s.client.Reject(r)
 }
 
-// pushInto applies a frame of a class without filters to its slice of E, each made of a
-// decoded O by wrap (a value is itself, a node its pointer); reject is told about an object
-// that does not decode.
-func pushInto[O, E any](s *[]E, owned *bool, f veil.PushFrame, del bool, id func(E) string, wrap func(O) E, learn func(id, name string), reject func(f veil.PushFrame, got string, err error)) PushDrop {
+// pushSlice is the slice of E a class without filters is pushed into: owned says whether the
+// edit owns it yet (own copies it first), id is an element's, and wrap makes one of a decoded O
+// (a value is itself, a node its pointer).
+type pushSlice[O, E any] struct {
+	s     *[]E
+	owned *bool
+	id    func(E) string
+	wrap  func(O) E
+}
+
+// pushInto applies a frame of a class without filters to its slice; reject is told about an
+// object that does not decode.
+func pushInto[O, E any](t pushSlice[O, E], f veil.PushFrame, del bool, learn func(id, name string), reject func(f veil.PushFrame, got string, err error)) PushDrop {
+	s, owned, id, wrap := t.s, t.owned, t.id, t.wrap
 	i := indexOf(*s, f.ID, id)
 	if del {
 		if i >= 0 {
