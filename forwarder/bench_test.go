@@ -120,20 +120,20 @@ func reportCatchUp(b *testing.B, run catchUpRun) {
 	}
 	fw, sim := run.fw, run.sim
 	sim.get(b, "/_sim/state", &state)
-	if state.InFlightMax > fw.concurrency() {
-		b.Fatalf("%d requests in flight at the platform, budget %d", state.InFlightMax, fw.concurrency())
+	if state.InFlightMax > fw.reader.concurrency {
+		b.Fatalf("%d requests in flight at the platform, budget %d", state.InFlightMax, fw.reader.concurrency)
 	}
 	if run.latency <= 0 {
 		return
 	}
-	// The floor is what the platform allowed in this run: pages of fw.page events, concurrency
+	// The floor is what the platform allowed in this run: pages of fw.reader.page events, concurrency
 	// at a time, each taking the time the simulator took to answer it (its request log: the
 	// configured latency plus its timer's overshoot and its own work, about 1 ms on this
 	// machine). The nominal floor assumes exactly the configured latency.
-	nominal := float64(fw.page) / run.latency.Seconds() * float64(fw.concurrency())
+	nominal := float64(fw.reader.page) / run.latency.Seconds() * float64(fw.reader.concurrency)
 	floor := nominal
 	if answer := sim.answerTime(b, run.start); answer > 0 {
-		floor = float64(fw.page) / answer.Seconds() * float64(fw.concurrency())
+		floor = float64(fw.reader.page) / answer.Seconds() * float64(fw.reader.concurrency)
 		b.ReportMetric(float64(answer)/float64(time.Millisecond), "answer_ms")
 	}
 	b.ReportMetric(floor, "floor_events/s")
@@ -142,7 +142,7 @@ func reportCatchUp(b *testing.B, run catchUpRun) {
 	if rateFirst > 0 {
 		b.ReportMetric(rateFirst/floor, "ratio_from_first")
 	}
-	b.ReportMetric(readerOnly(b, sim, fw.ordering, fw.page, fw.concurrency()), "reader_only_ratio")
+	b.ReportMetric(readerOnly(b, sim, fw.reader.ordering, fw.reader.page, fw.reader.concurrency), "reader_only_ratio")
 }
 
 // readerOnly is the ceiling of any reader on this machine, as a ratio to the same floor: a client

@@ -18,13 +18,17 @@ import (
 // cycle publishes what is new since the position; it returns how many events it published.
 func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 	// NATS is checked first, so readiness follows it even while the journal cannot be read.
-	natsErr := fw.checkNATS(ctx)
-	if natsErr == nil && fw.mustSync() {
+	natsErr := fw.out.check(ctx)
+	fw.obs.setNotReady(natsErr)
+	fw.mu.Lock()
+	mustSync := fw.out.mustSync()
+	fw.mu.Unlock()
+	if natsErr == nil && mustSync {
 		natsErr = fw.syncFromStream(ctx)
 		if errors.Is(natsErr, errFenced) || errors.Is(natsErr, errCheckpointConflict) {
 			return 0, natsErr
 		}
-		fw.setNotReady(natsErr) // until the stream says where we are, nothing is published
+		fw.obs.setNotReady(natsErr) // until the stream says where we are, nothing is published
 	}
 	return fw.tail(ctx, natsErr)
 }
@@ -34,16 +38,20 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 // test runs it over a journal in memory).
 func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
 	now := fw.clock()
+	j := &fw.reader
 	fw.mu.Lock()
-	pos, hint := fw.pos.clone(), fw.hint
+	pos := fw.pos.clone()
 	fw.mu.Unlock()
-	bd, err := fw.locate(ctx, &pos, hint)
+	bd, err := j.locate(ctx, &pos)
 	if err != nil {
 		return 0, err
 	}
-	newCount := bd.fresh(fw.dir())
+	newCount := bd.fresh(j.dir())
 	fw.mu.Lock()
-	fw.backlog = max(0, newCount-len(pos.Future)) // those are published: the journal lists them last
+	// What locate saw of the journal, to count later losses by (only Run's goroutine moves the
+	// position meanwhile: the pipeline is closed).
+	fw.pos.Ahead, fw.pos.TailID, fw.pos.TailCreated = pos.Ahead, pos.TailID, pos.TailCreated
+	fw.obs.setBacklog(max(0, newCount-len(pos.Future))) // those are published: the journal lists them last
 	fw.mu.Unlock()
 	// Locating while NATS is away keeps the view of the journal fresh, so that events deleted
 	// before NATS returns can be counted, and the backlog grows while nothing can be published
@@ -52,10 +60,10 @@ func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
 		return 0, natsErr
 	}
 	if newCount <= 0 {
-		if fw.dir() == newestFirst {
-			fw.setHint(0)
+		if j.dir() == newestFirst {
+			j.hint = 0
 		} else {
-			fw.setHint(bd.count)
+			j.hint = bd.count
 		}
 		fw.promote(now)
 		return 0, nil
@@ -63,7 +71,7 @@ func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
 	// Should reading fail (the list moved past the overlap), the next cycle looks where the
 	// boundary just was rather than searching the whole list, which under a moving list takes
 	// long enough for the list to move again.
-	fw.setHint(bd.b)
+	j.hint = bd.b
 	return fw.read(ctx, pos, bd, now)
 }
 
@@ -95,48 +103,6 @@ func (fw *Forwarder) promote(now time.Time) {
 	fw.pos.promote(now)
 }
 
-// setUpError is a stream or position store set-up that failed with NATS connected.
-type setUpError struct{ err error }
-
-func (e *setUpError) Error() string { return e.err.Error() }
-func (e *setUpError) Unwrap() error { return e.err }
-
-// checkNATS makes sure events can be published: NATS connected, the stream set up. It records
-// why not for NotReady.
-func (fw *Forwarder) checkNATS(ctx context.Context) error {
-	c := fw.stream.conn
-	var err error
-	switch {
-	case !c.Connected():
-		err = c.NotConnected()
-	default:
-		if serr := fw.stream.setUp(ctx); serr != nil {
-			if c.Connected() {
-				err = &setUpError{serr}
-			} else {
-				err = serr
-			}
-		}
-	}
-	fw.setNotReady(err)
-	return err
-}
-
-// mustSync says whether the position must be read from the stream before publishing: at start,
-// on a new connection (the server may have lost what it acknowledged), after a refused or
-// uncertain publish.
-func (fw *Forwarder) mustSync() bool {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	return fw.needSync || fw.epoch != fw.stream.conn.Generation()
-}
-
-func (fw *Forwarder) setHint(h int) {
-	fw.mu.Lock()
-	fw.hint = h
-	fw.mu.Unlock()
-}
-
 // read publishes the new events in chronological order, reading pages concurrently through a
 // bounded window. Each page overlaps what was read before it by one row, which proves that nothing
 // between them was skipped, plus a slack of rows on the side the list moves (older events: new
@@ -145,67 +111,68 @@ func (fw *Forwarder) setHint(h int) {
 // past it.
 func (fw *Forwarder) read(ctx context.Context, pos position, bd boundary, now time.Time) (int, error) {
 	pl := fw.startPipeline(ctx)
-	next, held, err := fw.readPages(ctx, pos, bd, now, pl)
+	j := &fw.reader
+	r := &reading{
+		j: j, obs: fw.obs, pl: pl, pos: pos, d: j.dir(), anchored: bd.anchored, sl: newSlack(j.slack, j.page),
+		first: true, lastOff: bd.b, now: now,
+	}
+	r.env = envelope{prefix: fw.out.stream.cfg.SubjectPrefix, controller: fw.opts.Controller, source: fw.source, order: r.d, limit: fw.out.stream.messageLimit()}
+	err := r.run(ctx, bd)
 	n, perr := pl.close()
 	fw.mu.Lock()
 	switch {
 	case perr != nil && ctx.Err() == nil && !errors.Is(perr, errConflict):
-		fw.serialLeft = serialEvents // what failed goes out again one at a time
+		fw.out.serialLeft = serialEvents // what failed goes out again one at a time
 	default:
-		fw.serialLeft = pl.serial // what this cycle did not send of it
+		fw.out.serialLeft = pl.serial // what this cycle did not send of it
 	}
 	fw.mu.Unlock()
 	if perr != nil {
 		return n, perr // a publish failure or a lost position outranks what reading saw
 	}
-	fw.holding(held)
+	fw.obs.holding(r.held)
 	if err == nil {
-		fw.setHint(next)
-		fw.mu.Lock()
-		fw.backlog = held // read to the end of the list: what it held back is left
-		fw.mu.Unlock()
-		if held == 0 {
+		j.hint = r.lastOff
+		fw.obs.setBacklog(r.held) // read to the end of the list: what it held back is left
+		if r.held == 0 {
 			fw.promote(now)
 		}
 	}
 	return n, err
 }
 
-// readPages reads the new events and sends them through pl in batches; it returns the offset
-// where the next cycle expects the boundary and how many events dated ahead it held back.
-func (fw *Forwarder) readPages(ctx context.Context, pos position, bd boundary, now time.Time, pl *pipeline) (int, int, error) {
-	r := &reading{
-		fw: fw, pl: pl, pos: pos, d: fw.dir(), anchored: bd.anchored, sl: newSlack(fw.slack, fw.page),
-		first: true, lastOff: bd.b, now: now,
-	}
-	r.env = envelope{prefix: fw.stream.cfg.SubjectPrefix, controller: fw.opts.Controller, source: fw.source, order: r.d, limit: fw.stream.messageLimit()}
-	defer func() { fw.slack = r.sl.load() }()
+// run reads the new events from the boundary bd and sends them through the pipeline in batches;
+// then r.lastOff is the offset where the next cycle expects the boundary and r.held how many
+// events dated ahead it held back.
+func (r *reading) run(ctx context.Context, bd boundary) error {
+	defer func() { r.j.slack = r.sl.load() }()
 	r.batch = r.newBatch()
-	pages := readSpans(ctx, fw.pager, fw.ordering, fw.concurrency(), newSpanPlan(r.d, fw.page, bd, r.sl))
+	pages := r.j.readSpans(ctx, newSpanPlan(r.d, r.j.page, bd, r.sl))
 	defer pages.Stop()
 	for {
 		f, ok, err := pages.Next()
 		if err != nil {
-			return 0, r.held, err
+			return err
 		}
 		if !ok {
 			break
 		}
 		if err := r.take(f); err != nil {
-			return 0, r.held, err
+			return err
 		}
 	}
 	if err := r.flush(); err != nil {
-		return 0, r.held, err
+		return err
 	}
-	return r.lastOff, r.held, ctx.Err()
+	return ctx.Err()
 }
 
 // reading is one read of the new events, page by page in the plan's order: it proves each page
 // contiguous with what came before, takes the events not yet published in chronological order
 // and sends them through the pipeline in batches.
 type reading struct {
-	fw       *Forwarder
+	j        *journalReader
+	obs      *observer
 	pl       *pipeline
 	pos      position // advanced with every event taken
 	d        direction
@@ -231,9 +198,9 @@ func (r *reading) take(f veil.Fetched[pageSpan]) error {
 		return r.fail(fmt.Errorf("couldn't read events: %w", err))
 	}
 	items, sp := pg.Results, f.Span
-	if r.fw.auto {
+	if r.j.auto {
 		if dd := detect(items); dd != unknownOrder && dd != r.d {
-			r.fw.learnOrder(items)
+			r.j.learnOrder(items)
 			return r.fail(errResync)
 		}
 	}
@@ -256,7 +223,7 @@ func (r *reading) take(f veil.Fetched[pageSpan]) error {
 		if m > planned {
 			// Read again beyond the planned overlap: a page read before the previous one saw
 			// the list before it moved.
-			r.fw.addDups(m - planned)
+			r.obs.addDups(m - planned)
 		}
 	}
 	r.first = false
@@ -346,7 +313,7 @@ func (r *reading) publish(chron []veil.Event, m int) error {
 		m, reason := r.env.message(&b.events[len(b.events)-1], &r.pos)
 		b.msgs = append(b.msgs, m)
 		if reason != "" {
-			r.fw.rejectedEvent(&b.events[len(b.events)-1], m, reason)
+			r.obs.rejectedEvent(&b.events[len(b.events)-1], m, reason)
 		}
 		if len(b.events) >= r.pl.size {
 			if err := r.flush(); err != nil {
@@ -379,10 +346,4 @@ func (r *reading) fail(err error) error {
 func (r *reading) resync() error {
 	r.sl.widen()
 	return r.fail(errResync)
-}
-
-func (fw *Forwarder) addDups(n int) {
-	fw.mu.Lock()
-	fw.dups += uint64(n)
-	fw.mu.Unlock()
 }

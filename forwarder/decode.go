@@ -39,8 +39,8 @@ func (p clientPager) pageBody(ctx context.Context, offset, limit int, ordering s
 const eventsPath = "/api/events/"
 
 // eventsPage reads and decodes one page.
-func (fw *Forwarder) eventsPage(ctx context.Context, offset, limit int) (veil.Page[veil.Event], error) {
-	body, err := fw.pager.pageBody(ctx, offset, limit, fw.ordering)
+func (j *journalReader) eventsPage(ctx context.Context, offset, limit int) (veil.Page[veil.Event], error) {
+	body, err := j.pager.pageBody(ctx, offset, limit, j.ordering)
 	if err != nil {
 		return veil.Page[veil.Event]{}, err
 	}

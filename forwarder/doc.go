@@ -7,6 +7,10 @@
 // The configured orders ask explicitly (created / -created).
 //
 // Owns event tailing, the position, publishing and the events stream's set-up on a connection
-// (stream.go); the connection itself is natsconn's. Imports veil, config, natsconn and
+// (stream.go); the connection itself is natsconn's. A Forwarder is a small core (Run's loop,
+// forwarder.go and cycle.go) over named parts: the position (position.go), the journal reader
+// (tail.go, locate.go), the stream side it publishes through (streamside.go, pipeline.go,
+// publish.go, streampos.go, checkpoint.go) and the observer that counts and reports what they do
+// (observer.go, status.go, rejected.go). Imports veil, config, natsconn and
 // internal/{metricutil,runstatus}, never collector or ha.
 package forwarder

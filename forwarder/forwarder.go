@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
-	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -38,88 +37,29 @@ type Options struct {
 	Fence func() bool
 }
 
-// Forwarder tails one controller's events and publishes them.
+// Forwarder tails one controller's events and publishes them. It is made of named parts: the
+// position (position.go), what has been published, which only it holds; the journal it reads
+// pages of (tail.go, locate.go, cycle.go); the stream side it publishes to and reads the position
+// back from (pipeline.go, publish.go, streampos.go); and the observer, which counts and reports
+// what both do (observer.go, status.go, rejected.go).
+//
+// fw.mu guards the position and the stream side's state, which must agree (the sequence the
+// next publish expects is the position's newest message). The observer has a mutex of its own,
+// taken after fw.mu, never before.
 type Forwarder struct {
-	opts     Options
-	logger   log.Logger
-	pager    eventPager
-	pub      publisher
-	sr       streamReader // nil with core NATS
-	page     int          // events per page read (events.page_size)
-	ordering string
-	order    direction
-	auto     bool
-	cp       checkpoint
-	source   string  // ce-source: the controller URL without userinfo
-	stream   *Stream // shared with the other forwarders on opts.Conn
-
-	mu   sync.Mutex
-	pos  position // acknowledged
-	hint int      // expected offset of the boundary
-	// slack is the pages' overlap the last cycle ended with (tail.go); only Run's goroutine uses it.
-	slack int
-	// serialLeft is how many events are still to be published one at a time after a failure
-	// (pipeline.go); guarded by mu.
-	serialLeft int
-	// seq is the stream sequence of the controller's newest message (0: none), what the next
-	// publish expects; epoch the connection's reconnect count when the position was last read
-	// from the stream, needSync that it must be read again before publishing (streampos.go).
-	seq      uint64
-	epoch    uint64
-	needSync bool
-	// inst is the instant of the newest message published (streampos.go): the sequence its
-	// messages carry in hdrInstantFrom.
-	inst instant
-	// conflicts counts publishes the stream refused; inConflict that the last publish was one
-	// (one log line per episode).
-	conflicts  uint64
-	inConflict bool
-	// positionAdoptions counts conflicts on the stored position a lease holder answered by
-	// storing its own over it (adopt).
-	positionAdoptions uint64
-	// fenced counts the times forwarding waited at the fence for the lease.
-	fenced     uint64
-	rewinds    uint64
-	lastRewind Rewind
-	// republishUntil is the position a rewind went back from (unknown: none pending): an event
-	// published at or before it is published again, counted in republished.
-	republishUntil position
-	republished    uint64
-	backlog        int
-	published      map[pubKey]uint64
-	classes        map[string]bool // entity_class label values in use, at most maxEntityClasses
-	pubErrors      uint64
-	dups           uint64
-	gaps           uint64
-	episodes       uint64
-	lastGap        GapEpisode
-	lastAcked      time.Time // wall clock of the last acknowledgement (not the event's created)
-	lastErr        string
-	notReady       string // why NATS, stream or position store keep events back; "" when they don't
-	stopped        bool
-	cycleOK        bool
-	cycleDur       time.Duration
-	lastOK         time.Time
-	gapLogged      bool
-	outage         runstatus.Outage // logs runs of failures
-	// recent is a ring of the last acknowledged events; recentN counts all ever added.
-	recent  [recentLen]RecentEvent
-	recentN int
-	// rejected counts events published in another form by reason; rejectedRing holds the last
-	// (rejected.go).
-	rejected     map[string]uint64
-	rejectedRing [rejectedLen]RejectedEvent
-	rejectedN    int
-	rejectedSeen map[string]struct{} // the last rejectedMemory events counted (rejectedKeys, oldest first)
-	rejectedKeys []string
+	opts   Options
+	logger log.Logger
+	cp     checkpoint
+	source string // ce-source: the controller URL without userinfo
 	// clock is the exporter's clock (time.Now; a test's own): what is dated after it is ahead.
 	clock func() time.Time
-	// held is how many events dated ahead the last read left unpublished (position.take);
-	// aheadSaid when the controller's clock running ahead was last logged.
-	held      int
-	aheadSaid time.Time
 
-	descs descs
+	reader journalReader
+	out    streamSide
+	obs    *observer
+
+	mu  sync.Mutex
+	pos position // acknowledged
 }
 
 // pubKey is the label pair of veil_events_published_total.
@@ -146,33 +86,17 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		opts.Logger = log.NewNopLogger()
 	}
 	fw := &Forwarder{opts: opts, logger: log.With(opts.Logger, "controller", opts.Controller, "component", "events"),
-		published: map[pubKey]uint64{}, rejected: map[string]uint64{rejectTooLarge: 0, rejectLongToken: 0, rejectNoID: 0, rejectBadCreated: 0, rejectNotObject: 0}, rejectedSeen: map[string]struct{}{}, classes: map[string]bool{}, source: eventSource(opts.ControllerURL), needSync: true, clock: time.Now}
-	fw.outage.Logger, fw.outage.Remind = fw.logger, failureLogEvery
+		source: eventSource(opts.ControllerURL), clock: time.Now}
 	if opts.Client == nil {
 		return nil, errors.New("forwarder: no platform client")
 	}
-	fw.pager = clientPager{opts.Client}
-	fw.page = pageSize(opts.Events.PageSize, fw.logger)
-	switch opts.Events.Order {
-	case "auto":
-		fw.ordering, fw.order, fw.auto = "created", unknownOrder, true
-	case "oldest_first":
-		fw.ordering, fw.order = "created", oldestFirst
-	case "newest_first":
-		fw.ordering, fw.order = "-created", newestFirst
-	default:
-		return nil, fmt.Errorf("forwarder: unknown events.order %q", opts.Events.Order)
+	if err := fw.reader.init(opts, fw.logger); err != nil {
+		return nil, err
 	}
 	if opts.Stream == nil {
 		return nil, errors.New("forwarder: no NATS connection")
 	}
-	fw.stream = opts.Stream
-	if fw.stream.js != nil {
-		fw.pub = &jsPublisher{stream: fw.stream, filter: fw.subjectFilter(), timeout: fw.stream.cfg.JetStream.PublishTimeout}
-		fw.sr = leaderReader{s: fw.stream, filter: fw.subjectFilter()}
-	} else {
-		fw.pub = &corePublisher{nc: fw.stream.conn.NATS(), timeout: fw.stream.cfg.JetStream.PublishTimeout}
-	}
+	fw.out.init(opts.Stream, opts.Controller, fw.logger)
 	fw.cp = cp
 	if fw.cp == nil {
 		var err error
@@ -194,7 +118,7 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 	c := prometheus.Labels{"controller": opts.Controller}
 	// The veil_events_* values change as the forwarder polls the journal, not when scraped.
 	const polled = " Updated by the event forwarder every events.poll_interval (more often while catching up)."
-	fw.descs = descs{
+	fw.obs = newObserver(fw.logger, opts.Stream.conn, descs{
 		published:     prometheus.NewDesc("veil_events_published_total", "Events published and acknowledged, by type (info, warning, error; any other type counts as other) and entity_class (of the first entity, none without one; at most 50 classes, further ones count as other)."+polled, []string{"type", "entity_class"}, c),
 		rejected:      prometheus.NewDesc("veil_events_rejected_total", "Events published in another form than the controller sent them, by reason: too_large (body cut to fit NATS max_payload), long_token (type or entity class cut in the subject), no_id, bad_created, not_an_object (published to <subject_prefix>.<controller>.invalid). Each is logged once at warn with its id."+polled, []string{"reason"}, c),
 		pubErrors:     prometheus.NewDesc("veil_events_publish_errors_total", "Failed publish attempts and position writes (retried)."+polled, nil, c),
@@ -210,7 +134,8 @@ func newForwarder(opts Options, cp checkpoint) (*Forwarder, error) {
 		ahead:         prometheus.NewDesc("veil_events_ahead_of_clock", "Events published although dated after this machine's clock when they were read (the controller's clock runs ahead), which the position remembers by id until the clock passes them (at most 100,000; beyond, they are held back)."+polled, nil, c),
 		held:          prometheus.NewDesc("veil_events_held_back", "Events dated after this machine's clock left unpublished by the last read because 100,000 such events are remembered already: each goes out once the clock passes it. Counted in veil_events_backlog too."+polled, nil, c),
 		natsUp:        prometheus.NewDesc("veil_nats_connected", "1 if the event forwarder's NATS connection is up, read at scrape time.", nil, c),
-	}
+	})
+	fw.reader.obs = fw.obs
 	return fw, nil
 }
 
@@ -234,7 +159,7 @@ func (fw *Forwarder) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		fw.cycled(start, err)
+		fw.obs.cycled(start, err)
 		wait, stop, err := fw.afterCycle(ctx, &run, n, err)
 		if stop {
 			return err
@@ -255,9 +180,9 @@ func (fw *Forwarder) awaitFence(ctx context.Context) bool {
 	if fw.opts.Fence == nil || fw.opts.Fence() {
 		return ctx.Err() == nil
 	}
+	fw.obs.fencedWait()
 	fw.mu.Lock()
-	fw.fenced++
-	fw.needSync = true // a batch may have been published whose position was not stored
+	fw.out.needSync = true // a batch may have been published whose position was not stored
 	fw.mu.Unlock()
 	for !fw.opts.Fence() {
 		if !sleep(ctx, fencePoll) {
@@ -273,14 +198,14 @@ func (fw *Forwarder) awaitFence(ctx context.Context) bool {
 func (fw *Forwarder) startPosition(ctx context.Context) (pos position, stop bool, err error) {
 	pos, ok, err := fw.cp.Load(ctx)
 	for delay := time.Second; err != nil; delay = min(2*delay, maxSetUpRetry) {
-		fw.setNotReady(err)
-		fw.fail(err)
+		fw.obs.setNotReady(err)
+		fw.obs.fail(err)
 		if !sleep(ctx, delay) {
 			return pos, true, nil
 		}
 		pos, ok, err = fw.cp.Load(ctx)
 	}
-	fw.setNotReady(nil)
+	fw.obs.setNotReady(nil)
 	if ok {
 		return pos, false, nil
 	}
@@ -304,12 +229,12 @@ func (fw *Forwarder) startPosition(ctx context.Context) (pos position, stop bool
 			}
 			continue
 		}
-		fw.fail(err)
+		fw.obs.fail(err)
 		if !sleep(ctx, time.Second) {
 			return pos, true, nil
 		}
 	}
-	fw.setNotReady(nil)
+	fw.obs.setNotReady(nil)
 	return pos, false, nil
 }
 
@@ -318,19 +243,6 @@ type runCounts struct {
 	resyncs    int // cycles that ended in errResync
 	setUpFails int // set-up failures with NATS connected
 	adoptions  int // stored positions adopted without a cycle that ended well
-}
-
-// cycled records the end of a cycle that began at start.
-func (fw *Forwarder) cycled(start time.Time, err error) {
-	fw.mu.Lock()
-	fw.cycleDur, fw.cycleOK = time.Since(start), err == nil
-	if err == nil {
-		fw.lastOK, fw.lastErr = time.Now(), ""
-	}
-	fw.mu.Unlock()
-	if err == nil {
-		fw.outage.Recover(time.Now(), "event forwarding recovered")
-	}
 }
 
 // afterCycle decides from a cycle's outcome (n events read, err) how long to wait before the
@@ -370,13 +282,13 @@ func (fw *Forwarder) afterCycle(ctx context.Context, run *runCounts, n int, err 
 	case errors.As(err, new(*setUpError)):
 		// Connected, but the stream or the bucket cannot be set up (missing, refused,
 		// JetStream disabled): back off, it is not mended by hammering.
-		fw.fail(err)
+		fw.obs.fail(err)
 		run.setUpFails++
 		return min(time.Second<<min(run.setUpFails-1, 5), maxSetUpRetry), false, nil
 	case err != nil:
-		fw.fail(err)
+		fw.obs.fail(err)
 		return min(poll, time.Second), false, nil
-	case n >= fw.page:
+	case n >= fw.reader.page:
 		return 0, false, nil // catching up: there may be more already
 	}
 	return poll, false, nil
@@ -398,64 +310,6 @@ func pageSize(n int, logger log.Logger) int {
 // maxSetUpRetry caps the backoff of retrying the stream and position store set-up.
 const maxSetUpRetry = 30 * time.Second
 
-// holding records how many events dated ahead the last read held back, and says so once when
-// holding begins.
-func (fw *Forwarder) holding(n int) {
-	fw.mu.Lock()
-	was := fw.held
-	fw.held = n
-	fw.mu.Unlock()
-	if n > 0 && was == 0 {
-		level.Warn(fw.logger).Log("msg", "events dated ahead of this machine's clock are held back: the position remembers as many such events as it may; each goes out once the clock passes it", "held", n, "remembered", maxFutureIDs)
-	}
-}
-
-// aheadLogEvery is how often a controller's clock running ahead is logged again; aheadLogLead how
-// far ahead an event must be dated for it to be logged (a clock a second ahead is no news).
-const (
-	aheadLogEvery = 5 * time.Minute
-	aheadLogLead  = time.Minute
-)
-
-// aheadFrom says, at most every aheadLogEvery, that events dated ahead were published: the first
-// of an episode is a. fw.mu is held.
-func (fw *Forwarder) aheadFrom(a futureEvent) {
-	now := fw.clock()
-	lead := a.Created.Sub(now)
-	if lead < aheadLogLead || now.Sub(fw.aheadSaid) < aheadLogEvery {
-		return
-	}
-	fw.aheadSaid = now
-	level.Warn(fw.logger).Log("msg", "an event is dated ahead of this machine's clock (is the controller's clock or time zone wrong?): published, and remembered by id until the clock passes it, so that events written after it are published too", "id", a.ID, "created", a.Created, "ahead_by", lead.Round(time.Second))
-}
-
-// setNotReady records why NATS keeps events back (nil: it does not).
-func (fw *Forwarder) setNotReady(err error) {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	if err == nil {
-		fw.notReady = ""
-		return
-	}
-	fw.notReady = err.Error()
-}
-
-// NotReady says why events are not forwarded now, "" when they are: NATS not connected (with
-// its cause), the stream or the position store not set up. (A forwarder stopped because another
-// instance owns the position says so in Status.Stopped.)
-func (fw *Forwarder) NotReady() string {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	return fw.notReadyLocked()
-}
-
-func (fw *Forwarder) notReadyLocked() string {
-	if !fw.stream.conn.Connected() {
-		return fw.stream.conn.NotConnected().Error()
-	}
-	return fw.notReady
-}
-
 // maxAdoptions is how many conflicts on the position in a row a lease holder answers by
 // adopting it (adopt) before it stops as a forwarder without a lease does: a former owner leaves
 // one or two late writes, another instance writing on and on is not one.
@@ -474,13 +328,13 @@ func (fw *Forwarder) adopt(ctx context.Context, conflict error, inARow int) bool
 		return false
 	}
 	level.Warn(fw.logger).Log("msg", "the position was written by another instance while this replica holds the lease (a former owner's late write): reading it again and storing ours over it", "err", conflict)
+	fw.obs.adopted()
 	fw.mu.Lock()
-	fw.needSync = true
-	fw.positionAdoptions++
+	fw.out.needSync = true
 	pos := fw.pos.clone()
 	fw.mu.Unlock()
 	if _, _, err := fw.cp.Load(ctx); err != nil {
-		fw.fail(err)
+		fw.obs.fail(err)
 		return true // the next save conflicts again, or finds the store back
 	}
 	if !pos.Known {
@@ -492,25 +346,11 @@ func (fw *Forwarder) adopt(ctx context.Context, conflict error, inARow int) bool
 	return true
 }
 
+// stop records that forwarding stops for good on err, and returns the error Run returns.
 func (fw *Forwarder) stop(err error) error {
-	level.Error(fw.logger).Log("msg", "stopped forwarding: another instance owns the position", "err", err)
-	fw.mu.Lock()
-	fw.stopped, fw.lastErr = true, err.Error()
-	fw.mu.Unlock()
+	fw.obs.stop(err)
 	return fmt.Errorf("forwarder %s: %w", fw.opts.Controller, err)
 }
-
-// fail records a failure to be retried; fw.outage logs the first of a run of failures and then
-// a reminder every failureLogEvery: during an outage every retry (once a second) fails alike.
-func (fw *Forwarder) fail(err error) {
-	fw.mu.Lock()
-	fw.lastErr = err.Error()
-	fw.mu.Unlock()
-	fw.outage.Fail(time.Now(), level.Warn, "event forwarding failed; retrying (repeated at most every "+failureLogEvery.String()+" while it goes on)", err)
-}
-
-// failureLogEvery is how often a run of failures is logged again.
-const failureLogEvery = 5 * time.Minute
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
@@ -532,14 +372,15 @@ func (fw *Forwarder) initialPosition(ctx context.Context) (position, error) {
 	if fw.opts.Events.Start == "earliest" {
 		return position{FromStart: true}, nil
 	}
-	pg, err := fw.eventsPage(ctx, 0, fw.page)
+	j := &fw.reader
+	pg, err := j.eventsPage(ctx, 0, j.page)
 	if err != nil {
 		return position{}, fmt.Errorf("couldn't read events: %w", err)
 	}
-	fw.learnOrder(pg.Results)
+	j.learnOrder(pg.Results)
 	items := pg.Results
-	if fw.order != newestFirst && pg.Count > len(items) {
-		if pg, err = fw.eventsPage(ctx, max(0, pg.Count-fw.page), fw.page); err != nil {
+	if j.served() != newestFirst && pg.Count > len(items) {
+		if pg, err = j.eventsPage(ctx, max(0, pg.Count-j.page), j.page); err != nil {
 			return position{}, fmt.Errorf("couldn't read events: %w", err)
 		}
 		items = pg.Results
@@ -554,39 +395,4 @@ func (fw *Forwarder) initialPosition(ctx context.Context) (position, error) {
 	p.Known, p.FromStart = true, true
 	level.Info(fw.logger).Log("msg", "no stored position; starting after the newest event unless the stream holds events of this controller", "created", p.Created)
 	return p, nil
-}
-
-// learnOrder settles the order in auto mode from the first page that shows it.
-func (fw *Forwarder) learnOrder(items []veil.Event) {
-	if !fw.auto {
-		return
-	}
-	d := detect(items)
-	if d == unknownOrder || d == fw.order {
-		return
-	}
-	if fw.order != unknownOrder {
-		level.Warn(fw.logger).Log("msg", "event order changed", "was", fw.order, "now", d)
-	} else {
-		level.Info(fw.logger).Log("msg", "event order detected", "order", d)
-	}
-	fw.mu.Lock()
-	fw.order = d
-	fw.mu.Unlock()
-}
-
-// concurrency is how many pages a catch-up reads at once.
-func (fw *Forwarder) concurrency() int {
-	if fw.opts.Concurrency > 0 {
-		return fw.opts.Concurrency
-	}
-	return catchUpPages
-}
-
-// dir is the order to work with; oldest first (what we ask for) until shown otherwise.
-func (fw *Forwarder) dir() direction {
-	if fw.order == unknownOrder {
-		return oldestFirst
-	}
-	return fw.order
 }

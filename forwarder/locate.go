@@ -9,31 +9,29 @@ import (
 	"slices"
 	"time"
 
-	"github.com/go-kit/log/level"
-
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // locate finds the boundary between published and new events, starting at the offset where
-// the last cycle left it (hint). It also notices events lost at the source and records what is
-// needed to count future losses.
-func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (boundary, error) {
+// the last cycle left it (j.hint). It also notices events lost at the source and records in pos
+// what is needed to count future losses (Ahead, TailID, TailCreated).
+func (j *journalReader) locate(ctx context.Context, pos *position) (boundary, error) {
 	var b, count int
 	var anchored bool
-	o := max(0, hint-fw.page/2)
-	pg, err := fw.eventsPage(ctx, o, fw.page)
+	o := max(0, j.hint-j.page/2)
+	pg, err := j.eventsPage(ctx, o, j.page)
 	if err != nil {
 		return boundary{}, fmt.Errorf("couldn't read events: %w", err)
 	}
 	if o > 0 && len(pg.Results) == 0 { // the list shrank below the hint
 		o = 0
-		if pg, err = fw.eventsPage(ctx, 0, fw.page); err != nil {
+		if pg, err = j.eventsPage(ctx, 0, j.page); err != nil {
 			return boundary{}, fmt.Errorf("couldn't read events: %w", err)
 		}
 	}
 	seen := &seenPage{start: o, page: pg}
-	fw.learnOrder(pg.Results)
-	d := fw.dir()
+	j.learnOrder(pg.Results)
+	d := j.dir()
 	count = pg.Count
 	// Events published ahead of their time (dated in the future) do not count here: the journal
 	// lists them after events that come later, and the boundary is where the position's time is.
@@ -47,20 +45,20 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (bound
 		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event
 	}
 	v := view{o: o, items: pg.Results}
-	j := slices.IndexFunc(v.items, pred)
+	i := slices.IndexFunc(v.items, pred)
 	switch {
 	case !pos.Known && d == newestFirst:
 		b = count // nothing published: everything is new
-	case j > 0 || j == 0 && o == 0:
-		b = o + j
-	case j < 0 && o+len(v.items) >= count:
+	case i > 0 || i == 0 && o == 0:
+		b = o + i
+	case i < 0 && o+len(v.items) >= count:
 		b = count
-	case j == 0:
+	case i == 0:
 		seen = nil
-		b, err = fw.walkDown(ctx, &v, pred)
+		b, err = j.walkDown(ctx, &v, pred)
 	default:
 		seen = nil
-		b, err = fw.walkUp(ctx, &v, count, pred)
+		b, err = j.walkUp(ctx, &v, count, pred)
 	}
 	if err != nil {
 		return boundary{}, err
@@ -72,12 +70,10 @@ func (fw *Forwarder) locate(ctx context.Context, pos *position, hint int) (bound
 		anchored = b < count
 	}
 	if !anchored && pos.Known && !pos.Created.IsZero() && count > 0 {
-		fw.countGap(ctx, pos, d)
+		j.countGap(ctx, pos, d)
 	} else if anchored || count == 0 {
-		fw.mu.Lock()
-		fw.gapLogged = false
-		fw.mu.Unlock()
-		fw.observe(ctx, pos, d, boundary{b: b, count: count}, v)
+		j.obs.anchored()
+		j.observe(ctx, pos, d, boundary{b: b, count: count}, v)
 	}
 	return boundary{b: b, count: count, anchored: anchored, seen: seen}, nil
 }
@@ -93,47 +89,47 @@ type view struct {
 // deletes meanwhile, which a few pages cover, while a search's dozen reads one after the other
 // take long enough for the list to move past what it found. v, the page read before, becomes
 // the last page read.
-func (fw *Forwarder) walkDown(ctx context.Context, v *view, pred func(veil.Event) bool) (int, error) {
+func (j *journalReader) walkDown(ctx context.Context, v *view, pred func(veil.Event) bool) (int, error) {
 	for range 4 {
 		if v.o == 0 {
 			return 0, nil
 		}
-		v.o = max(0, v.o-(fw.page-1))
-		pg, err := fw.eventsPage(ctx, v.o, fw.page)
+		v.o = max(0, v.o-(j.page-1))
+		pg, err := j.eventsPage(ctx, v.o, j.page)
 		if err != nil {
 			return 0, fmt.Errorf("couldn't read events: %w", err)
 		}
 		v.items = pg.Results
-		j := slices.IndexFunc(v.items, pred)
+		i := slices.IndexFunc(v.items, pred)
 		switch {
-		case j > 0 || j == 0 && v.o == 0:
-			return v.o + j, nil
-		case j < 0:
+		case i > 0 || i == 0 && v.o == 0:
+			return v.o + i, nil
+		case i < 0:
 			// Past this page now: the list moved back up between the two reads.
 			return v.o + len(v.items), nil
 		}
 	}
-	return fw.search(ctx, 0, v.o, pred)
+	return j.search(ctx, 0, v.o, pred)
 }
 
 // walkUp is walkDown's counterpart for a boundary past the page read: newest first, arrivals
 // move it up while it is looked for.
-func (fw *Forwarder) walkUp(ctx context.Context, v *view, count int, pred func(veil.Event) bool) (int, error) {
+func (j *journalReader) walkUp(ctx context.Context, v *view, count int, pred func(veil.Event) bool) (int, error) {
 	for range 4 {
 		v.o += max(1, len(v.items)-1)
-		pg, err := fw.eventsPage(ctx, v.o, fw.page)
+		pg, err := j.eventsPage(ctx, v.o, j.page)
 		if err != nil {
 			return 0, fmt.Errorf("couldn't read events: %w", err)
 		}
 		v.items, count = pg.Results, pg.Count
-		if j := slices.IndexFunc(v.items, pred); j >= 0 {
-			return v.o + j, nil
+		if i := slices.IndexFunc(v.items, pred); i >= 0 {
+			return v.o + i, nil
 		}
 		if v.o+len(v.items) >= count {
 			return count, nil
 		}
 	}
-	return fw.search(ctx, v.o+len(v.items), count, pred)
+	return j.search(ctx, v.o+len(v.items), count, pred)
 }
 
 // observe remembers how many events follow the position and which is the newest, so that a
@@ -141,7 +137,7 @@ func (fw *Forwarder) walkUp(ctx context.Context, v *view, count int, pred func(v
 // must come from one view of the journal: when the tail is not on the page already read, the
 // event next to the boundary is read before and after it, and an observation across a shift
 // (events added or deleted meanwhile) is dropped in favour of the previous one.
-func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, bd boundary, v view) {
+func (j *journalReader) observe(ctx context.Context, pos *position, d direction, bd boundary, v view) {
 	b, count := bd.b, bd.count
 	if count == 0 {
 		return
@@ -160,7 +156,7 @@ func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, bd
 		if e, ok := onPage(off); ok {
 			return e, true
 		}
-		e, _, err := fw.probe(ctx, off)
+		e, _, err := j.probe(ctx, off)
 		if err != nil || e == nil {
 			return veil.Event{}, false
 		}
@@ -175,25 +171,20 @@ func (fw *Forwarder) observe(ctx context.Context, pos *position, d direction, bd
 		if tail, ok = read(tailOff); !ok {
 			return
 		}
-		after, _, err := fw.probe(ctx, anchorOff)
+		after, _, err := j.probe(ctx, anchorOff)
 		if err != nil || after == nil || after.ID != before.ID {
 			return
 		}
 	}
 	pos.Ahead, pos.TailID, pos.TailCreated = ahead, tail.ID, tail.Created.Time
-	fw.mu.Lock()
-	fw.pos.Ahead, fw.pos.TailID, fw.pos.TailCreated = ahead, tail.ID, tail.Created.Time
-	fw.mu.Unlock()
 }
 
 // countGap runs when the position's event is gone and everything left is newer: events between
 // it and the oldest remaining one may have been deleted unread. Counted exactly when the tail
 // observed earlier is still listed; otherwise continuity cannot be proven: a gap episode, with
 // the lower bound in gaps.
-func (fw *Forwarder) countGap(ctx context.Context, pos *position, d direction) {
-	fw.mu.Lock()
-	logged := fw.gapLogged
-	fw.mu.Unlock()
+func (j *journalReader) countGap(ctx context.Context, pos *position, d direction) {
+	logged := j.obs.gapLogged()
 	lost, exact, left := 0, false, 0
 	var err error
 	if pos.TailID != "" {
@@ -202,19 +193,19 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *position, d direction) {
 		var x, remaining int
 		var at *veil.Event
 		if d == oldestFirst {
-			x, err = fw.search(ctx, 0, 1<<30, func(e veil.Event) bool { return !notNewer(e) })
+			x, err = j.search(ctx, 0, 1<<30, func(e veil.Event) bool { return !notNewer(e) })
 			remaining = x
 			if err == nil && x > 0 {
-				at, _, err = fw.probe(ctx, x-1)
+				at, _, err = j.probe(ctx, x-1)
 			}
 		} else {
 			var count int
-			_, count, err = fw.probe(ctx, 0)
+			_, count, err = j.probe(ctx, 0)
 			if err == nil {
-				x, err = fw.search(ctx, 0, count, notNewer)
+				x, err = j.search(ctx, 0, count, notNewer)
 				remaining = count - x
 				if err == nil && x < count {
-					at, _, err = fw.probe(ctx, x)
+					at, _, err = j.probe(ctx, x)
 				}
 			}
 		}
@@ -228,47 +219,27 @@ func (fw *Forwarder) countGap(ctx context.Context, pos *position, d direction) {
 	}
 	var oldest time.Time
 	if err == nil && !exact && !logged {
-		oldest, err = fw.oldestListed(ctx, d)
+		oldest, err = j.oldestListed(ctx, d)
 	}
 	if err != nil {
 		return // the journal could not be read: count on a later cycle
 	}
-	fw.mu.Lock()
-	fw.gapLogged = true
-	fw.gaps += uint64(lost)
-	episode := !exact && !logged
-	if episode {
-		fw.episodes++
-		fw.lastGap = GapEpisode{At: time.Now(), After: pos.Created, Before: oldest, Lost: uint64(lost)}
-	}
-	fw.mu.Unlock()
-	switch {
-	case episode:
-		level.Warn(fw.logger).Log("msg", "the position's event is gone and continuity with it cannot be proven: events created between after and before may have been deleted unread (a gap episode)",
-			"lost_at_least", lost, "after", pos.Created, "before", oldest)
-	case lost > 0 && exact:
-		level.Warn(fw.logger).Log("msg", "events were deleted by the platform before they could be read", "lost", lost, "after", pos.Created)
-	case lost > 0:
-		level.Warn(fw.logger).Log("msg", "more events were deleted by the platform before they could be read", "lost_at_least", lost, "after", pos.Created)
-	}
+	j.obs.gap(gapFound{lost: lost, exact: exact, logged: logged, after: pos.Created, before: oldest})
 	// Account once: what is left unread up to the tail is what a later deletion (the outage goes
 	// on) can still lose.
 	pos.Ahead = left
-	fw.mu.Lock()
-	fw.pos.Ahead = left
-	fw.mu.Unlock()
 }
 
 // oldestListed is the created of the oldest event in the journal (zero when it is empty).
-func (fw *Forwarder) oldestListed(ctx context.Context, d direction) (time.Time, error) {
-	e, count, err := fw.probe(ctx, 0)
+func (j *journalReader) oldestListed(ctx context.Context, d direction) (time.Time, error) {
+	e, count, err := j.probe(ctx, 0)
 	if err != nil || d == oldestFirst || count <= 1 {
 		if e == nil {
 			return time.Time{}, err
 		}
 		return e.Created.Time, err
 	}
-	if e, _, err = fw.probe(ctx, count-1); err != nil || e == nil {
+	if e, _, err = j.probe(ctx, count-1); err != nil || e == nil {
 		return time.Time{}, err
 	}
 	return e.Created.Time, nil

@@ -63,7 +63,7 @@ func TestOutageLoggedOnStateChange(t *testing.T) {
 	r.nats.Stop()
 	want = append(want, r.sim.AddEvents(5, veiltest.EventSpec{})...)
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		n, _, _ := fw.outage.Failing()
+		n, _, _ := fw.obs.outage.Failing()
 		return n >= 3
 	}, "three failed cycles")
 	r.nats.Start()

@@ -3,13 +3,9 @@ package forwarder
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-kit/log/level"
 	"github.com/nats-io/nats.go"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -75,15 +71,16 @@ type sentBatch struct {
 // startPipeline sizes batches from max_pending (what may be unacknowledged at once: one batch),
 // at most maxBatchEvents, the server's limit on an atomic batch.
 func (fw *Forwarder) startPipeline(ctx context.Context) *pipeline {
-	pending := fw.stream.cfg.JetStream.MaxPending
-	if fw.stream.js == nil || pending < 1 {
+	stream := fw.out.stream
+	pending := stream.cfg.JetStream.MaxPending
+	if stream.js == nil || pending < 1 {
 		pending = maxBatchEvents
 	}
 	size := max(1, min(pending, maxBatchEvents))
 	fw.mu.Lock()
-	serial := fw.serialLeft
+	serial := fw.out.serialLeft
 	fw.mu.Unlock()
-	if fw.stream.js == nil {
+	if stream.js == nil {
 		serial = 0
 	}
 	p := &pipeline{fw: fw, size: size, fullSize: size, queue: make(chan sentBatch, 2),
@@ -102,7 +99,7 @@ func (p *pipeline) send(b sentBatch) error {
 		return p.sendErr
 	}
 	fw := p.fw
-	if fw.opts.Fence != nil && !fw.opts.Fence() {
+	if fence := fw.opts.Fence; fence != nil && !fence() {
 		p.sendErr = errFenced
 		return p.sendErr
 	}
@@ -147,20 +144,25 @@ func (p *pipeline) publish(ctx context.Context) {
 			continue
 		}
 		fw.mu.Lock()
-		b.expect = fw.seq
+		b.expect = fw.out.seq
 		if !p.begun {
 			p.begun, p.firstExpect = true, b.expect
 		}
-		fw.markInstants(b, p.firstExpect)
+		fw.out.markInstants(b, p.firstExpect)
 		fw.mu.Unlock()
-		n, last, err := fw.pub.publish(ctx, b.msgs, b.expect)
+		n, last, err := fw.out.pub.publish(ctx, b.msgs, b.expect)
 		if n > 0 {
 			pos = fw.acknowledged(b, n, last)
 			p.acked += n
 			unsaved += n
 		}
 		if err != nil && ctx.Err() == nil {
-			fw.publishFailed(err)
+			// Any failure leaves the stream's state uncertain (a timeout may have stored the
+			// batch): the next cycle reads the position from the stream first.
+			fw.mu.Lock()
+			fw.out.needSync = true
+			fw.mu.Unlock()
+			fw.obs.publishFailed(err)
 		}
 		// The position is written every saveEvery events and once the sender is done (below):
 		// not after each batch, which during a catch-up meant a write (two fsyncs) per batch for
@@ -216,7 +218,7 @@ func (p *pipeline) next() (b sentBatch, ok bool) {
 // nothing, and it was the one change to forwarding between a make bench-fleet run whose rolling
 // restart held and runs that did not (which runs of the same code also vary between).
 func (p *pipeline) takesEarly(held, left int) bool {
-	return held > 0 && p.idle.Load() && (2*held >= p.size || left < p.size && 2*held >= p.fw.page)
+	return held > 0 && p.idle.Load() && (2*held >= p.size || left < p.size && 2*held >= p.fw.reader.page)
 }
 
 // stop ends publishing on err: what is queued after it is drained, not published.
@@ -265,51 +267,6 @@ func (s *saver) failed() error {
 	}
 }
 
-// markInstants gives each message of b that shares its instant with an earlier one a stream
-// sequence before the first message of that instant (hdrInstantFrom): b.expect, the controller's
-// newest sequence before b, for an instant that begins in b. A message whose position holds
-// events published ahead of their time that the read took itself gets the sequence before the
-// read's first batch, first (hdrFutureFrom: message set it when the oldest of them was published
-// before the read). fw.mu is held.
-func (fw *Forwarder) markInstants(b sentBatch, first uint64) {
-	for i, m := range b.msgs {
-		if _, ahead := m.Header[hdrFutureCount]; ahead && m.Header.Get(hdrFutureFrom) == "" {
-			m.Header[hdrFutureFrom] = []string{strconv.FormatUint(first, 10)}
-		}
-		if b.future[i] {
-			continue // its headers give the position's instant, not its own
-		}
-		expect := b.expect
-		c := b.events[i].Created.Time
-		if !fw.inst.known || !c.Equal(fw.inst.created) {
-			fw.inst = instant{known: true, created: c, from: expect}
-		}
-		if _, many := m.Header[hdrCreatedCount]; many || strings.Contains(m.Header.Get(hdrCreatedIDs), `","`) {
-			m.Header[hdrInstantFrom] = []string{strconv.FormatUint(fw.inst.from, 10)}
-		}
-	}
-}
-
-// publishFailed counts a failed publish. A refused expectation is a conflict, logged once per
-// episode; any failure leaves the stream's state uncertain (a timeout may have stored the batch),
-// so the next cycle reads the position from the stream first.
-func (fw *Forwarder) publishFailed(err error) {
-	fw.mu.Lock()
-	fw.needSync = true
-	conflict := errors.Is(err, errConflict)
-	logIt := false
-	if conflict {
-		fw.conflicts++
-		logIt, fw.inConflict = !fw.inConflict, true
-	} else {
-		fw.pubErrors++
-	}
-	fw.mu.Unlock()
-	if logIt {
-		level.Warn(fw.logger).Log("msg", "the stream refused a publish (another replica published, or the stream holds other than expected): reading the position from the stream again", "err", err)
-	}
-}
-
 // acknowledged advances the position past the first n events of b, which the stream
 // acknowledged together with all events before them, the last with stream sequence seq (0: core
 // NATS), and returns it.
@@ -317,13 +274,14 @@ func (fw *Forwarder) acknowledged(b sentBatch, n int, seq uint64) position {
 	events, msgs, future := b.events[:n], b.msgs[:n], b.future[:n]
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
+	out := &fw.out
 	wasAhead := len(fw.pos.Future)
 	if seq > 0 {
-		fw.seq = seq
+		out.seq = seq
 	}
-	fw.inConflict = false
 	p := fw.pos.clone()
 	p.FromStart = false
+	republished := 0
 	for i, e := range events {
 		if future[i] {
 			p.addFuture(e.Created.Time, e.ID, b.expect)
@@ -333,27 +291,21 @@ func (fw *Forwarder) acknowledged(b sentBatch, n int, seq uint64) position {
 		if e.Invalid != "" {
 			p.addOdd(e.ID)
 		}
-		fw.published[pubKey{typeLabel(e.Type), fw.classLabel(&e)}]++
-		if fw.republishUntil.published(e.Created.Time, e.ID) {
-			fw.republished++
+		if out.republishUntil.published(e.Created.Time, e.ID) {
+			republished++
 		}
 		if !e.Created.After(p.TailCreated) && p.Ahead > 0 {
 			p.Ahead--
 		}
-		if i >= len(events)-recentLen {
-			fw.recent[fw.recentN%recentLen] = RecentEvent{ID: e.ID, Type: e.Type, Subject: msgs[i].Subject, Message: eventMessage(e.Raw), Created: e.Created.Time}
-			fw.recentN++
-		}
 	}
-	if fw.republishUntil.Known && p.Created.After(fw.republishUntil.Created) {
-		fw.republishUntil = position{} // past what the rewind went back from
+	fw.obs.acked(events, msgs, republished)
+	if out.republishUntil.Known && p.Created.After(out.republishUntil.Created) {
+		out.republishUntil = position{} // past what the rewind went back from
 	}
 	fw.pos = p
 	if wasAhead == 0 && len(p.Future) > 0 {
-		fw.aheadFrom(p.Future[0])
+		fw.obs.aheadFrom(p.Future[0], fw.clock())
 	}
-	fw.lastAcked = time.Now()
-	fw.backlog = max(0, fw.backlog-len(events))
 	return p.clone()
 }
 
@@ -365,23 +317,6 @@ func typeLabel(t string) string {
 		return t
 	}
 	return "other"
-}
-
-// classLabel is the entity_class label of e: its first entity's class sanitized like the subject
-// token, none without an entity, other past maxEntityClasses distinct values. fw.mu is held.
-func (fw *Forwarder) classLabel(e *veil.Event) string {
-	if len(e.Entities) == 0 {
-		return "none"
-	}
-	c, _ := subjectToken(e.Entities[0].Class)
-	if fw.classes[c] {
-		return c
-	}
-	if len(fw.classes) >= maxEntityClasses {
-		return "other"
-	}
-	fw.classes[c] = true
-	return c
 }
 
 // savePosition stores an acknowledged position, retrying any failure but a conflict (another
@@ -399,10 +334,7 @@ func (fw *Forwarder) savePosition(ctx context.Context, p position) error {
 		if err == nil || errors.Is(err, errCheckpointConflict) || errors.Is(err, errFenced) {
 			return err
 		}
-		fw.mu.Lock()
-		fw.pubErrors++
-		fw.mu.Unlock()
-		fw.fail(fmt.Errorf("position not stored, publishing paused until it is: %w", err))
+		fw.obs.saveFailed(err)
 		if !sleep(ctx, delay) {
 			return nil
 		}

@@ -152,7 +152,7 @@ func (r *poisonRig) start(t *testing.T, stream *Stream, cli *veil.Client, ev con
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw.pager = r.j
+	fw.reader.pager = r.j
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- fw.Run(ctx) }()
@@ -368,7 +368,7 @@ func TestHeadersStayBoundedWhateverTheEventsAtOneInstant(t *testing.T) {
 	want = append(want, more...)
 	ev := r.fw.opts.Events
 	ev.Checkpoint.Dir = t.TempDir()
-	fw := r.start(t, r.fw.stream, r.fw.opts.Client, ev)
+	fw := r.start(t, r.fw.out.stream, r.fw.opts.Client, ev)
 	got = r.waitStored(t, len(want))
 	ids = ids[:0]
 	for _, m := range got {
@@ -439,7 +439,7 @@ func TestAnEventDatedInTheFutureHidesNothing(t *testing.T) {
 	r.stops[0]()
 	ev := r.fw.opts.Events
 	ev.Checkpoint.Dir = t.TempDir()
-	fw := r.start(t, r.fw.stream, r.fw.opts.Client, ev)
+	fw := r.start(t, r.fw.out.stream, r.fw.opts.Client, ev)
 	more := r.j.goodBeforeLast(3)
 	want = append(want, more...)
 	exactlyOnceInOrder(t, "prod", want, ids(r.waitStored(t, len(want))))

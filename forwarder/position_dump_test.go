@@ -13,8 +13,8 @@ import (
 
 func (c *propCase) dump(t *testing.T) {
 	pos := c.fw.pos
-	t.Logf("pos W=%s ids=%v fut=%d odd=%v order=%s page=%d", pos.Created, pos.IDs, len(pos.Future), pos.Odd, c.fw.order, c.fw.page)
-	bd, err := c.fw.locate(context.Background(), &pos, c.fw.hint)
+	t.Logf("pos W=%s ids=%v fut=%d odd=%v order=%s page=%d", pos.Created, pos.IDs, len(pos.Future), pos.Odd, c.fw.reader.served(), c.fw.reader.page)
+	bd, err := c.fw.reader.locate(context.Background(), &pos)
 	t.Logf("boundary %+v err %v", bd, err)
 	for i, e := range c.j.evs {
 		if i > bd.b-5 && i < bd.b+5 || i < 3 {
@@ -42,5 +42,5 @@ func (c *propCase) trace(what string, before int, err error) {
 	for _, f := range pos.Future {
 		fut = append(fut, fmt.Sprintf("%s@%s/%d", f.ID, f.Created.Format("04:05.000000"), f.After))
 	}
-	c.t.Logf("%s now=%s err=%v\n  journal %v\n  published %v\n  W=%s ids=%v fut=%v odd=%v ahead=%d tail=%s hint=%d", what, c.now.Format("04:05.000"), err, j, pub, pos.Created.Format("04:05.000000"), pos.IDs, fut, pos.Odd, pos.Ahead, pos.TailID, c.fw.hint)
+	c.t.Logf("%s now=%s err=%v\n  journal %v\n  published %v\n  W=%s ids=%v fut=%v odd=%v ahead=%d tail=%s hint=%d", what, c.now.Format("04:05.000"), err, j, pub, pos.Created.Format("04:05.000000"), pos.IDs, fut, pos.Odd, pos.Ahead, pos.TailID, c.fw.reader.hint)
 }

@@ -283,7 +283,7 @@ func (c *propCase) start() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	fw.pager, fw.pub, fw.sr = c.j, c.s, c.s
+	fw.reader.pager, fw.out.pub, fw.out.sr = c.j, c.s, c.s
 	fw.clock = func() time.Time { return c.now }
 	pos, _, err := fw.startPosition(context.Background())
 	if err != nil {
@@ -299,7 +299,10 @@ func (c *propCase) cycle() error {
 	c.s.mu.Lock()
 	c.starts = append(c.starts, len(c.s.msgs))
 	c.s.mu.Unlock()
-	if c.fw.mustSync() {
+	c.fw.mu.Lock()
+	mustSync := c.fw.out.mustSync()
+	c.fw.mu.Unlock()
+	if mustSync {
 		if err := c.fw.syncFromStream(context.Background()); err != nil {
 			return err
 		}

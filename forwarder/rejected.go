@@ -25,9 +25,6 @@ type RejectedEvent struct {
 	At      time.Time
 }
 
-// rejectedLen bounds Status.Rejected.
-const rejectedLen = 20
-
 // maxLoggedIDBytes bounds an id in a log line or on the status page (an id is the controller's
 // text too).
 const maxLoggedIDBytes = 128
@@ -35,39 +32,39 @@ const maxLoggedIDBytes = 128
 // rejectedMemory is how many rejected events are remembered so as to count each once.
 const rejectedMemory = 256
 
+// rejections counts the events published in another form by reason and lists the last of them
+// (Status.RecentRejected); seen holds the last rejectedMemory events counted (keys, oldest
+// first). Guarded by the observer's mutex.
+type rejections struct {
+	counts map[string]uint64
+	recent ring[RejectedEvent]
+	seen   map[string]struct{}
+	keys   []string
+}
+
 // rejectedEvent counts, logs and lists one event going out in another form than the one read.
-func (fw *Forwarder) rejectedEvent(e *veil.Event, m *nats.Msg, reason string) {
+func (o *observer) rejectedEvent(e *veil.Event, m *nats.Msg, reason string) {
 	id := e.ID
 	if len(id) > maxLoggedIDBytes {
 		id = cutHashed(id, id, maxLoggedIDBytes)
 	}
 	r := RejectedEvent{ID: id, Reason: reason, Subject: boundAttr(m.Subject), Size: len(e.Raw), At: time.Now()}
 	key := e.ID + "\x00" + e.Created.UTC().Format(time.RFC3339Nano)
-	fw.mu.Lock()
-	if _, seen := fw.rejectedSeen[key]; seen {
-		fw.mu.Unlock()
+	o.mu.Lock()
+	rj := &o.rejected
+	if _, seen := rj.seen[key]; seen {
+		o.mu.Unlock()
 		return
 	}
-	if len(fw.rejectedKeys) >= rejectedMemory {
-		delete(fw.rejectedSeen, fw.rejectedKeys[0])
-		fw.rejectedKeys = fw.rejectedKeys[1:]
+	if len(rj.keys) >= rejectedMemory {
+		delete(rj.seen, rj.keys[0])
+		rj.keys = rj.keys[1:]
 	}
-	fw.rejectedSeen[key] = struct{}{}
-	fw.rejectedKeys = append(fw.rejectedKeys, key)
-	fw.rejected[reason]++
-	fw.rejectedRing[fw.rejectedN%rejectedLen] = r
-	fw.rejectedN++
-	fw.mu.Unlock()
-	level.Warn(fw.logger).Log("msg", "event cannot be published as the controller sent it: publishing it in a bounded form", "id", r.ID, "reason", reason,
+	rj.seen[key] = struct{}{}
+	rj.keys = append(rj.keys, key)
+	rj.counts[reason]++
+	rj.recent.add(r)
+	o.mu.Unlock()
+	level.Warn(o.logger).Log("msg", "event cannot be published as the controller sent it: publishing it in a bounded form", "id", r.ID, "reason", reason,
 		"created", m.Header.Get("ce-time"), "subject", r.Subject, "size", r.Size, "cut_fields", m.Header.Get(hdrCutFields))
-}
-
-// recentRejected is the ring of rejected events, newest first. fw.mu is held.
-func (fw *Forwarder) recentRejected() []RejectedEvent {
-	n := min(fw.rejectedN, rejectedLen)
-	out := make([]RejectedEvent, n)
-	for i := range n {
-		out[i] = fw.rejectedRing[(fw.rejectedN-1-i)%rejectedLen]
-	}
-	return out
 }

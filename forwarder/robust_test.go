@@ -223,9 +223,9 @@ func TestFailedSaveIsRetriedWhileTheJournalIsQuiet(t *testing.T) {
 			}()
 			// Each failed save is counted right after the store refused it.
 			testutil.Eventually(t, 20*time.Second, func() bool {
-				fw.mu.Lock()
-				counted := fw.pubErrors
-				fw.mu.Unlock()
+				fw.obs.mu.Lock()
+				counted := fw.obs.pubErrors
+				fw.obs.mu.Unlock()
 				return cp.failures.Load() >= 3 && counted >= 3 && strings.Contains(fw.Status().LastError, "no space left")
 			}, "three failed saves counted in veil_events_publish_errors_total and shown in the status")
 			if got, _, _ := file.Load(ctx); len(got.IDs) != 0 {
@@ -302,7 +302,7 @@ func messagesOf(fw *Forwarder, events []veil.Event) []*nats.Msg {
 	msgs := make([]*nats.Msg, len(events))
 	for i := range events {
 		pos.advance(events[i].Created.Time, events[i].ID)
-		msgs[i], _ = (&envelope{prefix: fw.stream.cfg.SubjectPrefix, controller: fw.opts.Controller, source: fw.source, order: oldestFirst}).message(&events[i], &pos)
+		msgs[i], _ = (&envelope{prefix: fw.out.stream.cfg.SubjectPrefix, controller: fw.opts.Controller, source: fw.source, order: oldestFirst}).message(&events[i], &pos)
 	}
 	return msgs
 }
@@ -334,12 +334,12 @@ func TestStreamRefusesWhatDoesNotFollowItsNewestMessage(t *testing.T) {
 			first, second := pg.Results[:3], pg.Results[3:]
 			a, b := r.forwarder(), r.forwarder()
 			for _, fw := range []*Forwarder{a, b} {
-				if err := fw.syncFromStream(ctx); err != nil || fw.seq != 0 {
-					t.Fatalf("sync on an empty stream: seq %d, %v", fw.seq, err)
+				if err := fw.syncFromStream(ctx); err != nil || fw.out.seq != 0 {
+					t.Fatalf("sync on an empty stream: seq %d, %v", fw.out.seq, err)
 				}
 			}
 			// a stores the first three; its acknowledgement is dropped (a.seq stays 0).
-			if n, _, err := a.pub.publish(ctx, messagesOf(a, first), 0); err != nil || n != 3 {
+			if n, _, err := a.out.pub.publish(ctx, messagesOf(a, first), 0); err != nil || n != 3 {
 				t.Fatalf("first batch: %d, %v", n, err)
 			}
 			if tt.reconnect {
@@ -355,7 +355,7 @@ func TestStreamRefusesWhatDoesNotFollowItsNewestMessage(t *testing.T) {
 			}
 			// Events the stream has not seen (no duplicate window can catch them), after a sequence
 			// the stream moved past: refused, nothing stored.
-			if _, _, err := next.pub.publish(ctx, messagesOf(next, second), 0); !errors.Is(err, errConflict) {
+			if _, _, err := next.out.pub.publish(ctx, messagesOf(next, second), 0); !errors.Is(err, errConflict) {
 				t.Fatalf("publish expecting a stale sequence: %v, want a conflict", err)
 			}
 			if n := streamMsgs(ctx, t, r); n != 3 {
@@ -368,7 +368,7 @@ func TestStreamRefusesWhatDoesNotFollowItsNewestMessage(t *testing.T) {
 			if st := next.Status(); st.StreamSeq != 3 || len(st.PositionIDs) != 1 || st.PositionIDs[0] != ids[2] {
 				t.Fatalf("position from the stream: seq %d ids %v, want 3 and %s", st.StreamSeq, st.PositionIDs, ids[2])
 			}
-			if n, last, err := next.pub.publish(ctx, messagesOf(next, second), next.seq); err != nil || n != 3 || last != 6 {
+			if n, last, err := next.out.pub.publish(ctx, messagesOf(next, second), next.out.seq); err != nil || n != 3 || last != 6 {
 				t.Fatalf("publish after reading the stream: %d up to %d, %v", n, last, err)
 			}
 			rec := subscribe(t, r.nats.URL())

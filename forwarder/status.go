@@ -80,51 +80,65 @@ type RecentEvent struct {
 	Created                    time.Time
 }
 
-// recentLen bounds Status.Recent.
+// recentLen bounds Status.Recent and Status.RecentRejected (ring).
 const recentLen = 20
 
 // Status reports position, backlog, publishing and NATS state.
 func (fw *Forwarder) Status() Status {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	s := Status{Controller: fw.opts.Controller, Order: fw.order.String(), Position: fw.pos.Created,
-		PositionIDs: append([]string(nil), fw.pos.IDs...), Backlog: fw.backlog, Ahead: len(fw.pos.Future), HeldBack: fw.held, LastAcked: fw.lastAcked,
-		Duplicates: fw.dups, Gaps: fw.gaps, GapEpisodes: fw.episodes, LastGap: fw.lastGap,
-		Conflicts: fw.conflicts, PositionAdoptions: fw.positionAdoptions, Fenced: fw.fenced, Rewinds: fw.rewinds, LastRewind: fw.lastRewind, Republished: fw.republished, StreamSeq: fw.seq,
-		LastError: fw.lastErr, NotReady: fw.notReadyLocked(), Stopped: fw.stopped,
-		Subject: fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"}
-	n := min(fw.recentN, recentLen)
-	s.Recent = make([]RecentEvent, n)
-	for i := range n {
-		s.Recent[i] = fw.recent[(fw.recentN-1-i)%recentLen]
-	}
-	for _, n := range fw.published {
+	s := Status{Controller: fw.opts.Controller, Order: fw.reader.served().String(), Position: fw.pos.Created,
+		PositionIDs: append([]string(nil), fw.pos.IDs...), Ahead: len(fw.pos.Future), StreamSeq: fw.out.seq, Subject: fw.out.filter}
+	fw.obs.status(&s)
+	s.NATS = fw.out.stream.conn.Status()
+	return s
+}
+
+// status fills in what the observer knows of s.
+func (o *observer) status(s *Status) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s.Backlog, s.HeldBack, s.LastAcked = o.backlog, o.held, o.lastAcked
+	s.Duplicates, s.Gaps, s.GapEpisodes, s.LastGap = o.dups, o.gaps.lost, o.gaps.episodes, o.gaps.last
+	st := &o.stream
+	s.Conflicts, s.PositionAdoptions, s.Fenced, s.Rewinds, s.LastRewind, s.Republished = st.conflicts, st.adoptions, st.fenced, st.rewinds, st.lastRewind, st.republished
+	s.LastError, s.NotReady, s.Stopped = o.run.lastErr, o.notReady(), o.run.stopped
+	s.Recent = o.recent.newestFirst()
+	for _, n := range o.published {
 		s.Published += n
 	}
-	s.Rejected = make(map[string]uint64, len(fw.rejected))
-	for k, n := range fw.rejected {
+	s.Rejected = make(map[string]uint64, len(o.rejected.counts))
+	for k, n := range o.rejected.counts {
 		s.Rejected[k] = n
 	}
-	s.RecentRejected = fw.recentRejected()
-	s.NATS = fw.stream.conn.Status()
-	return s
+	s.RecentRejected = o.rejected.recent.newestFirst()
+}
+
+// NotReady says why events are not forwarded now, "" when they are: NATS not connected (with
+// its cause), the stream or the position store not set up. (A forwarder stopped because another
+// instance owns the position says so in Status.Stopped.)
+func (fw *Forwarder) NotReady() string {
+	fw.obs.mu.Lock()
+	defer fw.obs.mu.Unlock()
+	return fw.obs.notReady()
 }
 
 // RunStatus reports the last polling cycle as the "events" collector; the daemon turns it into
 // the veil_collector_* families.
 func (fw *Forwarder) RunStatus() []runstatus.Status {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	st := runstatus.Status{Collector: "events", Success: fw.cycleOK, Duration: fw.cycleDur, LastSuccess: fw.lastOK}
-	if !fw.cycleOK {
-		st.Error = fw.lastErr
+	o := fw.obs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st := runstatus.Status{Collector: "events", Success: o.run.cycleOK, Duration: o.run.cycleDur, LastSuccess: o.run.lastOK}
+	if !o.run.cycleOK {
+		st.Error = o.run.lastErr
 	}
 	return []runstatus.Status{st}
 }
 
 // Describe implements prometheus.Collector.
 func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
-	d := fw.descs
+	d := fw.obs.descs
 	for _, x := range []*prometheus.Desc{d.published, d.rejected, d.pubErrors, d.dups, d.gaps, d.episodes, d.conflicts, d.adoptions, d.rewinds, d.republished, d.newestCreated, d.backlog, d.ahead, d.held, d.natsUp} {
 		ch <- x
 	}
@@ -134,24 +148,35 @@ func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	d := fw.descs
-	for k, n := range fw.published {
+	fw.obs.collect(ch, fw.pos.Created, len(fw.pos.Future))
+}
+
+// collect sends the metrics of what the observer counts, with the position's created and how
+// many events it remembers published ahead of their time.
+func (o *observer) collect(ch chan<- prometheus.Metric, created time.Time, ahead int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.descs
+	for k, n := range o.published {
 		ch <- prometheus.MustNewConstMetric(d.published, prometheus.CounterValue, float64(n), k.typ, k.class)
 	}
-	for reason, n := range fw.rejected {
+	for reason, n := range o.rejected.counts {
 		ch <- prometheus.MustNewConstMetric(d.rejected, prometheus.CounterValue, float64(n), reason)
 	}
-	ch <- prometheus.MustNewConstMetric(d.pubErrors, prometheus.CounterValue, float64(fw.pubErrors))
-	ch <- prometheus.MustNewConstMetric(d.dups, prometheus.CounterValue, float64(fw.dups))
-	ch <- prometheus.MustNewConstMetric(d.gaps, prometheus.CounterValue, float64(fw.gaps))
-	ch <- prometheus.MustNewConstMetric(d.episodes, prometheus.CounterValue, float64(fw.episodes))
-	ch <- prometheus.MustNewConstMetric(d.conflicts, prometheus.CounterValue, float64(fw.conflicts))
-	ch <- prometheus.MustNewConstMetric(d.adoptions, prometheus.CounterValue, float64(fw.positionAdoptions))
-	ch <- prometheus.MustNewConstMetric(d.rewinds, prometheus.CounterValue, float64(fw.rewinds))
-	ch <- prometheus.MustNewConstMetric(d.republished, prometheus.CounterValue, float64(fw.republished))
-	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(fw.pos.Created))
-	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(fw.backlog))
-	ch <- prometheus.MustNewConstMetric(d.ahead, prometheus.GaugeValue, float64(len(fw.pos.Future)))
-	ch <- prometheus.MustNewConstMetric(d.held, prometheus.GaugeValue, float64(fw.held))
-	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(fw.stream.conn.Connected()))
+	counter := func(desc *prometheus.Desc, n uint64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(n))
+	}
+	counter(d.pubErrors, o.pubErrors)
+	counter(d.dups, o.dups)
+	counter(d.gaps, o.gaps.lost)
+	counter(d.episodes, o.gaps.episodes)
+	counter(d.conflicts, o.stream.conflicts)
+	counter(d.adoptions, o.stream.adoptions)
+	counter(d.rewinds, o.stream.rewinds)
+	counter(d.republished, o.stream.republished)
+	ch <- prometheus.MustNewConstMetric(d.newestCreated, prometheus.GaugeValue, metricutil.UnixSeconds(created))
+	ch <- prometheus.MustNewConstMetric(d.backlog, prometheus.GaugeValue, float64(o.backlog))
+	ch <- prometheus.MustNewConstMetric(d.ahead, prometheus.GaugeValue, float64(ahead))
+	ch <- prometheus.MustNewConstMetric(d.held, prometheus.GaugeValue, float64(o.held))
+	ch <- prometheus.MustNewConstMetric(d.natsUp, prometheus.GaugeValue, metricutil.Bool(o.conn.Connected()))
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-kit/log/level"
@@ -197,90 +196,6 @@ type instant struct {
 	from    uint64
 }
 
-// completeInstant reads back the ids m's headers do not list (its instant holds more than
-// maxHeaderIDs) from the controller's messages after the sequence hdrInstantFrom gives, and
-// returns that sequence (m.seq-1 when m is the first of its instant). Should the stream hold
-// fewer than the count says (a message deleted since), what it holds is used and that is said:
-// the duplicate window then guards the few that may go out again.
-func (fw *Forwarder) completeInstant(ctx context.Context, m *storedMsg, sp *position) (uint64, error) {
-	from := m.seq - 1
-	if f := m.header.Get(hdrInstantFrom); f != "" {
-		if v, err := strconv.ParseUint(f, 10, 64); err == nil && v < m.seq {
-			from = v
-		}
-	}
-	count, _ := strconv.Atoi(m.header.Get(hdrCreatedCount))
-	if count <= len(sp.IDs) {
-		return from, nil
-	}
-	created := m.header.Get(hdrCreated)
-	prefix := fw.opts.Controller + "."
-	var ids []string
-	for seq := from + 1; seq <= m.seq; {
-		x, err := fw.sr.from(ctx, seq)
-		if err != nil {
-			return 0, err
-		}
-		if x == nil || x.seq > m.seq {
-			break
-		}
-		if x.header.Get(hdrCreated) == created {
-			ids = append(ids, strings.TrimPrefix(x.header.Get(nats.MsgIdHdr), prefix))
-		}
-		seq = x.seq + 1
-	}
-	if len(ids) != count {
-		level.Warn(fw.logger).Log("msg", "the stream holds fewer messages of the position's instant than its newest message counts: the events not found may be published again (the duplicate window drops them)",
-			"created", created, "count", count, "found", len(ids), "stream_seq", m.seq)
-		for _, id := range sp.IDs {
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-	}
-	sp.IDs = ids
-	return from, nil
-}
-
-// completeFuture reads back the events published ahead of their time that m's position holds
-// and its headers do not list (more than maxHeaderFuture): the controller's messages after the
-// sequence hdrFutureFrom gives, up to m, dated after the position's instant. Should the stream
-// hold fewer than the count says (messages deleted since), what it holds is used and that is
-// said: those not found may be published again, and the duplicate window drops them.
-func (fw *Forwarder) completeFuture(ctx context.Context, m *storedMsg, sp *position) error {
-	count, _ := strconv.Atoi(m.header.Get(hdrFutureCount))
-	if count <= len(sp.Future) {
-		return nil
-	}
-	from, _ := strconv.ParseUint(m.header.Get(hdrFutureFrom), 10, 64)
-	prefix := fw.opts.Controller + "."
-	var ahead []futureEvent
-	seen := map[string]bool{}
-	for seq := from + 1; seq <= m.seq; {
-		x, err := fw.sr.from(ctx, seq)
-		if err != nil {
-			return err
-		}
-		if x == nil || x.seq > m.seq {
-			break
-		}
-		seq = x.seq + 1
-		created, err := time.Parse(time.RFC3339Nano, x.header.Get("ce-time"))
-		id := strings.TrimPrefix(x.header.Get(nats.MsgIdHdr), prefix)
-		if err != nil || !created.After(sp.Created) || seen[id] {
-			continue
-		}
-		seen[id] = true
-		ahead = append(ahead, futureEvent{ID: id, Created: created, After: from})
-	}
-	if len(ahead) != count {
-		level.Warn(fw.logger).Log("msg", "the stream holds another number of events published ahead of their time than its newest message counts: those not found may be published again (the duplicate window drops them)",
-			"count", count, "found", len(ahead), "stream_seq", m.seq)
-	}
-	sp.Future = ahead
-	return nil
-}
-
 // promotedFrom says whether p is q moved up by promote alone: q's events published ahead of
 // their time, the clock having passed some, are p's instant and later. The stream's newest
 // message then holds q while the forwarder holds p, and neither is behind the other.
@@ -363,72 +278,55 @@ type Rewind struct {
 	To   time.Time // created of the stream's newest event of this controller (zero: none)
 }
 
-// subjectFilter is what every message of this controller's events matches.
-func (fw *Forwarder) subjectFilter() string {
-	return fw.stream.cfg.SubjectPrefix + "." + sanitizeToken(fw.opts.Controller) + ".>"
-}
-
 // syncFromStream reads the controller's newest message on the stream and makes it the position:
 // at start, after a reconnect and after the stream refused an expectation or a publish ended
 // uncertain. A stream that holds nothing of this controller (new, or aged out) leaves the stored
 // position in force.
 func (fw *Forwarder) syncFromStream(ctx context.Context) error {
-	c := fw.stream.conn
-	if fw.sr == nil {
+	out := &fw.out
+	c := out.stream.conn
+	if out.sr == nil {
 		fw.mu.Lock()
-		fw.needSync, fw.epoch = false, c.Generation()
+		out.needSync, out.epoch = false, c.Generation()
 		fw.mu.Unlock()
 		return nil
 	}
-	m, err := fw.sr.last(ctx)
+	h, err := out.head(ctx)
 	if err != nil {
-		return fmt.Errorf("couldn't read the position from the stream: %w", err)
+		return err
 	}
-	var sp position
-	var from uint64
-	if m != nil {
-		if sp, err = streamPosition(m.header, m.data); err != nil {
-			return fmt.Errorf("couldn't read the position from stream message %d: %w", m.seq, err)
-		}
-		if from, err = fw.completeInstant(ctx, m, &sp); err != nil {
-			return fmt.Errorf("couldn't read the position from the stream: %w", err)
-		}
-		if err = fw.completeFuture(ctx, m, &sp); err != nil {
-			return fmt.Errorf("couldn't read the position from the stream: %w", err)
-		}
-	}
+	m, sp := h.msg, h.pos
 	fw.mu.Lock()
-	fw.inst = instant{known: m != nil, created: sp.Created, from: from}
+	out.inst = instant{known: m != nil, created: sp.Created, from: h.from}
 	cur := fw.pos
 	var rewound *Rewind
 	changed := false
 	switch {
 	case m == nil:
-		fw.seq = 0
+		out.seq = 0
 	default:
-		fw.seq = m.seq
+		out.seq = m.seq
 		c := sp.compare(cur)
 		if cur.promotedFrom(sp) {
 			c = 0 // the stream's newest message is from before a promotion: ours is as far
 		}
 		if c != 0 || !cur.Known {
 			if c < 0 && cur.Known && !cur.FromStart {
-				fw.rewinds++
-				fw.lastRewind = Rewind{At: time.Now(), From: cur.Created, To: sp.Created}
-				rewound = &fw.lastRewind
-				if cur.compare(fw.republishUntil) > 0 {
-					fw.republishUntil = cur.clone()
+				rewound = &Rewind{At: time.Now(), From: cur.Created, To: sp.Created}
+				fw.obs.rewound(*rewound)
+				if cur.compare(out.republishUntil) > 0 {
+					out.republishUntil = cur.clone()
 				}
 			}
 			fw.pos, changed = sp, true
 		}
-		if o := parseDirection(m.header.Get(hdrOrder)); fw.auto && fw.order == unknownOrder && o != unknownOrder {
-			fw.order = o
+		if o := parseDirection(m.header.Get(hdrOrder)); fw.reader.auto && o != unknownOrder {
+			fw.reader.order.CompareAndSwap(int64(unknownOrder), int64(o))
 		}
 	}
-	fw.needSync = false
-	fw.epoch = c.Generation()
-	pos, seq := fw.pos.clone(), fw.seq
+	out.needSync = false
+	out.epoch = c.Generation()
+	pos, seq := fw.pos.clone(), out.seq
 	fw.mu.Unlock()
 	if rewound != nil {
 		level.Warn(fw.logger).Log("msg", "the stream holds less of this controller than the stored position (messages lost by NATS): publishing the events in between again from the journal",

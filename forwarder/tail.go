@@ -1,7 +1,8 @@
 package forwarder
 
-// Reading the journal: how far pages overlap (slack), the order the list is served in, the plan
-// of a read's pages and how they are read, and the single-event probes that locate searches with.
+// Reading the journal: the journal as the forwarder reads it, how far pages overlap (slack), the
+// order the list is served in, the plan of a read's pages and how they are read, and the
+// single-event probes that locate searches with.
 
 import (
 	"context"
@@ -9,8 +10,80 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+
 	"github.com/veil-exporter/veil-exporter/veil"
 )
+
+// journalReader is the reader of the controller's event journal: how a page is asked for, the
+// order the list is served in, and where the last cycle left the boundary and the pages' overlap.
+// Only Run's goroutine uses it, but for the order, which the status page reads too.
+type journalReader struct {
+	pager       eventPager
+	page        int    // events per page read (events.page_size)
+	ordering    string // the ordering parameter asked for
+	auto        bool   // events.order auto: the order is learnt from the pages
+	concurrency int    // pages a catch-up reads at once
+	order       atomic.Int64
+	// hint is the offset where the last cycle left the boundary; slack the pages' overlap it
+	// ended with.
+	hint, slack int
+	obs         *observer // what reading finds lost or read twice
+	logger      log.Logger
+}
+
+// init configures the journal from opts.
+func (j *journalReader) init(opts Options, logger log.Logger) error {
+	j.pager, j.logger = clientPager{opts.Client}, logger
+	j.page = pageSize(opts.Events.PageSize, logger)
+	j.concurrency = catchUpPages
+	if opts.Concurrency > 0 {
+		j.concurrency = opts.Concurrency
+	}
+	switch opts.Events.Order {
+	case "auto":
+		j.ordering, j.auto = "created", true
+	case "oldest_first":
+		j.ordering = "created"
+		j.order.Store(int64(oldestFirst))
+	case "newest_first":
+		j.ordering = "-created"
+		j.order.Store(int64(newestFirst))
+	default:
+		return fmt.Errorf("forwarder: unknown events.order %q", opts.Events.Order)
+	}
+	return nil
+}
+
+// served is the order the list is served in as known now (unknownOrder in auto mode until a
+// page shows it).
+func (j *journalReader) served() direction { return direction(j.order.Load()) }
+
+// dir is the order to work with; oldest first (what we ask for) until shown otherwise.
+func (j *journalReader) dir() direction {
+	if d := j.served(); d != unknownOrder {
+		return d
+	}
+	return oldestFirst
+}
+
+// learnOrder settles the order in auto mode from the first page that shows it.
+func (j *journalReader) learnOrder(items []veil.Event) {
+	if !j.auto {
+		return
+	}
+	d, was := detect(items), j.served()
+	if d == unknownOrder || d == was {
+		return
+	}
+	if was != unknownOrder {
+		level.Warn(j.logger).Log("msg", "event order changed", "was", was, "now", d)
+	} else {
+		level.Info(j.logger).Log("msg", "event order detected", "order", d)
+	}
+	j.order.Store(int64(d))
+}
 
 const (
 	pageLimit = 100 // the platform's cap, and the page size unless events.page_size says otherwise
@@ -217,7 +290,8 @@ func (p *spanPlan) nextNewest() (pageSpan, bool) {
 // in flight and up to prefetchPages pages wait for the consumer, besides the one it holds, so
 // reading goes on while a batch is being published and memory stays bounded whatever the
 // backlog. A reader plans its next span as soon as it is free (Early), as it always has.
-func readSpans(ctx context.Context, p eventPager, ordering string, concurrency int, plan *spanPlan) *veil.PageReader[pageSpan] {
+func (j *journalReader) readSpans(ctx context.Context, plan *spanPlan) *veil.PageReader[pageSpan] {
+	p, ordering, concurrency := j.pager, j.ordering, j.concurrency
 	return veil.ReadPages(ctx, veil.PageReaderOptions[pageSpan]{
 		Plan: plan.plan,
 		Fetch: func(ctx context.Context, sp pageSpan, _ func()) ([]byte, error) {
@@ -254,8 +328,8 @@ func spanPage(f veil.Fetched[pageSpan]) (veil.Page[veil.Event], error) {
 
 // probe reads the single event at offset: nil past the end of the list; count is the list's
 // length then.
-func (fw *Forwarder) probe(ctx context.Context, off int) (e *veil.Event, count int, err error) {
-	pg, err := fw.eventsPage(ctx, off, 1)
+func (j *journalReader) probe(ctx context.Context, off int) (e *veil.Event, count int, err error) {
+	pg, err := j.eventsPage(ctx, off, 1)
 	if err != nil {
 		return nil, 0, fmt.Errorf("couldn't read events at offset %d: %w", off, err)
 	}
@@ -267,10 +341,10 @@ func (fw *Forwarder) probe(ctx context.Context, off int) (e *veil.Event, count i
 
 // search returns the smallest offset in [lo, hi] where pred holds (pred(hi) is assumed true and
 // so is pred past the end of the list).
-func (fw *Forwarder) search(ctx context.Context, lo, hi int, pred func(veil.Event) bool) (int, error) {
+func (j *journalReader) search(ctx context.Context, lo, hi int, pred func(veil.Event) bool) (int, error) {
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		e, _, err := fw.probe(ctx, mid)
+		e, _, err := j.probe(ctx, mid)
 		if err != nil {
 			return 0, err
 		}

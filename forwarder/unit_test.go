@@ -217,25 +217,25 @@ func TestMetricsAfterPublishing(t *testing.T) {
 // TestEntityClassLabelIsCapped proves the entity_class label: none without an entity, sanitized
 // like the subject token, and other once maxEntityClasses distinct values are in use.
 func TestEntityClassLabelIsCapped(t *testing.T) {
-	fw := &Forwarder{classes: map[string]bool{}}
+	fw := &Forwarder{obs: &observer{classes: map[string]bool{}}}
 	ev := func(class string) *veil.Event {
 		return &veil.Event{Entities: []veil.EventEntity{{Class: class}}}
 	}
-	if got := fw.classLabel(&veil.Event{}); got != "none" {
+	if got := fw.obs.classLabel(&veil.Event{}); got != "none" {
 		t.Errorf("no entity: %q, want none", got)
 	}
-	if got := fw.classLabel(ev("a.b c")); got != "a_b_c" {
+	if got := fw.obs.classLabel(ev("a.b c")); got != "a_b_c" {
 		t.Errorf("sanitized: %q, want a_b_c", got)
 	}
-	for i := len(fw.classes); i < maxEntityClasses; i++ {
-		if got, want := fw.classLabel(ev(fmt.Sprint("c", i))), fmt.Sprint("c", i); got != want {
+	for i := len(fw.obs.classes); i < maxEntityClasses; i++ {
+		if got, want := fw.obs.classLabel(ev(fmt.Sprint("c", i))), fmt.Sprint("c", i); got != want {
 			t.Fatalf("class %d: %q, want %q", i, got, want)
 		}
 	}
-	if got := fw.classLabel(ev("one_too_many")); got != "other" {
+	if got := fw.obs.classLabel(ev("one_too_many")); got != "other" {
 		t.Errorf("past the cap: %q, want other", got)
 	}
-	if got := fw.classLabel(ev("a.b c")); got != "a_b_c" {
+	if got := fw.obs.classLabel(ev("a.b c")); got != "a_b_c" {
 		t.Errorf("a class in use stays after the cap: %q", got)
 	}
 }
@@ -344,9 +344,9 @@ func TestPositionStopsAtTheFirstUnacknowledgedEvent(t *testing.T) {
 	fw, stop := r.run()
 	defer stop()
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		fw.mu.Lock()
-		defer fw.mu.Unlock()
-		return fw.lastErr != "" && fw.pubErrors >= 3
+		fw.obs.mu.Lock()
+		defer fw.obs.mu.Unlock()
+		return fw.obs.run.lastErr != "" && fw.obs.pubErrors >= 3
 	}, "a few refused publishes")
 	st := fw.Status()
 	if st.Published != accepted || len(st.PositionIDs) == 0 || st.PositionIDs[len(st.PositionIDs)-1] != ids[accepted-1] {
@@ -428,7 +428,7 @@ func TestRepublishedEventIsDroppedByTheStream(t *testing.T) {
 	defer cancel()
 	var last uint64
 	for round := range 2 {
-		n, seq, err := fw.pub.publish(ctx, messagesOf(fw, events), last)
+		n, seq, err := fw.out.pub.publish(ctx, messagesOf(fw, events), last)
 		if err != nil || n != len(events) {
 			t.Fatalf("round %d: acknowledged %d, %v", round, n, err)
 		}

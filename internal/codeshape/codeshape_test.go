@@ -271,3 +271,74 @@ func ok(a, b, c, d, e int) (int, int, error) {
 		}
 	}
 }
+
+// typeLimit bounds a type that tends to grow: at most fields fields and methods methods, counted
+// over the non-test files of the package in dir (relative to the module's root).
+type typeLimit struct {
+	dir, name       string
+	fields, methods int
+}
+
+// typeLimits are the types kept small: a small core, the rest in parts with names (the
+// forwarder's journal reader, stream side and observer), so that the state that decides does not
+// hide among the state that observes.
+var typeLimits = []typeLimit{
+	{dir: "forwarder", name: "Forwarder", fields: 20, methods: 25},
+}
+
+// TestTypeSizes fails on a type of typeLimits with more fields or methods than its limits
+// ("type DIR.NAME"), or that is no longer found (a rename must carry its limit along).
+func TestTypeSizes(t *testing.T) {
+	root := moduleRoot(t)
+	for _, l := range typeLimits {
+		fields, methods, err := typeSize(filepath.Join(root, filepath.FromSlash(l.dir)), l.name)
+		switch {
+		case err != nil:
+			t.Errorf("type %s.%s: %v", l.dir, l.name, err)
+		case fields > l.fields || methods > l.methods:
+			t.Errorf("type %s.%s (%d fields, at most %d; %d methods, at most %d: group state in named parts with their own methods)",
+				l.dir, l.name, fields, l.fields, methods, l.methods)
+		}
+	}
+}
+
+// typeSize counts the fields of the struct type name in the package in dir (an embedded field
+// counts one) and the methods declared on it, in its non-test files; fields is -1 when no struct
+// type of that name is declared there.
+func typeSize(dir, name string) (fields, methods int, err error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return 0, 0, err
+	}
+	fields = -1
+	fset := token.NewFileSet()
+	for _, p := range files {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if strings.HasPrefix(funcName(d), name+".") {
+					methods++
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					if ts, ok := s.(*ast.TypeSpec); ok && ts.Name.Name == name {
+						if st, ok := ts.Type.(*ast.StructType); ok {
+							fields = fieldCount(st.Fields)
+						}
+					}
+				}
+			}
+		}
+	}
+	if fields < 0 {
+		return 0, 0, fmt.Errorf("no struct type %s declared in %s", name, dir)
+	}
+	return fields, methods, nil
+}
