@@ -106,7 +106,7 @@ func (d *inventoryDescs) emitDomains(e exposition.Sink, snap *inventory.Snapshot
 		sameVMs = sameVMs && c.old != nil && c.now != nil
 	}
 	for k, f := range fams {
-		kept, patched := keepOrPatch(e, f.desc, f.emit, changes, k, snap.Domains.Len(), ok)
+		kept, patched := changeSet[veil.Domain]{changes, snap.Domains.Len(), ok}.keepOrPatch(e, f.desc, f.emit, k)
 		if kept {
 			continue
 		}
@@ -137,12 +137,20 @@ type change[T any] struct {
 	fams     uint32
 }
 
-// keepOrPatch renders family k from the changes alone where it can, when the last render is
-// what they are against (usable): kept when no object changed in it, patched when at most
-// 1/patchShare of the total did (the changed objects' old series removed, their new ones
-// added). Neither: the caller emits the family whole.
-func keepOrPatch[T any](e exposition.Sink, desc *exposition.Desc, emit func(exposition.Sink, *T), changes []change[T], k, total int, usable bool) (kept, patched bool) {
-	if !usable {
+// changeSet is what changed since the last render among total objects; usable says that the
+// last render is what the changes are against.
+type changeSet[T any] struct {
+	changes []change[T]
+	total   int
+	usable  bool
+}
+
+// keepOrPatch renders family k from the changes alone where it can: kept when no object changed
+// in it, patched when at most 1/patchShare of the total did (the changed objects' old series
+// removed, their new ones added). Neither: the caller emits the family whole.
+func (cs changeSet[T]) keepOrPatch(e exposition.Sink, desc *exposition.Desc, emit func(exposition.Sink, *T), k int) (kept, patched bool) {
+	changes, total := cs.changes, cs.total
+	if !cs.usable {
 		return false, false
 	}
 	bit, n := uint32(1)<<k, 0

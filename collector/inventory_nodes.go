@@ -61,7 +61,7 @@ func (d *inventoryDescs) emitNodes(e exposition.Sink, snap *inventory.Snapshot, 
 		changes = diffNodes(prev, snap.Nodes, fams)
 	}
 	for k, f := range fams {
-		if kept, patched := keepOrPatch(e, f.desc, f.emit, changes, k, len(snap.Nodes), shown); kept || patched {
+		if kept, patched := (changeSet[veil.Node]{changes, len(snap.Nodes), shown}).keepOrPatch(e, f.desc, f.emit, k); kept || patched {
 			continue
 		}
 		for _, n := range snap.Nodes {
