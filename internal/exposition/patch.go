@@ -92,6 +92,7 @@ func (b *Builder) patched(f *famBuf) *Family {
 	fam := &Family{Name: old.Name, Header: old.Header, head: old.head, desc: old.desc}
 	fam.blocks = make([]*block, 0, len(old.blocks)+len(touched)) // grown once: 50,000 VMs' family is a thousand blocks
 	next := 0
+	work := &patchWork{adds: adds, rms: rms}
 	for len(touched) > 0 {
 		lo, hi := touched[0], touched[0]
 		for touched = touched[1:]; len(touched) > 0 && touched[0] == hi+1; touched = touched[1:] {
@@ -99,7 +100,7 @@ func (b *Builder) patched(f *famBuf) *Family {
 		}
 		fam.blocks = append(fam.blocks, old.blocks[next:lo]...)
 		var blocks []*block
-		blocks, hi = b.repatch(d, old, lo, hi, &adds, &rms)
+		blocks, hi = b.repatch(d, old, lo, hi, work)
 		fam.blocks = append(fam.blocks, blocks...)
 		next = hi + 1
 	}
@@ -110,12 +111,20 @@ func (b *Builder) patched(f *famBuf) *Family {
 	return fam
 }
 
+// patchWork is what a patch has still to apply, in key order: the series to add (their lines)
+// and the keys of the series to remove; repatch takes off what falls in the blocks it cuts.
+type patchWork struct {
+	adds []patchLine
+	rms  [][]byte
+}
+
 // repatch reads back old's blocks lo to hi, removes the series of rms and adds those of adds
 // that fall in them (taking them off both, in order), and cuts the lines again into blocks:
 // with the block after hi too when what is left is shorter than a block's minimum, so that
 // deletes do not leave ever smaller blocks.
 // It returns the blocks and the last old block they replace.
-func (b *Builder) repatch(d *Desc, old *Family, lo, hi int, adds *[]patchLine, rms *[][]byte) ([]*block, int) {
+func (b *Builder) repatch(d *Desc, old *Family, lo, hi int, w *patchWork) ([]*block, int) {
+	adds, rms := &w.adds, &w.rms
 	var have []patchLine
 	for j := lo; j <= hi; j++ {
 		have = b.readBlock(old.blocks[j], have)
