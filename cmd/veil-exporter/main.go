@@ -221,13 +221,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onListen 
 	if err != nil {
 		return err
 	}
-	return serve(ctx, d, f, log.With(base, "component", "daemon"), webLogger, onListen)
+	return serve(ctx, d, f, serveLogs{daemon: log.With(base, "component", "daemon"), web: webLogger}, onListen)
+}
+
+// serveLogs are serve's loggers: the daemon's, and the web server's (exporter-toolkit's).
+type serveLogs struct {
+	daemon log.Logger
+	web    *slog.Logger
 }
 
 // serve runs the daemon's actors until ctx is done or one of them fails. Each actor is
 // interrupted in the order they are added: the HTTP server stops answering, SIGHUP is no longer
 // heard, and the daemon hands this replica's controllers over (its coordinator) and stops the rest.
-func serve(ctx context.Context, d *daemon.Daemon, f *flags, logger log.Logger, webLogger *slog.Logger, onListen func(addr string)) error {
+func serve(ctx context.Context, d *daemon.Daemon, f *flags, logs serveLogs, onListen func(addr string)) error {
+	logger, webLogger := logs.daemon, logs.web
 	var g oklog.Group
 	ctx, cancel := context.WithCancel(ctx)
 	g.Add(func() error {
