@@ -155,3 +155,37 @@ notice:
 	cd tools && $(GO) run ./cmd/notice -root ..
 notice-test:
 	cd tools && $(GO) test -count=1 ./notice/
+
+## release: dist/ for the commit checked out (its files as committed, not the work tree's edits):
+## veil-exporter-$(VERSION).linux-{amd64,arm64}.tar.gz, .deb and .rpm of each, the OCI image
+## archive of both architectures (veil-exporter-$(VERSION).oci.tar), a CycloneDX SBOM per binary,
+## then release-chart, then sha256sums.txt (+ .asc with GPG_KEY=<gpg key id>). Reproducible:
+## two runs for one commit give the same bytes (tools/release, its own Go module).
+GPG_KEY ?=
+release:
+	cd tools && $(GO) run ./cmd/release -root .. -out ../dist
+	$(MAKE) release-chart
+	cd tools && $(GO) run ./cmd/release -sums-only -out ../dist $(if $(GPG_KEY),-gpg-key $(GPG_KEY))
+
+## release-chart: the Helm chart packaged into dist/ (veil-exporter-$(VERSION).tgz). Filled in by
+## the chart's tooling (tools/chart); until then it packages nothing.
+release-chart:
+	@echo "release-chart: no chart packaging yet (tools/chart)"
+
+## release-test: proves dist/ by installing and running it, offline (tools/releasetest): two
+## releases of one commit give the same sha256sums.txt; the tarball, the .deb in a Debian
+## container (rootfs made by mmdebstrap, cached in RELEASE_TEST_CACHE), the .rpm's metadata, the
+## image in podman, the SBOMs. Needs root for podman and dpkg inside the container.
+RELEASE_TEST_CACHE ?= $(HOME)/.cache/veil-exporter-release-test
+release-test:
+	@set -e; pkgs=""; \
+	for c in podman:podman runc:runc mmdebstrap:mmdebstrap rpm:rpm gpg:gnupg promtool:prometheus; do \
+	  command -v $${c%%:*} >/dev/null 2>&1 || pkgs="$$pkgs $${c#*:}"; done; \
+	if [ -n "$$pkgs" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make release-test: installing$$pkgs"; export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq; apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; \
+	  else echo "make release-test needs:$$pkgs (sudo apt-get install$$pkgs)" >&2; exit 1; fi; \
+	fi
+	cd tools && $(GO) test -count=1 ./... && \
+	  RELEASE_TEST_CACHE=$(RELEASE_TEST_CACHE) $(GO) test -count=1 -v -timeout 40m -tags releasetest ./releasetest/
