@@ -294,7 +294,7 @@ func (st *state) bgClone(at time.Time) int {
 	if src == nil {
 		return 0
 	}
-	c := st.cloneOf(src, "", fmt.Sprintf("%s-clone-%d", src.name, st.vmSeq+1), src.node, src.pool, at)
+	c := st.cloneOf(src, cloneSpec{name: fmt.Sprintf("%s-clone-%d", src.name, st.vmSeq+1), node: src.node, pool: src.pool}, at)
 	st.bgClones = append(st.bgClones, c)
 	st.startBackground(at, taskSpec{name: nameClone(c, src), user: "admin", entities: domainEnts(c, src),
 		duration: st.bgDuration(bgCloneTask), apply: st.cloneDone(c)})
@@ -310,8 +310,8 @@ func (st *state) bgAgent(at time.Time) int {
 		}
 		d.agentUp = true
 		st.changed(ChangeUpdated, d)
-		st.newEvent(at, "info", "system", txtf("Guest agent of the virtual machine %s is connected.",
-			"Гостевой агент виртуальной машины %s подключён.", d.name), text{}, "", eventEntity{d.id, "domain"})
+		st.newEvent(at, event{typ: "info", user: "system", msg: txtf("Guest agent of the virtual machine %s is connected.",
+			"Гостевой агент виртуальной машины %s подключён.", d.name), ents: []eventEntity{{d.id, "domain"}}})
 		return 1
 	}
 	d := st.idle(func(d *domain) bool { return d.power == powerOn && d.agentActive() && !d.hang })
@@ -321,7 +321,7 @@ func (st *state) bgAgent(at time.Time) int {
 	st.agentLost = d
 	d.agentUp = false
 	st.changed(ChangeUpdated, d)
-	st.newEvent(at, "warning", "system", txtf("Guest agent of the virtual machine %s is not responding.",
-		"Гостевой агент виртуальной машины %s не отвечает.", d.name), text{}, "", eventEntity{d.id, "domain"})
+	st.newEvent(at, event{typ: "warning", user: "system", msg: txtf("Guest agent of the virtual machine %s is not responding.",
+		"Гостевой агент виртуальной машины %s не отвечает.", d.name), ents: []eventEntity{{d.id, "domain"}}})
 	return 1
 }

@@ -27,7 +27,7 @@ func (s *Server) withDomain(id string, f func(d *domain, now time.Time) error) e
 }
 
 func (s *Server) powerEvent(d *domain, now time.Time, msg text) {
-	s.st.newEvent(now, "info", "system", txtf("Virtual machine %s "+msg.en, "Виртуальная машина %s "+msg.ru, d.name), text{}, "", eventEntity{d.id, "domain"})
+	s.st.newEvent(now, event{typ: "info", user: "system", msg: txtf("Virtual machine %s "+msg.en, "Виртуальная машина %s "+msg.ru, d.name), ents: []eventEntity{{d.id, "domain"}}})
 }
 
 // PowerOff powers a VM off (as if the guest shut itself down) and writes an event.
@@ -91,7 +91,7 @@ func (s *Server) SetNodeStatus(nodeID, status string) error {
 	if status != "ACTIVE" {
 		typ = "warning"
 	}
-	s.st.newEvent(now, typ, "system", txtf("Node %s status changed to %s", "Статус узла %s изменён на %s", n.name, status), text{}, "", eventEntity{n.id, "node"})
+	s.st.newEvent(now, event{typ: typ, user: "system", msg: txtf("Node %s status changed to %s", "Статус узла %s изменён на %s", n.name, status), ents: []eventEntity{{n.id, "node"}}})
 	return nil
 }
 

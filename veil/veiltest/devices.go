@@ -314,9 +314,17 @@ func (c *vnic) detail() vnicDetailJSON {
 	return j
 }
 
-// listSelected answers one page of sel (in the collection's order) or, with ordering, of all of
-// it sorted; wire runs under s.mu (held on entry, released here), the encoding after.
-func listSelected[T any](s *Server, w http.ResponseWriter, r *http.Request, p pageReq, sel []T, wire func(T) any) {
+// selection is what a listing answers: the objects selected, and how one is put on the wire.
+type selection[T any] struct {
+	items []T
+	wire  func(T) any
+}
+
+// listSelected answers one page of the selection (in the collection's order) or, with
+// ordering, of all of it sorted; wire runs under s.mu (held on entry, released here), the
+// encoding after.
+func listSelected[T any](s *Server, w http.ResponseWriter, r *http.Request, p pageReq, selected selection[T]) {
+	sel, wire := selected.items, selected.wire
 	ordering := r.URL.Query().Get("ordering")
 	if ordering != "" {
 		vs := wireAll(sel, wire)
@@ -350,7 +358,7 @@ func (s *Server) listVdisks(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	listSelected(s, w, r, p, sel, func(k *vdisk) any { return k.wire() })
+	listSelected(s, w, r, p, selection[*vdisk]{sel, func(k *vdisk) any { return k.wire() }})
 }
 
 func (s *Server) getVdisk(w http.ResponseWriter, r *http.Request, id string) {
@@ -383,7 +391,7 @@ func (s *Server) listVMachineInfs(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	listSelected(s, w, r, p, sel, func(c *vnic) any { return c.wire() })
+	listSelected(s, w, r, p, selection[*vnic]{sel, func(c *vnic) any { return c.wire() }})
 }
 
 func (s *Server) getVMachineInf(w http.ResponseWriter, r *http.Request, id string) {

@@ -110,10 +110,11 @@ type eventEntity struct {
 	EntityClass string `json:"entity_class"`
 }
 
-// newEvent appends an event; created never goes backwards so the journal stays ordered. Only
-// an event dated in the future (poison.go) may be later than a new one: the new one then goes
-// before it (and every other future one later than it), where ordering by created puts it.
-func (st *state) newEvent(created time.Time, typ, user string, msg, detail text, taskID string, ents ...eventEntity) *event {
+// newEvent appends e (its type, user, texts, task and entities), created at created and given an
+// id; created never goes backwards so the journal stays ordered. Only an event dated in the
+// future (poison.go) may be later than a new one: the new one then goes before it (and every
+// other future one later than it), where ordering by created puts it.
+func (st *state) newEvent(created time.Time, e event) *event {
 	j := &st.events
 	at := j.len()
 	for at > 0 && j.at(at-1).future && j.at(at-1).created.After(created) {
@@ -123,9 +124,9 @@ func (st *state) newEvent(created time.Time, typ, user string, msg, detail text,
 		created = j.at(at - 1).created
 	}
 	created = created.Truncate(time.Microsecond)
-	e := &event{id: st.uuid(), typ: typ, user: user, created: created, task: taskID, msg: msg, detail: detail, ents: ents}
-	j.insert(at, e)
-	return e
+	e.id, e.created = st.uuid(), created
+	j.insert(at, &e)
+	return &e
 }
 
 // randomEvent writes a plausible platform event about a random VM or node.
@@ -175,7 +176,7 @@ func (st *state) randomEvent(created time.Time, spec EventSpec) *event {
 	if st.rng.IntN(4) == 0 {
 		user = "admin"
 	}
-	return st.newEvent(created, typ, user, msg, text{}, "", ents...)
+	return st.newEvent(created, event{typ: typ, user: user, msg: msg, ents: ents})
 }
 
 var eventMessages = map[string][]text{

@@ -218,7 +218,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request, id string) {
 			if len(ids) > 0 {
 				cid = ids[i]
 			}
-			clones[i] = s.st.cloneOf(src, cid, names[i], n, pool, now)
+			clones[i] = s.st.cloneOf(src, cloneSpec{cid, names[i], n, pool}, now)
 		}
 		if count == 1 {
 			c := clones[0]
@@ -511,14 +511,21 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// cloneOf adds a VM in CREATING made from src on node n and pool p (a template's clone is thin:
-// the template stays its parent); id "" draws one. cloneDone is its task's apply.
-func (st *state) cloneOf(src *domain, id, name string, n *node, p *datapool, now time.Time) *domain {
+// cloneSpec is what a clone is: its id ("" draws one), name, node and pool.
+type cloneSpec struct {
+	id, name string
+	node     *node
+	pool     *datapool
+}
+
+// cloneOf adds a VM in CREATING made from src as spec says (a template's clone is thin: the
+// template stays its parent). cloneDone is its task's apply.
+func (st *state) cloneOf(src *domain, spec cloneSpec, now time.Time) *domain {
 	c := st.newDomain(now)
-	if id != "" {
-		c.id = id
+	if spec.id != "" {
+		c.id = spec.id
 	}
-	c.name, c.node, c.pool = name, n, p
+	c.name, c.node, c.pool = spec.name, spec.node, spec.pool
 	c.cpus, c.memMiB, c.linux, c.agent, c.vdisks = src.cpus, src.memMiB, src.linux, src.agent, src.vdisks
 	c.power, c.status = powerOff, "CREATING"
 	if src.template {

@@ -143,7 +143,7 @@ func (s *Server) AddPoisonEvent(p PoisonEvent) (PoisonEventInfo, error) {
 		ents = []eventEntity{{d.id, "domain"}}
 		msg = txtf("Virtual machine %s: configuration changed", "Виртуальная машина %s: конфигурация изменена", d.name)
 	}
-	e := s.st.newEvent(created, typ, "system", msg, detail, "", ents...)
+	e := s.st.newEvent(created, event{typ: typ, user: "system", msg: msg, detail: detail, ents: ents})
 	e.future = p.Kind == PoisonFuture
 	e.bad = bad
 	b := e.bytes(langEN)

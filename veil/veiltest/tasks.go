@@ -223,8 +223,8 @@ func (st *state) startTask(now time.Time, sp taskSpec) *task {
 	st.running = append(st.running, t)
 	st.markBusy(t, 1)
 	st.changed(ChangeCreated, t)
-	t.events = append(t.events, st.newEvent(now, "info", t.user,
-		taskMessage(txt("Task created:  ", "Задача создана:  "), t.name), text{}, t.id, t.eventEntities()...))
+	t.events = append(t.events, st.newEvent(now, event{typ: "info", user: t.user,
+		msg: taskMessage(txt("Task created:  ", "Задача создана:  "), t.name), task: t.id, ents: t.eventEntities()}))
 	return t
 }
 
@@ -318,12 +318,12 @@ func (st *state) finish(t *task, at time.Time) {
 		default:
 			t.errMsg = txt(err.Error(), "")
 		}
-		t.events = append(t.events, st.newEvent(at, "error", t.user,
-			taskMessage(txt("Task failed:  ", "Задача завершилась с ошибкой:  "), t.name), t.errMsg, t.id, t.eventEntities()...))
+		t.events = append(t.events, st.newEvent(at, event{typ: "error", user: t.user,
+			msg: taskMessage(txt("Task failed:  ", "Задача завершилась с ошибкой:  "), t.name), detail: t.errMsg, task: t.id, ents: t.eventEntities()}))
 	} else {
 		t.status = "SUCCESS"
-		t.events = append(t.events, st.newEvent(at, "info", t.user,
-			taskMessage(txt("Task finished successfully:  ", "Задача успешно завершена:  "), t.name), text{}, t.id, t.eventEntities()...))
+		t.events = append(t.events, st.newEvent(at, event{typ: "info", user: t.user,
+			msg: taskMessage(txt("Task finished successfully:  ", "Задача успешно завершена:  "), t.name), task: t.id, ents: t.eventEntities()}))
 	}
 	st.changed(ChangeUpdated, t)
 	close(t.done)
