@@ -17,6 +17,8 @@ PKGS      := ./...
 .PHONY: notice notice-test release release-chart release-test
 .PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz property faults demo demo-ha bench bench-fleet bench-reference lint clean
 
+.PHONY: chart chart-test
+
 all: build
 
 build:
@@ -45,7 +47,7 @@ image:
 ## detector (fuzz targets run their seed corpora as ordinary tests), alert-rule unit tests.
 ## It first installs what the tests need (test-deps), so a fresh machine with Go runs it.
 test: test-deps
-	$(MAKE) vet race rules-test notice-test
+	$(MAKE) vet race rules-test notice-test chart-test
 
 ## test-deps: promtool and prometheus (alert-rule tests, end-to-end test), chromium (status page
 ## in the end-to-end test), podman and runc (the image test, e2e/image_test.go), and every module
@@ -71,6 +73,7 @@ test-deps:
 	  fi; \
 	fi
 	$(GO) mod download
+	cd tools/chart && $(GO) mod download
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -81,6 +84,20 @@ race:
 
 rules-test:
 	bash deploy/prometheus/test.sh
+
+## chart: the Helm chart (deploy/helm/veil-exporter) packaged as dist/veil-exporter-<version>.tgz
+## with the Helm library, the same bytes for one commit: every entry is dated SOURCE_DATE_EPOCH,
+## by default the time of the last commit (tools/chart/cmd/package).
+chart:
+	cd tools/chart && SOURCE_DATE_EPOCH=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)} \
+	  $(GO) run ./cmd/package -chart ../../deploy/helm/veil-exporter -out ../../dist
+
+## chart-test: the chart's tests (tools/chart, a Go module of its own): every ci/*-values.yaml
+## rendered against its golden file and decoded strictly into the Kubernetes types, a config the
+## daemon accepts, lint, the schema, the kustomize base, the rules and dashboards. After changing
+## the chart: cd tools/chart && go test ./... -update, then read the golden files' diff.
+chart-test:
+	cd tools/chart && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## docs: regenerate docs/metrics.md from the families the exporter serves with every feature on
 ## (docs/metrics_test.go runs it against the simulator; `make test` fails when the file drifts).
