@@ -173,16 +173,17 @@ notice:
 notice-test:
 	cd tools && $(GO) test -count=1 ./notice/
 
-## release: dist/ for the commit checked out (its files as committed, not the work tree's edits):
+## release: dist/ (DIST=...) for the commit checked out (its files as committed, not the work tree's edits):
 ## veil-exporter-$(VERSION).linux-{amd64,arm64}.tar.gz, .deb and .rpm of each, the OCI image
 ## archive of both architectures (veil-exporter-$(VERSION).oci.tar), a CycloneDX SBOM per binary,
 ## then release-chart, then sha256sums.txt (+ .asc with GPG_KEY=<gpg key id>). Reproducible:
 ## two runs for one commit give the same bytes (tools/release, its own Go module).
 GPG_KEY ?=
+DIST    ?= dist
 release:
-	cd tools && $(GO) run ./cmd/release -root .. -out ../dist
-	$(MAKE) release-chart
-	cd tools && $(GO) run ./cmd/release -sums-only -out ../dist $(if $(GPG_KEY),-gpg-key $(GPG_KEY))
+	cd tools && $(GO) run ./cmd/release -root .. -out $(abspath $(DIST))
+	$(MAKE) release-chart DIST=$(abspath $(DIST))
+	cd tools && $(GO) run ./cmd/release -sums-only -out $(abspath $(DIST)) $(if $(GPG_KEY),-gpg-key $(GPG_KEY))
 
 ## release-chart: the Helm chart packaged into dist/ (veil-exporter-$(VERSION).tgz). Filled in by
 ## the chart's tooling (tools/chart); until then it packages nothing.
