@@ -1,5 +1,9 @@
 package forwarder
 
+// The position store, the fallback of a restart when the stream holds nothing of the controller:
+// a file per controller or a key of a JetStream bucket written with compare-and-set, and a fence
+// that refuses to save once the lease ended.
+
 import (
 	"context"
 	"encoding/json"

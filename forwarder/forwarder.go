@@ -37,10 +37,11 @@ type Options struct {
 	Fence func() bool
 }
 
-// Forwarder tails one controller's events and publishes them. It is made of named parts: the
-// position (position.go), what has been published, which only it holds; the journal it reads
-// pages of (tail.go, locate.go, cycle.go); the stream side it publishes to and reads the position
-// back from (pipeline.go, publish.go, streampos.go); and the observer, which counts and reports
+// Forwarder tails one controller's events and publishes them. It is a small core (Run's loop and
+// its cycle, cycle.go) over named parts: the position (position.go), what has been published,
+// which only it holds; the reader of the journal's pages (tail.go, locate.go); the stream side it
+// publishes to and reads the position back from (streamside.go, pipeline.go, publish.go,
+// streampos.go; the position store, checkpoint.go); and the observer, which counts and reports
 // what both do (observer.go, status.go, rejected.go).
 //
 // fw.mu guards the position and the stream side's state, which must agree (the sequence the
@@ -60,17 +61,6 @@ type Forwarder struct {
 
 	mu  sync.Mutex
 	pos position // acknowledged
-}
-
-// pubKey is the label pair of veil_events_published_total.
-type pubKey struct{ typ, class string }
-
-// maxEntityClasses bounds the entity_class label of veil_events_published_total per controller;
-// further classes count as other (the subject keeps the class).
-const maxEntityClasses = 50
-
-type descs struct {
-	published, rejected, pubErrors, dups, gaps, episodes, conflicts, adoptions, rewinds, republished, newestCreated, backlog, ahead, held, natsUp *prometheus.Desc
 }
 
 // New checks the options and builds the forwarder; Run starts it.

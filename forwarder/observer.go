@@ -18,11 +18,24 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
+
+// pubKey is the label pair of veil_events_published_total.
+type pubKey struct{ typ, class string }
+
+// maxEntityClasses bounds the entity_class label of veil_events_published_total per controller;
+// further classes count as other (the subject keeps the class).
+const maxEntityClasses = 50
+
+// descs are the metric families the observer reports.
+type descs struct {
+	published, rejected, pubErrors, dups, gaps, episodes, conflicts, adoptions, rewinds, republished, newestCreated, backlog, ahead, held, natsUp *prometheus.Desc
+}
 
 // observer holds what the forwarder reports of itself.
 type observer struct {

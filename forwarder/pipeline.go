@@ -1,5 +1,9 @@
 package forwarder
 
+// The publisher's pipeline: batches published in order from a goroutine of its own while the
+// reader goes on, the position moved past what the stream acknowledged (acknowledged) and stored
+// while the next batch goes out (saver).
+
 import (
 	"context"
 	"errors"

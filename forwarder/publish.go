@@ -1,5 +1,9 @@
 package forwarder
 
+// Publishing one event: its message (subject, CloudEvents headers, the headers that resume from
+// it, a body bounded to what NATS takes), and the publishers that store a batch on the stream in
+// order (JetStream, with the expectation the stream leader enforces) or send it (core NATS).
+
 import (
 	"bytes"
 	"context"
