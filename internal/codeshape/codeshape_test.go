@@ -145,6 +145,11 @@ func signatureOffences(fset *token.FileSet, f *ast.File, rel string) []offence {
 		switch x := n.(type) {
 		case *ast.FuncDecl:
 			check(funcName(x), x.Type)
+			for _, l := range []*ast.FieldList{x.Type.Params, x.Type.Results} {
+				if l != nil { // function types among the parameters and results
+					ast.Inspect(l, func(n ast.Node) bool { return funcTypes(n, fset, check) })
+				}
+			}
 			if x.Body != nil {
 				ast.Inspect(x.Body, func(n ast.Node) bool {
 					if lit, ok := n.(*ast.FuncLit); ok {
@@ -240,7 +245,7 @@ func six(a, b, c, d, e, f int) {}
 
 func (x *fw) four() (int, int, int, error) { return 0, 0, 0, nil }
 
-func ok(a, b, c, d, e int) (int, int, error) {
+func ok(a, b, c, d, cb func(a, b, c, d, e, f int)) (int, int, error) {
 	g := func(a, b, c, d, e, f int) {}
 	_ = g
 	return 0, 0, nil
@@ -260,6 +265,7 @@ func ok(a, b, c, d, e int) (int, int, error) {
 		"signature forwarder/x.go (func type, line 5)",
 		"signature forwarder/x.go six",
 		"signature forwarder/x.go fw.four",
+		"signature forwarder/x.go (func type, line 11)",
 		"signature forwarder/x.go ok (func literal, line 12)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
