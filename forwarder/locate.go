@@ -132,7 +132,7 @@ func (j *journalReader) walkUp(ctx context.Context, v *view, count int, pred fun
 	return j.search(ctx, v.o+len(v.items), count, pred)
 }
 
-// observe remembers how many events follow the position and which is the newest, so that a
+// observe records in pos how many events follow it and which is the newest, so that a
 // later loss (retention deleting them unread) can be counted exactly. The tail and the boundary
 // must come from one view of the journal: when the tail is not on the page already read, the
 // event next to the boundary is read before and after it, and an observation across a shift
