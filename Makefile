@@ -93,9 +93,10 @@ chart:
 	  $(GO) run ./cmd/package -chart ../../deploy/helm/veil-exporter -out ../../dist
 
 ## chart-test: the chart's tests (tools/chart, a Go module of its own): every ci/*-values.yaml
-## rendered against its golden file and decoded strictly into the Kubernetes types, a config the
-## daemon accepts, lint, the schema, the kustomize base, the rules and dashboards. After changing
-## the chart: cd tools/chart && go test ./... -update, then read the golden files' diff.
+## rendered against its golden file and decoded strictly into the Kubernetes types, lint, wrong
+## values refused, the kustomize base, the rules and dashboards (deploy/helm_test.go, in race,
+## parses the renders' configurations with the daemon's parser). After changing the chart:
+## cd tools/chart && go test ./... -update, then read the golden files' diff.
 chart-test:
 	cd tools/chart && $(GO) vet ./... && $(GO) test -count=1 ./...
 

@@ -23,7 +23,7 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files, the chart's copies of the rules and dashboards and the generated parts of values.schema.json")
+var update = flag.Bool("update", false, "rewrite the golden files, and the chart's copies of the rules and dashboards")
 
 const (
 	chartDir = "../../deploy/helm/veil-exporter"
