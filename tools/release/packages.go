@@ -104,8 +104,13 @@ func writePackages(o Options, arch, bin, unit string) ([]string, error) {
 	var names []string
 	for format, p := range map[string]nfpm.Packager{"deb": deb.Default, "rpm": rpm.DefaultRPM} {
 		info := packageInfo(o, arch, contents)
-		if format == "deb" {
+		switch format {
+		case "deb":
 			info.Release = "" // veil-exporter_<v>_<arch>.deb: the version is upstream's alone
+		case "rpm":
+			// What the scripts run, as files: every rpm distribution resolves these, whichever
+			// package (shadow-utils, shadow) provides them; Debian's are essential.
+			info.Depends = []string{"/bin/sh", "/usr/sbin/groupadd", "/usr/sbin/useradd"}
 		}
 		if err := nfpm.PrepareForPackager(info, format); err != nil {
 			return nil, fmt.Errorf("%s: %w", format, err)

@@ -16,7 +16,12 @@ import (
 	"time"
 )
 
-const debianImage = "localhost/veil-release-test-debian:bookworm"
+// debianImage and its rootfs name the packages beyond minbase: systemd (systemd-analyze) and
+// procps (the unit's /bin/kill), as on a Debian host with systemd.
+const (
+	debianImage  = "localhost/veil-release-test-debian:bookworm-systemd-procps"
+	debianRootfs = "debian-bookworm-systemd-procps.tar"
+)
 
 // debianContainer starts a container of the cached Debian image (made first if missing) that
 // lives until the test ends, on the host's network, and returns its name.
@@ -27,12 +32,12 @@ func debianContainer(t *testing.T) string {
 		if cache == "" {
 			cache = filepath.Join(t.TempDir(), "cache")
 		}
-		rootfs := filepath.Join(cache, "debian-bookworm-systemd.tar")
+		rootfs := filepath.Join(cache, debianRootfs)
 		if _, err := os.Stat(rootfs); err != nil {
 			if err := os.MkdirAll(cache, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"--variant=minbase", "--include=systemd", "bookworm", rootfs + ".part"}
+			args := []string{"--variant=minbase", "--include=systemd,procps", "--format=tar", "bookworm", rootfs + ".part"}
 			if _, err := os.Stat("/etc/apt/sources.list.d/debian.sources"); err == nil {
 				args = append(args, "/etc/apt/sources.list.d/debian.sources")
 			}
