@@ -1,5 +1,5 @@
-// This file keeps the chart and the rest of the repository from drifting apart: its default
-// render against the kustomize base (deploy/kubernetes/base), its rules and dashboards against
+// This file keeps the chart and the rest of the repository from drifting apart: its renders
+// against the kustomize manifests (deploy/kubernetes/base and ha), its rules and dashboards against
 // deploy/prometheus and dashboards/, its version against VERSION.
 
 package chart
@@ -17,19 +17,20 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
-// kustomizeBase renders deploy/kubernetes/base with the kustomize library `kubectl apply -k`
-// embeds, and decodes it strictly.
-func kustomizeBase(t *testing.T) objects {
+// kustomize renders a directory of deploy/kubernetes with the kustomize library `kubectl
+// apply -k` embeds, and decodes it strictly.
+func kustomize(t *testing.T, dir string) objects {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), "../../deploy/kubernetes/base")
+	res, err := k.Run(filesys.MakeFsOnDisk(), "../../deploy/kubernetes/"+dir)
 	if err != nil {
-		t.Fatalf("kustomize build deploy/kubernetes/base: %v", err)
+		t.Fatalf("kustomize build deploy/kubernetes/%s: %v", dir, err)
 	}
 	out, err := res.AsYaml()
 	if err != nil {
@@ -38,57 +39,90 @@ func kustomizeBase(t *testing.T) objects {
 	return decodeStrict(t, string(out))
 }
 
-// chartAdds is what the chart's selectors hold beyond the base's: the release, so that two
-// releases in one namespace select their own pods.
+// chartAdds is what the chart's selectors hold beyond the kustomize manifests': the release, so
+// that two releases in one namespace select their own pods.
 var chartAdds = map[string]string{"app.kubernetes.io/instance": releaseName}
 
-// sameSelector checks that the chart selects by the base's labels plus chartAdds, and returns
-// the base's so the rest of the objects can be compared whole.
+// sameSelector checks that the chart selects by the manifests' labels plus chartAdds, and
+// returns the manifests' so the rest of the objects can be compared whole.
 func sameSelector(t *testing.T, what string, chart, base map[string]string) map[string]string {
 	t.Helper()
 	want := maps.Clone(base)
 	maps.Copy(want, chartAdds)
 	if !reflect.DeepEqual(chart, want) {
-		t.Errorf("%s: the chart selects %v, the base %v (plus %v expected)", what, chart, base, chartAdds)
+		t.Errorf("%s: the chart selects %v, the manifests %v (plus %v expected)", what, chart, base, chartAdds)
 	}
 	return base
 }
 
-func TestDefaultRenderIsTheKustomizeBase(t *testing.T) {
-	rendered, err := render(t, "")
-	if err != nil {
-		t.Fatal(err)
+// The chart with its defaults renders deploy/kubernetes/base's objects, and with
+// ci/ha-values.yaml deploy/kubernetes/ha's, but for the labels and annotations it adds, the
+// release in its selectors and the image's tag (its appVersion; the manifests run latest).
+func TestChartRendersTheKustomizeManifests(t *testing.T) {
+	for _, tc := range []struct{ dir, values string }{
+		{"base", ""},
+		{"ha", filepath.Join(chartDir, "ci", "ha-values.yaml")},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			rendered, err := render(t, tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chart, base := decodeStrict(t, rendered), kustomize(t, tc.dir)
+			for kind, pair := range map[string][2]string{
+				"Deployment":          {releaseName, "veil-exporter"},
+				"Service":             {releaseName, "veil-exporter"},
+				"ConfigMap":           {releaseName + "-config", "veil-exporter-config"},
+				"PodDisruptionBudget": {releaseName, "veil-exporter"},
+			} {
+				c, b := chart[kind][pair[0]], base[kind][pair[1]]
+				if (c == nil) != (b == nil) {
+					t.Errorf("%s: the chart renders %v, deploy/kubernetes/%s %v", kind, c != nil, tc.dir, b != nil)
+					continue
+				}
+				if c != nil {
+					t.Run(kind, func(t *testing.T) { sameObject(t, c, b, loadChart(t).Metadata.AppVersion) })
+				}
+			}
+		})
 	}
-	chart, base := decodeStrict(t, rendered), kustomizeBase(t)
-	appVersion := loadChart(t).Metadata.AppVersion
+}
 
-	t.Run("Deployment", func(t *testing.T) {
-		c := chart["Deployment"][releaseName].(*appsv1.Deployment)
-		b := base["Deployment"]["veil-exporter"].(*appsv1.Deployment)
-		c.Spec.Selector.MatchLabels = sameSelector(t, "Deployment", c.Spec.Selector.MatchLabels, b.Spec.Selector.MatchLabels)
-		for _, d := range []*appsv1.Deployment{c, b} {
-			d.Labels, d.Annotations = nil, nil
-			d.Spec.Template.Labels, d.Spec.Template.Annotations = nil, nil
+// sameObject compares a chart's object with the manifests' once the differences the chart is
+// allowed are checked and taken out.
+func sameObject(t *testing.T, chart, base any, appVersion string) {
+	t.Helper()
+	switch c := chart.(type) {
+	case *appsv1.Deployment:
+		b := base.(*appsv1.Deployment)
+		c.Spec.Selector.MatchLabels = sameSelector(t, "selector", c.Spec.Selector.MatchLabels, b.Spec.Selector.MatchLabels)
+		c.Labels, c.Annotations, c.Spec.Template.Labels, c.Spec.Template.Annotations = nil, nil, nil, nil
+		b.Labels, b.Annotations, b.Spec.Template.Labels, b.Spec.Template.Annotations = nil, nil, nil, nil
+		if ca, ba := c.Spec.Template.Spec.Affinity, b.Spec.Template.Spec.Affinity; ca != nil && ba != nil &&
+			ca.PodAntiAffinity != nil && ba.PodAntiAffinity != nil {
+			ct, bt := ca.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, ba.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+			for i := range min(len(ct), len(bt)) {
+				if ct[i].LabelSelector != nil && bt[i].LabelSelector != nil {
+					ct[i].LabelSelector.MatchLabels = sameSelector(t, "anti-affinity", ct[i].LabelSelector.MatchLabels, bt[i].LabelSelector.MatchLabels)
+				}
+			}
 		}
-		// The chart runs the image of its appVersion; the base, latest.
 		cc, bc := &c.Spec.Template.Spec.Containers[0], &b.Spec.Template.Spec.Containers[0]
 		repo, _, _ := strings.Cut(bc.Image, ":")
 		if cc.Image != repo+":"+appVersion {
 			t.Errorf("chart image %s, want %s:%s", cc.Image, repo, appVersion)
 		}
 		cc.Image = bc.Image
-		sameJSON(t, c, b)
-	})
-	t.Run("Service", func(t *testing.T) {
-		c := chart["Service"][releaseName].(*corev1.Service)
-		b := base["Service"]["veil-exporter"].(*corev1.Service)
-		c.Spec.Selector = sameSelector(t, "Service", c.Spec.Selector, b.Spec.Selector)
-		c.Labels, b.Labels, c.Annotations, b.Annotations = nil, nil, nil, nil
-		sameJSON(t, c, b)
-	})
-	t.Run("ConfigMap", func(t *testing.T) {
-		c := chart["ConfigMap"][releaseName+"-config"].(*corev1.ConfigMap)
-		b := base["ConfigMap"]["veil-exporter-config"].(*corev1.ConfigMap)
+	case *corev1.Service:
+		b := base.(*corev1.Service)
+		c.Spec.Selector = sameSelector(t, "selector", c.Spec.Selector, b.Spec.Selector)
+		c.Labels, c.Annotations, b.Labels, b.Annotations = nil, nil, nil, nil
+	case *policyv1.PodDisruptionBudget:
+		b := base.(*policyv1.PodDisruptionBudget)
+		c.Spec.Selector.MatchLabels = sameSelector(t, "selector", c.Spec.Selector.MatchLabels, b.Spec.Selector.MatchLabels)
+		c.Labels, c.Annotations, b.Labels, b.Annotations = nil, nil, nil, nil
+	case *corev1.ConfigMap:
+		b := base.(*corev1.ConfigMap)
 		// The same configuration, whatever the order of keys and the comments.
 		var cc, bc any
 		if err := yaml.Unmarshal([]byte(c.Data["config.yaml"]), &cc); err != nil {
@@ -99,9 +133,11 @@ func TestDefaultRenderIsTheKustomizeBase(t *testing.T) {
 		}
 		sameJSON(t, cc, bc)
 		c.Data, b.Data = nil, nil
-		c.Labels, b.Labels, c.Annotations, b.Annotations = nil, nil, nil, nil
-		sameJSON(t, c, b)
-	})
+		c.Labels, c.Annotations, b.Labels, b.Annotations = nil, nil, nil, nil
+	default:
+		t.Fatalf("no comparison for %T", chart)
+	}
+	sameJSON(t, chart, base)
 }
 
 // sameJSON fails with both objects when their JSON differs.
@@ -116,7 +152,7 @@ func sameJSON(t *testing.T, chart, base any) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(c, b) {
-		t.Errorf("the chart and deploy/kubernetes/base differ:\n%s", lineDiff(string(b), string(c)))
+		t.Errorf("the chart and deploy/kubernetes differ:\n%s", lineDiff("manifests", string(b), "chart", string(c)))
 	}
 }
 

@@ -140,14 +140,15 @@ func TestEveryCIValuesFileRendersAsItsGolden(t *testing.T) {
 			}
 			if got != string(want) {
 				t.Errorf("the render of %s differs from %s (go test -update rewrites it):\n%s",
-					file, golden, lineDiff(string(want), got))
+					file, golden, lineDiff("golden", string(want), "render", got))
 			}
 		})
 	}
 }
 
-// lineDiff names the first lines where two texts part, enough to find the change.
-func lineDiff(want, got string) string {
+// lineDiff names the first lines where two texts part, enough to find the change; wantName
+// and gotName say which is which.
+func lineDiff(wantName, want, gotName, got string) string {
 	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
 	var b strings.Builder
 	shown := 0
@@ -165,7 +166,7 @@ func lineDiff(want, got string) string {
 		}
 	}
 	if len(w) != len(g) {
-		b.WriteString("golden has " + strconv.Itoa(len(w)) + " lines, the render " + strconv.Itoa(len(g)) + "\n")
+		b.WriteString(wantName + ": " + strconv.Itoa(len(w)) + " lines, " + gotName + ": " + strconv.Itoa(len(g)) + "\n")
 	}
 	return b.String()
 }
