@@ -87,10 +87,10 @@ rules-test:
 
 ## chart: the Helm chart (deploy/helm/veil-exporter) packaged as dist/veil-exporter-<version>.tgz
 ## with the Helm library, the same bytes for one commit: every entry is dated SOURCE_DATE_EPOCH,
-## by default the time of the last commit (tools/chart/cmd/package).
+## by default the time of the last commit (tools/chart/cmd/package). DIST=... writes elsewhere.
 chart:
 	cd tools/chart && SOURCE_DATE_EPOCH=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)} \
-	  $(GO) run ./cmd/package -chart ../../deploy/helm/veil-exporter -out ../../dist
+	  $(GO) run ./cmd/package -chart $(abspath deploy/helm/veil-exporter) -out $(abspath $(or $(DIST),dist))
 
 ## chart-test: the chart's tests (tools/chart, a Go module of its own): every ci/*-values.yaml
 ## rendered against its golden file and decoded strictly into the Kubernetes types, lint, wrong
