@@ -59,6 +59,13 @@ func render(t *testing.T, valuesFile string) (string, error) {
 
 func renderValues(t *testing.T, vals map[string]any) (string, error) {
 	t.Helper()
+	manifest, _, err := renderWithNotes(t, vals)
+	return manifest, err
+}
+
+// renderWithNotes renders as renderValues does, and returns NOTES.txt rendered too.
+func renderWithNotes(t *testing.T, vals map[string]any) (manifest, notes string, err error) {
+	t.Helper()
 	cfg := &action.Configuration{
 		Releases:   storage.Init(driver.NewMemory()),
 		KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard},
@@ -73,14 +80,14 @@ func renderValues(t *testing.T, vals map[string]any) (string, error) {
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.31.0", Major: "1", Minor: "31"}
 	rel, err := install.Run(loadChart(t), vals)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	var b strings.Builder
 	b.WriteString(rel.Manifest)
 	for _, h := range rel.Hooks {
 		b.WriteString("\n---\n# Source: " + h.Path + "\n" + h.Manifest)
 	}
-	return b.String(), nil
+	return b.String(), rel.Info.Notes, nil
 }
 
 // manifests splits a render into its documents, in the order Helm printed them, leaving out
@@ -124,25 +131,36 @@ func ciValues(t *testing.T) map[string]string {
 func TestEveryCIValuesFileRendersAsItsGolden(t *testing.T) {
 	for name, file := range ciValues(t) {
 		t.Run(name, func(t *testing.T) {
-			got, err := render(t, file)
+			vals, err := chartutil.ReadValuesFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifest, notes, err := renderWithNotes(t, vals)
 			if err != nil {
 				t.Fatalf("helm template -f %s: %v", file, err)
 			}
-			golden := filepath.Join("testdata", name+".yaml")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (go test -update writes it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("the render of %s differs from %s (go test -update rewrites it):\n%s",
-					file, golden, lineDiff("golden", string(want), "render", got))
-			}
+			matchGolden(t, file, filepath.Join("testdata", name+".yaml"), manifest)
+			matchGolden(t, file, filepath.Join("testdata", name+".NOTES.txt"), notes)
 		})
+	}
+}
+
+// matchGolden compares what the chart rendered from valuesFile with a golden file, which
+// -update rewrites.
+func matchGolden(t *testing.T, valuesFile, golden, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (go test -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("the render of %s differs from %s (go test -update rewrites it):\n%s",
+			valuesFile, golden, lineDiff("golden", string(want), "render", got))
 	}
 }
 
