@@ -98,7 +98,8 @@ chart:
 ## parses the renders' configurations with the daemon's parser). After changing the chart:
 ## cd tools/chart && go test ./... -update, then read the golden files' diff.
 chart-test:
-	cd tools/chart && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(GO) build -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
+	cd tools/chart && $(GO) vet ./... && ../../$(BIN)/staticcheck ./... && $(GO) test -count=1 ./...
 
 ## docs: regenerate docs/metrics.md from the families the exporter serves with every feature on
 ## (docs/metrics_test.go runs it against the simulator; `make test` fails when the file drifts).
