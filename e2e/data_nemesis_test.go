@@ -221,6 +221,7 @@ func rawEvents(t *testing.T, w *durabilityWorld) []rawEvent {
 type dataMsg struct {
 	id   string
 	data []byte
+	hdr  nats.Header // kept to say where a duplicate came from
 }
 
 // readDataStream reads the whole stream in order.
@@ -252,7 +253,7 @@ func readDataStream(t *testing.T, js jetstream.JetStream) []dataMsg {
 			before := len(out)
 			for m := range batch.Messages() {
 				id := strings.TrimPrefix(m.Headers().Get(nats.MsgIdHdr), faultController+".")
-				dm := dataMsg{id: id}
+				dm := dataMsg{id: id, hdr: m.Headers()}
 				if strings.HasPrefix(id, "invalid-") {
 					dm.data = m.Data()
 				}
@@ -285,68 +286,15 @@ func judgeData(t *testing.T, w *durabilityWorld, p *replicaProc) {
 		time.Sleep(100 * time.Millisecond) // polling the stream's length
 	}
 	msgs := readDataStream(t, w.js)
-	times := map[string]int{}
-	var bodies [][]byte
-	for _, m := range msgs {
-		if m.data != nil {
-			bodies = append(bodies, m.data)
-		}
-		times[m.id]++
-	}
-	var lost, dup []string
-	var inOrder, stream []string
-	judged := map[string]bool{} // bodies of events without an id
-	twins := 0
-	for _, e := range journal {
-		if !e.hasKey {
-			// Events without an id are told apart by their bodies: byte-identical ones (a
-			// controller's clock held at one instant, the same VM and message) are one event to
-			// a subscriber and to the forwarder, published once (docs/events.md).
-			if judged[string(e.raw)] {
-				twins++
-				continue
-			}
-			judged[string(e.raw)] = true
-			n := 0
-			for _, b := range bodies {
-				if bytes.Equal(b, e.raw) {
-					n++
-				}
-			}
-			if n != 1 {
-				t.Errorf("the event without an id %s is on the stream %d times, want once", cut(string(e.raw), 200), n)
-			}
-			continue
-		}
-		switch times[e.id] {
-		case 0:
-			lost = append(lost, e.id)
-			t.Logf("lost: %s", cut(string(e.raw), 300))
-		case 1:
-		default:
-			dup = append(dup, e.id)
-		}
-		if e.dated {
-			inOrder = append(inOrder, e.id)
-		}
-	}
-	known := map[string]bool{}
-	for _, id := range inOrder {
-		known[id] = true
-	}
-	for _, m := range msgs {
-		if known[m.id] {
-			stream = append(stream, m.id)
-		}
-	}
-	v := classify(inOrder, stream)
+	v := tallyData(t, journal, msgs)
+	order := classify(v.inOrder, v.streamOrder(msgs))
 	t.Logf("data nemesis: %d journal events (%d without an id byte-identical to another), %d messages; %d lost, %d duplicated; of %d rightly dated, %d out of order",
-		len(journal), twins, len(msgs), len(lost), len(dup), len(inOrder), len(v.outOfOrder))
-	if want := len(journal) - twins; len(msgs) != want {
+		len(journal), v.twins, len(msgs), len(v.lost), len(v.dup), len(v.inOrder), len(order.outOfOrder))
+	if want := len(journal) - v.twins; len(msgs) != want {
 		t.Errorf("%d messages on the stream, want %d", len(msgs), want)
 	}
-	if len(lost) > 0 || len(dup) > 0 || len(v.outOfOrder) > 0 {
-		t.Errorf("lost %v, duplicated %v, out of order %v", first(lost), first(dup), first(v.outOfOrder))
+	if len(v.lost) > 0 || len(v.dup) > 0 || len(order.outOfOrder) > 0 {
+		t.Errorf("lost %v, duplicated %v, out of order %v", first(v.lost), first(v.dup), first(order.outOfOrder))
 	}
 	testutil.EventuallyNil(t, 30*time.Second, func() error {
 		_, m, err := httpGet("http://" + p.web + "/metrics")
@@ -360,4 +308,90 @@ func judgeData(t *testing.T, w *durabilityWorld, p *replicaProc) {
 		}
 		return nil
 	}, "nothing backlogged or held back")
+}
+
+// dataTally is the journal judged against the stream, event by event.
+type dataTally struct {
+	lost, dup []string
+	inOrder   []string // the ids of the rightly dated events, in the journal's order
+	twins     int      // events without an id byte-identical to an earlier one
+}
+
+// streamOrder is the ids of the rightly dated events in stream order.
+func (v dataTally) streamOrder(msgs []dataMsg) []string {
+	known := map[string]bool{}
+	for _, id := range v.inOrder {
+		known[id] = true
+	}
+	var out []string
+	for _, m := range msgs {
+		if known[m.id] {
+			out = append(out, m.id)
+		}
+	}
+	return out
+}
+
+// tallyData judges each journal event: with an id, by how often the stream holds it (a
+// duplicate's messages are logged); without one, by its body, which must be on the stream once.
+func tallyData(t *testing.T, journal []rawEvent, msgs []dataMsg) dataTally {
+	times := map[string]int{}
+	var bodies [][]byte
+	for _, m := range msgs {
+		if m.data != nil {
+			bodies = append(bodies, m.data)
+		}
+		times[m.id]++
+	}
+	var v dataTally
+	judged := map[string]bool{} // bodies of events without an id
+	for _, e := range journal {
+		if !e.hasKey {
+			// Events without an id are told apart by their bodies: byte-identical ones (a
+			// controller's clock held at one instant, the same VM and message) are one event to
+			// a subscriber and to the forwarder, published once (docs/events.md).
+			if judged[string(e.raw)] {
+				v.twins++
+				continue
+			}
+			judged[string(e.raw)] = true
+			if n := countBody(bodies, e.raw); n != 1 {
+				t.Errorf("the event without an id %s is on the stream %d times, want once", cut(string(e.raw), 200), n)
+			}
+			continue
+		}
+		switch times[e.id] {
+		case 0:
+			v.lost = append(v.lost, e.id)
+			t.Logf("lost: %s", cut(string(e.raw), 300))
+		case 1:
+		default:
+			v.dup = append(v.dup, e.id)
+			logDuplicate(t, e, msgs)
+		}
+		if e.dated {
+			v.inOrder = append(v.inOrder, e.id)
+		}
+	}
+	return v
+}
+
+func countBody(bodies [][]byte, raw []byte) int {
+	n := 0
+	for _, b := range bodies {
+		if bytes.Equal(b, raw) {
+			n++
+		}
+	}
+	return n
+}
+
+// logDuplicate logs each message of a duplicated event with the position its headers carry.
+func logDuplicate(t *testing.T, e rawEvent, msgs []dataMsg) {
+	for i, m := range msgs {
+		if m.id == e.id {
+			t.Logf("duplicated %s: message %d of %d, Veil-Created %s, ids %s, Veil-Future-Count %s, Veil-Rejected %s; journal: %s", e.id, i+1, len(msgs),
+				m.hdr.Get("Veil-Created"), m.hdr.Get("Veil-Created-Ids"), m.hdr.Get("Veil-Future-Count"), m.hdr.Get("Veil-Rejected"), cut(string(e.raw), 200))
+		}
+	}
 }

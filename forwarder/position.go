@@ -107,6 +107,18 @@ func (p *position) addOdd(id string) {
 	p.Odd = append(p.Odd, id)
 }
 
+// mergeOdd is the ids of older followed by those of newer not among them, the last maxOddIDs.
+func mergeOdd(older, newer []string) []string {
+	out := make([]string, 0, len(older)+len(newer))
+	for _, id := range older {
+		if !slices.Contains(newer, id) {
+			out = append(out, id)
+		}
+	}
+	out = append(out, newer...)
+	return out[max(0, len(out)-maxOddIDs):]
+}
+
 // addFuture records an event published ahead of its time.
 func (p *position) addFuture(created time.Time, id string, after uint64) {
 	p.Future = append(p.Future, futureEvent{ID: id, Created: created, After: after})

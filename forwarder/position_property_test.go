@@ -481,3 +481,42 @@ func propChurn(rng *rand.Rand) int {
 	}
 	return 0
 }
+
+// TestARestartRemembersEveryUndecodableEventTheStoredPositionKnows: killed after the stream took a
+// batch but before the position was stored, a forwarder resumes from the stream, whose headers
+// list only the last few events that do not decode; the ones the stored position knows are
+// still known (they were published), so none is published again when re-read under another
+// borrowed date.
+func TestARestartRemembersEveryUndecodableEventTheStoredPositionKnows(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var stored position
+	stored.advance(at, "ev-1")
+	for i := range 20 {
+		stored.addOdd(fmt.Sprintf("odd-%02d", i))
+	}
+	cp := &memCheckpoint{}
+	if err := cp.Save(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	// The stream's newest message: one event later, the position's Odd as its headers carry it.
+	later := stored.clone()
+	later.advance(at.Add(time.Second), "ev-2")
+	h := nats.Header{nats.MsgIdHdr: {"prod.ev-2"}}
+	positionHeaders(h, &later, oldestFirst)
+	s := &propStream{rng: rand.New(rand.NewPCG(1, 1)), msgs: []storedMsg{{seq: 1, header: h, data: []byte(`{"id":"ev-2"}`)}}}
+	now := at.Add(time.Minute)
+	c := &propCase{t: t, now: now, cp: cp, s: s, limit: 4096, page: 10, conc: 1, order: "oldest_first",
+		j: &propJournal{rng: rand.New(rand.NewPCG(1, 2)), now: &now, all: map[string]*pev{}}}
+	c.start()
+	if err := c.fw.syncFromStream(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !c.fw.pos.Created.Equal(at.Add(time.Second)) {
+		t.Fatalf("resumed at %s, want the stream's position %s", c.fw.pos.Created, at.Add(time.Second))
+	}
+	for i := range 20 {
+		if id := fmt.Sprintf("odd-%02d", i); !slices.Contains(c.fw.pos.Odd, id) {
+			t.Errorf("%s forgotten: the position resumed knows %v", id, c.fw.pos.Odd)
+		}
+	}
+}
