@@ -175,15 +175,16 @@ notice:
 notice-test:
 	cd tools && $(GO) test -count=1 ./notice/
 
-## release: dist/ (DIST=...) for the commit checked out (its files as committed, not the work tree's edits):
+## release: dist/ (DIST=...) for the commit RELEASE_REV (default HEAD; its files as committed, not the work tree's):
 ## veil-exporter-$(VERSION).linux-{amd64,arm64}.tar.gz, .deb and .rpm of each, the OCI image
 ## archive of both architectures (veil-exporter-$(VERSION).oci.tar), a CycloneDX SBOM per binary,
 ## then release-chart, then sha256sums.txt (+ .asc with GPG_KEY=<gpg key id>). Reproducible:
 ## two runs for one commit give the same bytes (tools/release, its own Go module).
 GPG_KEY ?=
 DIST    ?= dist
+RELEASE_REV ?= HEAD
 release:
-	cd tools && $(GO) run ./cmd/release -root .. -out $(abspath $(DIST))
+	cd tools && $(GO) run ./cmd/release -root .. -rev $(RELEASE_REV) -out $(abspath $(DIST))
 	$(MAKE) release-chart DIST=$(abspath $(DIST))
 	cd tools && $(GO) run ./cmd/release -sums-only -out $(abspath $(DIST)) $(if $(GPG_KEY),-gpg-key $(GPG_KEY))
 

@@ -27,7 +27,9 @@ func run() error {
 	o := release.Options{Log: os.Stdout}
 	var arches string
 	var worktree, sumsOnly bool
-	flag.BoolVar(&worktree, "worktree", false, "build the work tree as it is instead of the files of HEAD (not for a release)")
+	var revision string
+	flag.StringVar(&revision, "rev", "HEAD", "the commit to release")
+	flag.BoolVar(&worktree, "worktree", false, "build the work tree as it is instead of the files of -rev (not for a release)")
 	flag.BoolVar(&sumsOnly, "sums-only", false, "only write sha256sums.txt (and its signature) over what -out holds")
 	flag.StringVar(&o.Root, "root", "..", "the repository root")
 	flag.StringVar(&o.Out, "out", "../dist", "the directory to write (emptied first)")
@@ -55,11 +57,11 @@ func run() error {
 		}
 		o.Version = strings.TrimSpace(string(b))
 	}
-	rev, err := git(root, "rev-parse", "HEAD")
+	rev, err := git(root, "rev-parse", "--verify", revision+"^{commit}")
 	if err != nil {
 		return err
 	}
-	ct, err := git(root, "log", "-1", "--format=%ct")
+	ct, err := git(root, "log", "-1", "--format=%ct", rev)
 	if err != nil {
 		return err
 	}
