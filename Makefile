@@ -15,7 +15,7 @@ LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revisi
 PKGS      := ./...
 
 .PHONY: notice notice-test release release-chart release-test
-.PHONY: all build image test test-deps vet race fuzz-seed rules-test docs fuzz property faults demo demo-ha bench bench-fleet bench-reference lint clean
+.PHONY: all build image test test-deps test-stress vet race fuzz-seed rules-test docs fuzz property faults demo demo-ha bench bench-fleet bench-reference lint clean
 
 .PHONY: chart chart-test
 
@@ -100,6 +100,15 @@ chart:
 chart-test:
 	$(GO) build -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
 	cd tools/chart && $(GO) vet ./... && ../../$(BIN)/staticcheck ./... && $(GO) test -count=1 ./...
+
+## test-stress: the packages whose tests wait on time (STRESS_PKGS, default ha guest forwarder
+## internal/daemon e2e), built once with -race, run STRESS_N times (default 10) pinned to one CPU
+## beside a busy loop on it; prints each test's failures out of N (scripts/test-stress.sh).
+## STRESS_RUN narrows to a -test.run pattern; STRESS_RACE=0 builds without the race detector.
+STRESS_PKGS ?= ha guest forwarder internal/daemon e2e
+STRESS_N    ?= 10
+test-stress:
+	GO=$(GO) STRESS_PKGS="$(STRESS_PKGS)" STRESS_N=$(STRESS_N) bash scripts/test-stress.sh
 
 ## docs: regenerate docs/metrics.md from the families the exporter serves with every feature on
 ## (docs/metrics_test.go runs it against the simulator; `make test` fails when the file drifts).

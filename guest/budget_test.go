@@ -41,8 +41,7 @@ func TestGuestCheckerStaysWithinBudget(t *testing.T) {
 	t0 := time.Now() // before the client exists: no permit of the budget precedes it
 	e := newGuestEnv(t, guestEnvOpts{sim: o, cfg: cfg, rate: budget, concurrency: 8})
 	n := len(e.eligibleIDs())
-	e.waitSweeps(2, 10*time.Second)
-	time.Sleep(time.Second) // an observation window of the request log, not a wait for an event
+	e.waitSweeps(3, 10*time.Second) // the first sweep, and two more under the budget observed
 	reqs := e.sim.Requests()
 	watch.Stop()
 	if len(reqs) < int(budget) {
@@ -151,43 +150,71 @@ func TestGuestCheckerBoundsConcurrency(t *testing.T) {
 }
 
 // TestGuestCheckerSpreadsPingsOverTheInterval: with no budget to hide a burst, pings of 100 VMs
-// must come spread over the interval, not all at its start.
+// must come spread over the interval, not all at its start. The schedule runs on a virtual
+// clock (each VM sent the moment it falls due, as by idle workers): in every 200 ms of two
+// intervals at most twice the mean. The real checker then schedules each VM's next ping at its
+// own phase of the interval, whatever the load delayed.
 func TestGuestCheckerSpreadsPingsOverTheInterval(t *testing.T) {
 	cfg := guestTestConfig()
 	cfg.PingInterval = time.Second
 	cfg.FSInfoInterval, cfg.TimeInterval, cfg.OSInfoInterval = time.Hour, time.Hour, time.Hour
 	cfg.Concurrency = 16
-	e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(100), cfg: cfg})
-	e.waitSweeps(1, 5*time.Second)
-	e.sim.ResetRequests()
-	time.Sleep(2 * time.Second) // two ping intervals observed: the spread over time is what is measured
-	var pings []time.Time
-	for _, r := range e.sim.Requests() {
-		if _, ok := guestRequestVM(r.Path, "guest-command"); ok && strings.Contains(r.Body, `"guest-ping"`) {
-			pings = append(pings, r.Start)
+	t.Run("virtual clock", func(t *testing.T) {
+		const n, buckets = 100, 10 // 200 ms each over two intervals
+		vcfg := cfg
+		vcfg.NetworkInterval, vcfg.StatsInterval = time.Hour, 0 // the loop below plans pings only
+		g := NewChecker("x", nil, vcfg, noDomains{}, nil, nil)
+		start := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+		for i := range n {
+			v := g.newVM(fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), start)
+			v.os, v.nextOS = &veil.GuestOSInfo{}, time.Time{} // osinfo is not this test's subject
+			heap.Push(&g.queue, v)
 		}
-	}
-	if len(pings) < 150 {
-		t.Fatalf("%d pings in 2s for 100 VMs every second, want about 200", len(pings))
-	}
-	const buckets = 10 // 200ms each
-	counts := make([]int, buckets)
-	start := pings[0]
-	for _, p := range pings {
-		if k := int(p.Sub(start) / (200 * time.Millisecond)); k < buckets {
-			counts[k]++
+		counts := make([]int, buckets)
+		for {
+			v := heap.Pop(&g.queue).(*guestVM)
+			clock := v.due()
+			k := int(clock.Sub(start) / (200 * time.Millisecond))
+			if k >= buckets {
+				break
+			}
+			due := func(t time.Time) bool { return !t.IsZero() && !t.After(clock) }
+			p := checkPlan{ping: due(v.nextPing), fs: due(v.nextFS), time: due(v.nextTime), net: due(v.nextNet)}
+			if p.ping {
+				counts[k]++
+			}
+			g.reschedule(v, clock, p)
 		}
-	}
-	mean := float64(len(pings)) / buckets
-	t.Logf("pings per 200ms: %v", counts)
-	// Pings sent at the start of each interval put about 5x the mean in one bucket of 200 ms
-	// and none in the next four; a machine that stalls the checker for a while under make test
-	// has it catch up with about 2x (40 against a mean of 18.3, seen under the race detector).
-	for k, c := range counts {
-		if float64(c) > 3*mean {
-			t.Errorf("bucket %d has %d pings, mean %.1f: calls burst instead of spreading (%v)", k, c, mean, counts)
+		total := 0
+		for _, c := range counts {
+			total += c
 		}
-	}
+		if total != 2*n {
+			t.Fatalf("%d pings in two intervals of %d VMs, want %d", total, n, 2*n)
+		}
+		mean := float64(total) / buckets
+		t.Logf("pings per 200ms: %v", counts)
+		for k, c := range counts {
+			if float64(c) > 2*mean {
+				t.Errorf("bucket %d has %d pings, mean %.1f: calls burst instead of spreading (%v)", k, c, mean, counts)
+			}
+		}
+	})
+	t.Run("real checker", func(t *testing.T) {
+		e := newGuestEnv(t, guestEnvOpts{sim: guestSimOptions(100), cfg: cfg})
+		e.waitSweeps(2, 5*time.Second)
+		e.gc.mu.Lock()
+		defer e.gc.mu.Unlock()
+		if len(e.gc.vms) != 100 {
+			t.Fatalf("%d VMs followed, want 100", len(e.gc.vms))
+		}
+		for id, v := range e.gc.vms {
+			at := v.nextPing.Sub(v.nextPing.Truncate(cfg.PingInterval))
+			if want := time.Duration(v.phase * float64(cfg.PingInterval)); at != want {
+				t.Errorf("%s: next ping %s into its interval, want its phase %s", id, at, want)
+			}
+		}
+	})
 }
 
 func TestGuestPhaseSpreadsIDsEvenly(t *testing.T) {

@@ -16,10 +16,27 @@ type pacer struct {
 	interval time.Duration
 	sched    time.Time // the slot of the last release
 	actual   time.Time // when it really went
+
+	// The clock: time.Now and a timer, or a test's virtual clock.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 func newPacer(perSecond float64) *pacer {
-	return &pacer{turn: make(chan struct{}, 1), interval: time.Duration(float64(time.Second) / perSecond)}
+	return &pacer{turn: make(chan struct{}, 1), interval: time.Duration(float64(time.Second) / perSecond),
+		now: time.Now, sleep: sleepCtx}
+}
+
+// sleepCtx waits d, or until ctx ends (then its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // wait blocks until the next request may go. It fails at once with errRateWait when that moment
@@ -31,7 +48,7 @@ func (p *pacer) wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 	defer func() { <-p.turn }()
-	now := time.Now()
+	now := p.now()
 	next := p.sched.Add(p.interval)
 	if now.Sub(next) > p.interval {
 		next = p.actual.Add(p.interval)
@@ -43,14 +60,10 @@ func (p *pacer) wait(ctx context.Context) error {
 		if dl, ok := ctx.Deadline(); ok && next.After(dl) {
 			return errRateWait
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := p.sleep(ctx, d); err != nil {
+			return err
 		}
 	}
-	p.sched, p.actual = next, time.Now()
+	p.sched, p.actual = next, p.now()
 	return nil
 }
