@@ -34,7 +34,7 @@ func catchUpFigures(r results) (figs []Figure) {
 		if len(judged) == 0 {
 			rate = nil // a run without its bare reader cannot be judged: not measured
 		}
-		f := figure("event catch-up, 100,000 events, "+order, "events/s", rate, median(sweepFloors(rate, judged)), "a bare reader, same run", judged, ">=", catchUpGoal)
+		f := figure(figureSpec{name: "event catch-up, 100,000 events, " + order, unit: "events/s", runs: rate, floor: median(sweepFloors(rate, judged)), floorName: "a bare reader, same run", ratios: judged, op: ">=", target: catchUpGoal})
 		if judged != nil {
 			f.Note = fmt.Sprintf("%.3f of the page floor (answers of %.2f ms); the bare reader %.3f of it",
 				median(page), median(r.get(c, "answer_ms")), median(bare))

@@ -18,7 +18,7 @@ func refreshCPUFigure(r results, mainSize int) Figure {
 	if mainSize == 10000 {
 		op = "<="
 	}
-	f := figure(fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), "s", r.get(ref, "cpu-s/refresh"), 0, "", nil, op, refreshCPUGoal)
+	f := figure(figureSpec{name: fmt.Sprintf("CPU per inventory refresh, %d VMs", mainSize), unit: "s", runs: r.get(ref, "cpu-s/refresh"), op: op, target: refreshCPUGoal})
 	if v := r.get(ref, "sim-cpu-s/refresh"); len(v) > 0 {
 		f.Note = fmt.Sprintf("the simulator (separate process, same cores) used %.3f s", median(v))
 	}
@@ -42,7 +42,7 @@ const catchUpCPUGoal = 60
 func catchUpCPUFigures(r results) (figs []Figure) {
 	for _, order := range []string{"oldest_first", "newest_first"} {
 		c := "BenchmarkCatchUp/" + order
-		f := figure("CPU per 1,000 events caught up, "+order, "ms", r.get(c, "cpu-ms/1k-events"), 0, "", nil, "<=", catchUpCPUGoal)
+		f := figure(figureSpec{name: "CPU per 1,000 events caught up, " + order, unit: "ms", runs: r.get(c, "cpu-ms/1k-events"), op: "<=", target: catchUpCPUGoal})
 		f.Note = "the forwarder and the JetStream server it runs in-process (about half of it), not the simulator"
 		figs = append(figs, f)
 	}

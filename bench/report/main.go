@@ -121,10 +121,22 @@ func ptr(v float64) *float64 {
 	return &v
 }
 
-// figure builds a Figure from the runs of a value, a floor (median) and a ratio per run (or
-// nil: value/floor of the medians). op is "<=" or ">=", target the bound of the ratio (or of
-// the value when there is no floor); op "" reports only.
-func figure(name, unit string, runs []float64, floor float64, floorName string, ratios []float64, op string, target float64) Figure {
+// figureSpec is what a Figure is built from: the runs of a value, a floor (median) and a ratio
+// per run (or nil: value/floor of the medians). op is "<=" or ">=", target the bound of the
+// ratio (or of the value when there is no floor); op "" reports only.
+type figureSpec struct {
+	name, unit string
+	runs       []float64
+	floor      float64
+	floorName  string
+	ratios     []float64
+	op         string
+	target     float64
+}
+
+// figure builds a Figure from s.
+func figure(s figureSpec) Figure {
+	name, unit, runs, floor, floorName, ratios, op, target := s.name, s.unit, s.runs, s.floor, s.floorName, s.ratios, s.op, s.target
 	f := Figure{Name: name, Unit: unit, FloorName: floorName}
 	if len(runs) == 0 {
 		f.Status = "NOT MEASURED"
@@ -187,16 +199,14 @@ func inventoryFigures(r results, mainSize int) (figs []Figure) {
 	// measured in the same run (its log): the nominal 20 ms latency leaves out the simulator's
 	// own work (encoding 10,000 VMs) on the same cores, which no client can go below.
 	refresh, answer := r.get(ref, "refresh-s"), r.get(ref, "ratio-to-answer-floor")
-	f := figure(fmt.Sprintf("inventory refresh, %d VMs", mainSize), "s",
-		refresh, median(sweepFloors(refresh, answer)), "requests/concurrency*answer time",
-		answer, "<=", 1.25)
+	f := figure(figureSpec{name: fmt.Sprintf("inventory refresh, %d VMs", mainSize), unit: "s", runs: refresh, floor: median(sweepFloors(refresh, answer)), floorName: "requests/concurrency*answer time", ratios: answer, op: "<=", target: 1.25})
 	if nom := r.get(ref, "ratio-to-floor"); len(nom) > 0 {
 		f.Note = fmt.Sprintf("%.3f of the nominal floor (requests/concurrency*20 ms latency, %.3f s)", median(nom), median(r.get(ref, "floor-s")))
 	}
 	figs = append(figs, f)
 
 	serveS, baseS := scale(r.get(serve, "ns/op"), 1e-9), scale(r.get(base, "ns/op"), 1e-9)
-	f = figure(fmt.Sprintf("/metrics live encoding (name[] filters, protobuf text), %d VMs", mainSize), "s", serveS, median(baseS), "client_golang const metrics", nil, "<=", 1.5)
+	f = figure(figureSpec{name: fmt.Sprintf("/metrics live encoding (name[] filters, protobuf text), %d VMs", mainSize), unit: "s", runs: serveS, floor: median(baseS), floorName: "client_golang const metrics", op: "<=", target: 1.5})
 	if len(baseS) == 0 {
 		f.Status, f.Ratio = "NOT MEASURED", nil
 	}
@@ -207,7 +217,7 @@ func inventoryFigures(r results, mainSize int) (figs []Figure) {
 
 	for _, fm := range []string{"text", "all"} {
 		gr := "BenchmarkGuestRender/formats=" + fm
-		f = figure("guest series render, every family compressed anew, formats="+fm, "ms", scale(r.get(gr, "ns/op"), 1e-6), 0, "", nil, "", 0)
+		f = figure(figureSpec{name: "guest series render, every family compressed anew, formats=" + fm, unit: "ms", runs: scale(r.get(gr, "ns/op"), 1e-6)})
 		if v := r.get(gr, "allocs/op"); len(v) > 0 {
 			f.Note = fmt.Sprintf("%.0f VMs, %.1f MiB allocated and %.0f allocations per render (formats=all: OpenMetrics and protobuf made too, as while scrapers ask for them)", median(r.get(gr, "vms")), median(r.get(gr, "B/op"))/(1<<20), median(v))
 		}
@@ -222,12 +232,12 @@ func inventoryFigures(r results, mainSize int) (figs []Figure) {
 			{"protobuf", "native histograms, protobuf first"},
 		} {
 			sfx := "-" + fm.name
-			f = figure(fmt.Sprintf("/metrics scrape median, %d VMs, %s", n, fm.asks), "ms", r.get(sc, "scrape-ms"+sfx), median(r.get(sc, "floor-ms"+sfx)), "same bytes from memory", r.get(sc, "ratio-median"+sfx), "<=", 3)
+			f = figure(figureSpec{name: fmt.Sprintf("/metrics scrape median, %d VMs, %s", n, fm.asks), unit: "ms", runs: r.get(sc, "scrape-ms"+sfx), floor: median(r.get(sc, "floor-ms"+sfx)), floorName: "same bytes from memory", ratios: r.get(sc, "ratio-median"+sfx), op: "<=", target: 3})
 			if s := r.get(sc, "series"); len(s) > 0 {
 				f.Note = fmt.Sprintf("%.0f series, %.1f MB gzip, guest checks on; guest coverage complete after %.0f s", median(s), median(r.get(sc, "gzip-MB"+sfx)), median(r.get(sc, "sweep-s-all", "sweep-s")))
 			}
 			figs = append(figs, f)
-			f = figure(fmt.Sprintf("/metrics scrape p99, %d VMs, %s", n, fm.asks), "ms", r.get(sc, "scrape-p99-ms"+sfx), median(r.get(sc, "floor-p99-ms"+sfx)), "the floor's p99, interleaved", r.get(sc, "ratio-p99"+sfx), "<=", 5)
+			f = figure(figureSpec{name: fmt.Sprintf("/metrics scrape p99, %d VMs, %s", n, fm.asks), unit: "ms", runs: r.get(sc, "scrape-p99-ms"+sfx), floor: median(r.get(sc, "floor-p99-ms"+sfx)), floorName: "the floor's p99, interleaved", ratios: r.get(sc, "ratio-p99"+sfx), op: "<=", target: 5})
 			figs = append(figs, f)
 		}
 		figs = append(figs, memoryFigures(r, n)...)
@@ -239,7 +249,7 @@ func inventoryFigures(r results, mainSize int) (figs []Figure) {
 func loopFigures(r results) (figs []Figure) {
 	g := "BenchmarkGuestPingSweep"
 	sweep, gratio := r.get(g, "sweep-s"), r.get(g, "ratio-to-floor", "ratio_to_floor")
-	f := figure("guest ping sweep at 1000 requests/s", "s", sweep, median(sweepFloors(sweep, gratio)), "VMs/budget", gratio, "<=", 1.1)
+	f := figure(figureSpec{name: "guest ping sweep at 1000 requests/s", unit: "s", runs: sweep, floor: median(sweepFloors(sweep, gratio)), floorName: "VMs/budget", ratios: gratio, op: "<=", target: 1.1})
 	if v := r.get(g, "vms"); len(v) > 0 {
 		f.Note = fmt.Sprintf("%.0f VMs", median(v))
 		if s, w := r.get(g, "sweeps"), r.get(g, "worst-ratio-to-floor"); len(s) > 0 && len(w) > 0 {
@@ -256,7 +266,7 @@ func loopFigures(r results) (figs []Figure) {
 	if math.IsNaN(tgt) {
 		tgt = 350 // poll_interval 250ms + 100ms, as that benchmark runs
 	}
-	f = figure("event delivery delay p99", "ms", r.get(d, "p99_ms"), 0, "", nil, "<=", tgt)
+	f = figure(figureSpec{name: "event delivery delay p99", unit: "ms", runs: r.get(d, "p99_ms"), op: "<=", target: tgt})
 	if v := r.get(d, "p50_ms"); len(v) > 0 {
 		f.Note = fmt.Sprintf("p50 %.0f ms; target poll_interval + 100 ms", median(v))
 	}
@@ -270,30 +280,30 @@ func replicaFigures(r results) (figs []Figure) {
 	figs = append(figs,
 		trialsFigure(r, "replicas: takeover after kill -9", h, "takeover"),
 		trialsFigure(r, "replicas: takeover after SIGSTOP", h, "stop-takeover"),
-		figure("replicas: controller requests, 3 replicas / 1 exporter", "requests", r.get(h, "requests-three"), median(r.get(h, "requests-one")), "one exporter", r.get(h, "requests-ratio"), "<=", 1.05))
+		figure(figureSpec{name: "replicas: controller requests, 3 replicas / 1 exporter", unit: "requests", runs: r.get(h, "requests-three"), floor: median(r.get(h, "requests-one")), floorName: "one exporter", ratios: r.get(h, "requests-ratio"), op: "<=", target: 1.05}))
 
 	fl := "BenchmarkFleet"
-	f := figure("fleet: spread, 60 controllers on 3 replicas", "controllers", r.get(fl, "spread-dev"), 2, "goal: 20 ± 2", r.get(fl, "spread-ratio"), "<=", 1)
+	f := figure(figureSpec{name: "fleet: spread, 60 controllers on 3 replicas", unit: "controllers", runs: r.get(fl, "spread-dev"), floor: 2, floorName: "goal: 20 ± 2", ratios: r.get(fl, "spread-ratio"), op: "<=", target: 1})
 	if lo, hi := r.get(fl, "spread-min"), r.get(fl, "spread-max"); len(lo) > 0 && len(hi) > 0 {
 		f.Note = fmt.Sprintf("distance from 20 per replica; counts %.0f..%.0f; settled %.0f s after the replicas started; 1,000 VMs each", median(lo), median(hi), median(r.get(fl, "settle-s")))
 	}
 	figs = append(figs, f)
 	figs = append(figs, trialsFigure(r, "fleet: takeover of 20 after kill -9", fl, "takeover"))
-	f = figure("fleet: healthy controllers moved by kill -9", "controllers", r.get(fl, "healthy-moved"), 0, "", nil, "<=", 0)
+	f = figure(figureSpec{name: "fleet: healthy controllers moved by kill -9", unit: "controllers", runs: r.get(fl, "healthy-moved"), op: "<="})
 	figs = append(figs, f)
 	lost, dup, dis := r.get(fl, "lost"), r.get(fl, "duplicated"), r.get(fl, "disorder")
 	var wrong []float64
 	for i := range min(len(lost), len(dup), len(dis)) {
 		wrong = append(wrong, lost[i]+dup[i]+dis[i])
 	}
-	f = figure("fleet: events not once and in order", "events", wrong, 0, "", nil, "<=", 0)
+	f = figure(figureSpec{name: "fleet: events not once and in order", unit: "events", runs: wrong, op: "<="})
 	if ev := r.get(fl, "events"); len(ev) > 0 {
 		f.Note = fmt.Sprintf("of %.0f: lost %.0f, duplicated %.0f, out of order or foreign %.0f; \"too many inflight\" answers %.0f",
 			median(ev), median(lost), median(dup), median(dis), median(r.get(fl, "inflight-refusals")))
 	}
 	figs = append(figs, f)
-	figs = append(figs, figure("fleet: requests, 3 replicas / 1 exporter", "requests", r.get(fl, "requests-three"), median(r.get(fl, "requests-one")), "one exporter", r.get(fl, "requests-ratio"), "<=", 1.05))
-	f = figure("fleet: CPU of a replica, 20 x 1,000 VMs", "cores", r.get(fl, "cpu-replica-cores"), 0, "", nil, "", 0)
+	figs = append(figs, figure(figureSpec{name: "fleet: requests, 3 replicas / 1 exporter", unit: "requests", runs: r.get(fl, "requests-three"), floor: median(r.get(fl, "requests-one")), floorName: "one exporter", ratios: r.get(fl, "requests-ratio"), op: "<=", target: 1.05}))
+	f = figure(figureSpec{name: "fleet: CPU of a replica, 20 x 1,000 VMs", unit: "cores", runs: r.get(fl, "cpu-replica-cores")})
 	if v := r.get(fl, "cpu-one-cores"); len(v) > 0 {
 		f.Note = fmt.Sprintf("one exporter running all 60: %.2f cores; the simulator %.2f; VmHWM %.0f MiB (all 60: %.0f MiB); collect.interval 5s, events polled every 1s, guest checks off",
 			median(v), median(r.get(fl, "sim-cpu-cores")), median(r.get(fl, "hwm-replica-MiB")), median(r.get(fl, "hwm-one-MiB")))
@@ -308,7 +318,7 @@ const maxBenchSeconds = 15 * 60
 
 // durationFigure judges the whole run's wall-clock time.
 func durationFigure(seconds float64) Figure {
-	f := figure("make bench: the whole run", "s", []float64{seconds}, 0, "", nil, "<=", maxBenchSeconds)
+	f := figure(figureSpec{name: "make bench: the whole run", unit: "s", runs: []float64{seconds}, op: "<=", target: maxBenchSeconds})
 	f.Note = "on this machine; the stages' start times are in bench/out/bench.txt"
 	return f
 }
@@ -323,7 +333,7 @@ func trialsFigure(r results, title, bench, name string) Figure {
 	bound := median(r.get(bench, "bound-s"))
 	worst, trials := r.get(bench, name+"-worst-s"), r.get(bench, name+"-trials")
 	if len(worst) == 0 || len(trials) == 0 || median(trials) < minTrials {
-		f := figure(title, "s", nil, bound, "lease_ttl + 2 s", nil, "<=", 1)
+		f := figure(figureSpec{name: title, unit: "s", runs: nil, floor: bound, floorName: "lease_ttl + 2 s", op: "<=", target: 1})
 		if len(trials) > 0 {
 			f.Note = fmt.Sprintf("%.0f trials, fewer than %d", median(trials), minTrials)
 		}
@@ -333,7 +343,7 @@ func trialsFigure(r results, title, bench, name string) Figure {
 	for i, w := range worst {
 		ratios[i] = w / bound
 	}
-	f := figure(title, "s", r.get(bench, name+"-s"), bound, "lease_ttl + 2 s", ratios, "<=", 1)
+	f := figure(figureSpec{name: title, unit: "s", runs: r.get(bench, name+"-s"), floor: bound, floorName: "lease_ttl + 2 s", ratios: ratios, op: "<=", target: 1})
 	f.Note = fmt.Sprintf("median of %.0f trials; the slowest %.3f s is what the ratio judges", median(trials), slices.Max(worst))
 	return f
 }
@@ -342,12 +352,12 @@ func trialsFigure(r results, title, bench, name string) Figure {
 func growthFigures(r results, sizes []int) (growth []Figure) {
 	for _, n := range sizes {
 		ref, serve, base := at("BenchmarkInventoryRefresh", n), at("BenchmarkMetricsServe", n), at("BenchmarkMetricsServeBaseline", n)
-		f := figure(fmt.Sprintf("refresh, %d VMs", n), "s", r.get(ref, "refresh-s"), median(r.get(ref, "floor-s")), "floor", r.get(ref, "ratio-to-floor"), "", 0)
+		f := figure(figureSpec{name: fmt.Sprintf("refresh, %d VMs", n), unit: "s", runs: r.get(ref, "refresh-s"), floor: median(r.get(ref, "floor-s")), floorName: "floor", ratios: r.get(ref, "ratio-to-floor")})
 		if cpu := r.get(ref, "cpu-s/refresh"); len(cpu) > 0 {
 			f.Note = fmt.Sprintf("CPU %.3f s = %.1f µs/VM", median(cpu), median(cpu)/float64(n)*1e6)
 		}
 		growth = append(growth, f)
-		f = figure(fmt.Sprintf("/metrics, %d VMs", n), "s", scale(r.get(serve, "ns/op"), 1e-9), median(scale(r.get(base, "ns/op"), 1e-9)), "baseline", nil, "", 0)
+		f = figure(figureSpec{name: fmt.Sprintf("/metrics, %d VMs", n), unit: "s", runs: scale(r.get(serve, "ns/op"), 1e-9), floor: median(scale(r.get(base, "ns/op"), 1e-9)), floorName: "baseline"})
 		if s := median(r.get(serve, "series")); !math.IsNaN(s) {
 			f.Note = fmt.Sprintf("%.0f series, %.2f µs/series", s, median(r.get(serve, "ns/op"))/s/1e3)
 		}

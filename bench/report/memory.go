@@ -37,7 +37,7 @@ func memoryFigures(r results, n int) (figs []Figure) {
 		if len(v) == 0 && m.optional {
 			continue
 		}
-		f := figure(fmt.Sprintf("resident memory (VmHWM), %d VMs, guest checks on, scraped in %s", n, m.asks), "MiB", v, 0, "", nil, "<=", m.limit)
+		f := figure(figureSpec{name: fmt.Sprintf("resident memory (VmHWM), %d VMs, guest checks on, scraped in %s", n, m.asks), unit: "MiB", runs: v, op: "<=", target: m.limit})
 		if len(v) > 0 {
 			how := "a fresh bin/veil-exporter scraped only so from its start, peak once every eligible guest was checked and scraped"
 			if m.unit == "hwm-MiB-all" && len(r.get(sc, "sweep-s-all")) == 0 && len(r.get(sc, "sweep-s-protobuf")) > 0 {
