@@ -24,7 +24,8 @@ import (
 // TestReloadDoesNotDelayRenewals: a reload stops beta, which takes longer than a lease time to
 // stop; meanwhile gamma's lease is taken away, so the coordinator releases and acquires it again
 // during the reload. Its callbacks do not wait for the reload: alpha's lease is renewed
-// throughout (never invalid, never taken again), and gamma runs again before the reload ends.
+// throughout (never invalid, never taken again), and gamma runs again while beta's stop is still
+// held up (the stop lasts until then, however long this machine takes).
 func TestReloadDoesNotDelayRenewals(t *testing.T) {
 	const ttl = 3 * time.Second // the shortest config accepts: renewed every second
 	ns := testutil.StartNATS(t)
@@ -49,13 +50,20 @@ func TestReloadDoesNotDelayRenewals(t *testing.T) {
 	}
 	write("")
 
-	stopping := make(chan struct{}, 1)
+	stopping, gammaSeen := make(chan struct{}, 1), make(chan struct{})
 	var slow atomic.Bool // only the reload's stop of beta is slow; a release or shutdown's are not
 	d := startDaemon(t, cfgFile, func(d *Daemon) {
 		d.beforeStop = func(name string) {
 			if name == "beta" && slow.CompareAndSwap(false, true) {
 				stopping <- struct{}{}
+				// Longer than a lease, and until gamma is back however long that takes here:
+				// callbacks that waited for the reload would never bring it back (then the
+				// stop ends after a minute and the test fails).
 				time.Sleep(ttl + time.Second)
+				select {
+				case <-gammaSeen:
+				case <-time.After(time.Minute):
+				}
 			}
 		}
 	})
@@ -95,8 +103,9 @@ func TestReloadDoesNotDelayRenewals(t *testing.T) {
 		if l := coord.Lease("alpha"); l != alpha || !l.Valid() {
 			t.Fatalf("alpha's lease not renewed during the reload (lease %p, was %p); logs:\n%s", l, alpha, d.logs)
 		}
-		if l := coord.Lease("gamma"); l != nil && strings.Contains(d.logs.String(), `controller=gamma why="lost: another replica took it"`) {
+		if l := coord.Lease("gamma"); !gammaBack && l != nil && strings.Contains(d.logs.String(), `controller=gamma why="lost: another replica took it"`) {
 			gammaBack = true
+			close(gammaSeen)
 		}
 	}
 }
