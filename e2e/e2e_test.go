@@ -387,7 +387,9 @@ func rulesLoad(t *testing.T, promURL string) {
 	}
 }
 
-// dashboardQueries: every query of the shipped dashboards returns data.
+// dashboardQueries: every query of the shipped dashboards returns data. A query over a rate
+// or a histogram needs a few scrapes to have any, which a loaded machine takes longer to make:
+// the queries without data are asked again until they have some or a minute has passed.
 func dashboardQueries(t *testing.T, promURL, webAddr string) {
 	queries, err := dashboards.Queries()
 	if err != nil {
@@ -398,29 +400,45 @@ func dashboardQueries(t *testing.T, promURL, webAddr string) {
 		files = append(files, f)
 	}
 	sort.Strings(files)
-	total := 0
+	type query struct{ file, q string }
+	var pending []query
 	for _, f := range files {
 		for _, q := range queries[f] {
-			total++
-			r, err := promQuery(promURL, q)
-			if err != nil {
-				t.Errorf("%s: %q: %v", f, q, err)
-				continue
-			}
-			if len(r.Data.Result) == 0 {
-				t.Errorf("%s: %q returned no data", f, q)
-				if os.Getenv("E2E_DEBUG") != "" {
-					for _, l := range strings.Split(string(get(t, "http://"+webAddr+"/metrics")), "\n") {
-						if strings.HasPrefix(l, "veil_guest_ping_success") || strings.HasPrefix(l, "veil_guest_command_errors") {
-							t.Log(l)
-						}
-					}
-				}
-			}
+			pending = append(pending, query{f, q})
 		}
 	}
-	if total == 0 {
+	if len(pending) == 0 {
 		t.Fatal("the dashboards hold no queries")
+	}
+	failed := map[query]error{}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		var still []query
+		for _, q := range pending {
+			r, err := promQuery(promURL, q.q)
+			switch {
+			case err != nil:
+				failed[q] = err
+			case len(r.Data.Result) == 0:
+				still = append(still, q)
+			}
+		}
+		pending = still
+		if len(pending) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for q, err := range failed {
+		t.Errorf("%s: %q: %v", q.file, q.q, err)
+	}
+	for _, q := range pending {
+		t.Errorf("%s: %q returned no data within a minute", q.file, q.q)
+	}
+	if len(pending) > 0 && os.Getenv("E2E_DEBUG") != "" {
+		for _, l := range strings.Split(string(get(t, "http://"+webAddr+"/metrics")), "\n") {
+			if strings.HasPrefix(l, "veil_guest_ping_success") || strings.HasPrefix(l, "veil_guest_command_errors") {
+				t.Log(l)
+			}
+		}
 	}
 }
 
