@@ -56,11 +56,8 @@ func TestReloadDoesNotDelayRenewals(t *testing.T) {
 		d.beforeStop = func(name string) {
 			if name == "beta" && slow.CompareAndSwap(false, true) {
 				stopping <- struct{}{}
-				// Longer than a lease, and until gamma is back however long that takes here:
-				// callbacks that waited for the reload would never bring it back (then the
-				// stop ends after a minute and the test fails).
 				time.Sleep(ttl + time.Second)
-				select {
+				select { // a minute: callbacks that waited for the reload never bring gamma back
 				case <-gammaSeen:
 				case <-time.After(time.Minute):
 				}
