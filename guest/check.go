@@ -25,6 +25,7 @@ var errGuestCommandRefused = errors.New("guest command refused: not in the read-
 type checkPlan struct {
 	ping, os, fs, time, net, stats bool
 	offered                        map[string]bool // nil: ask available-guest-cmds first
+	agentDown                      bool            // the agent missed its last ping
 }
 
 // checkResult is what one visit learned; finish records it.
@@ -55,7 +56,8 @@ type checkResult struct {
 // budget delays checks, it never fails them.
 func (g *Checker) check(ctx context.Context, v *guestVM) {
 	now := time.Now()
-	p, r, down, ok := g.plan(v, now)
+	p, r, ok := g.plan(v, now)
+	down := p.agentDown
 	if !ok { // left the inventory while waiting for a worker
 		return
 	}
@@ -104,24 +106,25 @@ func (g *Checker) check(ctx context.Context, v *guestVM) {
 
 // plan says what is due at v's visit now, and whether its agent missed its last ping; ok is
 // false for a VM that left the inventory while waiting for a worker.
-func (g *Checker) plan(v *guestVM, now time.Time) (p checkPlan, r checkResult, down, ok bool) {
+func (g *Checker) plan(v *guestVM, now time.Time) (p checkPlan, r checkResult, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if v.gone {
-		return p, r, false, false
+		return p, r, false
 	}
 	due := func(t time.Time) bool { return !t.IsZero() && !t.After(now) }
 	p = checkPlan{
-		ping:    !v.nextPing.After(now),
-		os:      due(v.nextOS),
-		fs:      due(v.nextFS),
-		time:    due(v.nextTime),
-		net:     due(v.nextNet),
-		stats:   due(v.nextStats),
-		offered: v.cmds,
+		ping:      !v.nextPing.After(now),
+		os:        due(v.nextOS),
+		fs:        due(v.nextFS),
+		time:      due(v.nextTime),
+		net:       due(v.nextNet),
+		stats:     due(v.nextStats),
+		offered:   v.cmds,
+		agentDown: v.agentDown,
 	}
 	// The snapshot that made the VM eligible: a refusal as not running holds until a newer one.
-	return p, checkResult{offered: p.offered, gen: g.syncedGen}, v.agentDown, true
+	return p, checkResult{offered: p.offered, gen: g.syncedGen}, true
 }
 
 // reconnected plans the visit of an agent back after missed pings, maybe restarted or
