@@ -51,6 +51,9 @@ type guestEnvOpts struct {
 	front func(sim http.Handler) http.Handler
 }
 
+// guestTestConfig: intervals short enough for many sweeps in a test, and a command timeout no
+// answer of the simulator on loopback reaches however loaded the machine (300 ms did, under the
+// race detector beside a busy neighbour); a hung agent never answers, so it times out anyway.
 func guestTestConfig() config.Guest {
 	cfg := config.Default().Guest
 	cfg.PingInterval = 200 * time.Millisecond
@@ -58,7 +61,7 @@ func guestTestConfig() config.Guest {
 	cfg.FSInfoInterval = 200 * time.Millisecond
 	cfg.TimeInterval = 200 * time.Millisecond
 	cfg.NetworkInterval = 200 * time.Millisecond
-	cfg.CommandTimeout = 300 * time.Millisecond
+	cfg.CommandTimeout = 2 * time.Second
 	cfg.Concurrency = 4
 	return cfg
 }
@@ -93,7 +96,7 @@ func newGuestEnv(t testing.TB, o guestEnvOpts) *guestEnv {
 		o.before(e)
 	}
 	e.refresh()
-	e.gc = NewChecker("sim", client, o.cfg, e, log.NewNopLogger(), nil)
+	e.gc = NewChecker("sim", client, o.cfg, e, Outputs{Logger: log.NewNopLogger()})
 	e.reg.MustRegister(e.gc)
 	sim.ResetRequests()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -35,6 +35,7 @@ done
 busy=
 cleanup() { if [ -n "$busy" ]; then kill "$busy" 2>/dev/null || true; fi; }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 taskset -c "$CPU" sh -c 'while :; do :; done' &
 busy=$!
 
