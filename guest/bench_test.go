@@ -120,7 +120,7 @@ func benchGuestRender(b *testing.B, all bool) {
 		doms[i].GuestUtils.QemuState = true
 	}
 	r := exposition.NewRenderer()
-	g := NewChecker("bench", &veil.Client{}, guestTestConfig(), doms, nil, r)
+	g := NewChecker("bench", &veil.Client{}, guestTestConfig(), doms, Outputs{Renderer: r})
 	g.sync(time.Now())
 	i := 0
 	for _, v := range g.vms {

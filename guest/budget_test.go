@@ -163,7 +163,7 @@ func TestGuestCheckerSpreadsPingsOverTheInterval(t *testing.T) {
 		const n, buckets = 100, 10 // 200 ms each over two intervals
 		vcfg := cfg
 		vcfg.NetworkInterval, vcfg.StatsInterval = time.Hour, 0 // the loop below plans pings only
-		g := NewChecker("x", nil, vcfg, noDomains{}, nil, nil)
+		g := NewChecker("x", nil, vcfg, noDomains{}, Outputs{})
 		start := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 		for i := range n {
 			v := g.newVM(fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), start)
@@ -263,7 +263,7 @@ func TestGuestScheduleSlots(t *testing.T) {
 // missed its last one are not sent; they must not bring the VM back to a worker before the ping,
 // or it would cycle through the workers doing nothing until then.
 func TestGuestRescheduleOfADownAgentWaitsForItsPing(t *testing.T) {
-	g := NewChecker("x", nil, guestTestConfig(), noDomains{}, nil, nil)
+	g := NewChecker("x", nil, guestTestConfig(), noDomains{}, Outputs{})
 	now := time.Now()
 	for _, c := range []struct {
 		name string
@@ -340,7 +340,7 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 	cfg := guestTestConfig()
 	cfg.PingInterval, cfg.NetworkInterval = time.Second, time.Minute
 	cfg.FSInfoInterval, cfg.TimeInterval, cfg.StatsInterval = 0, 0, 0 // the loop below plans pings and network reads only
-	g := NewChecker("x", nil, cfg, noDomains{}, nil, nil)
+	g := NewChecker("x", nil, cfg, noDomains{}, Outputs{})
 	clock := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for i := range n {
 		v := g.newVM(fmt.Sprintf("vm-%05d", i), clock)
@@ -391,7 +391,7 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 // failing and once when one succeeds again.
 func TestGuestSweepFailsWithTheControllerError(t *testing.T) {
 	var logs bytes.Buffer
-	g := NewChecker("x", nil, guestTestConfig(), noDomains{}, log.NewLogfmtLogger(log.NewSyncWriter(&logs)), nil)
+	g := NewChecker("x", nil, guestTestConfig(), noDomains{}, Outputs{Logger: log.NewLogfmtLogger(log.NewSyncWriter(&logs))})
 	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{"vm-a", "vm-b"} {
 		g.vms[id] = g.newVM(id, now)

@@ -163,11 +163,18 @@ func (v *guestVM) forget() {
 	v.disks, v.cpu, v.load = nil, nil, nil
 }
 
+// Outputs are where a checker says what it does: its log (nil: none), and the renderer whose
+// scrapes its renders yield to and prepare the formats of (nil: neither).
+type Outputs struct {
+	Logger   log.Logger
+	Renderer *exposition.Renderer
+}
+
 // NewChecker returns a checker for the VMs that domains returns (the latest inventory
 // snapshot, already filtered and never modified; a new generation means new domains). All
 // calls go through client, whose rate and concurrency limits are the controller's budget.
-// Its renders yield to the scrapes of r and prepare the formats they ask for (nil: neither).
-func NewChecker(controller string, client *veil.Client, cfg config.Guest, domains DomainSource, logger log.Logger, r *exposition.Renderer) *Checker {
+func NewChecker(controller string, client *veil.Client, cfg config.Guest, domains DomainSource, out Outputs) *Checker {
+	logger, r := out.Logger, out.Renderer
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}

@@ -168,7 +168,7 @@ func (d *Daemon) buildController(s settings, conn *natsLink) (*controller, error
 		ct.parts.add(kvPart{w})
 	}
 	if s.Guest.Enabled {
-		g := guest.NewChecker(cc.Name, client, s.Guest, inv, log.With(d.base, "component", "guest"), d.renderer)
+		g := guest.NewChecker(cc.Name, client, s.Guest, inv, guest.Outputs{Logger: log.With(d.base, "component", "guest"), Renderer: d.renderer})
 		ct.parts.add(guestPart{g})
 	}
 	if s.Events.Enabled {
