@@ -95,17 +95,15 @@ func TestBodyLargerThanAnnounced(t *testing.T) {
 	}
 }
 
-// An answer announced over MaxResponseBytes fails at once, without waiting for its bytes.
+// An answer announced over MaxResponseBytes fails without waiting for its bytes: the server
+// sends six of them and holds the connection, so a client that waited for the rest would end
+// on its timeout instead of ErrTooLarge.
 func TestBodyAnnouncedOverLimitIsNotRead(t *testing.T) {
 	url := rawServer(t, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n", `{"id":`, true)
 	c := rawClient(t, url)
-	start := time.Now()
 	_, err := c.Node(context.Background(), "n1")
 	if !errors.Is(err, veil.ErrTooLarge) {
-		t.Fatalf("err = %v, want ErrTooLarge", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("took %v: the announced body was waited for", d)
+		t.Fatalf("err = %v, want ErrTooLarge (not the timeout of a client waiting for the announced body)", err)
 	}
 }
 
