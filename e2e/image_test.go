@@ -109,7 +109,8 @@ func TestImage(t *testing.T) {
 }
 
 // stopAndCheckPosition stops the container (podman stop sends SIGTERM, and kills after 10 s): the
-// exporter ends within 10 s, exit status 0, the position of the newest event in the volume.
+// exporter ends by itself within those 10 s, exit status 0 (a kill would be 137), the position of
+// the newest event in the volume.
 func stopAndCheckPosition(t *testing.T, podman, container, volume string, journal []string) {
 	t.Helper()
 	began := time.Now()
@@ -117,9 +118,6 @@ func stopAndCheckPosition(t *testing.T, podman, container, volume string, journa
 		t.Fatal(err)
 	}
 	took := time.Since(began)
-	if took >= 10*time.Second {
-		t.Errorf("the container took %v to end after SIGTERM", took)
-	}
 	t.Logf("%d events on the stream; the container ended %v after SIGTERM", len(journal), took.Round(time.Millisecond))
 	if code, err := podmanRun(podman, "inspect", "--format", "{{.State.ExitCode}}", container); err != nil || code != "0" {
 		t.Errorf("exit code %q (%v) after SIGTERM, want 0", code, err)
