@@ -144,8 +144,13 @@ func TestOperatorKit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: not in -short")
 	}
+	// The two profiles share nothing (each its simulator, exporter, Prometheus servers, ports
+	// and directories): they run at once, most of their time being waits for scrapes.
 	for _, profile := range []string{veiltest.ProfileDefault, veiltest.ProfileAlternative} {
-		t.Run(profile, func(t *testing.T) { operatorKit(t, profile) })
+		t.Run(profile, func(t *testing.T) {
+			t.Parallel()
+			operatorKit(t, profile)
+		})
 	}
 }
 
@@ -174,7 +179,11 @@ func operatorKit(t *testing.T, profile string) {
 		t.Run(p.mode+"/every dashboard query returns data", func(t *testing.T) { dashboardQueries(t, promURL, webAddr) })
 	}
 
-	t.Run("status page in a browser", func(t *testing.T) { statusPageInABrowser(t, chromium, root, dir, webAddr, sim.Token) })
+	shot := "status-page.png"
+	if profile != veiltest.ProfileDefault {
+		shot = "status-page-" + profile + ".png"
+	}
+	t.Run("status page in a browser", func(t *testing.T) { statusPageInABrowser(t, chromium, root, dir, webAddr, sim.Token, shot) })
 }
 
 // kitPlatform is the simulator of the operator kit.
@@ -443,13 +452,13 @@ func dashboardQueries(t *testing.T, promURL, webAddr string) {
 }
 
 // statusPageInABrowser: the status page as chromium renders it shows every section and no
-// token; its screenshot is left in bin/e2e.
-func statusPageInABrowser(t *testing.T, chromium, root, dir, webAddr, token string) {
+// token; its screenshot is left in bin/e2e under the name name.
+func statusPageInABrowser(t *testing.T, chromium, root, dir, webAddr, token, name string) {
 	out := filepath.Join(root, "bin", "e2e")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	shot := filepath.Join(out, "status-page.png")
+	shot := filepath.Join(out, name)
 	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--user-data-dir=" + filepath.Join(dir, "chromium"), "--window-size=1280,1800"}
