@@ -61,16 +61,16 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.WriteFile(unitPath, []byte(unit), 0o644); err != nil {
 		return err
 	}
-	var bs blobs
+	rel := &releaser{o: o, work: work, unitPath: unitPath, recipe: r}
 	var manifests []descriptor
 	for _, arch := range o.Arches {
-		d, err := releaseArch(ctx, o, arch, filepath.Join(work, arch), unitPath, r, &bs)
+		d, err := rel.arch(ctx, arch)
 		if err != nil {
 			return err
 		}
 		manifests = append(manifests, d)
 	}
-	archive, err := ociArchive(&bs, o, manifests)
+	archive, err := ociArchive(&rel.blobs, o, manifests)
 	if err != nil {
 		return err
 	}
@@ -91,8 +91,18 @@ func Sums(ctx context.Context, dir, gpgKey string) error {
 	return nil
 }
 
-// releaseArch writes the artifacts of linux/arch and adds its image to bs.
-func releaseArch(ctx context.Context, o Options, arch, work, unitPath string, r recipe, bs *blobs) (descriptor, error) {
+// releaser holds what every architecture's artifacts are made from, and the image blobs made.
+type releaser struct {
+	o        Options
+	work     string // a scratch directory, one subdirectory per architecture
+	unitPath string // the packaged unit
+	recipe   recipe
+	blobs    blobs
+}
+
+// arch writes the artifacts of linux/arch and adds its image to the blobs.
+func (rel *releaser) arch(ctx context.Context, arch string) (descriptor, error) {
+	o, work := rel.o, filepath.Join(rel.work, arch)
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return descriptor{}, err
 	}
@@ -108,7 +118,7 @@ func releaseArch(ctx context.Context, o Options, arch, work, unitPath string, r 
 	if err := o.write(base+".tar.gz", tgz); err != nil {
 		return descriptor{}, err
 	}
-	pkgs, err := writePackages(o, arch, bin, unitPath)
+	pkgs, err := writePackages(o, arch, bin, rel.unitPath)
 	if err != nil {
 		return descriptor{}, err
 	}
@@ -124,7 +134,7 @@ func releaseArch(ctx context.Context, o Options, arch, work, unitPath string, r 
 	if err != nil {
 		return descriptor{}, err
 	}
-	return addImage(bs, o, r, arch, context)
+	return addImage(&rel.blobs, o, rel.recipe, arch, context)
 }
 
 // tarball is promu's layout: a folder named base holding the binary, LICENSE, NOTICE, the
