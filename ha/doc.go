@@ -16,8 +16,9 @@
 // renewer): nothing the coordinator's loop waits for (acquisitions, hand-overs, a bucket that
 // answers slowly on a busy machine) delays a renewal, and a failed renewal is tried again
 // within lease_ttl/12. It acquires a controller with
-// Create when the key is absent or deleted, or Update at the revision it saw when that
-// revision has not changed for lease_ttl. Expiry is judged on the observer's monotonic clock
+// Create when the key is absent, Update at the delete marker's revision when it is deleted (a
+// Create there reads the key first, and a bucket replica behind the delete answers "key
+// exists"), or Update at the revision it saw when that revision has not changed for lease_ttl. Expiry is judged on the observer's monotonic clock
 // from when it first saw a revision, never on timestamps written by another host, so clock
 // skew between replicas does not matter.
 //
@@ -36,8 +37,10 @@
 // as soon as the last is taken, and only while no controller is without an owner; the
 // mover first writes the hand-over record (one key, created or updated at its revision, so two
 // replicas whose views differ for a moment cannot both hand over), and the receiver deletes it
-// once it holds the controller. The desired owner sees the lease's deletion through its watch
-// and takes it within milliseconds.
+// once it holds the controller. The replica the record names sees the lease's deletion through
+// its watch and takes it within milliseconds; the others leave it to that replica while it is
+// live, even when their own views make them its owner (the mover's view may not have had
+// them yet).
 // So a joining replica takes its share one controller at a time without gaps. Close (SIGTERM)
 // stops every controller and deletes every lease at once, so they move in well under a second;
 // a killed or paused replica's leases expire, and move within lease_ttl of its last renewal:

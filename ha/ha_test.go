@@ -90,48 +90,50 @@ func labelValue(m *dto.Metric, name string) string {
 	return ""
 }
 
+// TestCloseHandsOverAtOnce: Close deletes every lease, so the others take them without
+// waiting for them to run out. With lease_ttl 20 s the move within half of it cannot be expiry,
+// whatever this machine's speed.
 func TestCloseHandsOverAtOnce(t *testing.T) {
+	const ttl = 20 * time.Second
 	c := testutil.StartCluster(t)
 	w := newWorld(t, c.URLs(), seven)
-	a, b, d := w.start("pod-a", nil), w.start("pod-b", nil), w.start("pod-c", nil)
-	w.waitConverged(20*time.Second, a, b, d)
+	long := func(o *testOptions) { o.LeaseTTL = ttl }
+	a, b, d := w.start("pod-a", long), w.start("pod-b", long), w.start("pod-c", long)
+	w.waitConverged(4*ttl, a, b, d)
 	mine := w.held(a)
 	w.resetGaps()
 
 	start := time.Now()
 	a.c.Close() // SIGTERM
-	testutil.Eventually(t, 10*time.Second, func() bool { return w.heldBy(mine, b, d) }, "%v to move to the others", mine)
-	took := time.Since(start)
-	t.Logf("hand-over of %d controllers after Close: %v (lease_ttl %v)", len(mine), took, testTTL)
-	// Expiry could not be this fast: the leases were handed over, not left to run out.
-	if took >= testTTL {
-		t.Errorf("hand-over took %v, not less than lease_ttl %v", took, testTTL)
-	}
+	// Expiry takes lease_ttl: a move within half of it was a hand-over.
+	testutil.Eventually(t, ttl/2, func() bool { return w.heldBy(mine, b, d) }, "%v to move to the others before their leases could run out", mine)
+	t.Logf("hand-over of %d controllers after Close: %v (lease_ttl %v)", len(mine), time.Since(start), ttl)
 	if a.released[mine[0]] == 0 {
 		t.Error("Close did not call OnRelease")
 	}
 	w.waitConverged(10*time.Second, b, d)
 }
 
+// TestKilledReplicaControllersMoveWithinLeaseTTL: a killed replica's leases are taken once they
+// ran out (world.acquired: never while still valid), and the survivors look again at that
+// instant: the move comes within lease_ttl of the kill plus a renew period (the last renewal
+// was at most one before the kill), with lease_ttl 6 s. How soon on this machine is
+// BenchmarkPausedOwnerTakeOver's figure.
 func TestKilledReplicaControllersMoveWithinLeaseTTL(t *testing.T) {
+	const ttl = 6 * time.Second
 	c := testutil.StartCluster(t)
 	w := newWorld(t, c.URLs(), seven)
-	a, b, d := w.start("pod-a", nil), w.start("pod-b", nil), w.start("pod-c", nil)
-	w.waitConverged(20*time.Second, a, b, d)
+	opt := func(o *testOptions) { o.LeaseTTL = ttl }
+	a, b, d := w.start("pod-a", opt), w.start("pod-b", opt), w.start("pod-c", opt)
+	w.waitConverged(4*ttl, a, b, d)
 	mine := w.held(a)
 
 	start := time.Now()
 	a.cancel() // stops renewing and releases nothing in the bucket, like a killed process
 	<-a.done
-	testutil.Eventually(t, 10*time.Second, func() bool { return w.heldBy(mine, b, d) }, "%v to move to the others", mine)
-	took := time.Since(start)
-	t.Logf("take-over of %d controllers of a killed replica: %v (lease_ttl %v, renew period %v)", len(mine), took, testTTL, testTTL/3)
-	// Bound: lease_ttl after the last renewal seen, plus one renew period to notice; plus slack
-	// for a loaded machine.
-	if limit := testTTL + testTTL/3 + time.Second; took > limit {
-		t.Errorf("take-over took %v, more than %v", took, limit)
-	}
-	w.waitConverged(10*time.Second, b, d)
+	testutil.Eventually(t, ttl+ttl/3, func() bool { return w.heldBy(mine, b, d) }, "%v to move to the others within lease_ttl and a renew period", mine)
+	t.Logf("take-over of %d controllers of a killed replica: %v (lease_ttl %v, renew period %v)", len(mine), time.Since(start), ttl, ttl/3)
+	w.waitConverged(4*ttl, b, d)
 }
 
 // TestKilledReplicaMovesOnlyItsControllers kills one of three replicas (no release, as kill
@@ -194,8 +196,13 @@ func TestJoiningReplicaTakesItsShareOneAtATime(t *testing.T) {
 	if unowned > 1 {
 		t.Errorf("%d controllers were without an owner at once; they must move one at a time", unowned)
 	}
-	if limit := testTTL / 3; gap > limit {
-		t.Errorf("a controller was without an owner for %v, more than a renew period (%v)", gap, limit)
+	// Each moved by a hand-over (its lease deleted for the receiver), none by running out.
+	logs := w.logs.String()
+	if n := strings.Count(logs, `why="handed over to pod-c"`); n != len(w.held(d)) {
+		t.Errorf("%d hand-overs to pod-c, which holds %v", n, w.held(d))
+	}
+	if strings.Contains(logs, "expired: not renewed in time") {
+		t.Error("a lease ran out while pod-c joined")
 	}
 	moved := 0
 	for ct, o := range w.owners(a, b, d) {
@@ -405,15 +412,20 @@ func TestSlowReleaseDelaysNoRenewal(t *testing.T) {
 	bravo := a.c.Lease("bravo")
 	a.c.SetControllers([]string{"bravo"})
 	<-stopping
-	deadline := time.Now().Add(3 * testTTL)
-	for time.Now().Before(deadline) {
-		if l := a.c.Lease("bravo"); l != bravo || !l.Valid() {
-			t.Fatalf("bravo's lease lapsed while alpha was stopping (same lease %v, valid %v)", l == bravo, l != nil && l.Valid())
-		}
+	// Three renewals of bravo while alpha is stopping: renewals go on beside the release, and
+	// bravo is never let go (a lapse regained by a renewal keeps the same lease).
+	renewals(t, 3, func() {
 		if a.c.Lease("alpha") != nil {
 			t.Fatal("alpha acquired again before it stopped")
 		}
-		time.Sleep(testTTL / 10)
+	}, bravo)
+	w.mu.Lock()
+	if n := a.released["bravo"]; n != 0 {
+		t.Errorf("bravo was released %d times while alpha was stopping", n)
+	}
+	w.mu.Unlock()
+	if a.c.Lease("bravo") != bravo {
+		t.Error("bravo's lease changed while alpha was stopping")
 	}
 	close(release)
 	// Deleted for the next owner (not only run out) once it stopped.

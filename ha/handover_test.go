@@ -5,7 +5,11 @@ package ha
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,4 +235,115 @@ func TestRollingRestartTakesFreedLeasesAtOnce(t *testing.T) {
 	b.c.Close()
 	testutil.Eventually(t, ttl/6, func() bool { return w.heldBy(w.ctrls, a, d) }, "every controller held by pod-a or pod-c")
 	t.Logf("every controller held again %v after pod-b stopped; pod-c holds %d", time.Since(stopped), len(w.held(d)))
+}
+
+// staleReplicaKV is a replicated bucket one of whose replicas has not applied the latest delete
+// of a key yet and answers reads: Create on a deleted key (an update at revision 0, refused,
+// then a read of the key for the delete marker's revision) is refused as "key exists" once per
+// marker, as when that read comes from the replica behind. Everything else is the real bucket.
+type staleReplicaKV struct {
+	jetstream.KeyValue
+	mu       sync.Mutex
+	answered map[string]bool // key@revision of a marker already read stale once
+	refusals atomic.Int32
+}
+
+func (s *staleReplicaKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if hist, err := s.KeyValue.History(ctx, key); err == nil && len(hist) > 0 {
+		last := hist[len(hist)-1]
+		id := fmt.Sprintf("%s@%d", key, last.Revision())
+		s.mu.Lock()
+		stale := last.Operation() != jetstream.KeyValuePut && !s.answered[id]
+		s.answered[id] = true
+		s.mu.Unlock()
+		if stale {
+			s.refusals.Add(1)
+			return 0, fmt.Errorf("%w: the read was answered by a replica behind the delete", jetstream.ErrKeyExists)
+		}
+	}
+	return s.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// TestAStaleReadOfADeletedKeyDoesNotStallTheChain: a bucket replica that has not applied a
+// delete yet answers the read inside Create, which then says "key exists" of a lease just
+// handed over (or of the hand-over record just ended). Nothing in the bucket changes after
+// such a refusal, so a replica that waits for a change looks again only at its next renew
+// period: the chain of hand-overs stopped for 10 s at lease_ttl 30 s. Writes over a delete
+// marker go at its revision and read nothing: the joining replica takes its share within half
+// of its first renew period, before any tick of its own could help.
+func TestAStaleReadOfADeletedKeyDoesNotStallTheChain(t *testing.T) {
+	const ttl = 30 * time.Second // renew period 10 s
+	w := newWorld(t, testutil.StartNATS(t).URL(), names("ctl", 4))
+	var stale []*staleReplicaKV
+	opt := func(o *testOptions) {
+		o.Replicas, o.LeaseTTL = 1, ttl
+		s := &staleReplicaKV{answered: map[string]bool{}}
+		stale = append(stale, s)
+		o.wrapKV = func(kv jetstream.KeyValue) jetstream.KeyValue { s.KeyValue = kv; return s }
+	}
+	a := w.start("pod-a", opt)
+	// Alone, pod-a takes the free leases once its first renew period is over.
+	testutil.Eventually(t, ttl, func() bool { return len(w.held(a)) == len(w.ctrls) }, "pod-a to hold all %d", len(w.ctrls))
+	b := w.start("pod-b", opt)
+	// Half of pod-b's first renew period: its first tick cannot help.
+	w.waitConverged(ttl/6, a, b)
+	n := int32(0)
+	for _, s := range stale {
+		n += s.refusals.Load()
+	}
+	t.Logf("pod-b holds %v; Create refused by a stale read %d times", w.held(b), n)
+}
+
+// TestAHandOverGoesToTheReplicaTheRecordNames: the mover chose pod-b from a view that had not
+// seen pod-c yet, and pod-c's view makes pod-c the controller's owner. pod-c leaves it to pod-b,
+// which takes it and ends the hand-over; before, pod-c took it and pod-b's share came a renew
+// period later. The mover is played by writing its records into the bucket.
+func TestAHandOverGoesToTheReplicaTheRecordNames(t *testing.T) {
+	const ttl = 30 * time.Second
+	ct := ""
+	for i := 0; ct == ""; i++ {
+		name := fmt.Sprintf("ctl%d", i)
+		if assign(everyone([]string{"pod-a", "pod-b", "pod-c"}, []string{name}), nil)[name] == "pod-c" {
+			ct = name
+		}
+	}
+	w := newWorld(t, testutil.StartNATS(t).URL(), []string{ct})
+	ctx, cancel := context.WithTimeout(context.Background(), ttl)
+	defer cancel()
+	kv, err := testutil.JetStream(t, w.urls).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: w.bucket, History: 1, TTL: 10 * ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string, v any) uint64 {
+		b, _ := json.Marshal(v)
+		rev, err := kv.Put(ctx, key, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	announceA := func() {
+		put(instancePrefix+"pod-a", instanceRecord{Instance: "pod-a", Nonce: "a", Started: time.Now(), Renewed: time.Now(), Controllers: []string{ct}})
+	}
+	announceA()
+	leaseRev := put(leaseKey(ct), leaseRecord{Instance: "pod-a", Controller: ct, ID: "a1", Since: time.Now(), Renewed: time.Now(), TTL: ttl.String()})
+	long := func(o *testOptions) { o.Replicas, o.LeaseTTL = 1, ttl }
+	b, d := w.start("pod-b", long), w.start("pod-c", long)
+	for _, r := range []*replica{b, d} {
+		testutil.Eventually(t, ttl/3, func() bool { return len(r.c.Status().Instances) == 3 }, "%s to see three replicas", r.name)
+	}
+	announceA()
+	// pod-a hands ct over to pod-b: the record first, then the lease's delete.
+	put(handOverKey, handOverRecord{Controller: ct, From: "pod-a", To: "pod-b", At: time.Now()})
+	if err := kv.Delete(ctx, leaseKey(ct), jetstream.LastRevision(leaseRev)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, ttl/3, func() bool { return b.c.Lease(ct) != nil }, "pod-b, named by the hand-over record, to take %s", ct)
+	if n := gauge(t, d.c, "veil_ha_lease_transitions_total", ct); n != 0 {
+		t.Errorf("pod-c acquired or gave up %s %v times; the hand-over named pod-b", ct, n)
+	}
+	testutil.Eventually(t, ttl/3, func() bool {
+		e, err := kv.Get(ctx, handOverKey)
+		return errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && e.Operation() != jetstream.KeyValuePut
+	}, "pod-b to end the hand-over, so that the next one may start")
 }

@@ -225,3 +225,41 @@ func replicaNames(rs []*replica) []string {
 	slices.Sort(out)
 	return out
 }
+
+// renewals waits until every lease of ls has been renewed n times (its revision moved), calling
+// each() between looks; it fails the test if one ends first.
+func renewals(t *testing.T, n int, each func(), ls ...*Lease) {
+	t.Helper()
+	rev, seen := make([]uint64, len(ls)), make([]int, len(ls))
+	var grace time.Duration
+	for i, l := range ls {
+		rev[i], grace = l.lastRev(), max(grace, l.grace)
+	}
+	testutil.Eventually(t, time.Duration(n+2)*grace, func() bool {
+		if each != nil {
+			each()
+		}
+		done := true
+		for i, l := range ls {
+			if l.Context().Err() != nil {
+				t.Fatalf("the lease of %s ended while waiting for its renewals", l.Controller())
+			}
+			if r := l.lastRev(); r != rev[i] {
+				rev[i], seen[i] = r, seen[i]+1
+			}
+			done = done && seen[i] >= n
+		}
+		return done
+	}, "%d renewals of each of %d leases", n, len(ls))
+}
+
+// leasesOf is every lease r holds now.
+func leasesOf(r *replica) []*Lease {
+	var out []*Lease
+	for _, ct := range r.c.controllers {
+		if l := r.c.Lease(ct); l != nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}

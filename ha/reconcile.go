@@ -84,20 +84,24 @@ func (c *Coordinator) plan(now time.Time) round {
 	r.desired = assignSince(eligible, held, since)
 	var inFlight *handOverRecord
 	inFlight, r.marker = c.view.handOver(now, c.ttl)
+	// The controller being handed over goes to the replica the record names while it is live,
+	// whatever our view says of who should have it: the mover's view and ours may differ (a
+	// replica it had not seen yet), and a third replica taking it leaves the receiver short.
+	if inFlight != nil && live[inFlight.To] != nil && r.desired[inFlight.Controller] != "" {
+		r.desired[inFlight.Controller] = inFlight.To
+	}
 	// For a renew period after it announced itself a replica does not take a lease that was
 	// free before it came: replicas started together (a Deployment's pods) have announced
 	// themselves by then, and each takes its share directly, rather than the first up taking
 	// every free lease alone and starting every controller at once (its first renewals then
 	// came too late) only to hand most of them over. A lease freed since (let go by a replica
-	// stopped in a rolling restart, run out) is taken at once, and so is the one being handed
-	// over, whoever the record names (the mover's view and ours may differ on who should have
-	// it): the other replicas leave it to its desired owner.
+	// stopped in a rolling restart, run out) is taken at once, and so is one handed to us.
 	warming := now.Sub(c.joined) < c.tick
 	mine := map[string]bool{}
 	anyFree := false
 	for _, ct := range c.controllers {
 		mine[ct] = true
-		handed := inFlight != nil && inFlight.Controller == ct
+		handed := inFlight != nil && inFlight.Controller == ct && inFlight.To == self
 		if c.held[ct] == nil && !c.releasing[ct] && c.planFree(&r, ct, now, warming && !handed) {
 			anyFree = true
 		}
@@ -211,13 +215,7 @@ func (c *Coordinator) claimHandOver(ctx context.Context, kv jetstream.KeyValue, 
 	b, _ := json.Marshal(handOverRecord{Controller: controller, From: c.opts.Instance, To: to, At: time.Now().UTC()})
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	var rev uint64
-	var err error
-	if marker == nil || marker.deleted {
-		rev, err = kv.Create(cctx, handOverKey, b)
-	} else {
-		rev, err = kv.Update(cctx, handOverKey, b, marker.rev)
-	}
+	rev, err := writeOver(cctx, kv, handOverKey, b, marker)
 	if isCASFailure(err) {
 		// Another replica is handing over, or the view was behind: read the key for the next look.
 		c.rereadHandOver(cctx, kv)
@@ -266,13 +264,35 @@ func (c *Coordinator) rereadHandOver(ctx context.Context, kv jetstream.KeyValue)
 	c.mu.Unlock()
 	g, err := kv.Get(ctx, handOverKey)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	learnt := false
 	switch {
 	case err == nil:
-		c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
+		learnt = c.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		c.view.forget(handOverKey, known) // deleted, or gone by the bucket's max age
+		learnt = c.view.forget(handOverKey, known) // deleted, or gone by the bucket's max age
 	}
+	c.mu.Unlock()
+	if learnt {
+		c.kick() // the next look may hand over or take what the refusal held back
+	}
+}
+
+// writeOver writes key over its state e as last seen: an update at e's revision, also when e
+// is a delete marker, and a create when the view has no revision of the key (or the marker
+// seen is gone by the bucket's max age). Create on a deleted key reads the key to learn the
+// marker's revision, and in a replicated bucket that read may be answered by a replica that
+// has not applied the delete yet: "key exists" for a key that is free, and nothing in the
+// bucket then changes to make anyone look again before the next renew period. An update at a
+// known revision reads nothing.
+func writeOver(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, e *entry) (uint64, error) {
+	if e == nil {
+		return kv.Create(ctx, key, value)
+	}
+	rev, err := kv.Update(ctx, key, value, e.rev)
+	if e.deleted && isCASFailure(err) {
+		return kv.Create(ctx, key, value)
+	}
+	return rev, err
 }
 
 // mover picks the one controller to hand over now: among those held by a live replica that is
@@ -315,27 +335,26 @@ func (c *Coordinator) acquire(ctx context.Context, kv jetstream.KeyValue, contro
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	sent := time.Now()
-	var rev uint64
-	var err error
-	if e == nil || e.deleted {
-		rev, err = kv.Create(cctx, key, b)
-	} else {
-		rev, err = kv.Update(cctx, key, b, e.rev)
-	}
+	rev, err := writeOver(cctx, kv, key, b, e)
 	if isCASFailure(err) {
-		// The view was behind: read the key so that the next look is right.
+		// The view was behind: read the key so that the next look is right, and look again
+		// at once when the read taught the view something.
 		c.mu.Lock()
 		known := c.view.rev(key)
 		c.mu.Unlock()
 		g, gerr := kv.Get(cctx, key)
 		c.mu.Lock()
+		learnt := false
 		switch {
 		case gerr == nil:
-			c.view.apply(key, g.Revision(), g.Operation(), g.Value(), time.Now())
-		case errors.Is(gerr, jetstream.ErrKeyNotFound) && e != nil && !e.deleted:
-			c.view.forget(key, known) // gone by the bucket's max age
+			learnt = c.view.apply(key, g.Revision(), g.Operation(), g.Value(), time.Now())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			learnt = c.view.forget(key, known) // deleted since, or gone by the bucket's max age
 		}
 		c.mu.Unlock()
+		if learnt {
+			c.kick()
+		}
 		return nil
 	}
 	if err != nil {

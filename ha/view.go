@@ -101,11 +101,15 @@ func (v *view) apply(key string, rev uint64, op jetstream.KeyValueOp, value []by
 // the watch does not report), unless the view has learnt a revision of it newer than known, the
 // one it held when the read was sent: the watch may deliver a write made after the read before
 // the read's answer comes, and that write stands.
-func (v *view) forget(key string, known uint64) {
-	if e, ok := v.entries[key]; ok && e.rev > known {
-		return
+// A delete marker stays: absent is what it says already, and its revision is what the next
+// write goes over. It reports whether the view changed.
+func (v *view) forget(key string, known uint64) bool {
+	e, ok := v.entries[key]
+	if !ok || e.deleted || e.rev > known {
+		return false
 	}
 	delete(v.entries, key)
+	return true
 }
 
 // rev is the revision of key the view holds (0: none).
