@@ -197,10 +197,10 @@ release:
 	$(MAKE) release-chart DIST=$(abspath $(DIST))
 	cd tools && $(GO) run ./cmd/release -sums-only -out $(abspath $(DIST)) $(if $(GPG_KEY),-gpg-key $(GPG_KEY))
 
-## release-chart: the Helm chart packaged into dist/ (veil-exporter-$(VERSION).tgz). Filled in by
-## the chart's tooling (tools/chart); until then it packages nothing.
+## release-chart: the Helm chart packaged into dist/ (veil-exporter-$(VERSION).tgz, make chart:
+## the chart directory as it is in the work tree, its times the last commit's).
 release-chart:
-	@echo "release-chart: no chart packaging yet (tools/chart)"
+	$(MAKE) chart DIST=$(DIST)
 
 ## release-test: proves dist/ by installing and running it, offline (tools/releasetest): two
 ## releases of one commit give the same sha256sums.txt; the tarball, the .deb in a Debian

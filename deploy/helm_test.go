@@ -157,3 +157,32 @@ func TestHelmSchemaFollowsTheConfigTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmChartCarriesTheRepositorysRulesAndDashboards: the chart holds copies of the alert
+// rules and of every dashboard (Helm packs only what is inside the chart's directory), byte for
+// byte the repository's, none missing and none extra (tools/chart's -update copies them again).
+func TestHelmChartCarriesTheRepositorysRulesAndDashboards(t *testing.T) {
+	same := func(src, cp string) {
+		a, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(cp)
+		if err != nil {
+			t.Errorf("%s: %v", cp, err)
+			return
+		}
+		if string(a) != string(b) {
+			t.Errorf("%s differs from %s: copy it again (cd tools/chart && go test ./... -update)", cp, src)
+		}
+	}
+	same("prometheus/veil-exporter.rules.yml", "helm/veil-exporter/files/veil-exporter.rules.yml")
+	srcs, _ := filepath.Glob("../dashboards/*.json")
+	cps, _ := filepath.Glob("helm/veil-exporter/files/dashboards/*.json")
+	if len(srcs) == 0 || len(srcs) != len(cps) {
+		t.Errorf("the repository has %d dashboards, the chart %d", len(srcs), len(cps))
+	}
+	for _, s := range srcs {
+		same(s, filepath.Join("helm/veil-exporter/files/dashboards", filepath.Base(s)))
+	}
+}
