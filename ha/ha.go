@@ -240,9 +240,12 @@ func (c *Coordinator) Run(ctx context.Context) {
 			return
 		}
 	}
-	// Announce before the first round, then renew and announce on a goroutine of its own.
-	c.heartbeat(ctx, kv)
+	// Announce before the first round, then renew and announce on a goroutine of its own. A
+	// replica came when it sent its announcement, not when the answer was read: another may
+	// see it, release a lease for it and have the delete reach our watch first, and that lease
+	// was freed after we came.
 	c.joined = time.Now()
+	c.heartbeat(ctx, kv)
 	stopKeep := make(chan struct{})
 	keeping := make(chan struct{})
 	go func() { defer close(keeping); c.keepAlive(ctx, kv, stopKeep) }()
