@@ -60,7 +60,7 @@ func assignSince(eligible map[string][]string, held map[string]string, since map
 	}
 	base, extra := n/m, n%m
 	count := map[string]int{}
-	extra = keepHeld(kept, since, base, extra, out, count)
+	extra = keepHeld(kept, since, shares{base, extra}, out, count)
 	for _, p := range pairs {
 		if _, done := out[p.c]; done {
 			continue
@@ -119,10 +119,14 @@ func scoredPairs(eligible map[string][]string, held map[string]string) (pairs []
 	return pairs, kept, len(ctrls)
 }
 
+// shares is how many controllers each instance runs: base, and base+1 for extra of them.
+type shares struct{ base, extra int }
+
 // keepHeld leaves each holder what it holds, up to its share (base, or base+1 while extra
 // places remain, given to those holding the most), what it has held longest first; it fills
 // out and count and returns the extra places left.
-func keepHeld(kept map[string][]pair, since map[string]int64, base, extra int, out map[string]string, count map[string]int) int {
+func keepHeld(kept map[string][]pair, since map[string]int64, sh shares, out map[string]string, count map[string]int) int {
+	base, extra := sh.base, sh.extra
 	holders := make([]string, 0, len(kept))
 	for inst, ps := range kept {
 		slices.SortFunc(ps, func(a, b pair) int {

@@ -47,10 +47,22 @@ type Lease struct {
 	lapses   atomic.Int64 // times it ran out, not yet counted by the coordinator
 }
 
-func newLease(controller, key, id string, since time.Time, rev uint64, deadline time.Time, grace time.Duration, kick func()) *Lease {
+// leaseGrant is what a lease is made of: the controller and its key, this replica's id, when it
+// was acquired, the revision of the write that holds it, and when it runs out unless renewed.
+type leaseGrant struct {
+	controller, key, id string
+	since               time.Time
+	rev                 uint64
+	deadline            time.Time
+}
+
+// newLease starts the lease g grants; grace is how long it is let run past its deadline with
+// no renewal answered, kick wakes the coordinator when it runs out.
+func newLease(g leaseGrant, grace time.Duration, kick func()) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Lease{controller: controller, key: key, id: id, since: since, token: rev, rev: rev,
-		kick: kick, grace: grace, ctx: ctx, cancel: cancel, deadline: deadline}
+	l := &Lease{controller: g.controller, key: g.key, id: g.id, since: g.since, token: g.rev, rev: g.rev,
+		kick: kick, grace: grace, ctx: ctx, cancel: cancel, deadline: g.deadline}
+	deadline := g.deadline
 	l.mu.Lock() // expire reads timer
 	l.timer = time.AfterFunc(time.Until(deadline), l.expire)
 	l.mu.Unlock()

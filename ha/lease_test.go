@@ -9,7 +9,7 @@ import (
 
 func TestLeaseHeldOutlivesReleaseButNotLossOrExpiry(t *testing.T) {
 	newL := func(d time.Duration) *Lease {
-		l := newLease("alpha", leaseKey("alpha"), "id", time.Now(), 1, time.Now().Add(d), time.Hour, func() {})
+		l := newLease(leaseGrant{"alpha", leaseKey("alpha"), "id", time.Now(), 1, time.Now().Add(d)}, time.Hour, func() {})
 		t.Cleanup(l.end)
 		return l
 	}
@@ -38,7 +38,7 @@ func TestLeaseHeldOutlivesReleaseButNotLossOrExpiry(t *testing.T) {
 func TestARanOutLeaseIsFencedUntilRenewedOrItsGraceEnds(t *testing.T) {
 	kicked := make(chan struct{}, 4)
 	kick := func() { kicked <- struct{}{} }
-	l := newLease("alpha", leaseKey("alpha"), "id", time.Now(), 1, time.Now().Add(time.Millisecond), time.Hour, kick)
+	l := newLease(leaseGrant{"alpha", leaseKey("alpha"), "id", time.Now(), 1, time.Now().Add(time.Millisecond)}, time.Hour, kick)
 	t.Cleanup(l.end)
 	<-kicked // ran out: the coordinator is told
 	if l.Valid() || l.Held() || l.Context().Err() != nil {
@@ -49,7 +49,7 @@ func TestARanOutLeaseIsFencedUntilRenewedOrItsGraceEnds(t *testing.T) {
 		t.Errorf("a lease renewed after it ran out: valid %v, held %v; want both", l.Valid(), l.Held())
 	}
 
-	short := newLease("beta", leaseKey("beta"), "id", time.Now(), 1, time.Now().Add(time.Millisecond), 20*time.Millisecond, kick)
+	short := newLease(leaseGrant{"beta", leaseKey("beta"), "id", time.Now(), 1, time.Now().Add(time.Millisecond)}, 20*time.Millisecond, kick)
 	t.Cleanup(short.end)
 	select {
 	case <-short.Context().Done():

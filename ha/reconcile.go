@@ -130,7 +130,7 @@ func (c *Coordinator) planFree(r *round, ct string, now time.Time, warming bool)
 	if a, ok := c.attempts[key]; ok {
 		// An acquisition whose reply was lost shows up in the bucket: it is ours since it was sent.
 		if !st.free && st.e.lease.ID == a.id && a.sent.Add(c.ttl-c.margin).After(now) {
-			l := newLease(ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl-c.margin), c.ttl, c.kick)
+			l := newLease(leaseGrant{ct, key, a.id, st.e.lease.Since, st.e.rev, a.sent.Add(c.ttl - c.margin)}, c.ttl, c.kick)
 			r.adopt = append(r.adopt, l)
 			delete(c.attempts, key)
 			return false
@@ -367,7 +367,7 @@ func (c *Coordinator) acquire(ctx context.Context, kv jetstream.KeyValue, contro
 	c.mu.Lock()
 	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
 	c.mu.Unlock()
-	return newLease(controller, key, id, since, rev, sent.Add(c.ttl-c.margin), c.ttl, c.kick)
+	return newLease(leaseGrant{controller, key, id, since, rev, sent.Add(c.ttl - c.margin)}, c.ttl, c.kick)
 }
 
 // took makes an acquired lease held and starts the controller.
