@@ -254,13 +254,14 @@ func (r *reading) overlap(chron []veil.Event, sp pageSpan, count int) (int, erro
 	m := -1
 	switch {
 	case r.first && r.anchored:
-		// Events with no created of their own (dated as a neighbour) neither begin the page nor
-		// anchor it, unless the page holds nothing else.
+		// The page begins among published events: its first event is, or its first with a
+		// created of its own (one with none before it may be one a restart forgot). An event
+		// with no created of its own anchors it only when no dated one on it is published.
 		first := slices.IndexFunc(chron, func(e veil.Event) bool { return !undated(&e) })
 		if first < 0 {
 			first = 0
 		}
-		if len(chron) == 0 || !r.pos.passed(&chron[first]) {
+		if len(chron) == 0 || !r.pos.passed(&chron[0]) && !r.pos.passed(&chron[first]) {
 			return m, r.resync()
 		}
 		for i := range chron {

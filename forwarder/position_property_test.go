@@ -344,6 +344,9 @@ func (c *propCase) run(steps int) {
 		}
 		before := len(c.s.msgs)
 		err := c.cycle()
+		if i >= 195 {
+			c.trace("settling", before, err)
+		}
 		if (i == 199 || quiet == 2) && os.Getenv("VEIL_PROPERTY_DEBUG") != "" {
 			c.dump(c.t)
 		}

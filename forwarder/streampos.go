@@ -318,10 +318,11 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 					out.republishUntil = cur.clone()
 				}
 			}
-			if c > 0 && cur.Known {
-				// The stream is past the stored position (a save the process did not live to
-				// make): the events that do not decode which the stored position knows were
-				// published too, and the stream's headers list only the last few.
+			if c >= 0 {
+				// The stream is not behind the stored position (a save the process did not live
+				// to make, or none yet past events dated ahead): the events that do not decode
+				// which the stored position knows were published too, and the stream's headers
+				// list only the last few.
 				sp.Odd = mergeOdd(cur.Odd, sp.Odd)
 			}
 			fw.pos, changed = sp, true
