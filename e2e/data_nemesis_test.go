@@ -16,7 +16,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -228,46 +227,14 @@ type dataMsg struct {
 func readDataStream(t *testing.T, js jetstream.JetStream) []dataMsg {
 	t.Helper()
 	var out []dataMsg
-	testutil.EventuallyNil(t, 60*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		s, err := js.Stream(ctx, faultStream)
-		if err != nil {
-			return err
+	for _, m := range readStreamMsgs(t, js, faultStream) {
+		id := strings.TrimPrefix(m.Headers().Get(nats.MsgIdHdr), faultController+".")
+		dm := dataMsg{id: id, hdr: m.Headers()}
+		if strings.HasPrefix(id, "invalid-") {
+			dm.data = m.Data()
 		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return err
-		}
-		n := int(info.State.Msgs)
-		cons, err := js.OrderedConsumer(ctx, faultStream, jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			return err
-		}
-		out = out[:0]
-		for len(out) < n {
-			batch, err := cons.Fetch(min(n-len(out), 500), jetstream.FetchMaxWait(3*time.Second))
-			if err != nil {
-				return err
-			}
-			before := len(out)
-			for m := range batch.Messages() {
-				id := strings.TrimPrefix(m.Headers().Get(nats.MsgIdHdr), faultController+".")
-				dm := dataMsg{id: id, hdr: m.Headers()}
-				if strings.HasPrefix(id, "invalid-") {
-					dm.data = m.Data()
-				}
-				out = append(out, dm)
-			}
-			if err := batch.Error(); err != nil {
-				return err
-			}
-			if len(out) == before {
-				return fmt.Errorf("read %d of %d messages, then nothing", len(out), n)
-			}
-		}
-		return nil
-	}, "the whole stream")
+		out = append(out, dm)
+	}
 	return out
 }
 

@@ -78,11 +78,26 @@ func classify(journal, stream []string) verdict {
 }
 
 // readWholeStream reads every message the stream holds, in stream order, and groups the event
-// ids (from Nats-Msg-Id, <controller>.<id>) by controller. Deleted sequences are skipped; a read
-// that fails (a cluster just restarted) is started over.
+// ids (from Nats-Msg-Id, <controller>.<id>) by controller.
 func readWholeStream(t testing.TB, js jetstream.JetStream, stream string) map[string][]string {
 	t.Helper()
-	var out map[string][]string
+	out := map[string][]string{}
+	for _, m := range readStreamMsgs(t, js, stream) {
+		ctrl, id, ok := strings.Cut(m.Headers().Get(nats.MsgIdHdr), ".")
+		if !ok {
+			t.Errorf("a message without a <controller>.<id> Nats-Msg-Id: %q", m.Headers().Get(nats.MsgIdHdr))
+			continue
+		}
+		out[ctrl] = append(out[ctrl], id)
+	}
+	return out
+}
+
+// readStreamMsgs reads every message the stream holds, in stream order. Deleted sequences are
+// skipped; a read that fails (a cluster just restarted) is started over.
+func readStreamMsgs(t testing.TB, js jetstream.JetStream, stream string) []jetstream.Msg {
+	t.Helper()
+	var out []jetstream.Msg
 	testutil.EventuallyNil(t, 60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -108,26 +123,21 @@ func readWholeStream(t testing.TB, js jetstream.JetStream, stream string) map[st
 		if err != nil {
 			return err
 		}
-		out = map[string][]string{}
-		for got := 0; got < n; {
-			batch, err := cons.Fetch(min(n-got, 500), jetstream.FetchMaxWait(3*time.Second))
+		out = out[:0]
+		for len(out) < n {
+			batch, err := cons.Fetch(min(n-len(out), 500), jetstream.FetchMaxWait(3*time.Second))
 			if err != nil {
 				return err
 			}
-			before := got
+			before := len(out)
 			for m := range batch.Messages() {
-				ctrl, id, ok := strings.Cut(m.Headers().Get(nats.MsgIdHdr), ".")
-				if !ok {
-					return fmt.Errorf("a message without a <controller>.<id> Nats-Msg-Id: %q", m.Headers().Get(nats.MsgIdHdr))
-				}
-				out[ctrl] = append(out[ctrl], id)
-				got++
+				out = append(out, m)
 			}
 			if err := batch.Error(); err != nil {
 				return err
 			}
-			if got == before {
-				return fmt.Errorf("read %d of %d messages, then nothing", got, n)
+			if len(out) == before {
+				return fmt.Errorf("read %d of %d messages, then nothing", len(out), n)
 			}
 		}
 		return nil
