@@ -33,7 +33,7 @@ func TestGuestCommandAllowlistOnlyReadOnly(t *testing.T) {
 			_, err := e.client.GuestCommand(context.Background(), id, cmd, nil, time.Second)
 			return err
 		}
-		if err := e.gc.call(context.Background(), id, cmd, send); !errors.Is(err, errGuestCommandRefused) {
+		if err := e.gc.cmds.call(context.Background(), id, cmd, send); !errors.Is(err, errGuestCommandRefused) {
 			t.Errorf("call(%s) = %v, want errGuestCommandRefused", cmd, err)
 		}
 	}

@@ -101,7 +101,7 @@ func TestGuestCheckerStaysWithinBudget(t *testing.T) {
 		t.Errorf("sweep_duration_seconds = %v, Status says %s", v, st.SweepDuration)
 	}
 	e.gc.mu.Lock()
-	queued := len(e.gc.queue)
+	queued := len(e.gc.sched.queue)
 	e.gc.mu.Unlock()
 	if queued > n {
 		t.Errorf("%d entries queued for %d VMs: work piles up", queued, n)
@@ -166,13 +166,13 @@ func TestGuestCheckerSpreadsPingsOverTheInterval(t *testing.T) {
 		g := NewChecker("x", nil, vcfg, noDomains{}, Outputs{})
 		start := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 		for i := range n {
-			v := g.newVM(fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), start)
+			v := g.sched.newVM(fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i*7919, i), start)
 			v.os, v.nextOS = &veil.GuestOSInfo{}, time.Time{} // osinfo is not this test's subject
-			heap.Push(&g.queue, v)
+			heap.Push(&g.sched.queue, v)
 		}
 		counts := make([]int, buckets)
 		for {
-			v := heap.Pop(&g.queue).(*guestVM)
+			v := heap.Pop(&g.sched.queue).(*guestVM)
 			clock := v.due()
 			k := int(clock.Sub(start) / (200 * time.Millisecond))
 			if k >= buckets {
@@ -183,7 +183,7 @@ func TestGuestCheckerSpreadsPingsOverTheInterval(t *testing.T) {
 			if p.ping {
 				counts[k]++
 			}
-			g.reschedule(v, clock, p)
+			g.sched.reschedule(v, clock, p)
 		}
 		total := 0
 		for _, c := range counts {
@@ -276,7 +276,7 @@ func TestGuestRescheduleOfADownAgentWaitsForItsPing(t *testing.T) {
 		v := &guestVM{id: c.name, agentDown: c.down, nextPing: now.Add(time.Second),
 			nextFS: now.Add(-time.Second), nextTime: now.Add(-time.Second), guestMeasures: guestMeasures{os: &veil.GuestOSInfo{}}}
 		g.mu.Lock()
-		g.reschedule(v, now, checkPlan{})
+		g.sched.reschedule(v, now, checkPlan{})
 		g.mu.Unlock()
 		if got := v.due(); !got.Equal(c.want) {
 			t.Errorf("%s: next visit in %s, want %s", c.name, got.Sub(now), c.want.Sub(now))
@@ -343,15 +343,15 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 	g := NewChecker("x", nil, cfg, noDomains{}, Outputs{})
 	clock := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for i := range n {
-		v := g.newVM(fmt.Sprintf("vm-%05d", i), clock)
+		v := g.sched.newVM(fmt.Sprintf("vm-%05d", i), clock)
 		v.os, v.nextOS = &veil.GuestOSInfo{}, time.Time{} // osinfo is not this test's subject
-		heap.Push(&g.queue, v)
+		heap.Push(&g.sched.queue, v)
 	}
 	perRequest := time.Duration(float64(time.Second) / budget)
 	floor := time.Duration(float64(n) / (budget - n/cfg.NetworkInterval.Seconds()) * float64(time.Second))
 	pings, reads, sweepStart := 0, 0, clock
 	for sweep := 1; sweep <= 12; {
-		v := heap.Pop(&g.queue).(*guestVM)
+		v := heap.Pop(&g.sched.queue).(*guestVM)
 		if d := v.due(); d.After(clock) {
 			clock = d
 		}
@@ -364,7 +364,7 @@ func TestGuestReadsSpreadOverSweepsWhenBehind(t *testing.T) {
 			reads++
 			clock = clock.Add(perRequest)
 		}
-		g.reschedule(v, clock, p)
+		g.sched.reschedule(v, clock, p)
 		if pings < n {
 			continue
 		}
@@ -394,9 +394,9 @@ func TestGuestSweepFailsWithTheControllerError(t *testing.T) {
 	g := NewChecker("x", nil, guestTestConfig(), noDomains{}, Outputs{Logger: log.NewLogfmtLogger(log.NewSyncWriter(&logs))})
 	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{"vm-a", "vm-b"} {
-		g.vms[id] = g.newVM(id, now)
+		g.vms[id] = g.sched.newVM(id, now)
 	}
-	g.startSweep(now)
+	g.sweep.begin(now, g.vms)
 	g.countError("vm-a", "guest-ping", "api_error", &veil.APIError{StatusCode: 500})
 	g.countError("vm-b", "guest-ping", "agent_not_running", veil.ErrAgentNotRunning)
 	check := func(when string) {

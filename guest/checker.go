@@ -1,13 +1,16 @@
 package guest
 
-// The guest checker: its state, the read-only command allowlist, the constructor and Run. The
-// schedule is in schedule.go, one visit of a VM in check.go, full ping sweeps and the run
-// report in sweep.go, the series in metrics.go and render.go, what is kept of filesystems and
-// interfaces in data.go, the problems and what service discovery reads in problems.go.
+// The guest checker: the read-only command allowlist, the Checker (its core state: the VMs under
+// one lock, and its parts), the constructor, Run with its workers and the dispatcher that hands
+// them due VMs. The parts, each in its own file: the inventory as followed (snapshots,
+// inventory.go, with the sync loop), when each VM is visited (schedule, schedule.go), the calls
+// to the guests (guestCommands, commands.go), full ping sweeps and the run status (guestSweep,
+// sweep.go), the failed commands (commandErrors, commanderrors.go). One visit of a VM is in
+// check.go, the series in metrics.go and render.go, what is kept of filesystems and interfaces
+// in data.go, the status page's and service discovery's views in problems.go.
 
 import (
 	"context"
-	"regexp"
 	"sync"
 	"time"
 
@@ -15,7 +18,6 @@ import (
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
-	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -73,26 +75,13 @@ type Status struct {
 // the inventory is too large for the request budget, checks stretch instead of piling up. It
 // is a prometheus.Collector and a runstatus.Reporter.
 type Checker struct {
-	controller string
-	client     *veil.Client
-	cfg        config.Guest
-	domains    DomainSource
-	logger     log.Logger
-	outage     runstatus.Outage // of the sweeps: the controller failing guest commands
-	mountsOut  *regexp.Regexp   // fs_mountpoints_exclude; nil: none
-	nicsOut    *regexp.Regexp   // network_interfaces_exclude; nil: none
-	disksOut   *regexp.Regexp   // disk_devices_exclude; nil: none
+	cfg    config.Guest
+	logger log.Logger
 
-	pingInterval time.Duration
-	syncEvery    time.Duration
-	wake         chan struct{} // the queue changed; the dispatcher re-reads its head
+	domains snapshots      // the inventory as last read
+	cmds    *guestCommands // the calls to the guests; no VM state
 
-	descs guestDescs
-
-	// inv is the inventory as the checker last read it; only sync replaces it.
-	invMu sync.Mutex
-	inv   guestInventory
-
+	// Guarded by mu: the VMs, when each is visited, the sweeps and the failed commands.
 	mu        sync.Mutex
 	syncedGen uint64 // the inventory generation g.vms follows
 	vms       map[string]*guestVM
@@ -100,22 +89,15 @@ type Checker struct {
 	// inventory snapshot of the generation stored said they were; they stay out until a newer
 	// snapshot says they run.
 	stopped map[string]uint64
-	queue   guestQueue
-	errs    map[guestErrKey]float64
+	sched   schedule
 	sweep   guestSweep
-	lastEr  string
-	// the last failure apart: VM id, command, reason
-	lastErID, lastErCmd, lastErReason string
+	errs    commandErrors
 
-	// offered are the distinct sets of commands guests offer (offeredSet).
-	offeredMu sync.Mutex
-	offered   map[string]map[string]bool
-
-	// The rendered series (render.go), rendered again after every change.
+	// The series (metrics.go) and their rendered text (render.go), rendered again after every
+	// change.
+	descs guestDescs
 	cache *exposition.Cache
 }
-
-type guestErrKey struct{ command, reason string }
 
 // guestVM is the checker's state of one eligible VM. Fields are guarded by Checker.mu;
 // while a worker checks the VM it is out of the queue (index -1), so nobody else schedules it.
@@ -179,22 +161,17 @@ func NewChecker(controller string, client *veil.Client, cfg config.Guest, domain
 		logger = log.NewNopLogger()
 	}
 	g := &Checker{
-		controller:   controller,
-		client:       client,
-		cfg:          cfg,
-		domains:      domains,
-		logger:       log.With(logger, "collector", "guest", "controller", controller),
-		pingInterval: cfg.PingInterval,
-		syncEvery:    min(max(cfg.PingInterval/4, 20*time.Millisecond), time.Second),
-		wake:         make(chan struct{}, 1),
-		vms:          map[string]*guestVM{},
-		stopped:      map[string]uint64{},
-		errs:         map[guestErrKey]float64{},
+		cfg:     cfg,
+		logger:  log.With(logger, "collector", "guest", "controller", controller),
+		domains: snapshots{src: domains},
+		vms:     map[string]*guestVM{},
+		stopped: map[string]uint64{},
+		sched:   newSchedule(cfg),
+		descs:   newGuestDescs(controller),
 	}
-	g.outage.Logger = g.logger
-	g.mountsOut, g.nicsOut = cfg.FSMountpointsExclude.Regexp(), cfg.NetworkInterfacesExclude.Regexp()
-	g.disksOut = cfg.DiskDevicesExclude.Regexp()
-	g.descs = newGuestDescs(controller)
+	g.cmds = newGuestCommands(client, cfg, g.countError)
+	g.sweep.logger = g.logger
+	g.sweep.outage.Logger = g.logger
 	g.cache = exposition.NewCache(r, exposition.Pace{Every: guestRenderEvery(cfg.PingInterval), Share: renderShare}, g.render, nil)
 	return g
 }
@@ -225,4 +202,43 @@ func (g *Checker) Run(ctx context.Context) {
 	g.dispatch(ctx, work)
 	close(work)
 	wg.Wait()
+}
+
+// dispatch hands each VM to a worker when its earliest check is due. Sending blocks while all
+// workers are busy: then checks run late, in order of due time, and the sweep stretches.
+func (g *Checker) dispatch(ctx context.Context, work chan<- *guestVM) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		g.mu.Lock()
+		next, wait := g.sched.popDue()
+		g.mu.Unlock()
+		if next != nil {
+			select {
+			case work <- next:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.sched.wake:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// requeue puts a VM back without results (the checker is stopping), so a later Run goes on.
+func (g *Checker) requeue(v *guestVM) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !v.gone {
+		g.sched.add(v)
+	}
 }

@@ -217,12 +217,17 @@ func (e *guestEnv) runStatus() runstatus.Status {
 // waitSweeps waits until n more full ping sweeps have ended.
 func (e *guestEnv) waitSweeps(n int, timeout time.Duration) {
 	e.t.Helper()
-	// lastSweepEnd, not Status: at 10,000 VMs Status walks every VM under the checker's lock,
-	// and polling it would slow the sweep being waited for.
-	last := e.gc.lastSweepEnd()
+	// The sweep's lastEnd, not Status: at 10,000 VMs Status walks every VM under the checker's
+	// lock, and polling it would slow the sweep being waited for.
+	lastEnd := func() time.Time {
+		e.gc.mu.Lock()
+		defer e.gc.mu.Unlock()
+		return e.gc.sweep.lastEnd()
+	}
+	last := lastEnd()
 	for i := 0; i < n; i++ {
 		e.eventually("a full ping sweep", timeout, func() bool {
-			s := e.gc.lastSweepEnd()
+			s := lastEnd()
 			if s.After(last) {
 				last = s
 				return true

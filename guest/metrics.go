@@ -100,16 +100,14 @@ func newGuestDescs(controller string) guestDescs {
 
 // CollectRendered sends what Rendered holds, encoded live from the checker's state now.
 func (g *Checker) CollectRendered(ch chan<- prometheus.Metric) {
-	g.descs.emit(exposition.Live(ch), g.view(g.snapshot()))
+	g.descs.emit(exposition.Live(ch), g.view(g.domains.latest()))
 }
 
 // CollectLive sends the families that Rendered leaves out: the command error counters.
 func (g *Checker) CollectLive(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for k, n := range g.errs {
-		ch <- prometheus.MustNewConstMetric(g.descs.cmdErrors, prometheus.CounterValue, n, k.command, k.reason)
-	}
+	g.errs.collect(ch, g.descs.cmdErrors)
 }
 
 // guestView is what the series show of the checker's state at one instant: copied under g.mu

@@ -1,7 +1,8 @@
 package guest
 
-// What the guest checks tell the status page and service discovery: the guests that are not as
-// they should be, and what the guests reported of themselves (operating system, IPv6 address).
+// What the guest checks tell the status page and service discovery: the coverage and the last
+// sweep, the guests that are not as they should be, and what the guests reported of themselves
+// (operating system, IPv6 address).
 
 import (
 	"fmt"
@@ -14,13 +15,51 @@ import (
 // alert VeilGuestClockOffset's threshold.
 const ClockOffsetThreshold = 1.0 // seconds
 
+// Status reports guest-check coverage and the last sweep.
+func (g *Checker) Status() Status {
+	inv := g.domains.latest()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	eligible, unsupported := g.coverage(inv)
+	st := Status{Eligible: len(eligible), Unsupported: unsupported}
+	g.errs.status(&st, inv)
+	for _, id := range eligible {
+		if v, ok := g.vms[id]; ok && v.pinged {
+			st.Checked++
+		}
+	}
+	if g.sweep.done {
+		st.SweepDuration, st.LastSweep = g.sweep.dur, g.sweep.end
+	}
+	return st
+}
+
+// coverage returns the VMs of the snapshot that guest checks apply to, without those the
+// platform refused as not running on this snapshot, and the number it refuses commands for,
+// which it leaves out too. g.mu must be held.
+func (g *Checker) coverage(inv guestInventory) ([]string, int) {
+	eligible := make([]string, 0, len(inv.eligible))
+	unsupported := 0
+	for id := range inv.eligible {
+		if gen, ok := g.stopped[id]; ok && gen == inv.gen {
+			continue
+		}
+		if v := g.vms[id]; v != nil && v.unsupported {
+			unsupported++
+			continue
+		}
+		eligible = append(eligible, id)
+	}
+	return eligible, unsupported
+}
+
 // Problems lists the checked guests that do not answer guest-ping and those whose clock is off
 // by more than ClockOffsetThreshold, by name. While the controller fails guest commands (the
 // collector "guest" failing) every ping fails at once and says nothing of the guests: they are
 // not listed then, as the alert VeilGuestAgentNotAnswering holds back; the status page shows the
 // controller's error instead.
 func (g *Checker) Problems() []inventory.Problem {
-	inv := g.snapshot()
+	inv := g.domains.latest()
 	names := make(map[string]string, len(inv.doms))
 	for i := range inv.doms {
 		names[inv.doms[i].ID] = inv.doms[i].VerboseName
@@ -28,7 +67,7 @@ func (g *Checker) Problems() []inventory.Problem {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	eligible, _ := g.coverage(inv)
-	controllerOK := g.sweepOK()
+	controllerOK := g.sweep.succeeds()
 	var out []inventory.Problem
 	for _, id := range eligible {
 		v, ok := g.vms[id]

@@ -13,12 +13,9 @@ import (
 // Rendered is the text of the guest series as of the last render.
 func (g *Checker) Rendered() *exposition.Set { return g.cache.Set() }
 
-// changed marks the rendered series stale (it is called under g.mu, which a render takes).
-func (g *Checker) changed() { g.cache.Invalidate() }
-
 // render adds the series of the checker's state now to b (the Cache's emit).
 func (g *Checker) render(s exposition.Sink) {
-	g.descs.emit(s, g.view(g.snapshot()))
+	g.descs.emit(s, g.view(g.domains.latest()))
 }
 
 // renderShare bounds rendering to about a twentieth of a core: the pause after a render is at

@@ -20,7 +20,7 @@ func TestGuestRenderedIsCollected(t *testing.T) {
 	e.waitSweeps(3, 10*time.Second)
 	g := e.gc
 	var b exposition.Builder
-	w := g.view(g.snapshot())
+	w := g.view(g.domains.latest())
 	g.descs.emit(b.Sink(), w)
 	set := b.Finish()
 	live := expotest.LiveText(t, func(ch chan<- prometheus.Metric) { g.descs.emit(exposition.Live(ch), w) })

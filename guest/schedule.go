@@ -1,193 +1,84 @@
 package guest
 
-// When the guest checker visits each VM: following the inventory (which VMs are eligible, by
-// snapshot generation), each VM's phase inside every interval, the time-ordered queue and the
-// dispatcher that hands due VMs to the workers.
+// When the guest checker visits each VM (schedule): each VM's phase inside every interval, its
+// next slot for every check, and the time-ordered queue that the checker's dispatcher takes due
+// VMs from. Guarded by Checker.mu, like the VMs it orders; wake is a channel.
 
 import (
 	"container/heap"
-	"context"
 	"hash/fnv"
 	"time"
 
-	"github.com/veil-exporter/veil-exporter/veil"
+	"github.com/veil-exporter/veil-exporter/config"
 )
 
-// guestInventory is one inventory snapshot as the checker uses it: the inventory's generation
-// of its domains, and the VMs guest checks apply to, computed once per generation so that
-// neither the sync loop nor a scrape walks 10,000 VMs for nothing.
-type guestInventory struct {
-	doms     []*veil.Domain      // the snapshot itself, never modified
-	gen      uint64              // 0 before the first read
-	eligible map[string]struct{} // never modified once built
+// schedule orders the checker's VMs by their next check.
+type schedule struct {
+	cfg   config.Guest // the intervals
+	queue guestQueue
+	wake  chan struct{} // the queue changed; the dispatcher re-reads its head
 }
 
-// DomainSource is what the checker follows: the inventory's latest domains and their
-// generation, which grows whenever the domains are read again (*Inventory implements it).
-type DomainSource interface {
-	DomainsGen() ([]*veil.Domain, uint64)
+func newSchedule(cfg config.Guest) schedule {
+	return schedule{cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
-// snapshot returns the source's latest snapshot, recomputing eligibility only when its
-// generation changed.
-func (g *Checker) snapshot() guestInventory {
-	doms, gen := g.domains.DomainsGen()
-	g.invMu.Lock()
-	defer g.invMu.Unlock()
-	if gen != g.inv.gen {
-		g.inv = guestInventory{doms: doms, gen: gen, eligible: guestEligible(doms)}
-	}
-	return g.inv
-}
+// add queues v (sync adds many, then signals once).
+func (s *schedule) add(v *guestVM) { heap.Push(&s.queue, v) }
 
-// guestEligible returns the ids of the VMs guest checks apply to: running, not templates, with
-// a connected agent.
-func guestEligible(domains []*veil.Domain) map[string]struct{} {
-	out := make(map[string]struct{}, len(domains))
-	for i := range domains {
-		d := domains[i]
-		if int(d.UserPowerState) == veil.PowerOn && !d.Template && d.GuestUtils.QemuState && d.ID != "" {
-			out[d.ID] = struct{}{}
-		}
-	}
-	return out
-}
-
-// syncLoop follows the inventory: VMs that become eligible are queued at their phase, VMs that
-// stop being eligible are dropped. It reads the snapshot's generation every syncEvery (a few
-// field reads) and does the work only when it changed.
-func (g *Checker) syncLoop(ctx context.Context) {
-	t := time.NewTicker(g.syncEvery)
-	defer t.Stop()
-	for {
-		g.sync(time.Now())
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// remove takes v out of the queue, if it is there (not with a worker).
+func (s *schedule) remove(v *guestVM) {
+	if v.index >= 0 {
+		heap.Remove(&s.queue, v.index)
 	}
 }
 
-func (g *Checker) sync(now time.Time) {
-	inv := g.snapshot()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if inv.gen == g.syncedGen {
-		if !g.sweep.running {
-			g.startSweep(now) // a VM accepted again after all were refused
-		}
-		return
+// popDue takes the head of the queue when its earliest check is due; otherwise next is nil and
+// wait is how long until it is (an hour on an empty queue).
+func (s *schedule) popDue() (next *guestVM, wait time.Duration) {
+	if len(s.queue) == 0 {
+		return nil, time.Hour
 	}
-	g.syncedGen = inv.gen
-	g.changed() // eligibility follows the snapshot
-	for id, gen := range g.stopped {
-		if gen != inv.gen {
-			delete(g.stopped, id) // a newer snapshot decides
-		}
+	if w := time.Until(s.queue[0].due()); w > 0 {
+		return nil, w
 	}
-	changed := false
-	for id, v := range g.vms {
-		if _, ok := inv.eligible[id]; ok {
-			continue
-		}
-		delete(g.vms, id)
-		v.gone = true
-		if v.index >= 0 {
-			heap.Remove(&g.queue, v.index)
-		}
-		g.leaveSweep(id, now)
-	}
-	for id := range inv.eligible {
-		if _, ok := g.vms[id]; ok {
-			continue
-		}
-		if _, ok := g.stopped[id]; ok {
-			continue
-		}
-		v := g.newVM(id, now)
-		g.vms[id] = v
-		heap.Push(&g.queue, v)
-		changed = true
-	}
-	if !g.sweep.running {
-		g.startSweep(now)
-	}
-	if changed {
-		g.signal()
-	}
+	return heap.Pop(&s.queue).(*guestVM), 0
+}
+
+// probeLater queues a VM the platform refuses guest commands for: nothing is due until
+// osinfo_interval has passed, then its probe, the command list and the ping, at the ping's
+// phase.
+func (s *schedule) probeLater(v *guestVM, now time.Time) {
+	v.nextFS, v.nextTime, v.nextNet, v.nextStats = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	v.nextPing = guestNextSlot(now.Add(s.cfg.OSInfoInterval), s.cfg.PingInterval, v.phase)
+	v.nextOS = v.nextPing
+	heap.Push(&s.queue, v)
+	s.signal()
 }
 
 // newVM is a VM that became eligible at now, each check at its next slot.
-func (g *Checker) newVM(id string, now time.Time) *guestVM {
+func (s *schedule) newVM(id string, now time.Time) *guestVM {
 	v := &guestVM{id: id, phase: guestPhase(id), slow: guestPhase(id + "\x00slow"), index: -1}
-	v.nextPing = guestNextSlot(now, g.pingInterval, v.phase)
+	v.nextPing = guestNextSlot(now, s.cfg.PingInterval, v.phase)
 	v.nextOS = v.nextPing // on connect
-	if g.cfg.FSInfoInterval > 0 {
-		v.nextFS = guestNextSlot(now, g.cfg.FSInfoInterval, v.slow)
+	if s.cfg.FSInfoInterval > 0 {
+		v.nextFS = guestNextSlot(now, s.cfg.FSInfoInterval, v.slow)
 	}
-	if g.cfg.TimeInterval > 0 {
-		v.nextTime = guestNextSlot(now, g.cfg.TimeInterval, v.slow)
+	if s.cfg.TimeInterval > 0 {
+		v.nextTime = guestNextSlot(now, s.cfg.TimeInterval, v.slow)
 	}
-	v.nextNet = guestNextSlot(now, g.cfg.NetworkInterval, v.slow)
-	if g.cfg.StatsInterval > 0 {
-		v.nextStats = guestNextSlot(now, g.cfg.StatsInterval, v.slow)
+	v.nextNet = guestNextSlot(now, s.cfg.NetworkInterval, v.slow)
+	if s.cfg.StatsInterval > 0 {
+		v.nextStats = guestNextSlot(now, s.cfg.StatsInterval, v.slow)
 	}
 	return v
 }
 
-func (g *Checker) signal() {
+// signal wakes the dispatcher: the queue changed.
+func (s *schedule) signal() {
 	select {
-	case g.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
-	}
-}
-
-// dispatch hands each VM to a worker when its earliest check is due. Sending blocks while all
-// workers are busy: then checks run late, in order of due time, and the sweep stretches.
-func (g *Checker) dispatch(ctx context.Context, work chan<- *guestVM) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		g.mu.Lock()
-		var next *guestVM
-		wait := time.Hour
-		if len(g.queue) > 0 {
-			head := g.queue[0]
-			if w := time.Until(head.due()); w > 0 {
-				wait = w
-			} else {
-				next = heap.Pop(&g.queue).(*guestVM)
-			}
-		}
-		g.mu.Unlock()
-		if next != nil {
-			select {
-			case work <- next:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-g.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		}
-	}
-}
-
-// requeue puts a VM back without results (the checker is stopping), so a later Run goes on.
-func (g *Checker) requeue(v *guestVM) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !v.gone {
-		heap.Push(&g.queue, v)
 	}
 }
 
@@ -197,9 +88,9 @@ func (g *Checker) requeue(v *guestVM) {
 // a sweep, and counting the interval from the visit pushed each VM's next read a little further
 // back until most VMs' reads fell into every other sweep (sweeps alternating short and long
 // instead of even).
-func (g *Checker) reschedule(v *guestVM, now time.Time, p checkPlan) {
+func (s *schedule) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	if p.ping {
-		v.nextPing = guestAdvance(v.nextPing, g.pingInterval, v.phase, now)
+		v.nextPing = guestAdvance(v.nextPing, s.cfg.PingInterval, v.phase, now)
 	}
 	next := func(slot time.Time, interval time.Duration) time.Time {
 		if slot.After(now) {
@@ -215,19 +106,19 @@ func (g *Checker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	case v.agentDown || v.os == nil:
 		v.nextOS = v.nextPing // with the next ping, until answered once per connection
 	case p.os:
-		v.nextOS = next(v.nextOS, g.cfg.OSInfoInterval)
+		v.nextOS = next(v.nextOS, s.cfg.OSInfoInterval)
 	}
-	if p.fs && g.cfg.FSInfoInterval > 0 {
-		v.nextFS = next(v.nextFS, g.cfg.FSInfoInterval)
+	if p.fs && s.cfg.FSInfoInterval > 0 {
+		v.nextFS = next(v.nextFS, s.cfg.FSInfoInterval)
 	}
-	if p.time && g.cfg.TimeInterval > 0 {
-		v.nextTime = next(v.nextTime, g.cfg.TimeInterval)
+	if p.time && s.cfg.TimeInterval > 0 {
+		v.nextTime = next(v.nextTime, s.cfg.TimeInterval)
 	}
 	if p.net {
-		v.nextNet = next(v.nextNet, g.cfg.NetworkInterval)
+		v.nextNet = next(v.nextNet, s.cfg.NetworkInterval)
 	}
-	if p.stats && g.cfg.StatsInterval > 0 {
-		v.nextStats = next(v.nextStats, g.cfg.StatsInterval)
+	if p.stats && s.cfg.StatsInterval > 0 {
+		v.nextStats = next(v.nextStats, s.cfg.StatsInterval)
 	}
 	if v.agentDown {
 		// Nothing but the ping is sent to an agent that missed it; a check due before the ping
@@ -241,8 +132,8 @@ func (g *Checker) reschedule(v *guestVM, now time.Time, p checkPlan) {
 	if v.gone {
 		return
 	}
-	heap.Push(&g.queue, v)
-	g.signal()
+	heap.Push(&s.queue, v)
+	s.signal()
 }
 
 func (v *guestVM) due() time.Time {

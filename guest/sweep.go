@@ -1,13 +1,14 @@
 package guest
 
-// Full ping sweeps of the guest checker (a sweep starts with the VMs eligible at that moment and
-// ends when each has had its ping or has left), and what the checker reports of them: the run
-// status the daemon turns into veil_collector_*{collector="guest"}, and the status page's view.
+// Full ping sweeps of the guest checker (guestSweep: a sweep starts with the VMs eligible at that
+// moment and ends when each has had its ping or has left), and what the checker reports of them:
+// the run status the daemon turns into veil_collector_*{collector="guest"}, the log lines said
+// once per outage, and the status page's view. Guarded by Checker.mu, like the VMs it follows.
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
@@ -15,6 +16,8 @@ import (
 
 // guestSweep follows full ping sweeps.
 type guestSweep struct {
+	logger   log.Logger
+	outage   runstatus.Outage // of the sweeps: the controller failing guest commands
 	start    time.Time
 	pending  map[string]struct{}
 	apiErrs  int    // controller-side failures during this sweep
@@ -29,37 +32,34 @@ type guestSweep struct {
 	errCount int // command errors during this sweep, for the log line
 }
 
-func (g *Checker) startSweep(now time.Time) {
-	g.sweep.start = now
-	g.sweep.apiErrs, g.sweep.errCount, g.sweep.apiErr = 0, 0, ""
-	g.sweep.pending = make(map[string]struct{}, len(g.vms))
-	for id, v := range g.vms {
+// begin starts a sweep at now over the VMs of vms the platform accepts guest commands for.
+func (s *guestSweep) begin(now time.Time, vms map[string]*guestVM) {
+	s.start = now
+	s.apiErrs, s.errCount, s.apiErr = 0, 0, ""
+	s.pending = make(map[string]struct{}, len(vms))
+	for id, v := range vms {
 		if !v.unsupported {
-			g.sweep.pending[id] = struct{}{}
+			s.pending[id] = struct{}{}
 		}
 	}
 	// Without a VM to ping there is no sweep; sync starts one when a VM comes.
-	g.sweep.running = len(g.sweep.pending) > 0
+	s.running = len(s.pending) > 0
 }
 
-// leaveSweep marks a VM as done for the current sweep and ends the sweep when it was the last.
-func (g *Checker) leaveSweep(id string, now time.Time) {
-	if !g.sweep.running {
-		return
+// leave marks a VM as done for the current sweep and ends the sweep when it was the last, then
+// begins the next over vms; first says the sweep that ended was the first.
+func (s *guestSweep) leave(id string, now time.Time, vms map[string]*guestVM) (first bool) {
+	if !s.running {
+		return false
 	}
-	if _, ok := g.sweep.pending[id]; !ok {
-		return
+	if _, ok := s.pending[id]; !ok {
+		return false
 	}
-	delete(g.sweep.pending, id)
-	if len(g.sweep.pending) > 0 {
-		return
+	delete(s.pending, id)
+	if len(s.pending) > 0 {
+		return false
 	}
-	s := &g.sweep
-	if !s.done {
-		// The first full sweep: every guest has its series now, shown without the pause
-		// after the last render (a minute at 50,000 VMs).
-		g.cache.Now()
-	}
+	first = !s.done
 	s.running, s.done = false, true
 	s.dur, s.end = now.Sub(s.start), now
 	s.ok, s.failErr = s.apiErrs == 0, s.apiErr
@@ -69,96 +69,68 @@ func (g *Checker) leaveSweep(id string, now time.Time) {
 	// Sweeps failing is logged once when it starts and once when a sweep succeeds again.
 	switch {
 	case s.apiErrs > 0:
-		if !g.outage.Fail(now, level.Warn, "guest sweep failed: the controller failed guest commands (said again when a sweep succeeds)", nil,
+		if !s.outage.Fail(now, level.Warn, "guest sweep failed: the controller failed guest commands (said again when a sweep succeeds)", nil,
 			"errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr) {
-			level.Debug(g.logger).Log("msg", "guest sweep failed again", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr)
+			level.Debug(s.logger).Log("msg", "guest sweep failed again", "errors", s.errCount, "api_errors", s.apiErrs, "duration", s.dur, "last_error", s.apiErr)
 		}
-	case g.outage.Recover(now, "guest sweep succeeded again", "errors", s.errCount, "duration", s.dur):
+	case s.outage.Recover(now, "guest sweep succeeded again", "errors", s.errCount, "duration", s.dur):
 	case s.errCount > 0:
-		level.Debug(g.logger).Log("msg", "guest sweep finished with failed guest commands", "errors", s.errCount, "duration", s.dur)
+		level.Debug(s.logger).Log("msg", "guest sweep finished with failed guest commands", "errors", s.errCount, "duration", s.dur)
 	}
-	g.startSweep(now)
+	s.begin(now, vms)
+	return first
 }
 
-// RunStatus reports the guest checker as the collector "guest": a run is a full ping sweep.
-// Until the first sweep ends, the sweep under way says whether the controller answers; a sweep
-// fails when the controller (not a guest) failed during it.
-func (g *Checker) RunStatus() []runstatus.Status {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s := g.sweep
-	st := runstatus.Status{Collector: "guest", Success: g.sweepOK(), LastSuccess: s.okEnd, Error: s.apiErr}
+// failedCall counts a failed command (text says which) in the sweep under way; controller says
+// the controller, not a guest, failed, which makes the sweep unsuccessful.
+func (s *guestSweep) failedCall(text string, controller bool) {
+	s.errCount++
+	if controller {
+		s.apiErrs++
+		s.apiErr = text
+	}
+}
+
+// succeeds is veil_collector_success{collector="guest"}: the last full sweep met no failure of
+// the controller, or, until the first ends, the sweep under way.
+func (s *guestSweep) succeeds() bool {
+	if s.done {
+		return s.ok
+	}
+	return s.apiErrs == 0
+}
+
+// runStatus is the checker's run status: a run is a full ping sweep. Until the first sweep
+// ends, the sweep under way says whether the controller answers; a sweep fails when the
+// controller (not a guest) failed during it.
+func (s *guestSweep) runStatus() runstatus.Status {
+	st := runstatus.Status{Collector: "guest", Success: s.succeeds(), LastSuccess: s.okEnd, Error: s.apiErr}
 	if s.done {
 		st.Duration, st.Error = s.dur, s.failErr
-	}
-	return []runstatus.Status{st}
-}
-
-// sweepOK is veil_collector_success{collector="guest"}: the last full sweep met no failure of
-// the controller, or, until the first ends, the sweep under way. Called with g.mu held.
-func (g *Checker) sweepOK() bool {
-	if g.sweep.done {
-		return g.sweep.ok
-	}
-	return g.sweep.apiErrs == 0
-}
-
-// lastSweepEnd is when the last full sweep ended (zero before the first): Status without the
-// coverage count, which walks every VM under the checker's lock.
-func (g *Checker) lastSweepEnd() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.sweep.done {
-		return time.Time{}
-	}
-	return g.sweep.end
-}
-
-// Status reports guest-check coverage and the last sweep.
-func (g *Checker) Status() Status {
-	inv := g.snapshot()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	eligible, unsupported := g.coverage(inv)
-	st := Status{Eligible: len(eligible), Unsupported: unsupported, LastError: g.lastEr}
-	if g.lastErID != "" {
-		name := g.lastErID
-		for i := range inv.doms {
-			if inv.doms[i].ID == g.lastErID && inv.doms[i].VerboseName != "" {
-				name = inv.doms[i].VerboseName
-				break
-			}
-		}
-		st.LastErrorDomain, st.LastErrorDomainID, st.LastErrorCommand, st.LastErrorReason = name, g.lastErID, g.lastErCmd, g.lastErReason
-		st.LastIsState = g.lastErReason == "agent_not_running" || g.lastErReason == "not_supported"
-		st.LastError = fmt.Sprintf("%s on %s (%s): %s", g.lastErCmd, name, g.lastErID, g.lastErReason)
-	}
-	for _, id := range eligible {
-		if v, ok := g.vms[id]; ok && v.pinged {
-			st.Checked++
-		}
-	}
-	if g.sweep.done {
-		st.SweepDuration, st.LastSweep = g.sweep.dur, g.sweep.end
 	}
 	return st
 }
 
-// coverage returns the VMs of the snapshot that guest checks apply to, without those the
-// platform refused as not running on this snapshot, and the number it refuses commands for,
-// which it leaves out too. g.mu must be held.
-func (g *Checker) coverage(inv guestInventory) ([]string, int) {
-	eligible := make([]string, 0, len(inv.eligible))
-	unsupported := 0
-	for id := range inv.eligible {
-		if gen, ok := g.stopped[id]; ok && gen == inv.gen {
-			continue
-		}
-		if v := g.vms[id]; v != nil && v.unsupported {
-			unsupported++
-			continue
-		}
-		eligible = append(eligible, id)
+// lastEnd is when the last full sweep ended (zero before the first).
+func (s *guestSweep) lastEnd() time.Time {
+	if !s.done {
+		return time.Time{}
 	}
-	return eligible, unsupported
+	return s.end
+}
+
+// leaveSweep marks a VM as done for the current sweep (guestSweep.leave). After the first full
+// sweep every guest has its series: they are rendered at once, without the pause after the last
+// render (a minute at 50,000 VMs). Called with g.mu held.
+func (g *Checker) leaveSweep(id string, now time.Time) {
+	if g.sweep.leave(id, now, g.vms) {
+		g.cache.Now()
+	}
+}
+
+// RunStatus reports the guest checker as the collector "guest" (guestSweep.runStatus).
+func (g *Checker) RunStatus() []runstatus.Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return []runstatus.Status{g.sweep.runStatus()}
 }
