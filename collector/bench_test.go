@@ -298,5 +298,5 @@ func benchServe(b *testing.B, reg *prometheus.Registry) {
 
 // renderFresh renders the latest snapshot without a previous Set: every family is compressed.
 func (v *Inventory) renderFresh() *exposition.Set {
-	return exposition.NewCache(nil, exposition.Pace{}, func(s exposition.Sink) { v.emit(s, v.store.Snapshot(), lastRender{}, false) }, nil).Set()
+	return exposition.NewCache(nil, exposition.Pace{}, func(s exposition.Sink) { v.fams.emit(s, v.store.Snapshot(), nil) }, nil).Set()
 }

@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Describe sends the Descs of every inventory family.
 func (v *Inventory) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range v.descs.all() {
+	for _, d := range v.fams.all() {
 		ch <- d.Prom
 	}
 	v.tasks.describe(ch)

@@ -6,7 +6,6 @@ package collector
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,30 +15,14 @@ import (
 
 // Inventory turns the snapshots of one store into metrics: the gauges rendered once per
 // snapshot (Rendered), the task counters and histograms live (CollectLive). It never calls the
-// platform API.
+// platform API. What the last render showed is its Set's (exposition.Set.Source: the snapshot
+// rendered), not the view's.
 type Inventory struct {
-	store *inventory.Store
-	descs *inventoryDescs
-	tasks *taskMetrics
-	cache *exposition.Cache
-	// watched is the snapshot Run waits on first: the one the first render read, or older.
-	watched *inventory.Snapshot
-	ready   atomic.Bool
-	shown   atomic.Uint64 // Gen of the snapshot the last render stored shows
-
-	// The render in progress, under the cache's lock: whether its snapshot is a refresh's, how
-	// many pushed frames it holds, and what the device families were last rendered from.
-	renderedRefresh    bool
-	renderedApplied    uint64
-	renderedGen        uint64
-	renderedDevicesGen uint64
-	devicesRendered    bool
-	renderedDomains    *inventory.VMs       // of the last render's snapshot (immutable), nil before it
-	renderedDomainsGen uint64               // its DomainsGen
-	backupsShown       bool                 // the last render's snapshot had tasks read: it showed the backups
-	renderedBackupsGen uint64               // of its backups
-	last               lastRender           // its nodes, clusters and datapools
-	renderHook         func(applied uint64) // nil; set by benchmarks before Run: after each render
+	store      *inventory.Store
+	fams       *inventoryFamilies
+	tasks      *taskMetrics
+	cache      *exposition.Cache
+	renderHook func(applied uint64) // nil; set by benchmarks before Run: after each render
 }
 
 // NewInventory returns the metric view of store and counts the tasks it sees finishing from
@@ -47,9 +30,8 @@ type Inventory struct {
 // prepare the formats they ask for (nil: neither).
 func NewInventory(store *inventory.Store, r *exposition.Renderer) *Inventory {
 	controller := store.Controller()
-	v := &Inventory{store: store, descs: newInventoryDescs(controller), tasks: newTaskMetrics(controller)}
+	v := &Inventory{store: store, fams: newInventoryFamilies(controller), tasks: newTaskMetrics(controller)}
 	store.SetTaskObserver(v.tasks.observe)
-	v.watched = store.Snapshot()
 	v.cache = exposition.NewCache(r, exposition.Pace{}, v.render, v.rendered)
 	return v
 }
@@ -63,7 +45,7 @@ func (v *Inventory) Run(ctx context.Context) {
 		v.cache.Run(ctx)
 	}()
 	defer func() { <-done }()
-	snap := v.watched
+	snap := v.shown() // the first render's: only Run renders after it
 	for {
 		select {
 		case <-ctx.Done():
@@ -75,15 +57,22 @@ func (v *Inventory) Run(ctx context.Context) {
 	}
 }
 
-// Ready reports whether the store's first refresh has finished and its series are rendered.
-func (v *Inventory) Ready() bool { return v.ready.Load() }
+// shown is the snapshot the last render showed (NewCache rendered one).
+func (v *Inventory) shown() *inventory.Snapshot {
+	snap, _ := v.cache.Set().Source().(*inventory.Snapshot)
+	return snap
+}
+
+// Ready reports whether the store's first refresh has finished and its series are rendered
+// (every snapshot after a refresh's says Refreshed).
+func (v *Inventory) Ready() bool { return v.shown().Refreshed }
 
 // Rendered is the text of the gauges of the last snapshot rendered.
 func (v *Inventory) Rendered() *exposition.Set { return v.cache.Set() }
 
 // CollectRendered sends what Rendered holds, encoded live from the latest snapshot.
 func (v *Inventory) CollectRendered(ch chan<- prometheus.Metric) {
-	v.emit(exposition.Live(ch), v.store.Snapshot(), lastRender{}, false)
+	v.fams.render(exposition.Live(ch), v.store.Snapshot())
 }
 
 // CollectLive sends the families that Rendered leaves out: the task counters and histograms,
@@ -95,33 +84,13 @@ func (v *Inventory) CollectLive(ch chan<- prometheus.Metric) {
 	v.tasks.collect(ch)
 }
 
-// render adds the latest snapshot's series to s (the Cache's emit). The device families are
-// kept from the previous render while nothing they are made of changed.
-func (v *Inventory) render(s exposition.Sink) {
-	snap := v.store.Snapshot()
-	keepDevices := v.devicesRendered && snap.DevicesGen == v.renderedDevicesGen
-	v.devicesRendered, v.renderedDevicesGen = true, snap.DevicesGen
-	prev := lastRender{vms: v.renderedDomains}
-	if snap.DomainsGen == 0 {
-		prev.vms = nil // never listed: nothing to tell from the last render's none
-	}
-	prev.changed, prev.known = snap.DomainsChangedSince(v.renderedDomainsGen)
-	prev.backupsShown, prev.backupsGen = v.backupsShown, v.renderedBackupsGen
-	prev.nodes, prev.clusters, prev.pools, prev.hosts = v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts
-	v.emit(s, snap, prev, keepDevices)
-	v.last.nodes, v.last.clusters, v.last.pools, v.last.hosts = snap.Nodes, snap.Clusters, snap.Datapools, true
-	v.renderedDomains, v.renderedDomainsGen = &snap.Domains, snap.DomainsGen
-	v.backupsShown, v.renderedBackupsGen = snap.TaskCounts != nil, snap.BackupsGen
-	v.renderedRefresh, v.renderedApplied, v.renderedGen = snap.Refreshed, snap.Applied, snap.Gen
-}
+// render adds the latest snapshot's series to s (the Cache's emit), kept or patched against the
+// snapshot of the Set it replaces.
+func (v *Inventory) render(s exposition.Sink) { v.fams.render(s, v.store.Snapshot()) }
 
-// rendered follows each render: /metrics has the first refresh once one was rendered.
+// rendered follows each render (the benchmarks' hook).
 func (v *Inventory) rendered() {
-	v.shown.Store(v.renderedGen)
-	if v.renderedRefresh {
-		v.ready.Store(true)
-	}
 	if v.renderHook != nil {
-		v.renderHook(v.renderedApplied)
+		v.renderHook(v.shown().Applied)
 	}
 }

@@ -1,7 +1,8 @@
 package collector
 
-// The device families of a snapshot: virtual disks, datapools' provisioned sizes and the VMs'
-// network interfaces, each with what the detail sweep added (inventory.Vdisk.WithDetail).
+// The device families, each declared once, and a snapshot's: virtual disks, datapools'
+// provisioned sizes and the VMs' network interfaces, each with what the detail sweep added
+// (inventory.Vdisk.WithDetail).
 // Disks and interfaces are listed every collect.resync_interval only: those of a VM the
 // domains no longer list (deleted since, by a refresh or a push) are left out, not exported
 // with a stale VM.
@@ -15,35 +16,105 @@ import (
 // store reads them (inventory.Vdisk).
 const vdiskUnitHelp = " The platform sends GB without documenting the unit; taken as GiB (2^30 bytes)."
 
+// rowFamily is a device family: a family of the rows, and whether it shows what the detail
+// sweep added (the row WithDetail; the sizes are not in the detail, no lookup for them).
+type rowFamily[T any] struct {
+	family[T]
+	detail bool
+}
+
+// rowsOf are the families of rows.
+func rowsOf[T any](rows []rowFamily[T]) []family[T] {
+	out := make([]family[T], len(rows))
+	for k := range rows {
+		out[k] = rows[k].family
+	}
+	return out
+}
+
+// vdiskFamilies are the disk families.
+func vdiskFamilies(d gaugeDesc) []rowFamily[inventory.Vdisk] {
+	return []rowFamily[inventory.Vdisk]{
+		{family[inventory.Vdisk]{d("vdisk_info", "Virtual disk description from GET /api/vdisks/; value 1; domain_id and domain (the VM's name) are empty for a free disk; bus and type where the list carries target_bus and disk_type or the detail sweep read them (collect.device_details_interval; empty otherwise).",
+			"vdisk_id", "vdisk", "domain_id", "domain", "datapool_id", "status", "bus", "type"),
+			func(r *inventory.Vdisk, s *sample) {
+				s.set(1, r.ID, r.Name, r.DomainID, r.Domain, r.DatapoolID, r.Status, r.Bus, r.Type)
+			}}, true},
+		{family[inventory.Vdisk]{d("vdisk_provisioned_bytes", "Size of the virtual disk as the guest sees it (virtual_size), in bytes."+vdiskUnitHelp, "vdisk_id", "domain_id", "datapool_id"),
+			func(r *inventory.Vdisk, s *sample) {
+				if r.Provisioned >= 0 {
+					s.set(r.Provisioned, r.ID, r.DomainID, r.DatapoolID)
+				}
+			}}, false},
+		{family[inventory.Vdisk]{d("vdisk_allocated_bytes", "Space the virtual disk takes on its datapool (size), in bytes."+vdiskUnitHelp, "vdisk_id", "domain_id", "datapool_id"),
+			func(r *inventory.Vdisk, s *sample) {
+				if r.Allocated >= 0 {
+					s.set(r.Allocated, r.ID, r.DomainID, r.DatapoolID)
+				}
+			}}, false},
+		{family[inventory.Vdisk]{d("vdisk_snapshots", "Snapshots of the virtual disk, where the disk list carries them or the detail sweep read them (collect.device_details_interval; absent otherwise).", "vdisk_id", "domain_id", "datapool_id"),
+			func(r *inventory.Vdisk, s *sample) {
+				if r.Snapshots >= 0 {
+					s.set(float64(r.Snapshots), r.ID, r.DomainID, r.DatapoolID)
+				}
+			}}, true},
+	}
+}
+
+// interfaceFamilies are the network interface families.
+func interfaceFamilies(d gaugeDesc) []rowFamily[inventory.Interface] {
+	return []rowFamily[inventory.Interface]{
+		{family[inventory.Interface]{d("domain_interface_info", "Network interface of a VM from GET /api/vmachine-infs/; value 1.", "domain_id", "interface_id", "interface", "mac", "driver", "network_id", "network"),
+			func(r *inventory.Interface, s *sample) {
+				s.set(1, r.DomainID, r.ID, r.Name, r.MAC, r.Driver, r.NetworkID, r.Network)
+			}}, false},
+		{family[inventory.Interface]{d("domain_interface_up", "1 if the link of the VM's network interface is up, 0 if down (link_state); where the interface list carries link_state or the detail sweep read it (collect.device_details_interval; absent otherwise).", "domain_id", "interface_id"),
+			func(r *inventory.Interface, s *sample) {
+				if r.Up >= 0 {
+					s.set(float64(r.Up), r.DomainID, r.ID)
+				}
+			}}, true},
+	}
+}
+
 // emitDevices sends the device families of the snapshot, one family after the other. With keep,
 // nothing they are made of changed since the last render (a push changed a VM's power, say):
 // the families are kept as rendered, neither formatted nor compressed again.
-func (d *inventoryDescs) emitDevices(e exposition.Sink, snap *inventory.Snapshot, keep bool) {
-	if keep && e.Keep(d.vdiskInfo) {
-		for _, f := range []*exposition.Desc{d.vdiskProvisioned, d.vdiskAllocated, d.vdiskSnapshots, d.datapoolProvisioned, d.ifaceInfo, d.ifaceUp} {
-			e.Keep(f)
-		}
+func (f *inventoryFamilies) emitDevices(e exposition.Sink, snap *inventory.Snapshot, keep bool) {
+	if keep && keepAll(e, rowsOf(f.vdisks)) {
+		e.Keep(f.datapoolProvisioned)
+		keepAll(e, rowsOf(f.ifaces))
 		return
 	}
 	gone := goneDomains(snap)
 	if snap.Vdisks != nil {
-		d.emitVdisks(e, snap, gone)
-		d.emitPoolProvisioned(e, snap)
+		shown := shownRows(snap.Vdisks, func(r *inventory.Vdisk) string { return r.DomainID }, gone)
+		emitRows(e, f.vdisks, snap.Vdisks, shown, func(r inventory.Vdisk) inventory.Vdisk { return r.WithDetail(snap.Details) })
+		f.emitPoolProvisioned(e, snap)
 	}
 	if snap.Interfaces != nil {
 		shown := shownRows(snap.Interfaces, func(r *inventory.Interface) string { return r.DomainID }, gone)
-		for i := range snap.Interfaces {
-			if r := &snap.Interfaces[i]; shown[i] {
-				e.Add(d.ifaceInfo, 1, r.DomainID, r.ID, r.Name, r.MAC, r.Driver, r.NetworkID, r.Network)
-			}
-		}
-		e.Flush()
-		for i := range snap.Interfaces {
-			if !shown[i] {
-				continue
-			}
-			if r := snap.Interfaces[i].WithDetail(snap.Details); r.Up >= 0 {
-				e.Add(d.ifaceUp, float64(r.Up), r.DomainID, r.ID)
+		emitRows(e, f.ifaces, snap.Interfaces, shown, func(r inventory.Interface) inventory.Interface { return r.WithDetail(snap.Details) })
+	}
+}
+
+// emitRows sends the families of the rows shown, one after the other, each row with its detail
+// where the family shows it.
+func emitRows[T any](e exposition.Sink, fams []rowFamily[T], rows []T, shown []bool, detail func(T) T) {
+	s := new(sample)
+	// The row with its detail is copied into one row for all: a pointer to each would escape,
+	// one allocation per row and family.
+	row := new(T)
+	for k := range fams {
+		f := &fams[k]
+		for i := range rows {
+			switch {
+			case !shown[i]:
+			case f.detail:
+				*row = detail(rows[i])
+				f.add(e, row, s)
+			default:
+				f.add(e, &rows[i], s)
 			}
 		}
 		e.Flush()
@@ -73,56 +144,18 @@ func goneDomains(snap *inventory.Snapshot) func(id string) bool {
 	}
 }
 
-// emitVdisks sends the disk families, one after the other.
-func (d *inventoryDescs) emitVdisks(e exposition.Sink, snap *inventory.Snapshot, gone func(string) bool) {
-	// Rows are passed by value: a pointer to the row with its detail would escape, one
-	// allocation per disk and family.
-	shown := shownRows(snap.Vdisks, func(r *inventory.Vdisk) string { return r.DomainID }, gone)
-	each := func(detail bool, f func(r inventory.Vdisk)) {
-		for i := range snap.Vdisks {
-			if !shown[i] {
-				continue
-			}
-			r := snap.Vdisks[i]
-			if detail { // the sizes are not in the detail (WithDetail): no lookup for them
-				r = r.WithDetail(snap.Details)
-			}
-			f(r)
-		}
-		e.Flush()
-	}
-	each(true, func(r inventory.Vdisk) {
-		e.Add(d.vdiskInfo, 1, r.ID, r.Name, r.DomainID, r.Domain, r.DatapoolID, r.Status, r.Bus, r.Type)
-	})
-	each(false, func(r inventory.Vdisk) {
-		if r.Provisioned >= 0 {
-			e.Add(d.vdiskProvisioned, r.Provisioned, r.ID, r.DomainID, r.DatapoolID)
-		}
-	})
-	each(false, func(r inventory.Vdisk) {
-		if r.Allocated >= 0 {
-			e.Add(d.vdiskAllocated, r.Allocated, r.ID, r.DomainID, r.DatapoolID)
-		}
-	})
-	each(true, func(r inventory.Vdisk) {
-		if r.Snapshots >= 0 {
-			e.Add(d.vdiskSnapshots, float64(r.Snapshots), r.ID, r.DomainID, r.DatapoolID)
-		}
-	})
-}
-
 // emitPoolProvisioned sends every known datapool's provisioned size, 0 without disks, and that
 // of any datapool a disk names that the datapools collection did not list.
-func (d *inventoryDescs) emitPoolProvisioned(e exposition.Sink, snap *inventory.Snapshot) {
+func (f *inventoryFamilies) emitPoolProvisioned(e exposition.Sink, snap *inventory.Snapshot) {
 	seen := make(map[string]bool, len(snap.Datapools))
 	for i := range snap.Datapools {
 		id := snap.Datapools[i].ID
 		seen[id] = true
-		e.Add(d.datapoolProvisioned, snap.PoolProvisioned[id], id)
+		e.Add(f.datapoolProvisioned, snap.PoolProvisioned[id], id)
 	}
 	for id, v := range snap.PoolProvisioned {
 		if !seen[id] {
-			e.Add(d.datapoolProvisioned, v, id)
+			e.Add(f.datapoolProvisioned, v, id)
 		}
 	}
 	e.Flush()

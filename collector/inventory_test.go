@@ -65,7 +65,7 @@ func (f *fixture) rendered(t *testing.T) *exposition.Set {
 		t.Cleanup(func() { cancel(); <-done })
 	})
 	want := f.inv.Snapshot().Gen
-	tu.Eventually(t, 10*time.Second, func() bool { return f.inv.shown.Load() >= want }, "the latest snapshot rendered")
+	tu.Eventually(t, 10*time.Second, func() bool { return f.inv.shown().Gen >= want }, "the latest snapshot rendered")
 	return f.inv.Rendered()
 }
 
@@ -477,14 +477,14 @@ func TestHelpSaysDataIsCached(t *testing.T) {
 		desc   *prometheus.Desc
 		want   []string
 	}{
-		{"veil_up", inv.descs.up.Prom, []string{"every collect.interval", "last good data"}},
-		{"veil_controller_info", inv.descs.controllerInfo.Prom, []string{"Cached", "every 10th refresh (10 × collect.interval)", "404"}},
-		{"veil_domain_info", inv.descs.domainInfo.Prom, []string{"every collect.interval", "last good data is kept while the controller fails"}},
+		{"veil_up", inv.fams.up.Prom, []string{"every collect.interval", "last good data"}},
+		{"veil_controller_info", inv.fams.controllerInfo.Prom, []string{"Cached", "every 10th refresh (10 × collect.interval)", "404"}},
+		{"veil_domain_info", inv.fams.domains[0].desc.Prom, []string{"every collect.interval", "last good data is kept while the controller fails"}},
 		{"veil_tasks_finished_total", inv.tasks.finishedDesc, []string{"counted at each inventory refresh, every collect.interval"}},
 		{"veil_task_duration_seconds", describe(inv.tasks.durations), []string{"counted at each inventory refresh, every collect.interval"}},
-		{"veil_domain_guest_info", inv.descs.domainGuestInfo.Prom, []string{"every collect.interval"}},
-		{"veil_domain_last_backup_timestamp_seconds", inv.descs.lastBackupTime.Prom, []string{"Cached", "every collect.interval", "backup_lookback"}},
-		{"veil_domain_last_backup_success", inv.descs.lastBackupSuccess.Prom, []string{"Cached", "every collect.interval"}},
+		{"veil_domain_guest_info", inv.fams.domains[8].desc.Prom, []string{"every collect.interval"}},
+		{"veil_domain_last_backup_timestamp_seconds", inv.fams.backups[0].desc.Prom, []string{"Cached", "every collect.interval", "backup_lookback"}},
+		{"veil_domain_last_backup_success", inv.fams.backups[1].desc.Prom, []string{"Cached", "every collect.interval"}},
 	}
 	for _, tt := range tests {
 		s := tt.desc.String()

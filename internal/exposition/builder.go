@@ -42,6 +42,8 @@ type Builder struct {
 	// prev is the Set this build replaces: a family whose bytes did not change keeps its
 	// compressed form, and Keep takes a family from it. The Cache sets it before each emit.
 	prev *Set
+	// source is what the collector says this build shows (Sink.Rendering), for its Set.
+	source any
 }
 
 // since makes prev the Set this build replaces (nil: compress every family afresh).
@@ -249,7 +251,8 @@ func (b *Builder) Keep(d *Desc) bool {
 func (b *Builder) Finish() *Set {
 	b.Flush()
 	b.prev = nil
-	set := &Set{Families: b.done}
+	set := &Set{Families: b.done, source: b.source}
+	b.source = nil
 	for i := range b.free {
 		if cap(b.free[i]) <= maxPooled {
 			textPool.Put(&famText{b.free[i], b.freeOffs[i]})

@@ -6,5 +6,6 @@
 // prometheus/common, protobuf and klauspost/compress. A collector writes one emit function
 // against a Sink, which a Builder renders (Cache: Invalidate after a change, Run renders) and
 // Live sends to client_golang as the metrics NewConstMetric would make (live.go); a scrape
-// copies the rendered bytes.
+// copies the rendered bytes. A Set holds what its collector rendered it from (Set.Source,
+// Sink.Rendering): the render state the next emit keeps or patches against (Sink.Previous).
 package exposition

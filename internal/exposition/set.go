@@ -21,7 +21,13 @@ type Set struct {
 	Families []*Family
 
 	size, compressed int64
+	source           any // what the collector rendered it from (Sink.Rendering), nil if unsaid
 }
+
+// Source is what the collector said the Set was rendered from (Sink.Rendering): nil if it
+// said nothing. A collector's state at that render, so that the next render keeps or patches
+// what did not change since, and readers know what the Set shows.
+func (s *Set) Source() any { return s.source }
 
 // Family is the rendered series of one family of one Set, without its HELP and TYPE lines:
 // its lines in client_golang's order, cut into blocks (blocks.go).

@@ -65,3 +65,22 @@ func (s Sink) Patch(d *Desc) bool { return s.b != nil && !s.rm && s.b.Patch(d) }
 // Removing is the Sink whose Add removes the series of those labels from a patched family, so
 // that a collector removes an object's old series by emitting its old version.
 func (s Sink) Removing() Sink { return Sink{b: s.b, rm: true} }
+
+// Rendering says what this emit renders (the collector's state, immutable): the Set it makes
+// holds it as its Source, and the next emit reads it back as Previous. The live path keeps
+// nothing.
+func (s Sink) Rendering(source any) {
+	if s.b != nil && !s.rm {
+		s.b.source = source
+	}
+}
+
+// Previous is the Source of the Set this emit replaces: nil on the live path, at a first
+// render or when the previous emit said nothing. What the collector keeps or patches is
+// judged against it, so the render state is the Set's, not the collector's.
+func (s Sink) Previous() any {
+	if s.b == nil || s.b.prev == nil {
+		return nil
+	}
+	return s.b.prev.source
+}
