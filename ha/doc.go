@@ -64,6 +64,27 @@
 // after lease_ttl and exports veil_ha_leader 0 until NATS is back. That is the price of never
 // running a controller twice; a 3-node NATS cluster with bucket replicas 3 survives one node.
 //
+// # Parts
+//
+// The Coordinator (ha.go) is the public face and what its parts share under one mutex: the
+// options, the lease table, the held Leases, Run's and Close's lifecycle.
+//
+//   - table (table.go, with view.go and assign.go): the lease table and its rules, with no
+//     I/O, no goroutine and no clock (instants are passed in): the bucket as this replica's
+//     watch saw it, what this replica is configured with and holds, what it is letting go,
+//     acquisitions whose reply was lost, when it joined, its last announcement; plan decides a
+//     round at an instant (acquire, adopt, remove, the one hand-over, the next instant to look).
+//     table_test.go tests it as a table of rows.
+//   - loop (reconcile.go, release.go): Run's goroutine, the one that talks to the bucket for
+//     the table: it asks the table for a round and carries it out (writes over the revisions
+//     seen, the hand-over record, releases and their deletes), telling the table what came of
+//     it; it runs the watch (watch.go: follows the bucket into the table's view, restarted when
+//     it falls behind) and the renewer (renew.go: announcements and renewals, on a goroutine of
+//     its own).
+//   - Lease (lease.go): one held lease's fence, on this replica's monotonic clock.
+//   - observer (status.go, lapse.go): failures to reach the bucket, transitions and lapses, as
+//     the log, the status page (Status) and the veil_ha_* metrics say them.
+//
 // # Wiring it into the daemon
 //
 //	coord, err := ha.New(conn.NATS(), ha.Options{

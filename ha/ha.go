@@ -1,10 +1,9 @@
 package ha
 
-// The Coordinator: its options, its loop (watch, tick, heartbeat) and the leases it holds.
+// The Coordinator: its options, its public methods, what its parts share, and opening the bucket.
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,8 +18,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
 
 // Options configures a Coordinator.
@@ -56,59 +53,66 @@ func DefaultInstance() string {
 	}, host+"-"+strconv.Itoa(os.Getpid()))
 }
 
-// Coordinator holds and hands over this replica's leases; see the package comment.
+// Coordinator holds and hands over this replica's leases; see the package comment. It is made
+// of parts: the lease table (table.go: what this replica knows and holds, and the rules, no
+// I/O), the loop that talks to the bucket (reconcile.go, with its watch and renewer), and the
+// observer (status.go); it keeps what they share, under mu.
 type Coordinator struct {
-	js                jetstream.JetStream
-	opts              Options
-	logger            log.Logger
-	ttl, tick, margin time.Duration
-	nonce             string
-	started           time.Time
+	js      jetstream.JetStream
+	opts    Options
+	logger  log.Logger
+	nonce   string    // this process, in its announcements
+	started time.Time // shown as this replica's start
+	life    lifecycle
+	kickCh  chan struct{} // wakes the loop for another look
+	obs     *observer
 
-	kickCh    chan struct{}
+	mu     sync.Mutex
+	table  table             // mu
+	leases map[string]*Lease // mu: the held leases, as the table's held
+	// gate is held by the loop while it acts and by the renewer around hooks.beforeTick, so
+	// that a test's paused replica pauses whole.
+	gate  sync.Mutex
+	hooks testHooks
+}
+
+// testHooks are set by tests before Run.
+type testHooks struct {
+	beforeTick func()                                      // runs at the start of every renew period
+	wrapKV     func(jetstream.KeyValue) jetstream.KeyValue // a slow bucket
+}
+
+// lifecycle is Run's and Close's: Run runs once, and not after Close; Close waits for it.
+type lifecycle struct {
+	mu        sync.Mutex
+	running   bool
+	closed    bool
 	closing   chan struct{}
 	closeOnce sync.Once
 	done      chan struct{}
-	runMu     sync.Mutex
-	running   bool
-	closed    bool
-
-	mu          sync.Mutex
-	controllers []string // sorted, unique
-	view        view
-	held        map[string]*Lease
-	releasing   map[string]bool // released, its controller not yet stopped (drop)
-	releases    sync.WaitGroup  // of releasing
-	transitions map[string]uint64
-	lapses      map[string]uint64 // leases that ran out before a renewal was answered (lapse.go)
-	lastLapse   time.Time
-	lapse       runstatus.Outage // logs a run of lapses
-	lastErr     string
-	outage      runstatus.Outage                            // logs a run of failures to reach the bucket
-	beforeTick  func()                                      // set by tests before Run: runs at the start of every renew period
-	wrapKV      func(jetstream.KeyValue) jetstream.KeyValue // set by tests before Run: a slow bucket
-	announce    bool                                        // controllers changed since the last announcement
-	dupWarned   bool
-
-	heartbeatRev uint64    // c.mu: our last announcement
-	heartbeatAt  time.Time // c.mu: when it was answered
-	// gate is held by the loop while it acts and by the renewer around beforeTick, so that a
-	// test's paused replica pauses whole.
-	gate sync.Mutex
-
-	// Used by Run's goroutine only.
-	joined    time.Time          // first announcement: free leases wait a renew period (plan)
-	attempts  map[string]attempt // by key: acquisitions whose reply was lost
-	watchStop func()
-	wake      *time.Timer // kicks the loop when the view's next record runs out
-
-	descs descs
 }
 
-// attempt is an acquisition sent without an answer; if the bucket shows it, it was applied.
-type attempt struct {
-	id   string
-	sent time.Time
+// begin reports whether Run may go on (first call, not closed).
+func (lc *lifecycle) begin() bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.closed || lc.running {
+		return false
+	}
+	lc.running = true
+	return true
+}
+
+// close asks Run to end and waits until it has, when it runs.
+func (lc *lifecycle) close() {
+	lc.mu.Lock()
+	lc.closed = true
+	running := lc.running
+	lc.mu.Unlock()
+	lc.closeOnce.Do(func() { close(lc.closing) })
+	if running {
+		<-lc.done
+	}
 }
 
 // New checks the options and makes the coordinator's own JetStream context on nc; Run starts
@@ -139,19 +143,13 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if opts.OnRelease == nil {
 		opts.OnRelease = func(string) func() { return nil }
 	}
-	c := &Coordinator{
-		js: js, opts: opts, ttl: opts.LeaseTTL, tick: opts.LeaseTTL / 3, margin: opts.LeaseTTL / 5,
-		logger: log.With(opts.Logger, "component", "ha", "instance", opts.Instance),
-		nonce:  uuid.NewString(), started: time.Now(),
-		kickCh: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
-		controllers: normalize(opts.Controllers),
-		view:        view{entries: map[string]*entry{}},
-		held:        map[string]*Lease{}, releasing: map[string]bool{}, transitions: map[string]uint64{}, lapses: map[string]uint64{}, attempts: map[string]attempt{},
-		descs: newDescs(),
-	}
-	c.outage.Logger = c.logger
-	c.lapse.Logger, c.lapse.Remind = c.logger, lapseRemind
-	return c, nil
+	logger := log.With(opts.Logger, "component", "ha", "instance", opts.Instance)
+	return &Coordinator{
+		js: js, opts: opts, logger: logger, nonce: uuid.NewString(), started: time.Now(),
+		life:   lifecycle{closing: make(chan struct{}), done: make(chan struct{})},
+		kickCh: make(chan struct{}, 1), obs: newObserver(logger, opts.Bucket),
+		table: newTable(opts.Instance, opts.LeaseTTL, opts.Controllers), leases: map[string]*Lease{},
+	}, nil
 }
 
 func normalize(names []string) []string {
@@ -168,7 +166,7 @@ func (c *Coordinator) Instance() string { return c.opts.Instance }
 // Lease is this replica's valid lease of controller, nil when it does not hold one.
 func (c *Coordinator) Lease(controller string) *Lease {
 	c.mu.Lock()
-	l := c.held[controller]
+	l := c.leases[controller]
 	c.mu.Unlock()
 	if l == nil || !l.Valid() {
 		return nil
@@ -180,24 +178,14 @@ func (c *Coordinator) Lease(controller string) *Lease {
 // announces them, and releases held ones no longer among them.
 func (c *Coordinator) SetControllers(names []string) {
 	c.mu.Lock()
-	c.controllers = normalize(names)
-	c.announce = true
+	c.table.configure(names)
 	c.mu.Unlock()
 	c.kick()
 }
 
 // Close releases every lease at once (after OnRelease of each) and removes this replica from
 // the bucket, so the others take its controllers over at once; Run returns. For SIGTERM.
-func (c *Coordinator) Close() {
-	c.runMu.Lock()
-	c.closed = true
-	running := c.running
-	c.runMu.Unlock()
-	c.closeOnce.Do(func() { close(c.closing) })
-	if running {
-		<-c.done
-	}
-}
+func (c *Coordinator) Close() { c.life.close() }
 
 func (c *Coordinator) kick() {
 	select {
@@ -210,14 +198,10 @@ func (c *Coordinator) kick() {
 // bucket, as if the process died) or Close is called. It opens the bucket, creating it if
 // absent, and retries for as long as NATS is unreachable.
 func (c *Coordinator) Run(ctx context.Context) {
-	c.runMu.Lock()
-	if c.closed || c.running {
-		c.runMu.Unlock()
+	if !c.life.begin() {
 		return
 	}
-	c.running = true
-	c.runMu.Unlock()
-	defer close(c.done)
+	defer close(c.life.done)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -225,58 +209,10 @@ func (c *Coordinator) Run(ctx context.Context) {
 	if kv == nil {
 		return
 	}
-	if c.wrapKV != nil {
-		kv = c.wrapKV(kv)
+	if c.hooks.wrapKV != nil {
+		kv = c.hooks.wrapKV(kv)
 	}
-	c.startWatch(ctx, kv)
-	defer func() { c.watchStop() }()
-	defer c.wakeAt(time.Time{})
-	for !c.synced() {
-		select {
-		case <-c.kickCh:
-		case <-ctx.Done():
-			return
-		case <-c.closing:
-			return
-		}
-	}
-	// Announce before the first round, then renew and announce on a goroutine of its own. A
-	// replica came when it sent its announcement, not when the answer was read: another may
-	// see it, release a lease for it and have the delete reach our watch first, and that lease
-	// was freed after we came.
-	c.joined = time.Now()
-	c.heartbeat(ctx, kv)
-	stopKeep := make(chan struct{})
-	keeping := make(chan struct{})
-	go func() { defer close(keeping); c.keepAlive(ctx, kv, stopKeep) }()
-	endKeep := func() { close(stopKeep); <-keeping }
-	ticker := time.NewTicker(c.tick)
-	defer ticker.Stop()
-	c.onTick(ctx, kv)
-	for {
-		select {
-		case <-ctx.Done():
-			endKeep()
-			c.stop(kv, false)
-			return
-		case <-c.closing:
-			endKeep()
-			c.stop(kv, true)
-			return
-		case <-ticker.C:
-			c.onTick(ctx, kv)
-		case <-c.kickCh:
-			c.gate.Lock()
-			c.reconcile(ctx, kv)
-			c.gate.Unlock()
-		}
-	}
-}
-
-func (c *Coordinator) synced() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.view.synced
+	newLoop(c, kv).run(ctx)
 }
 
 // open returns the bucket, creating it when absent; nil once stopped.
@@ -286,13 +222,13 @@ func (c *Coordinator) open(ctx context.Context) jetstream.KeyValue {
 		if err == nil {
 			return kv
 		}
-		c.setErr("couldn't open bucket "+c.opts.Bucket, err)
-		t := time.NewTimer(c.tick)
+		c.obs.fail("couldn't open bucket "+c.opts.Bucket, err)
+		t := time.NewTimer(c.table.tick)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
-		case <-c.closing:
+		case <-c.life.closing:
 			t.Stop()
 			return nil
 		case <-t.C:
@@ -301,13 +237,14 @@ func (c *Coordinator) open(ctx context.Context) jetstream.KeyValue {
 }
 
 func (c *Coordinator) openOnce(ctx context.Context) (jetstream.KeyValue, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(c.tick, 2*time.Second))
+	ttl := c.table.ttl
+	ctx, cancel := context.WithTimeout(ctx, max(c.table.tick, 2*time.Second))
 	defer cancel()
 	kv, err := c.js.KeyValue(ctx, c.opts.Bucket)
 	if err == nil {
 		// A bucket made for a much shorter lease_ttl would drop keys between two renewals.
-		if st, serr := kv.Status(ctx); serr == nil && st.TTL() > 0 && st.TTL() < 3*c.ttl {
-			level.Warn(c.logger).Log("msg", "lease bucket drops keys sooner than 3 lease times; recreate it", "bucket", c.opts.Bucket, "bucket_ttl", st.TTL(), "lease_ttl", c.ttl)
+		if st, serr := kv.Status(ctx); serr == nil && st.TTL() > 0 && st.TTL() < 3*ttl {
+			level.Warn(c.logger).Log("msg", "lease bucket drops keys sooner than 3 lease times; recreate it", "bucket", c.opts.Bucket, "bucket_ttl", st.TTL(), "lease_ttl", ttl)
 		}
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -320,7 +257,7 @@ func (c *Coordinator) openOnce(ctx context.Context) (jetstream.KeyValue, error) 
 		Replicas:    c.opts.Replicas,
 		Storage:     jetstream.FileStorage,
 		// Records of replicas long gone vanish; live ones are rewritten every lease_ttl/3.
-		TTL: max(10*c.ttl, time.Minute),
+		TTL: max(10*ttl, time.Minute),
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		return c.js.KeyValue(ctx, c.opts.Bucket)
@@ -331,130 +268,24 @@ func (c *Coordinator) openOnce(ctx context.Context) (jetstream.KeyValue, error) 
 	return kv, err
 }
 
-// startWatch follows the bucket into the view, kicking the loop on every change; it restarts
-// the watch when it ends.
-func (c *Coordinator) startWatch(ctx context.Context, kv jetstream.KeyValue) {
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for wctx.Err() == nil {
-			w, err := kv.WatchAll(wctx)
-			if err != nil {
-				c.setErr("couldn't watch bucket "+c.opts.Bucket, err)
-				t := time.NewTimer(c.tick)
-				select {
-				case <-wctx.Done():
-				case <-t.C:
-				}
-				t.Stop()
-				continue
-			}
-			c.follow(wctx, w)
-			_ = w.Stop()
-		}
-	}()
-	c.watchStop = func() { cancel(); <-done }
-}
-
-func (c *Coordinator) follow(ctx context.Context, w jetstream.KeyWatcher) {
-	ownKey := instancePrefix + c.opts.Instance
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			now := time.Now()
-			c.mu.Lock()
-			if e == nil {
-				if !c.view.synced {
-					c.view.synced, c.view.syncedAt = true, now
-				}
-			} else {
-				c.view.maxRev = max(c.view.maxRev, e.Revision())
-				c.view.apply(e.Key(), e.Revision(), e.Operation(), e.Value(), now)
-				if v := c.view.entries[e.Key()]; e.Key() == ownKey && v.inst != nil && v.inst.Nonce != c.nonce && !c.dupWarned {
-					c.dupWarned = true
-					level.Error(c.logger).Log("msg", "another replica uses the same instance id; give each replica its own ha.instance", "bucket", c.opts.Bucket)
-				}
-			}
-			c.mu.Unlock()
-			c.kick()
-		}
-	}
-}
-
-// onTick is the loop's period: check the watch, then act. Announcing and renewing are the
-// renewer's (keepAlive), never behind the loop's own calls to the bucket.
-func (c *Coordinator) onTick(ctx context.Context, kv jetstream.KeyValue) {
-	c.gate.Lock()
-	defer c.gate.Unlock()
-	c.checkWatch(ctx, kv)
-	c.reconcile(ctx, kv)
-}
-
-// checkWatch restarts a watch that did not deliver our own announcement of a period ago: the
-// view would otherwise go stale silently.
-func (c *Coordinator) checkWatch(ctx context.Context, kv jetstream.KeyValue) {
+// synced says whether the watch has delivered the bucket's content.
+func (c *Coordinator) synced() bool {
 	c.mu.Lock()
-	stale := c.heartbeatRev != 0 && time.Since(c.heartbeatAt) >= c.tick && c.view.maxRev < c.heartbeatRev
-	c.mu.Unlock()
-	if stale {
-		level.Warn(c.logger).Log("msg", "bucket watch fell behind; restarting it", "bucket", c.opts.Bucket)
-		c.watchStop()
-		c.startWatch(ctx, kv)
-	}
+	defer c.mu.Unlock()
+	return c.table.view.synced
 }
 
+// callCtx bounds one call to the bucket by the renew period.
 func (c *Coordinator) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, c.tick)
+	return context.WithTimeout(ctx, c.table.tick)
 }
 
-// heartbeat announces this replica and its controllers.
-func (c *Coordinator) heartbeat(ctx context.Context, kv jetstream.KeyValue) {
-	c.mu.Lock()
-	rec := instanceRecord{Instance: c.opts.Instance, Nonce: c.nonce, Started: c.started, Renewed: time.Now(), Controllers: c.controllers}
-	c.announce = false
-	c.mu.Unlock()
-	b, _ := json.Marshal(rec)
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	key := instancePrefix + c.opts.Instance
-	rev, err := kv.Put(cctx, key, b)
-	if err != nil {
-		c.mu.Lock()
-		c.announce = true
-		c.mu.Unlock()
-		c.setErr("couldn't announce this replica", err)
-		return
-	}
-	c.mu.Lock()
-	if rev > c.heartbeatRev {
-		c.heartbeatRev, c.heartbeatAt = rev, time.Now()
-	}
-	c.view.apply(key, rev, jetstream.KeyValuePut, b, time.Now())
-	c.lastErr = ""
-	c.mu.Unlock()
-	c.outage.Recover(time.Now(), "lease bucket reachable again", "bucket", c.opts.Bucket)
-}
-
-func (c *Coordinator) setErr(what string, err error) {
-	c.mu.Lock()
-	c.lastErr = what + ": " + err.Error()
-	c.mu.Unlock()
-	if !c.outage.Fail(time.Now(), level.Warn, what+"; retrying every lease_ttl/3", err, "bucket", c.opts.Bucket) {
-		level.Debug(c.logger).Log("msg", what, "err", err)
-	}
-}
-
+// heldLeases are the leases this replica holds now.
 func (c *Coordinator) heldLeases() []*Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]*Lease, 0, len(c.held))
-	for _, l := range c.held {
+	out := make([]*Lease, 0, len(c.leases))
+	for _, l := range c.leases {
 		out = append(out, l)
 	}
 	return out

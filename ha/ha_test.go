@@ -432,7 +432,7 @@ func TestSlowReleaseDelaysNoRenewal(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		a.c.mu.Lock()
 		defer a.c.mu.Unlock()
-		e := a.c.view.entries[leaseKey("alpha")]
+		e := a.c.table.view.entries[leaseKey("alpha")]
 		return e == nil || e.deleted
 	}, "alpha's lease deleted once it stopped")
 }

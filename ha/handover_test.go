@@ -21,8 +21,8 @@ import (
 )
 
 // handOverBucket starts a NATS server with a bucket of its own for the hand-over record, and
-// returns it with a maker of coordinators (not running) of the controllers alpha and bravo.
-func handOverBucket(t *testing.T) (context.Context, jetstream.KeyValue, func(name string) *Coordinator) {
+// returns it with a maker of coordinators' loops (not running) on it, of the controllers alpha and bravo.
+func handOverBucket(t *testing.T) (context.Context, jetstream.KeyValue, func(name string) *loop) {
 	url := testutil.StartNATS(t).URL()
 	js := testutil.JetStream(t, url)
 	nc, err := nats.Connect(url)
@@ -37,12 +37,12 @@ func handOverBucket(t *testing.T) (context.Context, jetstream.KeyValue, func(nam
 		t.Fatal(err)
 	}
 	def := config.Default().HA // the bucket and replicas a configuration without an ha section gets
-	return ctx, kv, func(name string) *Coordinator {
+	return ctx, kv, func(name string) *loop {
 		c, err := New(nc, Options{Bucket: def.Bucket, Replicas: def.Replicas, Instance: name, LeaseTTL: testTTL, Controllers: []string{"alpha", "bravo"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c
+		return newLoop(c, kv)
 	}
 }
 
@@ -53,16 +53,16 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 	ctx, kv, coord := handOverBucket(t)
 	a, b, recv := coord("pod-a"), coord("pod-b"), coord("pod-c")
 
-	if !a.claimHandOver(ctx, kv, nil, "alpha", "pod-c") {
+	if !a.claimHandOver(ctx, nil, "alpha", "pod-c") {
 		t.Fatal("the first hand-over was refused")
 	}
 	// b's view has not seen a's record: it tries as if no hand-over were in flight.
-	if b.claimHandOver(ctx, kv, nil, "bravo", "pod-c") {
+	if b.claimHandOver(ctx, nil, "bravo", "pod-c") {
 		t.Fatal("a second hand-over was allowed while the first was in flight")
 	}
-	b.mu.Lock()
-	r, _ := b.view.handOver(time.Now(), b.ttl)
-	b.mu.Unlock()
+	b.c.mu.Lock()
+	r, _ := b.c.table.view.handOver(time.Now(), b.c.table.ttl)
+	b.c.mu.Unlock()
 	if r == nil || r.Controller != "alpha" || r.From != "pod-a" {
 		t.Fatalf("after its refusal b's view shows hand-over %+v, want alpha from pod-a", r)
 	}
@@ -72,33 +72,33 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
-	recv.endHandOver(ctx, kv)
+	recv.c.table.view.apply(handOverKey, g.Revision(), g.Operation(), g.Value(), time.Now())
+	recv.endHandOver(ctx)
 	if _, err := kv.Get(ctx, handOverKey); err != nil {
 		t.Fatalf("record gone before alpha was taken: %v", err)
 	}
 	// Once it holds alpha, it ends the hand-over, and the next one may start.
-	recv.held["alpha"] = &Lease{controller: "alpha"}
-	recv.endHandOver(ctx, kv)
+	recv.c.table.took("alpha", tenure{})
+	recv.endHandOver(ctx)
 	e, err := kv.Get(ctx, handOverKey)
 	if err == nil && e.Operation() == jetstream.KeyValuePut {
 		t.Fatal("record still there after the receiver took alpha")
 	}
 	// b's view (no watch here) still shows a's record: its first try is refused and reads the
 	// key again, the second goes through.
-	b.mu.Lock()
-	_, stale := b.view.handOver(time.Now(), b.ttl)
-	b.mu.Unlock()
-	if b.claimHandOver(ctx, kv, stale, "bravo", "pod-c") {
+	b.c.mu.Lock()
+	_, stale := b.c.table.view.handOver(time.Now(), b.c.table.ttl)
+	b.c.mu.Unlock()
+	if b.claimHandOver(ctx, stale, "bravo", "pod-c") {
 		t.Fatal("a claim over a revision that is gone went through")
 	}
-	b.mu.Lock()
-	r, e2 := b.view.handOver(time.Now(), b.ttl)
-	b.mu.Unlock()
+	b.c.mu.Lock()
+	r, e2 := b.c.table.view.handOver(time.Now(), b.c.table.ttl)
+	b.c.mu.Unlock()
 	if r != nil {
 		t.Fatalf("b's view still shows hand-over %+v after reading the key again", r)
 	}
-	if !b.claimHandOver(ctx, kv, e2, "bravo", "pod-c") {
+	if !b.claimHandOver(ctx, e2, "bravo", "pod-c") {
 		t.Fatal("the next hand-over was refused after the first ended")
 	}
 }
@@ -111,7 +111,7 @@ func TestOnlyOneHandOverAtATime(t *testing.T) {
 func TestTheReceiverEndsAHandOverItsViewIsBehindOn(t *testing.T) {
 	ctx, kv, coord := handOverBucket(t)
 	sender, recv := coord("pod-a"), coord("pod-c")
-	if !sender.claimHandOver(ctx, kv, nil, "alpha", "pod-c") {
+	if !sender.claimHandOver(ctx, nil, "alpha", "pod-c") {
 		t.Fatal("the hand-over was refused")
 	}
 	old, err := kv.Get(ctx, handOverKey)
@@ -119,21 +119,21 @@ func TestTheReceiverEndsAHandOverItsViewIsBehindOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The receiver's view stops at this revision; the record is written once more after it.
-	recv.view.apply(handOverKey, old.Revision(), old.Operation(), old.Value(), time.Now())
+	recv.c.table.view.apply(handOverKey, old.Revision(), old.Operation(), old.Value(), time.Now())
 	if _, err := kv.Update(ctx, handOverKey, old.Value(), old.Revision()); err != nil {
 		t.Fatal(err)
 	}
-	recv.held["alpha"] = &Lease{controller: "alpha"}
-	recv.endHandOver(ctx, kv) // refused: its view is behind
+	recv.c.table.took("alpha", tenure{})
+	recv.endHandOver(ctx) // refused: its view is behind
 	if e, err := kv.Get(ctx, handOverKey); err != nil || e.Operation() != jetstream.KeyValuePut {
 		t.Fatalf("the record went with a delete at a revision it no longer had: %v", err)
 	}
-	recv.endHandOver(ctx, kv) // its view read the record again: this one goes through
+	recv.endHandOver(ctx) // its view read the record again: this one goes through
 	if e, err := kv.Get(ctx, handOverKey); err == nil && e.Operation() == jetstream.KeyValuePut {
 		t.Fatal("the record is still there: the receiver's view did not catch up on the refusal")
 	}
 	select {
-	case <-recv.kickCh:
+	case <-recv.c.kickCh:
 	default:
 		t.Error("the refusal did not ask the loop for another look")
 	}

@@ -101,8 +101,7 @@ func (w *world) start(name string, opt func(*testOptions)) *replica {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	r.c.beforeTick = opts.beforeTick
-	r.c.wrapKV = opts.wrapKV
+	r.c.hooks = testHooks{beforeTick: opts.beforeTick, wrapKV: opts.wrapKV}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { defer close(r.done); r.c.Run(ctx) }()
@@ -256,7 +255,7 @@ func renewals(t *testing.T, n int, each func(), ls ...*Lease) {
 // leasesOf is every lease r holds now.
 func leasesOf(r *replica) []*Lease {
 	var out []*Lease
-	for _, ct := range r.c.controllers {
+	for _, ct := range r.c.table.controllers {
 		if l := r.c.Lease(ct); l != nil {
 			out = append(out, l)
 		}

@@ -1,4 +1,4 @@
-// This file holds what a replica says of leases that ran out before a renewal was answered:
+// This file holds what the observer says of leases that ran out before a renewal was answered:
 // counted per controller, said once per run of them, and the run's end said when renewals have
 // kept up for a while.
 
@@ -26,31 +26,31 @@ const lapseRemind = 10 * time.Minute
 // within lease_ttl ends, and wherever it is acquired next the controller starts from scratch
 // (its inventory listed in full, its bucket read back). On a replica or a NATS too slow for
 // lease_ttl they come in runs, which the first of says at warn.
-func (c *Coordinator) lapsed(leases []*Lease) {
+func (o *observer) lapsed(leases []*Lease, ttl time.Duration) {
 	if len(leases) == 0 {
 		return
 	}
 	now := time.Now()
 	names := make([]string, 0, len(leases))
-	c.mu.Lock()
+	o.mu.Lock()
 	for _, l := range leases {
-		c.lapses[l.controller] += uint64(l.lapses.Swap(0))
+		o.lapses[l.controller] += uint64(l.lapses.Swap(0))
 		names = append(names, l.controller)
 	}
-	c.lastLapse = now
-	c.mu.Unlock()
+	o.lastLapse = now
+	o.mu.Unlock()
 	slices.Sort(names)
-	c.lapse.Fail(now, level.Warn, "leases ran out before their renewals were answered: NATS or this replica is too slow for ha.lease_ttl; these controllers publish nothing until a renewal is answered, and start again from scratch if none is within lease_ttl",
-		nil, "leases", len(names), "controllers", strings.Join(names[:min(len(names), lapseNamed)], ","), "lease_ttl", c.ttl)
+	o.lapse.Fail(now, level.Warn, "leases ran out before their renewals were answered: NATS or this replica is too slow for ha.lease_ttl; these controllers publish nothing until a renewal is answered, and start again from scratch if none is within lease_ttl",
+		nil, "leases", len(names), "controllers", strings.Join(names[:min(len(names), lapseNamed)], ","), "lease_ttl", ttl)
 }
 
-// renewedInTime is told of a round that renewed every held lease: it ends a run of lapses once
-// leases are held and none ran out for lapseQuiet lease times.
-func (c *Coordinator) renewedInTime(now time.Time) {
-	c.mu.Lock()
-	last, held := c.lastLapse, len(c.held)
-	c.mu.Unlock()
-	if held > 0 && !last.IsZero() && now.Sub(last) >= lapseQuiet*c.ttl {
-		c.lapse.Recover(now, "leases renewed in time again", "quiet_for", now.Sub(last).Round(time.Second))
+// renewedInTime is told of a round that renewed every held lease (held: there were some): it
+// ends a run of lapses once leases are held and none ran out for lapseQuiet lease times.
+func (o *observer) renewedInTime(now time.Time, held bool, ttl time.Duration) {
+	o.mu.Lock()
+	last := o.lastLapse
+	o.mu.Unlock()
+	if held && !last.IsZero() && now.Sub(last) >= lapseQuiet*ttl {
+		o.lapse.Recover(now, "leases renewed in time again", "quiet_for", now.Sub(last).Round(time.Second))
 	}
 }

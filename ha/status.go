@@ -1,13 +1,19 @@
-// This file holds what the coordinator shows: the status page's view of who owns which
-// controller, and the veil_ha_* metrics.
+// This file holds what observes the coordinator: the observer (failures to reach the bucket,
+// lease transitions, lapses) and what it shows, the status page's view of who owns which
+// controller and the veil_ha_* metrics.
 
 package ha
 
 import (
 	"sort"
+	"sync"
 	"time"
 
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
 
 // Status is what the status page shows of high availability.
@@ -38,25 +44,75 @@ type ControllerStatus struct {
 	Mine       bool      // this replica runs it
 }
 
+// observer keeps what the coordinator's parts report for the status page, the metrics and the
+// log: the last failure to reach the bucket, the transitions and lapses of each lease.
+type observer struct {
+	bucket      string
+	mu          sync.Mutex
+	lastErr     string
+	transitions map[string]uint64
+	lapses      map[string]uint64 // leases that ran out before a renewal was answered (lapse.go)
+	lastLapse   time.Time
+	outage      runstatus.Outage // logs a run of failures to reach the bucket
+	lapse       runstatus.Outage // logs a run of lapses
+	descs       descs
+}
+
+func newObserver(logger log.Logger, bucket string) *observer {
+	o := &observer{bucket: bucket, transitions: map[string]uint64{}, lapses: map[string]uint64{}, descs: newDescs()}
+	o.outage.Logger = logger
+	o.lapse.Logger, o.lapse.Remind = logger, lapseRemind
+	return o
+}
+
+// fail reports a failure to reach the bucket: shown until the bucket answers, logged once per run.
+func (o *observer) fail(what string, err error) {
+	o.mu.Lock()
+	o.lastErr = what + ": " + err.Error()
+	o.mu.Unlock()
+	if !o.outage.Fail(time.Now(), level.Warn, what+"; retrying every lease_ttl/3", err, "bucket", o.bucket) {
+		level.Debug(o.outage.Logger).Log("msg", what, "err", err)
+	}
+}
+
+// reachable reports that the bucket answered an announcement.
+func (o *observer) reachable(now time.Time) {
+	o.mu.Lock()
+	o.lastErr = ""
+	o.mu.Unlock()
+	o.outage.Recover(now, "lease bucket reachable again", "bucket", o.bucket)
+}
+
+// transition counts an acquisition or a release of controller's lease.
+func (o *observer) transition(controller string) {
+	o.mu.Lock()
+	o.transitions[controller]++
+	o.mu.Unlock()
+}
+
 // Status is a snapshot for the status page.
 func (c *Coordinator) Status() Status {
 	now := time.Now()
+	c.obs.mu.Lock()
+	lastErr := c.obs.lastErr
+	c.obs.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Status{Instance: c.opts.Instance, Bucket: c.opts.Bucket, LeaseTTL: c.ttl, Synced: c.view.synced, LastError: c.lastErr}
-	live := c.view.liveInstances(now, c.ttl)
-	s.Instances = append(s.Instances, InstanceStatus{ID: c.opts.Instance, Started: c.started, Self: true})
+	t := &c.table
+	s := Status{Instance: t.self, Bucket: c.opts.Bucket, LeaseTTL: t.ttl, Synced: t.view.synced, LastError: lastErr}
+	live := t.view.liveInstances(now, t.ttl)
+	s.Instances = append(s.Instances, InstanceStatus{ID: t.self, Started: c.started, Self: true})
 	for id, r := range live {
-		if id != c.opts.Instance {
+		if id != t.self {
 			s.Instances = append(s.Instances, InstanceStatus{ID: id, Started: r.Started})
 		}
 	}
 	sort.Slice(s.Instances, func(i, j int) bool { return s.Instances[i].ID < s.Instances[j].ID })
-	for _, ct := range c.controllers {
+	for _, ct := range t.controllers {
 		cs := ControllerStatus{Controller: ct}
-		if l := c.held[ct]; l != nil && l.Valid() {
-			cs.Owner, cs.Since, cs.Mine = c.opts.Instance, l.since, true
-		} else if st := c.view.lease(leaseKey(ct), now, c.ttl); !st.free && st.holder != c.opts.Instance {
+		if l := c.leases[ct]; l != nil && l.Valid() {
+			cs.Owner, cs.Since, cs.Mine = t.self, l.since, true
+		} else if st := t.view.lease(leaseKey(ct), now, t.ttl); !st.free && st.holder != t.self {
 			cs.Owner, cs.Since = st.holder, st.e.lease.Since
 		}
 		s.Controllers = append(s.Controllers, cs)
@@ -87,38 +143,45 @@ func newDescs() descs {
 
 // Describe implements prometheus.Collector.
 func (c *Coordinator) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.descs.leader
-	ch <- c.descs.transitions
-	ch <- c.descs.lapses
-	ch <- c.descs.instances
+	ch <- c.obs.descs.leader
+	ch <- c.obs.descs.transitions
+	ch <- c.obs.descs.lapses
+	ch <- c.obs.descs.instances
 }
 
 // Collect implements prometheus.Collector: one veil_ha_leader and transitions series per
 // configured controller, and the number of live replicas.
 func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
-	c.mu.Lock()
 	type row struct {
 		name   string
 		leader float64
 		trans  uint64
 		lapses uint64
 	}
-	rows := make([]row, 0, len(c.controllers))
-	for _, ct := range c.controllers {
-		r := row{name: ct, trans: c.transitions[ct], lapses: c.lapses[ct]}
-		if l := c.held[ct]; l != nil && l.Valid() {
+	c.mu.Lock()
+	t := &c.table
+	rows := make([]row, 0, len(t.controllers))
+	for _, ct := range t.controllers {
+		r := row{name: ct}
+		if l := c.leases[ct]; l != nil && l.Valid() {
 			r.leader = 1
 		}
 		rows = append(rows, r)
 	}
-	live := c.view.liveInstances(now, c.ttl)
-	live[c.opts.Instance] = nil
+	live := t.view.liveInstances(now, t.ttl)
+	live[t.self] = nil
 	c.mu.Unlock()
-	for _, r := range rows {
-		ch <- prometheus.MustNewConstMetric(c.descs.leader, prometheus.GaugeValue, r.leader, r.name)
-		ch <- prometheus.MustNewConstMetric(c.descs.transitions, prometheus.CounterValue, float64(r.trans), r.name)
-		ch <- prometheus.MustNewConstMetric(c.descs.lapses, prometheus.CounterValue, float64(r.lapses), r.name)
+	c.obs.mu.Lock()
+	for i := range rows {
+		rows[i].trans, rows[i].lapses = c.obs.transitions[rows[i].name], c.obs.lapses[rows[i].name]
 	}
-	ch <- prometheus.MustNewConstMetric(c.descs.instances, prometheus.GaugeValue, float64(len(live)))
+	c.obs.mu.Unlock()
+	d := c.obs.descs
+	for _, r := range rows {
+		ch <- prometheus.MustNewConstMetric(d.leader, prometheus.GaugeValue, r.leader, r.name)
+		ch <- prometheus.MustNewConstMetric(d.transitions, prometheus.CounterValue, float64(r.trans), r.name)
+		ch <- prometheus.MustNewConstMetric(d.lapses, prometheus.CounterValue, float64(r.lapses), r.name)
+	}
+	ch <- prometheus.MustNewConstMetric(d.instances, prometheus.GaugeValue, float64(len(live)))
 }
