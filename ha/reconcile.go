@@ -95,9 +95,9 @@ func (lp *loop) onTick(ctx context.Context) {
 // controller that another replica should own.
 func (lp *loop) reconcile(ctx context.Context) {
 	c := lp.c
-	lost, expired, ranOut := lp.ended(time.Now())
-	lp.drop(ctx, lost, "lost: another replica took it", false)
-	lp.drop(ctx, expired, "expired: not renewed in time", true)
+	taken, ranOutLong, ranOut := lp.ended(time.Now())
+	lp.drop(ctx, taken, "lost: another replica took it", false)
+	lp.drop(ctx, ranOutLong, "expired: not renewed in time", true)
 	c.obs.lapsed(ranOut, c.table.ttl)
 	c.mu.Lock()
 	announce := c.table.announced.pending
@@ -116,21 +116,19 @@ func (lp *loop) reconcile(ctx context.Context) {
 
 // ended sorts the held leases that end now: lost (another replica took the key), expired (ran
 // out lease_ttl ago, or ended by their own clock), and those that ran out since last counted.
-func (lp *loop) ended(now time.Time) (lost, expired, ranOut []*Lease) {
+func (lp *loop) ended(now time.Time) (taken, ranOutLong, ranOut []*Lease) {
 	for _, l := range lp.c.heldLeases() {
 		if l.lapses.Load() > 0 {
 			ranOut = append(ranOut, l) // also one a renewal regained meanwhile
 		}
-		// One that ran out is fenced until a renewal regains it, or its own clock ends it.
-		at := l.ranOutAt()
-		switch {
-		case l.lost.Load():
-			lost = append(lost, l)
-		case !at.IsZero() && (now.Sub(at) >= lp.c.table.ttl || l.ctx.Err() != nil):
-			expired = append(expired, l)
+		switch lp.c.table.ends(l.lost.Load(), l.ranOutAt(), l.ctx.Err() != nil, now) {
+		case lost:
+			taken = append(taken, l)
+		case expired:
+			ranOutLong = append(ranOutLong, l)
 		}
 	}
-	return lost, expired, ranOut
+	return taken, ranOutLong, ranOut
 }
 
 // act carries a round out: drops, adoptions, acquisitions (concurrently), then the hand-over.

@@ -112,6 +112,28 @@ func (t *table) handOverDone(now time.Time) (*handOverRecord, *entry) {
 	return r, e
 }
 
+// ending is what becomes of a lease this replica holds.
+type ending int
+
+const (
+	keeps   ending = iota // held (also fenced, having run out, while a renewal may regain it)
+	lost                  // another replica took the key: let go, the key left alone
+	expired               // ran out a lease time ago, or ended by its own clock: let go, the key deleted
+)
+
+// ends judges a held lease at now from what its fence says: whether another replica took it,
+// when it ran out (zero while it has not), whether its own clock ended it. A lease that ran out
+// is fenced until a renewal regains it, for a lease time at most.
+func (t *table) ends(taken bool, ranOutAt time.Time, ended bool, now time.Time) ending {
+	switch {
+	case taken:
+		return lost
+	case !ranOutAt.IsZero() && (now.Sub(ranOutAt) >= t.ttl || ended):
+		return expired
+	}
+	return keeps
+}
+
 // round is what one look at the table decided.
 type round struct {
 	acquire  []acquisition

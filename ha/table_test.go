@@ -305,3 +305,34 @@ func otherRows() []tableRow {
 			looks:  []look{{1099 * ms, nil}, {1100 * ms, []string{"watch behind"}}, {1200 * ms, nil}}},
 	}
 }
+
+// TestAHeldLeaseEnds: a lease this replica holds is let go when another replica took its key,
+// or a lease time after it ran out (or when its own clock ended it); until then a lease that
+// ran out is kept, fenced, for a renewal to regain.
+func TestAHeldLeaseEnds(t *testing.T) {
+	endings := map[ending]string{keeps: "kept", lost: "lost", expired: "expired"}
+	tb := newTable("pod-a", rowTTL, nil)
+	now := t0.Add(10 * time.Second)
+	for _, c := range []struct {
+		name   string
+		taken  bool
+		ranOut time.Duration // before now; 0: has not run out
+		ended  bool
+		want   ending
+	}{
+		{"renewed in time", false, 0, false, keeps},
+		{"taken by another replica", true, 0, false, lost},
+		{"ran out, a renewal may regain it", false, 2999 * ms, false, keeps},
+		{"ran out a lease time ago", false, rowTTL, false, expired},
+		{"ran out, ended by its own clock", false, 10 * ms, true, expired},
+		{"taken after it ran out", true, rowTTL, false, lost},
+	} {
+		at := time.Time{}
+		if c.ranOut > 0 {
+			at = now.Add(-c.ranOut)
+		}
+		if got := tb.ends(c.taken, at, c.ended, now); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, endings[got], endings[c.want])
+		}
+	}
+}
