@@ -1,12 +1,11 @@
 // This file holds what runs for one platform controller: its API client, inventory, guest
-// checker and forwarder, built from its settings and started and stopped as one.
+// checker and forwarder, built from its settings (build.go) and started and stopped as one.
 
 package daemon
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -14,20 +13,17 @@ import (
 
 	"github.com/go-kit/log"
 
-	"github.com/veil-exporter/veil-exporter/changefeed"
 	"github.com/veil-exporter/veil-exporter/collector"
 	"github.com/veil-exporter/veil-exporter/config"
-	"github.com/veil-exporter/veil-exporter/forwarder"
-	"github.com/veil-exporter/veil-exporter/guest"
 	"github.com/veil-exporter/veil-exporter/ha"
-	"github.com/veil-exporter/veil-exporter/inventory"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // controller is everything that runs for one platform controller.
 type controller struct {
 	cfg      config.Controller
-	settings settings // what it was built from; a reload keeps it while these stay equal
+	settings settings              // what it was built from; a reload keeps it while these stay equal
+	api      *collector.APIMetrics // its request metrics, shared with the controllers built before it
 	// parts are its components (components.go): the inventory, then the push channel, the
 	// inventory on NATS, the guest checker and the event forwarder when they are on.
 	parts  parts
@@ -110,97 +106,6 @@ func settingsOf(cfg *config.Config, cc config.Controller) settings {
 		}
 	}
 	return s
-}
-
-// build constructs (without starting) the controllers of cfg.
-func (d *Daemon) build(cfg *config.Config, conn *natsLink) ([]*controller, error) {
-	var out []*controller
-	for _, cc := range cfg.Controllers {
-		ct, err := d.buildController(settingsOf(cfg, cc), conn)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ct)
-	}
-	return out, nil
-}
-
-// buildController constructs (without starting) the controller s describes; it reads nothing
-// of the configuration but s. Every log line carries controller and component (inventory,
-// guest, events): the component is set here where the package does not set it itself; the
-// packages add the controller.
-func (d *Daemon) buildController(s settings, conn *natsLink) (*controller, error) {
-	cc := s.Controller
-	d.mu.RLock()
-	api := d.apiMetrics[cc.Name]
-	d.mu.RUnlock()
-	if api == nil {
-		api = collector.NewAPIMetrics(cc.Name, log.With(d.base, "component", "client"))
-	}
-	client, err := NewClient(cc, api)
-	if err != nil {
-		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
-	}
-	inv, err := inventory.NewStore(cc.Name, client, s.Collect, log.With(d.base, "component", "inventory"))
-	if err != nil {
-		return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
-	}
-	ct := &controller{cfg: cc, settings: s}
-	ct.parts.add(&inventoryPart{Store: inv, metrics: collector.NewInventory(inv, d.renderer), stuck: inventory.RefreshLimit(s.Collect.Interval, true) + s.Collect.Interval + cc.Timeout})
-	var fence func() bool
-	if s.Fenced {
-		// Nothing is published or written once another replica may run the controller.
-		fence = func() bool { l := ct.lease.Load(); return l != nil && l.Held() }
-	}
-	if s.Collect.Push {
-		feed := inventory.NewPushFeed(cc.Name, client, inv, s.Collect.ResyncInterval, log.With(d.base, "component", "push"))
-		ct.parts.add(pushPart{feed})
-	}
-	if conn != nil && s.InventoryOnNATS {
-		w, err := changefeed.New(changefeed.Options{
-			Controller: cc.Name, Conn: conn.Conn, Config: s.NATS.Inventory, Replicas: s.Replicas,
-			Fence: fence, Resync: inv.Resync, Logger: d.base,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("controller %s: %w", cc.Name, err)
-		}
-		inv.SetObserver(w)
-		ct.parts.add(kvPart{w})
-	}
-	if s.Guest.Enabled {
-		g := guest.NewChecker(cc.Name, client, s.Guest, inv, guest.Outputs{Logger: log.With(d.base, "component", "guest"), Renderer: d.renderer})
-		ct.parts.add(guestPart{g})
-	}
-	if s.Events.Enabled {
-		if err := d.addForwarder(ct, client, conn, fence); err != nil {
-			return nil, err
-		}
-	}
-	d.mu.Lock()
-	d.apiMetrics[cc.Name] = api
-	d.mu.Unlock()
-	return ct, nil
-}
-
-// addForwarder adds the event forwarder of ct's settings, publishing on conn's stream.
-func (d *Daemon) addForwarder(ct *controller, client *veil.Client, conn *natsLink, fence func() bool) error {
-	var stream *forwarder.Stream
-	if conn != nil {
-		stream = conn.stream
-	}
-	cc := ct.settings.Controller
-	fw, err := forwarder.New(forwarder.Options{
-		Controller: cc.Name, ControllerURL: cc.URL, Client: client,
-		Events: ct.settings.Events, Stream: stream, Logger: d.base, // adds component=events
-		// Catch-up may read as many pages at once as the controller admits requests.
-		Concurrency: cc.MaxConcurrency,
-		Fence:       fence,
-	})
-	if err != nil {
-		return fmt.Errorf("controller %s: %w", cc.Name, err)
-	}
-	ct.parts.add(eventsPart{fw, cc.Name})
-	return nil
 }
 
 func (ct *controller) start(parent context.Context, logger log.Logger) {

@@ -1,6 +1,8 @@
 package daemon
 
-// The Daemon: New builds it, Run runs and reloads its controllers until Stop.
+// The Daemon's core: the running configuration under one lock, with its named parts (life,
+// builder, reload record, replicas); New builds it, Run runs and reloads its controllers until
+// Stop.
 
 import (
 	"context"
@@ -18,7 +20,7 @@ import (
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/ha"
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
-	"github.com/veil-exporter/veil-exporter/natsconn"
+	"github.com/veil-exporter/veil-exporter/internal/web"
 )
 
 // Options are what the command line gives the daemon.
@@ -30,24 +32,23 @@ type Options struct {
 	Version string
 }
 
-// Daemon owns the running controllers and rebuilds them on reload.
+// Daemon owns the running controllers and rebuilds them on reload. Its core is the running
+// configuration under mu; its parts have names: its life (lifecycle.go), the builder of
+// controllers (build.go), the record of reloads (reload.go), the replicas' coordinator
+// (replicas.go), and the web's view of it (webSource, web.go).
 type Daemon struct {
-	ctx        context.Context // of the controllers that run without a lease; cancelled by Stop
-	cancel     context.CancelFunc
+	life       lifecycle
 	configFile string
 	logger     log.Logger // component=daemon
 	base       log.Logger // without component: each component's logger adds its own
 	version    string
-	registry   *prometheus.Registry // live families; with renderedRegistry, everything
-	// renderedRegistry encodes live what the controllers render, for name[] filtered and
-	// protobuf text scrapes.
-	renderedRegistry *prometheus.Registry
-	// renderer is shared by every controller's rendered families and /metrics: renders pause
-	// for scrapes and prepare the formats scrapers ask for.
-	renderer *exposition.Renderer
-	started  time.Time
-
-	reloadOK, reloadTime prometheus.Gauge
+	started    time.Time
+	// metrics are what /metrics serves: the live families, the rendered ones encoded live (for
+	// name[] filtered and protobuf text scrapes), and the renderer shared by every controller's
+	// rendered families and /metrics (renders pause for scrapes and prepare the formats scrapers
+	// ask for).
+	metrics web.Metrics
+	builder builder
 
 	// Run's goroutine owns what follows mu: it alone writes it, under mu so that the handlers
 	// and collectors may read it. Reloads and the coordinator's acquisitions and releases reach
@@ -55,34 +56,19 @@ type Daemon struct {
 	reloads chan chan error // Reload's; the answer comes on the channel sent
 	inbox   inbox           // the coordinator's acquisitions and releases (replicas.go)
 
-	// With replicas (ha.enabled) the coordinator runs each controller on one replica: controllers
-	// holds the ones this replica runs, standby the others, built but not started.
-	coord *ha.Coordinator
-	// leaseConn is the coordinator's own NATS connection (see startReplicas).
-	leaseConn *natsconn.Conn
-	leases    map[string]*leaseRun // by controller; the coordinator's goroutine only (acquired, released)
-
 	beforeStop func(controller string) // for tests: a controller slow to stop
 
-	// running is set when Run starts; until then (New) the controllers built wait in starting.
-	// Run's goroutine only, and New's before it.
-	running  bool
-	starting []*controller
-
-	mu          sync.RWMutex
-	cfg         *config.Config
+	mu  sync.RWMutex
+	cfg *config.Config
+	// With replicas (ha.enabled) the coordinator runs each controller on one replica: controllers
+	// holds the ones this replica runs, standby the others, built but not started.
 	controllers []*controller
 	standby     map[string]*controller
 	conn        *natsLink
-	apiMetrics  map[string]*collector.APIMetrics // kept across reloads: counters never reset
-	lastReload  time.Time
+	replicas    *replicas // nil without ha.enabled
+	rec         reloadRecord
 	// redialAt is when a failed redial of a NATS connection lost for good is tried again.
-	redialAt    time.Time
-	reloadError string
-
-	stopOnce sync.Once
-	stopc    chan struct{} // closed by Stop
-	done     chan struct{} // closed when Run has stopped everything
+	redialAt time.Time
 }
 
 // New builds the controllers of cfg (with replicas also the coordinator, which starts them as
@@ -92,7 +78,7 @@ func New(cfg *config.Config, o Options) (*Daemon, error) {
 	d := newDaemon(context.Background(), o.ConfigFile, o.Logger, o.Version)
 	level.Info(d.logger).Log("msg", "starting veil-exporter", "version", o.Version, "revision", version.GetRevision(), "branch", version.Branch, "controllers", len(cfg.Controllers))
 	if _, err := d.apply(cfg); err != nil {
-		d.cancel()
+		d.life.cancel()
 		return nil, err
 	}
 	if cfg.HA.Enabled {
@@ -104,29 +90,20 @@ func New(cfg *config.Config, o Options) (*Daemon, error) {
 // newDaemon builds a daemon that runs nothing yet.
 // The Go, process and promhttp metrics are the handler's (--web.disable-exporter-metrics).
 func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver string) *Daemon {
+	live, rendered, renderer := prometheus.NewRegistry(), prometheus.NewRegistry(), exposition.NewRenderer()
 	d := &Daemon{
+		life:       newLifecycle(ctx),
 		configFile: configFile, logger: log.With(logger, "component", "daemon"), base: logger, version: ver,
-		registry:         prometheus.NewRegistry(),
-		renderedRegistry: prometheus.NewRegistry(),
-		renderer:         exposition.NewRenderer(),
-		started:          time.Now(),
-		apiMetrics:       map[string]*collector.APIMetrics{},
-		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "veil_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
-		}),
-		reloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "veil_config_last_reload_success_timestamp_seconds", Help: "Unix time of the last successful configuration load.",
-		}),
+		started: time.Now(),
+		metrics: web.Metrics{Live: live, Rendered: rendered, Renderer: renderer},
+		builder: builder{base: logger, renderer: renderer, apiMetrics: map[string]*collector.APIMetrics{}},
 		reloads: make(chan chan error),
 		inbox:   newInbox(),
-		leases:  map[string]*leaseRun{},
-		stopc:   make(chan struct{}),
-		done:    make(chan struct{}),
+		rec:     newReloadRecord(),
 	}
-	d.ctx, d.cancel = context.WithCancel(ctx)
-	d.registry.MustRegister(
+	live.MustRegister(
 		versioncollector.NewCollector("veil_exporter"),
-		d.reloadOK, d.reloadTime,
+		d.rec.ok, d.rec.at,
 		controllersCollector{d},
 		newRunStatusCollector(d.runs),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -134,12 +111,17 @@ func newDaemon(ctx context.Context, configFile string, logger log.Logger, ver st
 			Help: "Label values cut to 1024 bytes (ending in …) since start: a name, or a guest's answer, longer than that. A value cut at every render counts at every render.",
 		}, func() float64 { return float64(exposition.LabelValuesCut()) }),
 	)
-	d.renderedRegistry.MustRegister(renderedCollector{d})
+	rendered.MustRegister(renderedCollector{d})
 	return d
 }
 
 // Coordinator is the replicas' coordinator, nil without ha.enabled; Run runs it and closes it.
-func (d *Daemon) Coordinator() *ha.Coordinator { return d.coord }
+func (d *Daemon) Coordinator() *ha.Coordinator {
+	if d.replicas == nil {
+		return nil
+	}
+	return d.replicas.coord
+}
 
 // Run is the goroutine that owns the daemon's state and everything it starts: it runs the
 // replicas' coordinator, carries out reloads and the coordinator's acquisitions and releases
@@ -147,24 +129,20 @@ func (d *Daemon) Coordinator() *ha.Coordinator { return d.coord }
 // the coordinator (the other replicas take this one's controllers over at once), stops every
 // controller and closes NATS.
 func (d *Daemon) Run(ctx context.Context) error {
-	defer close(d.done)
+	defer close(d.life.done)
 	defer d.shutdown()
-	d.running = true
-	for _, ct := range d.starting {
-		ct.start(d.ctx, d.logger)
-	}
-	d.starting = nil
-	if d.coord != nil {
+	d.life.begin(d.logger)
+	if d.replicas != nil {
 		// Not under ctx: a cancelled coordinator stops renewing without releasing (a killed
 		// replica); shutdown's Close hands everything over at once.
-		go d.coord.Run(context.Background())
+		go d.replicas.coord.Run(context.Background())
 	}
 	for {
 		lost, retry := d.lostConn()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-d.stopc:
+		case <-d.life.stopc:
 			return nil
 		case answer := <-d.reloads:
 			answer <- d.reload()
@@ -179,15 +157,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// launch starts ct, or has Run start it when New built it.
-func (d *Daemon) launch(ct *controller) {
-	if !d.running {
-		d.starting = append(d.starting, ct)
-		return
-	}
-	ct.start(d.ctx, d.logger)
-}
-
 // errStopped answers a reload asked for once the daemon stopped.
 var errStopped = errors.New("the exporter is shutting down")
 
@@ -198,24 +167,22 @@ func (d *Daemon) Reload() error {
 	select {
 	case d.reloads <- answer:
 		return <-answer
-	case <-d.done:
+	case <-d.life.done:
 		return errStopped
 	}
 }
 
 // Stop ends Run and returns once it has stopped everything.
 func (d *Daemon) Stop() {
-	d.stopOnce.Do(func() { close(d.stopc) })
-	<-d.done
+	d.life.stop()
 }
 
 // shutdown stops every controller and closes NATS.
 func (d *Daemon) shutdown() {
-	if d.coord != nil {
-		d.coord.Close() // returns once its Run has released every lease
-		d.leaseConn.Close()
+	if d.replicas != nil {
+		d.replicas.close() // returns once the coordinator has released every lease
 	}
-	d.cancel()
+	d.life.cancel()
 	d.stopControllers()
 	d.mu.Lock()
 	conn := d.conn

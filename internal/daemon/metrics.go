@@ -1,33 +1,17 @@
 // The daemon's metrics: each running controller's, delegated (the rendered series as Sets for
-// text, OpenMetrics and protobuf scrapes, encoded live for name[] filters), and the veil_collector_* families
-// of every controller, emitted in one place from the run status each component reports (as
-// node_exporter's collector.go does for its collectors).
+// text, OpenMetrics and protobuf scrapes, which webSource.RenderedSets lists, and encoded live
+// for name[] filters), and the veil_collector_* families of every controller, emitted in one
+// place from the run status each component reports (as node_exporter's collector.go does for
+// its collectors).
 
 package daemon
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/veil-exporter/veil-exporter/collector"
-	"github.com/veil-exporter/veil-exporter/internal/exposition"
 	"github.com/veil-exporter/veil-exporter/internal/metricutil"
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 )
-
-// renderedSets are the rendered series of every controller, in configuration order: what a
-// scrape writes beside d.registry's live families.
-func (d *Daemon) renderedSets() []*exposition.Set {
-	ctrls := d.exported()
-	sets := make([]*exposition.Set, 0, 2*len(ctrls))
-	for _, ct := range ctrls {
-		for _, p := range ct.parts.rendered {
-			if s := p.rendered(); s != nil {
-				sets = append(sets, s)
-			}
-		}
-	}
-	return sets
-}
 
 // exported lists the controllers whose series a scrape shows, in configuration order: all that
 // run, but with replicas only while their lease is valid. A released controller stays in
@@ -70,15 +54,8 @@ type controllersCollector struct{ d *Daemon }
 
 func (controllersCollector) Describe(chan<- *prometheus.Desc) {}
 func (c controllersCollector) Collect(ch chan<- prometheus.Metric) {
-	c.d.mu.RLock()
-	ctrls := exported(c.d.controllers)
-	api := make([]*collector.APIMetrics, 0, len(ctrls))
-	for _, ct := range ctrls {
-		api = append(api, c.d.apiMetrics[ct.cfg.Name])
-	}
-	c.d.mu.RUnlock()
-	for i, ct := range ctrls {
-		api[i].Collect(ch)
+	for _, ct := range c.d.exported() {
+		ct.api.Collect(ch)
 		for _, p := range ct.parts.all {
 			p.collectLive(ch)
 		}

@@ -1,5 +1,7 @@
 // This file holds a reload: the new configuration replaces the running one, keeping the
-// controllers whose settings did not change, and rolls back to the old one when it fails.
+// controllers whose settings did not change, and rolls back to the old one when it fails; what
+// the last reload did (reloadRecord); the NATS connection a reload dials, and its redial when the
+// server closes it for good.
 
 package daemon
 
@@ -14,11 +16,44 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/veil-exporter/veil-exporter/config"
 	"github.com/veil-exporter/veil-exporter/forwarder"
 	"github.com/veil-exporter/veil-exporter/natsconn"
 )
+
+// reloadRecord is what the last reload did, as the status page and veil_config_last_reload_*
+// say. Its fields are guarded by Daemon.mu.
+type reloadRecord struct {
+	last   time.Time // of the last successful load
+	err    string    // why the last reload was refused; "" once one succeeds
+	ok, at prometheus.Gauge
+}
+
+func newReloadRecord() reloadRecord {
+	return reloadRecord{
+		ok: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "veil_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
+		}),
+		at: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "veil_config_last_reload_success_timestamp_seconds", Help: "Unix time of the last successful configuration load.",
+		}),
+	}
+}
+
+// succeeded records a configuration loaded at now.
+func (r *reloadRecord) succeeded(now time.Time) {
+	r.last, r.err = now, ""
+	r.ok.Set(1)
+	r.at.SetToCurrentTime()
+}
+
+// failed records a reload refused for err.
+func (r *reloadRecord) failed(err error) {
+	r.ok.Set(0)
+	r.err = err.Error()
+}
 
 // changes says what a successful apply did to the controllers, by name.
 type changes struct{ kept, started, stopped []string }
@@ -142,13 +177,13 @@ func (d *Daemon) swap(cfg *config.Config, p *reloadPlan, next, built []*controll
 	if p.oldConn != nil && (p.conn == nil || p.oldConn.Conn != p.conn.Conn) {
 		p.oldConn.Close()
 	}
-	next, idle := d.split(cfg, next, p.running)
+	next, idle := split(cfg, next, p.running)
 	for _, ct := range built {
 		if idle[ct.cfg.Name] == ct {
 			continue // a replica's standby: started when its lease is acquired
 		}
 		if ct.run == nil {
-			d.launch(ct)
+			d.life.launch(ct, d.logger)
 		} else if !ct.run.start(ct, d.logger) {
 			// Its lease ended meanwhile: it waits for the next acquisition.
 			next = slices.DeleteFunc(next, func(c *controller) bool { return c == ct })
@@ -181,7 +216,7 @@ func (d *Daemon) assemble(cfg *config.Config, conn *natsLink, keep map[string]*c
 			ch.kept = append(ch.kept, cc.Name)
 			continue
 		}
-		ct, err := d.buildController(s, conn)
+		ct, err := d.builder.buildController(s, conn)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -196,17 +231,11 @@ func (d *Daemon) assemble(cfg *config.Config, conn *natsLink, keep map[string]*c
 func (d *Daemon) commit(cfg *config.Config, running []*controller, standby map[string]*controller, conn *natsLink) {
 	d.mu.Lock()
 	d.cfg, d.controllers, d.standby, d.conn = cfg, running, standby, conn
-	for name := range d.apiMetrics {
-		if !hasController(cfg, name) {
-			delete(d.apiMetrics, name)
-		}
-	}
-	d.lastReload, d.reloadError = time.Now(), ""
+	d.rec.succeeded(time.Now())
 	d.mu.Unlock()
-	d.reloadOK.Set(1)
-	d.reloadTime.SetToCurrentTime()
-	if d.coord != nil {
-		d.coord.SetControllers(controllerNames(cfg)) // a removed controller is released
+	d.builder.forget(cfg)
+	if d.replicas != nil {
+		d.replicas.coord.SetControllers(controllerNames(cfg)) // a removed controller is released
 	}
 }
 
@@ -244,7 +273,7 @@ func (d *Daemon) link(cfg *config.Config, conn *natsconn.Conn) (*natsLink, error
 		return &natsLink{Conn: conn}, nil
 	}
 	stream := forwarder.NewStream(conn, cfg.NATS, replicasOf(cfg), log.With(d.base, "component", "nats"))
-	if err := stream.Verify(d.ctx); err != nil {
+	if err := stream.Verify(d.life.ctx); err != nil {
 		return nil, err
 	}
 	return &natsLink{Conn: conn, stream: stream}, nil
@@ -301,7 +330,7 @@ func (d *Daemon) restore(cfg *config.Config) {
 		c.Events.Enabled = false
 		run, conn = &c, nil
 	}
-	ctrls, err := d.build(run, conn)
+	ctrls, err := d.builder.build(run, conn)
 	if err != nil {
 		// It built before; only a file that has gone since (ca_file) can fail it now.
 		level.Error(d.logger).Log("msg", "couldn't restart the previous configuration", "err", err)
@@ -311,7 +340,7 @@ func (d *Daemon) restore(cfg *config.Config) {
 		ctrls, conn = nil, nil
 	}
 	for _, ct := range ctrls {
-		ct.start(d.ctx, d.logger)
+		ct.start(d.life.ctx, d.logger)
 	}
 	d.mu.Lock()
 	d.controllers, d.conn = ctrls, conn
@@ -362,9 +391,8 @@ func (d *Daemon) reload() error {
 		ch, err = d.apply(cfg)
 	}
 	if err != nil {
-		d.reloadOK.Set(0)
 		d.mu.Lock()
-		d.reloadError = err.Error()
+		d.rec.failed(err)
 		d.mu.Unlock()
 		level.Error(d.logger).Log("msg", "configuration reload refused, the previous configuration keeps running", "err", err)
 		return err

@@ -135,7 +135,7 @@ func TestReloadComparesEveryKey(t *testing.T) {
 				want = []string{"kept"}
 			case strings.HasPrefix(k.name, "sd."):
 				want = []string{"kept"}
-				if reflect.DeepEqual((&Daemon{cfg: old}).discovery(), (&Daemon{cfg: cfg}).discovery()) {
+				if reflect.DeepEqual(webSource{&Daemon{cfg: old}}.Discovery(), webSource{&Daemon{cfg: cfg}}.Discovery()) {
 					t.Errorf("replicas %v, %s: not read by /sd/domains", replicas, k.name)
 				}
 			}

@@ -1,6 +1,7 @@
 // Replicas (ha.enabled): the daemon runs a controller only while it holds the controller's lease,
-// which package ha grants to one live replica at a time. This file is the wiring: which
-// controllers run and which wait, and what a reload may change.
+// which package ha grants to one live replica at a time. This file is the wiring: the daemon's
+// side of the coordinator (replicas), which controllers run and which wait, and what a reload
+// may change.
 
 package daemon
 
@@ -41,7 +42,7 @@ func replicasChange(old, cfg *config.Config, conn *natsLink) error {
 // split divides the controllers of a new configuration into those this replica runs and those
 // it waits with. Without replicas all run. With them, a controller runs when it ran before the
 // reload (kept) or replaces one that ran (rebuilt: it starts under that one's lease).
-func (d *Daemon) split(cfg *config.Config, next, running []*controller) ([]*controller, map[string]*controller) {
+func split(cfg *config.Config, next, running []*controller) ([]*controller, map[string]*controller) {
 	if !cfg.HA.Enabled {
 		return next, nil
 	}
@@ -75,6 +76,19 @@ func controllerNames(cfg *config.Config) []string {
 	return names
 }
 
+// replicas is the daemon's side of the coordinator: the coordinator, the NATS connection it has
+// to itself, and the leases it granted, which its callbacks (acquired, released) hand to Run's
+// goroutine through the daemon's inbox.
+type replicas struct {
+	coord  *ha.Coordinator
+	conn   *natsconn.Conn       // the coordinator's own (see startReplicas)
+	leases map[string]*leaseRun // by controller; the coordinator's goroutine only (acquired, released)
+	inbox  *inbox
+	// stopping is called before a released controller's loops are waited for (the daemon's
+	// beforeStop).
+	stopping func(controller string)
+}
+
 // startReplicas builds the coordinator of the first configuration (ha.enabled cannot change on
 // a reload); the caller runs it. Until it acquires a lease every controller waits.
 //
@@ -88,49 +102,60 @@ func (d *Daemon) startReplicas(cfg *config.Config) {
 		level.Error(d.logger).Log("msg", "couldn't start replicas", "err", err)
 		return
 	}
+	r := &replicas{conn: conn, leases: map[string]*leaseRun{}, inbox: &d.inbox, stopping: func(name string) {
+		if d.beforeStop != nil {
+			d.beforeStop(name)
+		}
+	}}
 	coord, err := ha.New(conn.NATS(), ha.Options{
 		Bucket: cfg.HA.Bucket, Replicas: cfg.HA.Replicas, LeaseTTL: cfg.HA.LeaseTTL, Instance: cfg.HA.Instance,
 		Controllers: controllerNames(cfg), Logger: d.base, // the package adds component=ha
-		OnAcquire: d.acquired, OnRelease: d.released,
+		OnAcquire: r.acquired, OnRelease: r.released,
 	})
 	if err != nil {
 		conn.Close()
 		level.Error(d.logger).Log("msg", "couldn't start replicas", "err", err)
 		return
 	}
+	r.coord = coord
 	d.mu.Lock()
-	d.coord, d.leaseConn = coord, conn
+	d.replicas = r
 	d.mu.Unlock()
-	d.registry.MustRegister(coord)
+	d.metrics.Live.MustRegister(coord)
 	level.Info(d.logger).Log("msg", "replicas on: controllers run where their lease is held", "instance", coord.Instance(),
 		"bucket", cfg.HA.Bucket, "lease_ttl", cfg.HA.LeaseTTL)
 }
 
 // acquired is the coordinator's OnAcquire: it hands the lease to Run's goroutine and returns
 // at once, so that a reload in progress never delays the coordinator's renewals.
-func (d *Daemon) acquired(l *ha.Lease) {
+func (rs *replicas) acquired(l *ha.Lease) {
 	r := &leaseRun{lease: l}
-	d.leases[l.Controller()] = r
-	d.inbox.post(func(d *Daemon) { d.startLeased(r) })
+	rs.leases[l.Controller()] = r
+	rs.inbox.post(func(d *Daemon) { d.startLeased(r) })
 }
 
 // released is the coordinator's OnRelease: it lets nothing more start under the lease (whose
 // end has cancelled what runs under it) and returns the wait until its loops have ended (its
 // forwarder has saved its position), which the coordinator does off its loop before the next
 // owner can start; then Run's goroutine moves the controller to standby.
-func (d *Daemon) released(name string) (stopped func()) {
-	r := d.leases[name]
-	delete(d.leases, name)
+func (rs *replicas) released(name string) (stopped func()) {
+	r := rs.leases[name]
+	delete(rs.leases, name)
 	if r == nil {
 		return nil
 	}
 	return func() {
-		if d.beforeStop != nil {
-			d.beforeStop(name)
-		}
+		rs.stopping(name)
 		r.end()
-		d.inbox.post(func(d *Daemon) { d.stopLeased(name, r) })
+		rs.inbox.post(func(d *Daemon) { d.stopLeased(name, r) })
 	}
+}
+
+// close closes the coordinator, which returns once its Run has released every lease (the
+// other replicas take them over at once), then its connection.
+func (rs *replicas) close() {
+	rs.coord.Close()
+	rs.conn.Close()
 }
 
 // startLeased starts a standby controller under a lease the coordinator acquired.
@@ -141,7 +166,7 @@ func (d *Daemon) startLeased(r *leaseRun) {
 		return // removed by a reload: the coordinator releases it
 	}
 	if ct.used {
-		nct, err := d.buildController(ct.settings, d.conn)
+		nct, err := d.builder.buildController(ct.settings, d.conn)
 		if err != nil {
 			// It built at the last reload; only a file gone since (ca_file) fails it now.
 			level.Error(d.logger).Log("msg", "couldn't start an acquired controller", "controller", name, "err", err)

@@ -20,27 +20,38 @@ const DefaultWriteTimeout = web.DefaultWriteTimeout
 
 // Handler serves every endpoint of the daemon.
 func (d *Daemon) Handler(o HandlerOptions) http.Handler {
-	m := web.Metrics{Live: d.registry, Rendered: d.renderedRegistry, Renderer: d.renderer}
-	return web.Handler(webSource{d}, m, d.logger, o)
+	return web.Handler(webSource{d}, d.metrics, d.logger, o)
 }
 
-// webSource is the daemon as web.Source.
+// webSource is the daemon as web.Source: what the endpoints show, read from the running
+// configuration under the daemon's mu.
 type webSource struct{ d *Daemon }
 
-func (s webSource) Reload() error                   { return s.d.Reload() }
-func (s webSource) Unhealthy(now time.Time) string  { return s.d.unhealthy(now) }
-func (s webSource) NotReady() string                { return s.d.notReady() }
-func (s webSource) RenderedSets() []*exposition.Set { return s.d.renderedSets() }
-func (s webSource) Status() web.Status              { return s.d.status() }
-func (s webSource) Discovery() web.Discovery        { return s.d.discovery() }
+func (s webSource) Reload() error { return s.d.Reload() }
 
-// unhealthy says why the daemon is not live at now, or "".
-func (d *Daemon) unhealthy(now time.Time) string {
+// RenderedSets are the rendered series of every controller, in configuration order: what a
+// scrape writes beside the live families.
+func (s webSource) RenderedSets() []*exposition.Set {
+	ctrls := s.d.exported()
+	sets := make([]*exposition.Set, 0, 2*len(ctrls))
+	for _, ct := range ctrls {
+		for _, p := range ct.parts.rendered {
+			if set := p.rendered(); set != nil {
+				sets = append(sets, set)
+			}
+		}
+	}
+	return sets
+}
+
+// Unhealthy says why the daemon is not live at now, or "".
+func (s webSource) Unhealthy(now time.Time) string {
+	d := s.d
 	d.mu.RLock()
-	ctrls, cfg, conn, reloadErr, coord := d.controllers, d.cfg, d.conn, d.reloadError, d.coord
+	ctrls, cfg, conn, reloadErr, rs := d.controllers, d.cfg, d.conn, d.rec.err, d.replicas
 	d.mu.RUnlock()
 	// A replica that runs nothing (the others hold every lease) is healthy: restarting it mends nothing.
-	if len(ctrls) == 0 && coord == nil || cfg == nil {
+	if len(ctrls) == 0 && rs == nil || cfg == nil {
 		if reloadErr != "" {
 			return "no controller runs; last reload: " + reloadErr
 		}
@@ -64,16 +75,17 @@ func (d *Daemon) unhealthy(now time.Time) string {
 	return ""
 }
 
-// notReady: every first refresh done, and NATS connected when forwarding; otherwise which
+// NotReady: every first refresh done, and NATS connected when forwarding; otherwise which
 // controller waits and why.
-func (d *Daemon) notReady() string {
+func (s webSource) NotReady() string {
+	d := s.d
 	d.mu.RLock()
-	ctrls, conn, cfg, coord := d.controllers, d.conn, d.cfg, d.coord
+	ctrls, conn, cfg, rs := d.controllers, d.conn, d.cfg, d.replicas
 	d.mu.RUnlock()
-	if coord != nil {
+	if rs != nil {
 		// With replicas, ready once the lease bucket was read: this replica then knows what it
 		// runs, which may be nothing.
-		if st := coord.Status(); !st.Synced {
+		if st := rs.coord.Status(); !st.Synced {
 			why := "lease bucket " + st.Bucket + " not read yet"
 			if st.LastError != "" {
 				why += ": " + st.LastError
@@ -97,21 +109,22 @@ func (d *Daemon) notReady() string {
 	return ""
 }
 
-// status is what the status page shows of the daemon and each controller it runs.
-func (d *Daemon) status() web.Status {
+// Status is what the status page shows of the daemon and each controller it runs.
+func (s webSource) Status() web.Status {
+	d := s.d
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	s := web.Status{
-		Version: d.version, Started: d.started, ConfigFile: d.configFile, LastReload: d.lastReload, LastReloadError: d.reloadError,
+	out := web.Status{
+		Version: d.version, Started: d.started, ConfigFile: d.configFile, LastReload: d.rec.last, LastReloadError: d.rec.err,
 		Controllers: make([]web.Controller, 0, len(d.controllers)),
 	}
 	if d.conn != nil {
 		st := d.conn.Status()
-		s.NATS = &st
+		out.NATS = &st
 	}
-	if d.coord != nil {
-		st := d.coord.Status()
-		s.Replicas = &st
+	if d.replicas != nil {
+		st := d.replicas.coord.Status()
+		out.Replicas = &st
 	}
 	for _, ct := range d.controllers {
 		c := web.Controller{Name: ct.cfg.Name, URL: ct.cfg.URL}
@@ -124,14 +137,15 @@ func (d *Daemon) status() web.Status {
 		for _, p := range ct.parts.viewers {
 			p.view(&c)
 		}
-		s.Controllers = append(s.Controllers, c)
+		out.Controllers = append(out.Controllers, c)
 	}
-	return s
+	return out
 }
 
-// discovery is what /sd/domains answers from: sd.* of the running configuration (read at each
+// Discovery is what /sd/domains answers from: sd.* of the running configuration (read at each
 // request, so a reload changes them at once) and the controllers that run.
-func (d *Daemon) discovery() web.Discovery {
+func (s webSource) Discovery() web.Discovery {
+	d := s.d
 	d.mu.RLock()
 	ctrls, cfg := d.controllers, d.cfg
 	d.mu.RUnlock()
