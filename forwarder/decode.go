@@ -1,7 +1,8 @@
 // Event decoding for the forwarder: a page's answer is decoded as raw results (one validating
-// pass by the client's rules) and each event is then walked for the few fields forwarding needs (id, type, created,
-// entities), with veil.Event's lenient rules, instead of being decoded whole by reflection. This
-// runs for every event of a catch-up; a page's request slot is free again before it runs.
+// pass by the client's rules) and each event is then walked by jsonscan's scanner for the few
+// fields forwarding needs (id, type, created, entities), with veil.Event's lenient rules, instead
+// of being decoded whole by reflection. This runs for every event of a catch-up; a page's
+// request slot is free again before it runs.
 
 package forwarder
 
@@ -13,9 +14,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
+	"reflect"
 
+	"github.com/veil-exporter/veil-exporter/internal/jsonscan"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -147,9 +148,11 @@ func neighbourCreated(items []veil.Event) {
 // nothing forwarded is built from them (the body is Raw).
 //
 // Repeated keys and case follow veil.Event's own decoding (the rule is written down at
-// veil.Event.UnmarshalJSON, and FuzzDecodeEvents holds the two to it): a key matches a field
-// case-insensitively, with encoding/json's folding ("entitY_uuid" is entity_uuid, "entitieſ"
-// is entities); of a repeated key the last wins; null leaves a field as it was; a value of the
+// veil.Event.UnmarshalJSON; FuzzDecodeEvents and TestDecodeEventMatchesEncodingJSON hold the
+// two to it): a key matches a field as encoding/json matches it (jsonscan.Names: exactly, else
+// case-insensitively with its folding, "entitY_uuid" is entity_uuid, "entitieſ" is entities);
+// of a repeated key the last wins; null leaves a field as it was, except created (veil.Time
+// reads null as the zero time, so a later "created":null undoes an earlier one); a value of the
 // wrong type is ignored (the field keeps what it had) except for id (an error), and a malformed
 // created is an error; "entities" is read whole from its last member (an array replaces the
 // entities, any other value leaves none).
@@ -159,11 +162,10 @@ func decodeEvent(b []byte, e *veil.Event) error {
 	if len(b) == 0 || b[0] != '{' {
 		return fmt.Errorf("%w: got JSON %s", errNotObject, jsonKind(b))
 	}
-	var err, idErr, createdErr error
-	forEachField(b, func(key, v []byte) {
-		switch {
-		case err != nil:
-		case keyIs(key, "id"):
+	var idErr, createdErr error
+	forEachField(b, eventFields, func(field int, v []byte) {
+		switch field {
+		case eventID:
 			switch v[0] {
 			case '"':
 				e.ID, idErr = jsonString(v), nil
@@ -171,32 +173,40 @@ func decodeEvent(b []byte, e *veil.Event) error {
 			default:
 				e.ID, idErr = "", fmt.Errorf("field %q: got JSON %s, want string", "id", jsonKind(v))
 			}
-		case keyIs(key, "type"):
+		case eventType:
 			if v[0] == '"' {
 				e.Type = jsonString(v)
 			}
-		case keyIs(key, "created"):
-			if v[0] == 'n' {
-				break // null leaves it as it was
-			}
+		case eventCreated: // null too: Time reads it as the zero time, as veil.Event does
 			var t veil.Time
 			createdErr = nil
 			if terr := t.UnmarshalJSON(v); terr != nil {
 				createdErr = fmt.Errorf("field %q: %w: %w", "created", errBadCreated, terr)
 			}
 			e.Created = t
-		case keyIs(key, "entities"):
+		case eventEntities:
 			e.Entities = decodeEntities(v)
 		}
 	})
-	if err != nil {
-		return err
-	}
 	if idErr != nil {
 		return idErr
 	}
 	return createdErr
 }
+
+// The fields of veil.Event and veil.EventEntity the walk reads, as encoding/json matches
+// members to them (from their struct tags: a field renamed there fails here at init).
+var (
+	eventFields   = jsonscan.NewNames(jsonscan.FieldNames(reflect.TypeFor[veil.Event]())...)
+	eventID       = eventFields.Index("id")
+	eventType     = eventFields.Index("type")
+	eventCreated  = eventFields.Index("created")
+	eventEntities = eventFields.Index("entities")
+	eventMsg      = eventFields.Index("message")
+	entityFields  = jsonscan.NewNames(jsonscan.FieldNames(reflect.TypeFor[veil.EventEntity]())...)
+	entityUUID    = entityFields.Index("entity_uuid")
+	entityClass   = entityFields.Index("entity_class")
+)
 
 // eventMessage is the event's message (the status page shows it; nothing forwarded needs it, so
 // decodeEvent leaves it out of every event of a catch-up).
@@ -206,8 +216,8 @@ func eventMessage(raw []byte) string {
 	if len(raw) == 0 || raw[0] != '{' {
 		return msg
 	}
-	forEachField(raw, func(key, v []byte) {
-		if keyIs(key, "message") && len(v) > 0 && v[0] == '"' {
+	forEachField(raw, eventFields, func(field int, v []byte) {
+		if field == eventMsg && v[0] == '"' {
 			msg = jsonString(v)
 		}
 	})
@@ -221,85 +231,62 @@ func decodeEntities(v []byte) []veil.EventEntity {
 		return nil
 	}
 	ents := []veil.EventEntity{}
-	i := skipSpace(v, 1)
-	for i < len(v) && v[i] != ']' {
-		end := skipValue(v, i)
+	s := jsonscan.Scanner{B: v, I: 1}
+	s.Space()
+	for !s.Consume(']') {
+		if len(ents) > 0 {
+			if !s.Consume(',') {
+				break
+			}
+			s.Space()
+		}
+		elem, ok := s.Value()
+		if !ok {
+			break
+		}
 		var ent veil.EventEntity
-		if v[i] == '{' {
-			forEachField(v[i:end], func(key, val []byte) {
+		if elem[0] == '{' {
+			forEachField(elem, entityFields, func(field int, val []byte) {
 				if val[0] != '"' {
 					return
 				}
-				switch {
-				case keyIs(key, "entity_uuid"):
+				switch field {
+				case entityUUID:
 					ent.UUID = jsonString(val)
-				case keyIs(key, "entity_class"):
+				case entityClass:
 					ent.Class = jsonString(val)
 				}
 			})
 		}
 		ents = append(ents, ent)
-		i = skipSpace(v, end)
-		if i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
-		}
+		s.Space()
 	}
 	return ents
 }
 
-// forEachField calls f with each key (quoted) and value of the (valid) JSON object obj.
-func forEachField(obj []byte, f func(key, val []byte)) {
-	i := skipSpace(obj, 1)
-	for i < len(obj) && obj[i] != '}' {
-		kEnd := skipValue(obj, i)
-		key := obj[i:kEnd]
-		i = skipSpace(obj, kEnd)
-		i = skipSpace(obj, i+1) // past ':'
-		vEnd := skipValue(obj, i)
-		f(key, obj[i:vEnd])
-		i = skipSpace(obj, vEnd)
-		if i < len(obj) && obj[i] == ',' {
-			i = skipSpace(obj, i+1)
+// forEachField calls f with each member's value of the (valid) JSON object obj whose name names
+// matches to a field, and that field's index.
+func forEachField(obj []byte, names *jsonscan.Names, f func(field int, val []byte)) {
+	s := jsonscan.Scanner{B: obj}
+	s.Enter()
+	n := 0
+	for s.Member(&n) {
+		i := names.Lookup(s.Key)
+		v, ok := s.Value()
+		if !ok {
+			return
+		}
+		if i >= 0 {
+			f(i, v)
 		}
 	}
 }
 
-// keyIs matches a quoted key against name as encoding/json does (case-insensitively, with
-// Unicode's simple folding: "ſ" is "s" and the Kelvin sign "k", so a key may fold to name with
-// another length).
-func keyIs(quoted []byte, name string) bool {
-	inner := quoted[1 : len(quoted)-1]
-	if bytes.IndexByte(inner, '\\') >= 0 || !isASCII(inner) {
-		return strings.EqualFold(jsonString(quoted), name)
-	}
-	return len(inner) == len(name) && bytes.EqualFold(inner, []byte(name))
-}
-
-func isASCII(b []byte) bool {
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
-}
-
-// jsonString decodes a JSON string token; plain ASCII without escapes is copied as is.
+// jsonString decodes a (valid) JSON string token as encoding/json does.
 func jsonString(v []byte) string {
-	s := v[1 : len(v)-1]
-	plain := true
-	for _, c := range s {
-		if c == '\\' || c >= utf8.RuneSelf {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return string(s)
-	}
-	var out string
-	_ = json.Unmarshal(v, &out) // valid JSON: cannot fail
-	return out
+	s := jsonscan.Scanner{B: v}
+	str, _ := s.Str()
+	return str
 }
 
 // jsonKind names the kind of a JSON value for an error.
@@ -318,61 +305,4 @@ func jsonKind(v []byte) string {
 		return "null"
 	}
 	return "number"
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the end of the (valid) JSON value starting at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
-}
-
-// skipString returns the end of the string token starting at b[i] (the opening quote).
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
 }

@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 func (n *Number) UnmarshalJSON(b []byte) error {
@@ -192,15 +193,7 @@ func (r *Ref) UnmarshalJSON(b []byte) error {
 		return nil
 	case len(b) > 0 && b[0] == '{':
 		var f Ref
-		if flatObject(b, func(key []byte, fv flatValue) bool {
-			switch string(key) {
-			case "id":
-				return fv.setString(&f.ID)
-			case "verbose_name":
-				return fv.setString(&f.VerboseName)
-			}
-			return unknownKey(key, "id", "verbose_name")
-		}) {
+		if refTable.whole(b, unsafe.Pointer(&f)) { // the plain object, read without encoding/json
 			*r = f
 			return nil
 		}
@@ -217,23 +210,7 @@ func (r *Ref) UnmarshalJSON(b []byte) error {
 
 func (g *GuestUtils) UnmarshalJSON(b []byte) error {
 	var f GuestUtils
-	if flatObject(b, func(key []byte, fv flatValue) bool {
-		switch string(key) {
-		case "veil_state":
-			return fv.setBool(&f.VeilState)
-		case "version":
-			return fv.setString(&f.Version)
-		case "hostname":
-			return fv.setString(&f.Hostname)
-		case "ipv4":
-			return fv.setStrings(&f.IPv4)
-		case "interfaces":
-			return fv.setStrings(&f.Interfaces)
-		case "qemu_state":
-			return fv.setBool(&f.QemuState)
-		}
-		return unknownKey(key, "veil_state", "version", "hostname", "ipv4", "interfaces", "qemu_state")
-	}) {
+	if guestUtilsTable.whole(b, unsafe.Pointer(&f)) { // the plain object, read without encoding/json
 		*g = f
 		return nil
 	}
@@ -255,8 +232,9 @@ func (g *GuestUtils) UnmarshalJSON(b []byte) error {
 // so one strange event cannot stop a forwarder.
 //
 // Repeated keys and case, the rule the forwarder's own event walk (forwarder/decode.go) follows
-// too: a key matches a field case-insensitively (encoding/json's folding: "entitY_uuid" is
-// entity_uuid); of a repeated key the last wins; null leaves a field as it was; a value of the
+// too: a key matches a field as encoding/json matches it (exactly, else case-insensitively with
+// its folding: "entitY_uuid" is entity_uuid); of a repeated key the last wins; null leaves a
+// field as it was, except created (null is the zero time, as Time reads it); a value of the
 // wrong type is ignored (the field keeps what it had), except for id (an error). "entities" is
 // read whole from its last member: an array replaces the entities (each element an object whose
 // entity_uuid and entity_class are read by the same rules, anything else a zero entity), null

@@ -16,8 +16,12 @@
 // hands them over in order. Errors of the platform are *APIError values that work with
 // errors.Is and ErrUnauthorized, ErrForbidden and ErrNotFound. Decoding is lenient where the
 // real platform is inconsistent (see decode.go): numbers as strings, timestamps with or
-// without zone, references as objects or uuid strings.
+// without zone, references as objects or uuid strings. The pages of the large listings are read
+// in one pass by a fast decoder (plain_decode.go) that sets each field as encoding/json would,
+// from tables built from the struct tags at init (plain_fields.go); what it cannot read exactly
+// so is left to encoding/json.
 //
 // Owns the platform's API, paging and the controller's HTTP client (TLS); imports nothing of
-// this module, so it can serve any program.
+// this module but internal/jsonscan (the JSON scanner it shares with forwarder, which imports
+// nothing of it either), so it can serve any program.
 package veil

@@ -4,11 +4,13 @@ package veil
 // and the scan that tells whether encoding/json would read "results" from a body at all.
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
+
+	"github.com/veil-exporter/veil-exporter/internal/jsonscan"
 )
 
 // DecodePage decodes a page of path read at offset (PageBody's answer).
@@ -75,101 +77,30 @@ func (l *lastList[T]) UnmarshalJSON(b []byte) error {
 }
 
 // resultsKeys counts the keys of the top-level object of body that encoding/json would match
-// to "results" (case-insensitively, with its folding). body need not be valid JSON: what is not
-// is left to the decoder, and any count it gives then is only a hint.
+// to "results" (exactly, else with its case folding). body need not be valid JSON: the count
+// stops where it is not, and is then only a hint (the decoder reports what is wrong).
 func resultsKeys(body []byte) int {
-	i := skipJSONSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
+	s := jsonscan.Scanner{B: body}
+	if !s.Enter() {
 		return 0
 	}
-	n := 0
-	for i = skipJSONSpace(body, i+1); i < len(body) && body[i] == '"'; {
-		end := skipJSONString(body, i)
-		key := body[i+1 : max(end-1, i+1)]
-		if len(key) >= 7 && len(key) <= 42 { // "results": 7 bytes, folded up to 3 a rune, escaped 6
-			k := string(key)
-			if bytes.IndexByte(key, '\\') >= 0 {
-				_ = json.Unmarshal(body[i:end], &k)
-			}
-			if strings.EqualFold(k, "results") {
-				n++
-			}
+	k, members := 0, 0
+	for s.Member(&members) {
+		if envelopeNames.Lookup(s.Key) == envelopeResults {
+			k++
 		}
-		i = skipJSONSpace(body, end)
-		if i >= len(body) || body[i] != ':' {
-			return n
+		if !s.Skip() {
+			break
 		}
-		i = skipJSONValue(body, skipJSONSpace(body, i+1))
-		i = skipJSONSpace(body, i)
-		if i >= len(body) || body[i] != ',' {
-			return n
-		}
-		i = skipJSONSpace(body, i+1)
 	}
-	return n
+	return k
 }
 
-func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipJSONString returns the index after the string that starts at b[i] (a quote).
-func skipJSONString(b []byte, i int) int {
-	for i++; i < len(b); {
-		j := bytes.IndexAny(b[i:], `"\\`)
-		if j < 0 {
-			return len(b)
-		}
-		i += j
-		if b[i] == '\\' {
-			i += 2
-			continue
-		}
-		return i + 1
-	}
-	return len(b)
-}
-
-// skipJSONValue returns the index after the value that starts at b[i].
-func skipJSONValue(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return skipJSONString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			j := bytes.IndexAny(b[i:], `"{}[]`)
-			if j < 0 {
-				return len(b)
-			}
-			i += j
-			switch b[i] {
-			case '"':
-				i = skipJSONString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			default:
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
-		i++
-	}
-	return i
-}
+// envelopeNames are the fields of a page as decodePageAs reads it.
+var (
+	envelopeNames   = jsonscan.NewNames(jsonscan.FieldNames(reflect.TypeFor[pageEnvelope]())...)
+	envelopeResults = envelopeNames.Index("results")
+)
 
 // decodeListPage decodes a page of a listing (List, listAll): the envelope strictly (an answer
 // that is not a page fails the listing), then each result on its own terms: a result that does

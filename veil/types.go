@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unsafe"
 )
 
 // Power states of a domain (user_power_state).
@@ -154,22 +155,20 @@ type Tag struct {
 	Colour string
 }
 
+// tagObject is a tag sent as an object.
+type tagObject struct {
+	VerboseName string `json:"verbose_name"`
+	Colour      string `json:"colour"`
+}
+
 func (t *Tag) UnmarshalJSON(b []byte) error {
 	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainASCII(b[1:len(b)-1]) {
 		*t = Tag{Name: string(b[1 : len(b)-1])} // a plain string is its own value
 		return nil
 	}
-	var f Tag
-	if len(b) > 0 && b[0] == '{' && flatObject(b, func(key []byte, fv flatValue) bool {
-		switch string(key) {
-		case "verbose_name":
-			return fv.setString(&f.Name)
-		case "colour":
-			return fv.setString(&f.Colour)
-		}
-		return unknownKey(key, "verbose_name", "colour")
-	}) {
-		*t = f // the plain object, read without encoding/json
+	var f tagObject
+	if tagObjectTable.whole(b, unsafe.Pointer(&f)) {
+		*t = Tag{Name: f.VerboseName, Colour: f.Colour} // the plain object, read without encoding/json
 		return nil
 	}
 	var s string
@@ -177,10 +176,7 @@ func (t *Tag) UnmarshalJSON(b []byte) error {
 		*t = Tag{Name: s}
 		return nil
 	}
-	var o struct {
-		VerboseName string `json:"verbose_name"`
-		Colour      string `json:"colour"`
-	}
+	var o tagObject
 	if err := json.Unmarshal(b, &o); err != nil {
 		return fmt.Errorf("cannot decode %s as a tag", short(b))
 	}

@@ -185,3 +185,33 @@ func TestLookupMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldNamesAreEncodingJSONs: the names Fields gives are the keys encoding/json writes, in
+// field order, for every kind of tag.
+func TestFieldNamesAreEncodingJSONs(t *testing.T) {
+	type odd struct {
+		Plain   int
+		Tagged  int `json:"tagged"`
+		Omit    int `json:"omit,omitempty"`
+		Dash    int `json:"-"`
+		Empty   int `json:",omitempty"`
+		Spaced  int `json:"with space"`
+		Unicode int `json:"ключ"`
+		hidden  int
+	}
+	b, err := json.Marshal(odd{Omit: 1, Empty: 1, hidden: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	s := Scanner{B: b}
+	n := 0
+	s.Enter()
+	for s.Member(&n) {
+		keys = append(keys, string(s.Key))
+		s.Skip()
+	}
+	if got := FieldNames(reflect.TypeFor[odd]()); !reflect.DeepEqual(got, keys) {
+		t.Errorf("FieldNames %q, encoding/json writes %q", got, keys)
+	}
+}

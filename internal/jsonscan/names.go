@@ -9,14 +9,13 @@ import (
 
 // Names are the JSON names of a struct's fields, in field order.
 type Names struct {
-	list   []string
 	exact  map[string]int
 	folded map[string]int
 }
 
 // NewNames indexes names (a struct's field names in field order, as encoding/json names them).
 func NewNames(names ...string) *Names {
-	n := &Names{list: names, exact: make(map[string]int, len(names)), folded: make(map[string]int, len(names))}
+	n := &Names{exact: make(map[string]int, len(names)), folded: make(map[string]int, len(names))}
 	for i, name := range names {
 		n.exact[name] = i
 		f := string(fold(nil, []byte(name)))
@@ -26,12 +25,6 @@ func NewNames(names ...string) *Names {
 	}
 	return n
 }
-
-// Len is the number of names.
-func (n *Names) Len() int { return len(n.list) }
-
-// Name is the i-th name.
-func (n *Names) Name(i int) string { return n.list[i] }
 
 // Lookup returns the index of the field encoding/json decodes the member named key (unquoted)
 // into, -1 for none: the field of exactly that name, else the first whose name folds as key does.
@@ -71,4 +64,14 @@ func fold(out, name []byte) []byte {
 		i += size
 	}
 	return out
+}
+
+// Index is the index of name, which must be one of the names: it panics otherwise, so that a
+// decoder naming a field its struct no longer has fails at init.
+func (n *Names) Index(name string) int {
+	i, ok := n.exact[name]
+	if !ok {
+		panic("jsonscan: no field named " + name)
+	}
+	return i
 }
