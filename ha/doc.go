@@ -66,8 +66,8 @@
 //
 // # Parts
 //
-// The Coordinator (ha.go) is the public face and what its parts share under one mutex: the
-// options, the lease table, the held Leases, Run's and Close's lifecycle.
+// The Coordinator (ha.go) is the daemon's handle and holds what its parts share: the options,
+// Run's and Close's lifecycle, and under one mutex the lease table and the held Leases.
 //
 //   - table (table.go, with view.go and assign.go): the lease table and its rules, with no
 //     I/O, no goroutine and no clock (instants are passed in): the bucket as this replica's

@@ -1,4 +1,4 @@
-// This file holds the coordinator's view of the bucket: the records of leases and instances,
+// This file holds the lease table's view of the bucket: the records of leases and instances,
 // kept up to date by a watch, each with the local time its revision was first seen.
 
 package ha
