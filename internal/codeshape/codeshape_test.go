@@ -286,10 +286,15 @@ type typeLimit struct {
 }
 
 // typeLimits are the types kept small: a small core, the rest in parts with names (the
-// forwarder's journal reader, stream side and observer), so that the state that decides does not
+// forwarder's journal reader, stream side and observer; the coordinator's lease table, loop,
+// watch and renewer; the checker's schedule, commands and sweep; the daemon's lifecycle,
+// builder, reload record and replicas), so that the state that decides does not
 // hide among the state that observes.
 var typeLimits = []typeLimit{
 	{dir: "forwarder", name: "Forwarder", fields: 20, methods: 25},
+	{dir: "ha", name: "Coordinator", fields: 20, methods: 25},
+	{dir: "guest", name: "Checker", fields: 20, methods: 25},
+	{dir: "internal/daemon", name: "Daemon", fields: 20, methods: 25},
 }
 
 // TestTypeSizes fails on a type of typeLimits with more fields or methods than its limits
