@@ -8,6 +8,7 @@ package collector
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/veil-exporter/veil-exporter/internal/exposition"
 )
@@ -20,38 +21,48 @@ const maxLabels = 8
 const maxFamilies = 32
 
 // sample is an object's series in one family: its value and label values, or none (ok false).
+// With against set, set compares the series with against's instead of keeping it (differs).
 type sample struct {
 	v      float64
 	ok     bool
 	n      int
 	labels [maxLabels]string
+
+	against *sample
+	key     [2]string // the ids of the objects of against and of this one: equal
+	differs bool
 }
 
 // set makes s the series of value v with those label values (the Desc's variable labels, in
-// their order).
+// their order; at most maxLabels), or with against compares them with its.
 func (s *sample) set(v float64, labels ...string) {
-	if len(labels) > maxLabels {
-		panic("collector: a family with more than maxLabels labels")
+	s.ok = true
+	if s.against != nil {
+		s.differs = s.against.differ(v, labels, s.key)
+		return
 	}
-	s.v, s.ok = v, true
-	s.n = copy(s.labels[:], labels)
+	s.v, s.n = v, copy(s.labels[:], labels)
 }
 
-// equal says whether two series are written alike: both none, or the same value bit for bit
-// and the same label values.
-func (s *sample) equal(o *sample) bool {
-	if s.ok != o.ok || !s.ok {
-		return s.ok == o.ok
+// differ says whether s is not the series of value v with those labels. A label that is the
+// key in both (the object's id, which the caller matched the objects by) is equal without
+// reading it again.
+func (s *sample) differ(v float64, labels []string, key [2]string) bool {
+	if !s.ok || math.Float64bits(s.v) != math.Float64bits(v) || s.n != len(labels) {
+		return true
 	}
-	if math.Float64bits(s.v) != math.Float64bits(o.v) || s.n != o.n {
-		return false
-	}
-	for i := range s.n {
-		if s.labels[i] != o.labels[i] {
-			return false
+	for i, l := range labels {
+		w := s.labels[i]
+		switch {
+		case len(w) != len(l):
+			return true
+		case unsafe.StringData(w) == unsafe.StringData(l),
+			unsafe.StringData(w) == unsafe.StringData(key[0]) && unsafe.StringData(l) == unsafe.StringData(key[1]):
+		case w != l:
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // family is one family of objects of type T: its Desc (name, help, type and label names) and
@@ -71,20 +82,33 @@ func (f *family[T]) add(e exposition.Sink, o *T, s *sample) {
 	}
 }
 
-// familiesChanged has a bit set for each of fams whose series of a and b differ; none when
-// they are the same object (a snapshot's objects are never modified, so an object no push or
-// listing replaced is its pointer). sc is scratch.
-func familiesChanged[T any](fams []family[T], a, b *T, sc *[2]sample) uint32 {
+// differ tells the families two versions of an object changed in.
+type differ[T any] struct {
+	fams     []family[T]
+	was, now sample // now compares against was
+}
+
+func newDiffer[T any](fams []family[T]) *differ[T] {
+	d := &differ[T]{fams: fams}
+	d.now.against = &d.was
+	return d
+}
+
+// changed has a bit set for each family whose series of a and b differ, whose ids key are
+// equal. None when they are the same object (a snapshot's objects are never modified, so an
+// object no push or listing replaced is its pointer); otherwise each family's series of a is
+// made and b's compared with it as it is made.
+func (d *differ[T]) changed(a, b *T, key [2]string) uint32 {
 	if a == b {
 		return 0
 	}
 	var m uint32
-	x, y := &sc[0], &sc[1]
-	for k := range fams {
-		x.ok, y.ok = false, false
-		fams[k].series(a, x)
-		fams[k].series(b, y)
-		if !x.equal(y) {
+	d.now.key = key
+	for k := range d.fams {
+		d.was.ok, d.now.ok, d.now.differs = false, false, false
+		d.fams[k].series(a, &d.was)
+		d.fams[k].series(b, &d.now)
+		if d.now.differs || d.now.ok != d.was.ok {
 			m |= 1 << k
 		}
 	}

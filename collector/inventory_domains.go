@@ -100,11 +100,11 @@ func diffDomains(prev, cur *inventory.Snapshot, fams []family[veil.Domain]) ([]d
 	if prev == nil || cur.DomainsGen == 0 {
 		return nil, false
 	}
-	sc := new([2]sample)
+	d := newDiffer(fams)
 	changed, known := cur.DomainsChangedSince(prev.DomainsGen)
 	if !known || len(changed) > cur.Domains.Len()/patchShare {
 		// Every VM compared: rare (after a listing), so the lists are walked as slices.
-		return diffAllDomains(prev.Domains.Slice(), cur.Domains.Slice(), fams, sc)
+		return diffAllDomains(prev.Domains.Slice(), cur.Domains.Slice(), d)
 	}
 	ids := slices.Clone(changed)
 	slices.Sort(ids)
@@ -114,7 +114,7 @@ func diffDomains(prev, cur *inventory.Snapshot, fams []family[veil.Domain]) ([]d
 		is, isOK := cur.Domains.Find(id)
 		switch {
 		case wasOK && isOK:
-			if m := familiesChanged(fams, was, is, sc); m != 0 {
+			if m := d.changed(was, is, [2]string{was.ID, is.ID}); m != 0 {
 				out = append(out, domainChange{old: was, now: is, fams: m})
 			}
 		case wasOK:
@@ -129,7 +129,7 @@ func diffDomains(prev, cur *inventory.Snapshot, fams []family[veil.Domain]) ([]d
 // diffAllDomains lists the VMs that differ between prev and cur, both sorted by id, in one pass
 // (the VMs of 10,000 are megabytes: one pass per family was most of a render's comparing).
 // False without prev, or when either is not sorted by id: then there is nothing to keep.
-func diffAllDomains(prev, cur []*veil.Domain, fams []family[veil.Domain], sc *[2]sample) ([]domainChange, bool) {
+func diffAllDomains(prev, cur []*veil.Domain, d *differ[veil.Domain]) ([]domainChange, bool) {
 	if prev == nil {
 		return nil, false
 	}
@@ -148,7 +148,7 @@ func diffAllDomains(prev, cur []*veil.Domain, fams []family[veil.Domain], sc *[2
 			out = append(out, domainChange{now: cur[j], fams: all})
 			j++
 		default:
-			if m := familiesChanged(fams, prev[i], cur[j], sc); m != 0 {
+			if m := d.changed(prev[i], cur[j], [2]string{prev[i].ID, cur[j].ID}); m != 0 {
 				out = append(out, domainChange{old: prev[i], now: cur[j], fams: m})
 			}
 			i, j = i+1, j+1

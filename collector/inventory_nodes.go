@@ -62,8 +62,8 @@ type nodeChange = change[veil.Node]
 // no push or listing replaced is its pointer); otherwise they are matched by id.
 func diffNodes(prev, cur []*veil.Node, fams []family[veil.Node]) []nodeChange {
 	const all = ^uint32(0)
-	sc := new([2]sample)
-	changed := func(a, b *veil.Node) uint32 { return familiesChanged(fams, a, b, sc) }
+	d := newDiffer(fams)
+	changed := func(a, b *veil.Node) uint32 { return d.changed(a, b, [2]string{a.ID, b.ID}) }
 	var out []nodeChange
 	aligned := len(prev) == len(cur)
 	for i := 0; aligned && i < len(cur); i++ {

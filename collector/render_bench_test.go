@@ -118,3 +118,23 @@ func BenchmarkRenderFresh(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDiffListing: what a refresh's render compares, every VM of one listing against the
+// same VM of the next (new objects, mostly the same contents), family by family.
+func BenchmarkDiffListing(b *testing.B) {
+	b.Run(fmt.Sprintf("vms=%d", benchVMs()), func(b *testing.B) {
+		rb := startRenderBench(b)
+		prev := rb.inv.Snapshot().Domains.Slice()
+		if err := rb.inv.Refresh(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		cur := rb.inv.Snapshot().Domains.Slice()
+		d := newDiffer(rb.inv.fams.domains)
+		for b.Loop() {
+			if _, ok := diffAllDomains(prev, cur, d); !ok {
+				b.Fatal("not comparable")
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(cur)), "ns/vm")
+	})
+}
