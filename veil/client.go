@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,6 +49,7 @@ type Client struct {
 	slots     chan struct{} // requests in flight
 	pageSlots int           // pages a List fetches ahead
 	hints     pageHints     // the last count of each collection read whole
+	served    atomic.Int64  // the Date of the last answer, Unix seconds (0: none yet)
 
 	mu    sync.RWMutex
 	token string // without the "jwt " prefix
@@ -322,7 +324,20 @@ func (c *Client) attempt(ctx context.Context, r *request) (reply, error) {
 	}
 	defer resp.Body.Close()
 	observed = resp.StatusCode
+	if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+		c.served.Store(d.Unix())
+	}
 	return c.answer(resp)
+}
+
+// ServedAt is the controller's clock as the Date header of its last answer said (an answer of
+// any status), truncated to the second as the header is: zero before the first answer, or when
+// the controller sends no Date. The forwarder dates what may still appear in the journal by it.
+func (c *Client) ServedAt() time.Time {
+	if s := c.served.Load(); s != 0 {
+		return time.Unix(s, 0)
+	}
+	return time.Time{}
 }
 
 // httpRequest is one attempt of r, with the token and the headers of every request.
