@@ -46,7 +46,7 @@ type pev struct {
 type propJournal struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
-	now    *time.Time // the exporter's clock (virtual)
+	now    *time.Time    // the exporter's clock (virtual)
 	skew   time.Duration // the controller's clock less the exporter's, for good
 	served time.Time     // the controller's clock when it last answered, to the second (Date)
 	lead   time.Duration
