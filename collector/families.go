@@ -29,7 +29,9 @@ type sample struct {
 	labels [maxLabels]string
 
 	against *sample
-	key     [2]string // the ids of the objects of against and of this one: equal
+	// keys are where the ids of against's object and of this one are (equal: the caller
+	// matched the objects by them).
+	keys    [2]*byte
 	differs bool
 }
 
@@ -37,27 +39,26 @@ type sample struct {
 // their order; at most maxLabels), or with against compares them with its.
 func (s *sample) set(v float64, labels ...string) {
 	s.ok = true
-	if s.against != nil {
-		s.differs = s.against.differ(v, labels, s.key)
+	if s.against == nil {
+		s.v, s.n = v, copy(s.labels[:], labels)
 		return
 	}
-	s.v, s.n = v, copy(s.labels[:], labels)
+	s.differs = s.differ(v, labels)
 }
 
-// differ says whether s is not the series of value v with those labels. A label that is the
-// key in both (the object's id, which the caller matched the objects by) is equal without
-// reading it again.
-func (s *sample) differ(v float64, labels []string, key [2]string) bool {
-	if !s.ok || math.Float64bits(s.v) != math.Float64bits(v) || s.n != len(labels) {
+// differ says whether against is not the series of value v with those labels. A label that is
+// the id in both is equal without reading it again.
+func (s *sample) differ(v float64, labels []string) bool {
+	a := s.against
+	if !a.ok || math.Float64bits(a.v) != math.Float64bits(v) || a.n != len(labels) {
 		return true
 	}
 	for i, l := range labels {
-		w := s.labels[i]
-		switch {
+		w := a.labels[i]
+		switch pw, pl := unsafe.StringData(w), unsafe.StringData(l); {
 		case len(w) != len(l):
 			return true
-		case unsafe.StringData(w) == unsafe.StringData(l),
-			unsafe.StringData(w) == unsafe.StringData(key[0]) && unsafe.StringData(l) == unsafe.StringData(key[1]):
+		case pw == pl, pw == s.keys[0] && pl == s.keys[1]:
 		case w != l:
 			return true
 		}
@@ -103,7 +104,7 @@ func (d *differ[T]) changed(a, b *T, key [2]string) uint32 {
 		return 0
 	}
 	var m uint32
-	d.now.key = key
+	d.now.keys = [2]*byte{unsafe.StringData(key[0]), unsafe.StringData(key[1])}
 	for k := range d.fams {
 		d.was.ok, d.now.ok, d.now.differs = false, false, false
 		d.fams[k].series(a, &d.was)
