@@ -14,7 +14,7 @@ LDFLAGS   := -s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revisi
              -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 PKGS      := ./...
 
-.PHONY: notice notice-test release release-chart release-test
+.PHONY: notice notice-test release release-chart release-test upgrade-test
 .PHONY: all build image test test-deps test-stress vet race fuzz-seed rules-test docs fuzz property faults demo demo-ha bench bench-fleet bench-reference lint clean
 
 .PHONY: chart chart-test
@@ -205,7 +205,8 @@ release-chart:
 ## release-test: proves dist/ by installing and running it, offline (tools/releasetest): two
 ## releases of one commit give the same sha256sums.txt; the tarball, the .deb in a Debian
 ## container (rootfs made by mmdebstrap, cached in RELEASE_TEST_CACHE), the .rpm's metadata, the
-## image in podman, the SBOMs. Needs root for podman and dpkg inside the container.
+## image in podman, the SBOMs; then upgrade-test. Needs root for podman and dpkg inside the
+## container.
 RELEASE_TEST_CACHE ?= $(HOME)/.cache/veil-exporter-release-test
 release-test:
 	@set -e; pkgs=""; \
@@ -219,3 +220,11 @@ release-test:
 	fi
 	cd tools && $(GO) test -count=1 ./... && \
 	  RELEASE_TEST_CACHE=$(RELEASE_TEST_CACHE) $(GO) test -count=1 -v -timeout 40m -tags releasetest ./releasetest/
+	$(MAKE) upgrade-test
+
+## upgrade-test: the previous release's exporter (built from the commit it names: the newest tag
+## v*, else the commit that set VERSION; UPGRADE_FROM=<commit or tag> to choose) forwards events
+## with its position in a file and in NATS KV and is killed; this version's exporter goes on from
+## its state: every event once and in order (e2e/upgrade_test.go, build tag upgrade).
+upgrade-test:
+	VEIL_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -count=1 -tags upgrade -run '^TestUpgradeFromThePreviousRelease$$' -timeout 15m ./e2e/
