@@ -21,45 +21,45 @@ func (s *Store) collect(ctx context.Context, name string, start time.Time) (func
 		return func(n *Snapshot) {
 			n.Nodes = refs(v)
 			for i := range v {
-				s.learnName(start, v[i].ID, v[i].VerboseName)
+				s.names.learn(start, v[i].ID, v[i].VerboseName)
 			}
-			s.observeListed(ClassNode, raw)
+			s.observing.keepListing(ClassNode, raw)
 		}, err
 	case collClusters:
 		v, raw, err := list(ctx, s, "/api/clusters/", s.client.Clusters)
 		return func(n *Snapshot) {
 			n.Clusters = v
 			for i := range v {
-				s.learnName(start, v[i].ID, v[i].VerboseName)
+				s.names.learn(start, v[i].ID, v[i].VerboseName)
 			}
-			s.observeListed(ClassCluster, raw)
+			s.observing.keepListing(ClassCluster, raw)
 		}, err
 	case collDatapools:
 		v, raw, err := list(ctx, s, "/api/data-pools/", s.client.Datapools)
 		return func(n *Snapshot) {
 			n.Datapools = v
 			for i := range v {
-				s.learnName(start, v[i].ID, v[i].VerboseName)
+				s.names.learn(start, v[i].ID, v[i].VerboseName)
 			}
-			s.observeListed(ClassDatapool, raw)
+			s.observing.keepListing(ClassDatapool, raw)
 		}, err
 	case collDomains:
 		v, raw, err := list(ctx, s, "/api/domains/", func(ctx context.Context) ([]veil.Domain, error) { return s.client.Domains(ctx, nil) })
 		if err != nil {
 			return nil, err
 		}
-		filtered := s.filterDomains(v)
+		filtered := s.filter.domains(v)
 		// By id: every VM family is then written in client_golang's order as it is emitted, and
 		// a render sorts none of them.
 		sortDomains(filtered)
 		return func(n *Snapshot) {
-			s.observeListed(ClassDomain, raw)
+			s.observing.keepListing(ClassDomain, raw)
 			n.Domains, n.DomainsTotal = NewVMs(refs(filtered)), len(v)
 			n.DomainsGen++
 			present := make(map[string]bool, len(v))
 			for i := range v {
 				// Every VM, filtered out or not: its name must not reach a task kind either.
-				s.learnName(start, v[i].ID, v[i].VerboseName)
+				s.names.learn(start, v[i].ID, v[i].VerboseName)
 				present[v[i].ID] = true
 			}
 			s.backups.forget(present, start)
@@ -69,14 +69,14 @@ func (s *Store) collect(ctx context.Context, name string, start time.Time) (func
 		if err != nil {
 			return nil, err
 		}
-		rows, pools := s.vdiskRows(v)
+		rows, pools := s.filter.vdiskRows(v)
 		return func(n *Snapshot) { n.Vdisks, n.PoolProvisioned = rows, pools }, nil
 	case collInterfaces:
 		v, err := s.client.VMachineInfs(ctx, nil)
 		if err != nil {
 			return nil, err
 		}
-		rows := s.ifaceRows(v)
+		rows := s.filter.ifaceRows(v)
 		return func(n *Snapshot) { n.Interfaces = rows }, nil
 	case collVersion:
 		v, err := s.client.ControllerVersion(ctx)
@@ -85,28 +85,11 @@ func (s *Store) collect(ctx context.Context, name string, start time.Time) (func
 		read, err := s.tasks.refresh(ctx, s.client)
 		return func(n *Snapshot) {
 			n.TaskCounts = read.counts
-			s.tasks.record(read.fresh, s.nameOf)
+			s.tasks.record(read.fresh, s.names.nameOf)
 			s.backups.observe(time.Now(), read.fresh)
 		}, err
 	}
 	return nil, fmt.Errorf("unknown collection %q", name)
-}
-
-func (s *Store) filterDomains(all []veil.Domain) []veil.Domain {
-	if s.include == nil && s.exclude == nil {
-		return all
-	}
-	out := make([]veil.Domain, 0, len(all))
-	for _, d := range all {
-		if s.include != nil && !s.include.MatchString(d.VerboseName) {
-			continue
-		}
-		if s.exclude != nil && s.exclude.MatchString(d.VerboseName) {
-			continue
-		}
-		out = append(out, d)
-	}
-	return out
 }
 
 // sortDomains sorts domains by id. An index is sorted and the domains then moved into place, each

@@ -1,9 +1,11 @@
 package inventory
 
-// The details of the VMs' devices, read one object at a time where the operator asks for them
-// (collect.device_details_interval): what the lists lack — a disk's bus, type and snapshots, an
-// interface's link_state — at a pace that reads each disk and interface once per interval, so
-// that the cost is spread evenly over it and shares the controller's budget with the rest.
+// The detail sweep (deviceSweep): the details of the VMs' devices, read one object at a time
+// where the operator asks for them (collect.device_details_interval): what the lists lack — a
+// disk's bus, type and snapshots, an interface's link_state — at a pace that reads each disk and
+// interface once per interval, so that the cost is spread evenly over it and shares the
+// controller's budget with the rest. It reads the store's snapshots and hands what it read to
+// the store (Store.storeDetails); its own state is the sweep running, in its goroutine.
 
 import (
 	"context"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/veil"
@@ -37,17 +40,28 @@ type detailTarget struct {
 	disk bool
 }
 
-// runDetails reads, until ctx is done, the detail of every disk and interface the last listing
+// deviceSweep reads the details of the devices each snapshot lists.
+type deviceSweep struct {
+	client   *veil.Client
+	every    time.Duration // collect.device_details_interval; 0: off
+	logger   log.Logger
+	snapshot func() *Snapshot // the store's latest
+	// store publishes the details known so far and the sweep's run status (since start: fails
+	// failures, the last lastErr).
+	store func(known map[string]DeviceDetail, start time.Time, fails int, lastErr string)
+}
+
+// run reads, until ctx is done, the detail of every disk and interface the last listing
 // named, each once per collect.device_details_interval, paced evenly. An object gone (404) is
 // forgotten; any other failure keeps what was read of it before and is counted in the sweep's
 // run status. It returns at once when the interval is 0 (the default: off).
-func (s *Store) runDetails(ctx context.Context) {
-	every := s.cfg.DeviceDetailsInterval
+func (w *deviceSweep) run(ctx context.Context) {
+	every := w.every
 	if every <= 0 {
 		return
 	}
 	for ctx.Err() == nil {
-		targets, known := s.detailTargets()
+		targets, known := w.targets()
 		if len(targets) == 0 {
 			// Nothing listed yet (or no devices): look again a little later.
 			if !sleepCtx(ctx, min(every, 10*time.Second)) {
@@ -55,14 +69,14 @@ func (s *Store) runDetails(ctx context.Context) {
 			}
 			continue
 		}
-		s.detailSweep(ctx, every, targets, known)
+		w.sweep(ctx, targets, known)
 	}
 }
 
-// detailTargets lists the disks and interfaces of the snapshot, and the details read so far of
-// those still listed.
-func (s *Store) detailTargets() ([]detailTarget, map[string]DeviceDetail) {
-	snap := s.Snapshot()
+// targets lists the disks and interfaces of the snapshot, and the details read so far of those
+// still listed.
+func (w *deviceSweep) targets() ([]detailTarget, map[string]DeviceDetail) {
+	snap := w.snapshot()
 	targets := make([]detailTarget, 0, len(snap.Vdisks)+len(snap.Interfaces))
 	known := make(map[string]DeviceDetail, len(snap.Details))
 	keep := func(id string, disk bool) {
@@ -80,11 +94,11 @@ func (s *Store) detailTargets() ([]detailTarget, map[string]DeviceDetail) {
 	return targets, known
 }
 
-// detailSweep reads targets once, one every every/len(targets), publishing what it read every
+// sweep reads targets once, one every every/len(targets), publishing what it read every
 // detailPublishEvery and at its end.
-func (s *Store) detailSweep(ctx context.Context, every time.Duration, targets []detailTarget, known map[string]DeviceDetail) {
+func (w *deviceSweep) sweep(ctx context.Context, targets []detailTarget, known map[string]DeviceDetail) {
 	start := time.Now()
-	pace := every / time.Duration(len(targets))
+	pace := w.every / time.Duration(len(targets))
 	// The first read is published at once, with the sweep's status: before it, a sweep of an
 	// hour would show its collector as never run for the first 30 s.
 	var published time.Time
@@ -97,7 +111,7 @@ func (s *Store) detailSweep(ctx context.Context, every time.Duration, targets []
 			return
 		case <-t.C:
 		}
-		d, err := s.readDetail(ctx, tg)
+		d, err := w.read(ctx, tg)
 		switch {
 		case err == nil:
 			known[tg.id] = d
@@ -114,36 +128,21 @@ func (s *Store) detailSweep(ctx context.Context, every time.Duration, targets []
 			lastErr = err.Error()
 		}
 		if time.Since(published) >= detailPublishEvery {
-			s.publishDetails(known)
-			s.recordDetails(start, fails, lastErr)
+			w.store(known, start, fails, lastErr)
 			published = time.Now()
 		}
 	}
-	s.publishDetails(known)
-	s.recordDetails(start, fails, lastErr)
+	w.store(known, start, fails, lastErr)
 	if fails > 0 {
-		level.Warn(s.logger).Log("msg", "device details: some could not be read; what was read of them before is kept", "failed", fails, "of", len(targets), "err", lastErr)
+		level.Warn(w.logger).Log("msg", "device details: some could not be read; what was read of them before is kept", "failed", fails, "of", len(targets), "err", lastErr)
 	}
 }
 
-// recordDetails sets the sweep's run status from what it read so far, each time what it read
-// is published: a sweep lasts the whole interval (an hour, say), and its status should not
-// wait for its end (nor say "failed" until then, as a run not yet ended does).
-func (s *Store) recordDetails(start time.Time, fails int, lastErr string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.runs[collDetails]
-	r.duration, r.success, r.err = time.Since(start), fails == 0, lastErr
-	if fails == 0 {
-		r.lastSuccess = time.Now()
-	}
-}
-
-// readDetail reads the detail of one disk or interface.
-func (s *Store) readDetail(ctx context.Context, tg detailTarget) (DeviceDetail, error) {
+// read reads the detail of one disk or interface.
+func (w *deviceSweep) read(ctx context.Context, tg detailTarget) (DeviceDetail, error) {
 	d := DeviceDetail{Snapshots: -1, Up: -1}
 	if tg.disk {
-		v, err := s.client.Vdisk(ctx, tg.id)
+		v, err := w.client.Vdisk(ctx, tg.id)
 		if err != nil {
 			return d, err
 		}
@@ -153,7 +152,7 @@ func (s *Store) readDetail(ctx context.Context, tg detailTarget) (DeviceDetail, 
 		}
 		return d, nil
 	}
-	v, err := s.client.VMachineInf(ctx, tg.id)
+	v, err := w.client.VMachineInf(ctx, tg.id)
 	if err != nil {
 		return d, err
 	}
@@ -172,14 +171,18 @@ func linkUp(s string) int {
 	return -1
 }
 
-// publishDetails stores a snapshot whose details are a copy of known.
-func (s *Store) publishDetails(known map[string]DeviceDetail) {
+// storeDetails stores a snapshot whose details are a copy of known, and the detail sweep's run
+// status, which it sets from what the sweep read so far each time what it read is published: a
+// sweep lasts the whole interval (an hour, say), and its status should not wait for its end (nor
+// say "failed" until then, as a run not yet ended does).
+func (s *Store) storeDetails(known map[string]DeviceDetail, start time.Time, fails int, lastErr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := s.snap.next()
 	next.Details = maps.Clone(known)
 	next.DevicesGen++
 	s.publish(next)
+	s.record.sweptDetails(start, fails, lastErr)
 }
 
 // WithDetail fills what a disk row's list item lacked from its detail.

@@ -47,14 +47,6 @@ func deviceDomainName(r *veil.Ref, fallback string) string {
 	return fallback
 }
 
-// keepDomain applies domain_include/exclude to a VM's name, as to the domains.
-func (s *Store) keepDomain(name string) bool {
-	if s.include != nil && !s.include.MatchString(name) {
-		return false
-	}
-	return s.exclude == nil || !s.exclude.MatchString(name)
-}
-
 // bytesOf is a size in bytes, or -1 when it is absent or negative (nothing to invent).
 func bytesOf(n *veil.Number) float64 {
 	if n == nil || *n < 0 {
@@ -65,7 +57,7 @@ func bytesOf(n *veil.Number) float64 {
 
 // vdiskRows keeps the disks of the VMs domain_include/exclude select and every free disk, and
 // sums the virtual sizes of every disk per datapool (filtered or not: the datapool's overcommit).
-func (s *Store) vdiskRows(all []veil.Vdisk) ([]Vdisk, map[string]float64) {
+func (f domainFilter) vdiskRows(all []veil.Vdisk) ([]Vdisk, map[string]float64) {
 	rows := make([]Vdisk, 0, len(all))
 	pools := map[string]float64{}
 	for i := range all {
@@ -77,7 +69,7 @@ func (s *Store) vdiskRows(all []veil.Vdisk) ([]Vdisk, map[string]float64) {
 		}
 		if v.Domain != nil && v.Domain.ID != "" {
 			r.DomainID, r.Domain = v.Domain.ID, v.Domain.VerboseName
-			if !s.keepDomain(r.Domain) {
+			if !f.keep(r.Domain) {
 				continue
 			}
 		}
@@ -95,11 +87,11 @@ func (s *Store) vdiskRows(all []veil.Vdisk) ([]Vdisk, map[string]float64) {
 }
 
 // ifaceRows keeps the interfaces of the VMs domain_include/exclude select.
-func (s *Store) ifaceRows(all []veil.VMachineInf) []Interface {
+func (f domainFilter) ifaceRows(all []veil.VMachineInf) []Interface {
 	rows := make([]Interface, 0, len(all))
 	for i := range all {
 		v := &all[i]
-		if v.Domain == nil || v.Domain.ID == "" || !s.keepDomain(deviceDomainName(v.Domain, v.DomainName)) {
+		if v.Domain == nil || v.Domain.ID == "" || !f.keep(deviceDomainName(v.Domain, v.DomainName)) {
 			continue // an interface of no VM names nothing to join on
 		}
 		r := Interface{ID: v.ID, Name: v.Name, DomainID: v.Domain.ID, MAC: strings.ToLower(v.MACAddress), Driver: v.NICDriver, Up: -1}

@@ -8,6 +8,13 @@
 // change feed (an Observer) never wait for the controller. A Store reports its refreshes'
 // run status and the tasks it sees finishing (a TaskObserver); it renders nothing.
 //
+// The Store is a small core (the snapshot and the locks, Run, which collections a refresh reads,
+// Apply) with parts that have names, each in its own file: the push channel's pacing and the
+// replay of a listing (pushPacing), the refresh record and the controller's outage
+// (refreshRecord), the observer side (observing), the names book for the task kinds (nameBook),
+// domain_include/exclude (domainFilter) and the device detail sweep (deviceSweep). The parts
+// that change with the snapshot are guarded by its lock, Store.mu.
+//
 // It imports veil, config and internal/runstatus (and client_golang for the push channel's own
 // counters), never collector, guest, forwarder, changefeed, ha or the daemon.
 package inventory

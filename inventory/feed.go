@@ -79,7 +79,7 @@ func NewPushFeed(controller string, client *veil.Client, inv *Store, resync time
 		mode:   PushModeConnecting, since: time.Now(), dropped: map[PushDrop]float64{},
 	}
 	f.outage.Logger, f.outage.EachCause = f.logger, true
-	inv.pushDialed = make(chan struct{}) // the store's first refresh waits for the first dial
+	inv.pacing.dialed = make(chan struct{}) // the store's first refresh waits for the first dial
 	c := prometheus.Labels{"controller": controller}
 	f.descs = pushDescs{
 		mode:      prometheus.NewDesc("veil_push_mode", "How the inventory of the controller is kept fresh, 1 for the current mode: push (the controller's push channel is open: changes within a second), polling (the controller has no push channel: listed every collect.interval) or connecting.", []string{"mode"}, c),
@@ -97,7 +97,7 @@ func (f *PushFeed) Run(ctx context.Context) {
 	// dialed tells the store's first refresh, once, that the first dial ended: after connected()
 	// it lists with the socket open, after a failure without one.
 	var once sync.Once
-	dialed := func() { once.Do(func() { close(f.inv.pushDialed) }) }
+	dialed := func() { once.Do(func() { close(f.inv.pacing.dialed) }) }
 	defer dialed()
 	for ctx.Err() == nil {
 		p, err := f.client.DialPush(ctx, f.inv.PushResources())

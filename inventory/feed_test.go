@@ -33,7 +33,7 @@ func TestApplyWhileListingIsReplayed(t *testing.T) {
 	vm := f.sim.DomainIDs()[0]
 	old := f.inv.Domains()
 	f.inv.mu.Lock()
-	f.inv.listing = true // a refresh has started listing
+	f.inv.pacing.listing = true // a refresh has started listing
 	f.inv.mu.Unlock()
 	obj, _ := json.Marshal(map[string]any{"id": vm, "verbose_name": "pushed-name", "status": "ACTIVE"})
 	if drops := f.inv.Apply([]veil.PushFrame{{Resource: "/domains/", Event: veil.PushUpdated, ID: vm, Object: obj}}); len(drops) != 0 {
@@ -47,7 +47,7 @@ func TestApplyWhileListingIsReplayed(t *testing.T) {
 	if d, _ := domainOf(f.inv, vm); d.VerboseName != "pushed-name" {
 		t.Errorf("after the refresh the VM is named %q: the older listing undid the push", d.VerboseName)
 	}
-	if f.inv.listing || len(f.inv.replay) != 0 {
+	if f.inv.pacing.listing || len(f.inv.pacing.replay) != 0 {
 		t.Error("the replay was not cleared")
 	}
 }
@@ -129,7 +129,7 @@ func TestTheObserverNeverSeesAnOlderState(t *testing.T) {
 	f.mustRefresh(t)
 	ids := f.sim.DomainIDs()
 	f.inv.mu.Lock()
-	f.inv.listing = true // a refresh is listing
+	f.inv.pacing.listing = true // a refresh is listing
 	f.inv.mu.Unlock()
 	obj, _ := json.Marshal(map[string]any{"id": ids[0], "verbose_name": "pushed-name", "status": "ACTIVE"})
 	f.inv.Apply([]veil.PushFrame{
@@ -144,7 +144,7 @@ func TestTheObserverNeverSeesAnOlderState(t *testing.T) {
 	}
 	r := &refresh{s: f.inv, start: time.Now(), finished: time.Now(),
 		done: []collected{{name: collDomains, set: func(*Snapshot) {
-			f.inv.observeListed(ClassDomain, old)
+			f.inv.observing.keepListing(ClassDomain, old)
 		}}},
 		fails: []failure{failNone}}
 	rec.mu.Lock()

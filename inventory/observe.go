@@ -1,6 +1,7 @@
-// Observing the inventory: the objects of the pushed collections, as the controller lists or
-// pushes them, handed to an Observer (the inventory on NATS) in the order the inventory learns
-// them.
+// The observer side (observing): the objects of the pushed collections, as the controller lists
+// or pushes them, handed to an Observer (the inventory on NATS) in the order the inventory learns
+// them. Guarded by Store.mu: a refresh hands its listings over with the frames applied meanwhile
+// folded in, under the lock that swaps the snapshot and ends the replay.
 
 package inventory
 
@@ -38,10 +39,16 @@ type Observer interface {
 	Pushed(class string, obj RawObject, deleted bool)
 }
 
+// observing hands what the inventory learns to its Observer.
+type observing struct {
+	observer Observer               // nil: none
+	listed   map[string][]RawObject // listings of the refresh being stored
+}
+
 // SetObserver makes o observe the inventory from its next listing; call it before Run.
 func (s *Store) SetObserver(o Observer) {
 	s.mu.Lock()
-	s.observer = o
+	s.observing.observer = o
 	s.mu.Unlock()
 }
 
@@ -56,7 +63,7 @@ func (s *Store) SetTaskObserver(o TaskObserver) {
 // list reads a collection with read, or, with an observer, keeping each object's bytes.
 func list[T any](ctx context.Context, s *Store, path string, read func(context.Context) ([]T, error)) ([]T, []RawObject, error) {
 	s.mu.RLock()
-	observed := s.observer != nil
+	observed := s.observing.observer != nil
 	s.mu.RUnlock()
 	if !observed {
 		v, err := read(ctx)
@@ -76,24 +83,29 @@ func list[T any](ctx context.Context, s *Store, path string, read func(context.C
 	return v, raw, nil
 }
 
-// observeListed keeps a listing for the observer until the refresh has stored everything it
-// read (observeListings); s.mu is held. raw is nil without an observer.
-func (s *Store) observeListed(class string, raw []RawObject) {
-	if s.observer != nil && raw != nil {
-		if s.listed == nil {
-			s.listed = map[string][]RawObject{}
+// keepListing keeps a listing for the observer until the refresh has stored everything it read
+// (handListings); s.mu is held. raw is nil without an observer.
+func (o *observing) keepListing(class string, raw []RawObject) {
+	if o.observer != nil && raw != nil {
+		if o.listed == nil {
+			o.listed = map[string][]RawObject{}
 		}
-		s.listed[class] = raw
+		o.listed[class] = raw
 	}
 }
 
-// observeListings hands the refresh's listings to the observer, each with the frames applied
-// while it was read folded in (replay, in order); s.mu is held.
-func (s *Store) observeListings(replay []veil.PushFrame) {
-	for class, raw := range s.listed {
-		s.observer.Listed(class, fold(raw, class, replay))
+// handListings hands the refresh's listings to the observer, each with the frames applied while
+// it was read folded in (replay, in order); s.mu is held.
+func (o *observing) handListings(replay []veil.PushFrame) {
+	for class, raw := range o.listed {
+		o.observer.Listed(class, fold(raw, class, replay))
 	}
-	clear(s.listed)
+	clear(o.listed)
+}
+
+// dropListings forgets the listings of a refresh cut short; s.mu is held.
+func (o *observing) dropListings() {
+	clear(o.listed)
 }
 
 // fold applies the frames of class to a listing: a deleted object leaves it, a created or
@@ -130,9 +142,9 @@ func fold(raw []RawObject, class string, frames []veil.PushFrame) []RawObject {
 	return slices.DeleteFunc(raw, func(o RawObject) bool { return o.ID == "" })
 }
 
-// observePushed hands an applied frame to the observer; s.mu is held.
-func (s *Store) observePushed(f veil.PushFrame) {
-	if s.observer != nil {
-		s.observer.Pushed(classOf[f.Resource], RawObject{ID: f.ID, JSON: f.Object}, f.Event == veil.PushDeleted)
+// pushed hands an applied frame to the observer; s.mu is held.
+func (o *observing) pushed(f veil.PushFrame) {
+	if o.observer != nil {
+		o.observer.Pushed(classOf[f.Resource], RawObject{ID: f.ID, JSON: f.Object}, f.Event == veil.PushDeleted)
 	}
 }

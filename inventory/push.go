@@ -1,5 +1,5 @@
 // Pushed changes: objects the controller's push channel sent, applied to the inventory between
-// its refreshes, and the pace of those refreshes while the push runs.
+// its refreshes (the pace of those refreshes while the push runs is in pacing.go).
 
 package inventory
 
@@ -28,21 +28,6 @@ func (s *Store) PushResources() []string {
 	slices.Sort(out)
 	return out
 }
-
-// pushedCollection says whether the push keeps collection fresh (one of pushResources'): while
-// the push runs it is listed only at a resync.
-func pushedCollection(collection string) bool {
-	for _, c := range pushResources {
-		if c == collection {
-			return true
-		}
-	}
-	return false
-}
-
-// slowCollections change seldom and are long (disks and interfaces: two or three per VM): they
-// are listed every collect.resync_interval, not every collect.interval.
-var slowCollections = map[string]bool{collVdisks: true, collInterfaces: true}
 
 // PushDrop is why a pushed frame was not applied.
 type PushDrop string
@@ -73,10 +58,8 @@ func (s *Store) Apply(frames []veil.PushFrame) map[PushDrop]int {
 			continue
 		}
 		e.snap.Applied++
-		s.observePushed(f)
-		if s.listing {
-			s.replay = append(s.replay, f)
-		}
+		s.observing.pushed(f)
+		s.pacing.keep(f)
 	}
 	if e.snap.Applied != s.snap.Applied { // frames all dropped change nothing
 		s.publish(e.snap)
@@ -108,21 +91,16 @@ func (s *Store) applyFrame(e *edit, f veil.PushFrame, now time.Time) PushDrop {
 	del := f.Event == veil.PushDeleted
 	switch f.Resource {
 	case "/nodes/":
-		return pushInto(pushSlice[veil.Node, *veil.Node]{&e.snap.Nodes, &e.nodes, func(n *veil.Node) string { return n.ID }, ref[veil.Node]}, f, del, s.learnObject(now), s.rejectFrame)
+		return pushInto(pushSlice[veil.Node, *veil.Node]{&e.snap.Nodes, &e.nodes, func(n *veil.Node) string { return n.ID }, ref[veil.Node]}, f, del, s.names.learner(now), s.rejectFrame)
 	case "/clusters/":
-		return pushInto(pushSlice[veil.Cluster, veil.Cluster]{&e.snap.Clusters, &e.clusters, func(c veil.Cluster) string { return c.ID }, itself[veil.Cluster]}, f, del, s.learnObject(now), s.rejectFrame)
+		return pushInto(pushSlice[veil.Cluster, veil.Cluster]{&e.snap.Clusters, &e.clusters, func(c veil.Cluster) string { return c.ID }, itself[veil.Cluster]}, f, del, s.names.learner(now), s.rejectFrame)
 	case "/data-pools/":
 		e.snap.DevicesGen++ // veil_datapool_provisioned_bytes lists every datapool
-		return pushInto(pushSlice[veil.Datapool, veil.Datapool]{&e.snap.Datapools, &e.datapools, func(d veil.Datapool) string { return d.ID }, itself[veil.Datapool]}, f, del, s.learnObject(now), s.rejectFrame)
+		return pushInto(pushSlice[veil.Datapool, veil.Datapool]{&e.snap.Datapools, &e.datapools, func(d veil.Datapool) string { return d.ID }, itself[veil.Datapool]}, f, del, s.names.learner(now), s.rejectFrame)
 	case "/domains/":
 		return s.pushDomain(e, f, del, now)
 	}
 	return DropUnknownResource
-}
-
-// learnObject records a pushed object's name, as a listing would.
-func (s *Store) learnObject(now time.Time) func(id, name string) {
-	return func(id, name string) { s.learnName(now, id, name) }
 }
 
 // pushDomain applies a domain frame: a VM that domain_include/exclude leave out is removed from
@@ -136,7 +114,7 @@ func (s *Store) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) P
 			s.rejectFrame(f, d.ID, err)
 			return DropBadObject
 		}
-		s.learnName(now, d.ID, d.VerboseName)
+		s.names.learn(now, d.ID, d.VerboseName)
 	}
 	switch {
 	case e.replaying:
@@ -146,7 +124,7 @@ func (s *Store) pushDomain(e *edit, f veil.PushFrame, del bool, now time.Time) P
 		snap.DomainsTotal = max(0, snap.DomainsTotal-1)
 	}
 	_, found := snap.Domains.Find(f.ID)
-	keep := !del && len(s.filterDomains([]veil.Domain{d})) == 1
+	keep := !del && len(s.filter.domains([]veil.Domain{d})) == 1
 	if !keep && !found {
 		return ""
 	}
@@ -249,25 +227,4 @@ func indexOf[T any](s []T, want string, id func(T) string) int {
 		}
 	}
 	return -1
-}
-
-// SetPushed says whether the push channel keeps the pushed collections fresh: while it does,
-// refreshes list them only every resync (collect.resync_interval); the others (tasks, version)
-// keep collect.interval. Resync makes the next refresh list everything and starts it now.
-func (s *Store) SetPushed(on bool) {
-	s.mu.Lock()
-	s.pushed = on
-	s.mu.Unlock()
-}
-
-// Resync lists every collection at the next refresh and starts it now: after every (re)connect
-// of the push, since frames sent while the socket was down are lost.
-func (s *Store) Resync() {
-	s.mu.Lock()
-	s.mustList = true
-	s.mu.Unlock()
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
 }

@@ -1,10 +1,10 @@
 // What readers get from a store without waiting for a refresh: the domains (with their
-// generation) for the guest checker, readiness, and the status.
+// generation) for the guest checker, readiness, and the status (with the refresh record's part,
+// record.go).
 
 package inventory
 
 import (
-	"slices"
 	"time"
 
 	"github.com/veil-exporter/veil-exporter/internal/runstatus"
@@ -63,11 +63,6 @@ func (s *Store) Status() Status {
 		Controller:   s.controller,
 		Up:           snap.Up,
 		Ready:        snap.Refreshed,
-		AuthFailed:   s.authFailed,
-		LastAttempt:  s.lastAttempt,
-		LastStart:    s.lastStart,
-		LastDuration: s.lastDuration,
-		LastError:    s.lastError,
 		Nodes:        len(snap.Nodes),
 		Clusters:     len(snap.Clusters),
 		Datapools:    len(snap.Datapools),
@@ -76,6 +71,7 @@ func (s *Store) Status() Status {
 		Tasks:        map[string]int{},
 		Version:      snap.Version,
 	}
+	s.record.fill(&st)
 	for status, n := range snap.TaskCounts {
 		st.Tasks[status] = int(n)
 	}
@@ -89,17 +85,5 @@ func (s *Store) Status() Status {
 func (s *Store) RunStatus() []runstatus.Status {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]runstatus.Status, 0, len(s.enabled)+1)
-	names := s.enabled
-	if s.runs[collDetails] != nil {
-		names = append(slices.Clip(names), collDetails)
-	}
-	for _, name := range names {
-		r := s.runs[name]
-		out = append(out, runstatus.Status{
-			Collector: name, Success: r.success, Duration: r.duration, LastSuccess: r.lastSuccess,
-			Unavailable: r.unavailable, Error: r.err,
-		})
-	}
-	return out
+	return s.record.runStatus(s.enabled)
 }

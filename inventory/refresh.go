@@ -92,17 +92,17 @@ func (r *refresh) store() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := s.snap.next()
-	pushedDone, slowDone := true, true // no listing of them failed (unavailable is done too)
-	listedPushed, listedSlow := false, false
+	// done: no listing of them failed (unavailable is done too).
+	pushed, slow := listedKind{done: true}, listedKind{done: true}
 	prev := s.snap
 	for i, c := range r.done {
-		r.account(s.runs[c.name], c, r.fails[i], snap)
+		r.account(s.record.runs[c.name], c, r.fails[i], snap)
 		failed := r.fails[i] == failDown || r.fails[i] == failAuth
 		if pushedCollection(c.name) {
-			listedPushed, pushedDone = true, pushedDone && !failed
+			pushed.listed, pushed.done = true, pushed.done && !failed
 		}
 		if slowCollections[c.name] {
-			listedSlow, slowDone = true, slowDone && !failed
+			slow.listed, slow.done = true, slow.done && !failed
 		}
 	}
 	// Only what the device families show moves DevicesGen: a refresh that read the same disks,
@@ -112,38 +112,25 @@ func (r *refresh) store() {
 	}
 	// The next listing of each kind is due an interval after this one began, once it worked:
 	// a listing that failed (the one after a reconnect, say) is tried again at the next refresh.
-	every := max(s.cfg.ResyncInterval, s.cfg.Interval)
-	switch {
-	case listedPushed && pushedDone:
-		s.resyncAt = r.start.Add(every)
-	case listedPushed:
-		s.mustList = true
-	}
-	if listedSlow && slowDone {
-		s.slowAt = r.start.Add(every)
-	}
-	if s.listing {
+	s.pacing.listed(r.start, max(s.cfg.ResyncInterval, s.cfg.Interval), pushed, slow)
+	if replay, listing := s.pacing.endReplay(); listing {
 		// Frames pushed while the collections were listed are newer than some of the pages:
 		// applied again over them, and folded into the listings the observer gets (which saw
 		// each frame when it came), so that nobody sees an object go back to an older state.
 		e := &edit{snap: snap, replaying: true}
-		for _, f := range s.replay {
+		for _, f := range replay {
 			s.applyFrame(e, f, r.finished)
 		}
-		s.observeListings(s.replay)
-		s.listing, s.replay = false, nil
+		s.observing.handListings(replay)
 	}
 	var made bool
 	if snap.backups, made = s.backups.frozen(snap.backups); made {
 		snap.BackupsGen++
 	}
-	s.forgetNames(r.start)
+	s.names.forget(r.start)
 	r.first = !snap.Refreshed
 	snap.Up, snap.Refreshed = r.err == nil, true
-	s.authFailed = r.auth
-	s.lastAttempt = r.start
-	s.lastDuration = r.finished.Sub(r.start)
-	s.lastError = r.msg
+	s.record.ended(r.start, r.finished, r.auth, r.msg)
 	r.retryUnavailable = s.cfg.Interval * unavailableRetryEvery
 	s.publish(snap)
 }
@@ -173,9 +160,9 @@ func (r *refresh) account(run *collectionRun, c collected, f failure, snap *Snap
 	}
 }
 
-// log tells of collections gone or back, and of the controller's state when it changed
-// (s.outage): a token that keeps failing or a controller that stays down is logged when it
-// starts, when its cause changes and when it recovers, not at every refresh.
+// log tells of collections gone or back, and of the controller's state when it changed (the
+// record's outage): a token that keeps failing or a controller that stays down is logged when
+// it starts, when its cause changes and when it recovers, not at every refresh.
 func (r *refresh) log() {
 	logger := r.s.logger
 	for _, c := range r.gone {
@@ -187,13 +174,13 @@ func (r *refresh) log() {
 	}
 	switch {
 	case r.auth:
-		r.s.outage.Fail(r.finished, level.Error, r.msg, nil)
+		r.s.record.outage.Fail(r.finished, level.Error, r.msg, nil)
 	case r.err != nil:
-		r.s.outage.Fail(r.finished, level.Warn, "controller down: inventory refresh failed, serving the last good data", r.err)
+		r.s.record.outage.Fail(r.finished, level.Warn, "controller down: inventory refresh failed, serving the last good data", r.err)
 	case r.first:
 		level.Info(logger).Log("msg", "first inventory refresh done", "duration", r.finished.Sub(r.start))
 	default:
-		r.s.outage.Recover(r.finished, "controller back up: inventory refresh succeeded")
+		r.s.record.outage.Recover(r.finished, "controller back up: inventory refresh succeeded")
 	}
 }
 

@@ -1,12 +1,14 @@
 package inventory
 
-// The store of one controller: its state, Run, and which collections each refresh reads. A
-// refresh itself is in refresh.go, how each collection is read in collect.go.
+// The store of one controller, its core: the snapshot and the locks, Run, and which collections
+// each refresh reads. A refresh itself is in refresh.go, how each collection is read in
+// collect.go; the parts of the store have files of their own: the push channel's pacing
+// (pacing.go), the refresh record (record.go), the observer side (observe.go), the names book
+// (names.go), the domain filter (filter.go) and the detail sweep (details.go).
 
 import (
 	"context"
 	"errors"
-	"regexp"
 	"sync"
 	"time"
 
@@ -14,7 +16,6 @@ import (
 	"github.com/go-kit/log/level"
 
 	"github.com/veil-exporter/veil-exporter/config"
-	"github.com/veil-exporter/veil-exporter/internal/runstatus"
 	"github.com/veil-exporter/veil-exporter/veil"
 )
 
@@ -37,71 +38,33 @@ const (
 	// VersionEvery: the controller's version is read at every this many refreshes, and at the
 	// first one after an outage (an upgrade restarts the controller).
 	VersionEvery = 10
-	// nameRetention keeps the name of an object gone from the inventory this long, so that
-	// the task deleting a VM, seen after the VM, still finds its name to replace.
-	nameRetention = time.Hour
 )
 
 // Store keeps the latest good snapshot of one controller's nodes, clusters, datapools, domains,
 // tasks, disks, interfaces and version: listed at each refresh (Run), changed between them by
 // the push channel (Apply), completed by the device detail sweep. Readers take immutable
-// Snapshots and never wait for the controller.
+// Snapshots and never wait for the controller. A small core with named parts (doc.go).
 type Store struct {
 	controller string
 	client     *veil.Client
 	cfg        config.Collect
-	include    *regexp.Regexp // nil: every domain
-	exclude    *regexp.Regexp // nil: none
 	logger     log.Logger
-	outage     runstatus.Outage // of the controller: down or rejecting the token
-	enabled    []string
+	enabled    []string     // the collections read, the version last
+	filter     domainFilter // domain_include/exclude (filter.go)
 	tasks      *taskTracker
 	backups    *backupTracker
+	details    deviceSweep // the detail sweep (details.go), in Run's goroutine of its own
 
 	// refreshMu keeps one Refresh at a time and is held while it waits for the API; mu is
 	// held only to read or swap the state below, so readers never wait for the controller.
 	refreshMu sync.Mutex
 
-	mu           sync.RWMutex
-	snap         *Snapshot
-	runs         map[string]*collectionRun
-	names        map[string]knownName // uuid -> name of nodes, clusters, datapools, domains
-	authFailed   bool                 // the last refresh got 401/403: reload the token before the next
-	lastAttempt  time.Time
-	lastStart    time.Time // of the refresh running now, or of the last one
-	lastDuration time.Duration
-	lastError    string
-
-	// The push channel (push.go): pushed says it keeps the pushed collections fresh, resyncAt
-	// is when they are listed next while it does; listing says a refresh is listing them, and
-	// replay holds the frames applied meanwhile, applied again over its result.
-	pushed   bool
-	mustList bool // list them at the next refresh (Resync, or the last listing failed)
-	resyncAt time.Time
-	slowAt   time.Time // when the slow collections are listed next
-	listing  bool
-	replay   []veil.PushFrame
-	kick     chan struct{} // a refresh now (Resync)
-	// pushDialed is closed once a push channel's first dial ended (nil: no push channel); the
-	// first refresh waits for it, so that a socket opened meanwhile does not list it all again.
-	pushDialed chan struct{}
-	observer   Observer               // nil: none (observe.go)
-	listed     map[string][]RawObject // listings of the refresh being stored, for the observer
-}
-
-type collectionRun struct {
-	success     bool
-	duration    time.Duration
-	lastSuccess time.Time
-	err         string
-	unavailable bool // the controller lacks the collection (404, 403, 405)
-	skip        int  // refreshes left before an unavailable collection or the version is asked again
-}
-
-// knownName is an object's name and when the inventory last listed it.
-type knownName struct {
-	name string
-	seen time.Time
+	mu        sync.RWMutex
+	snap      *Snapshot
+	record    refreshRecord // the refreshes' record (record.go); its outage under refreshMu
+	names     nameBook      // uuid -> name of nodes, clusters, datapools, domains (names.go)
+	pacing    pushPacing    // the push channel's pacing and the replay (pacing.go)
+	observing observing     // the Observer and the listings kept for it (observe.go)
 }
 
 // NewStore returns the store of one controller; it fails without a client.
@@ -117,11 +80,12 @@ func NewStore(controller string, client *veil.Client, cfg config.Collect, logger
 		client:     client,
 		cfg:        cfg,
 		logger:     log.With(logger, "controller", controller),
-		runs:       map[string]*collectionRun{},
-		names:      map[string]knownName{},
-		kick:       make(chan struct{}, 1),
+		record:     refreshRecord{runs: map[string]*collectionRun{}},
+		names:      nameBook{},
+		pacing:     pushPacing{kick: make(chan struct{}, 1)},
 	}
-	s.outage.Logger, s.outage.EachCause = s.logger, true
+	s.record.outage.Logger, s.record.outage.EachCause = s.logger, true
+	s.details = deviceSweep{client: client, every: cfg.DeviceDetailsInterval, logger: s.logger, snapshot: s.Snapshot, store: s.storeDetails}
 	backupRe := cfg.BackupTaskPattern.Regexp()
 	lookback := time.Duration(cfg.BackupLookback)
 	if backupRe == nil {
@@ -130,7 +94,7 @@ func NewStore(controller string, client *veil.Client, cfg config.Collect, logger
 	s.tasks = newTaskTracker(maxTaskKinds, lookback)
 	s.backups = newBackupTracker(backupRe, lookback)
 	s.snap = &Snapshot{Gen: 1, backupLookback: lookback, changed: make(chan struct{})}
-	s.include, s.exclude = cfg.DomainInclude.Regexp(), cfg.DomainExclude.Regexp()
+	s.filter = domainFilter{include: cfg.DomainInclude.Regexp(), exclude: cfg.DomainExclude.Regexp()}
 	for _, c := range []struct {
 		name string
 		on   bool
@@ -138,14 +102,14 @@ func NewStore(controller string, client *veil.Client, cfg config.Collect, logger
 		{collVdisks, cfg.Vdisks}, {collInterfaces, cfg.Interfaces}} {
 		if c.on {
 			s.enabled = append(s.enabled, c.name)
-			s.runs[c.name] = &collectionRun{}
+			s.record.runs[c.name] = &collectionRun{}
 		}
 	}
 	if cfg.DeviceDetailsInterval > 0 && (cfg.Vdisks || cfg.Interfaces) {
-		s.runs[collDetails] = &collectionRun{} // not listed by refreshes: runDetails runs it
+		s.record.runs[collDetails] = &collectionRun{} // not listed by refreshes: the detail sweep runs it
 	}
 	s.enabled = append(s.enabled, collVersion)
-	s.runs[collVersion] = &collectionRun{}
+	s.record.runs[collVersion] = &collectionRun{}
 	return s, nil
 }
 
@@ -169,15 +133,15 @@ func (s *Store) publish(next *Snapshot) {
 // Run refreshes at once and then every collect.interval (or at once after a Resync) until ctx
 // is done.
 func (s *Store) Run(ctx context.Context) {
-	if s.runs[collDetails] != nil {
+	if s.record.runs[collDetails] != nil {
 		detailsDone := make(chan struct{})
 		go func() {
 			defer close(detailsDone)
-			s.runDetails(ctx)
+			s.details.run(ctx)
 		}()
 		defer func() { <-detailsDone }()
 	}
-	s.awaitPushDial(ctx)
+	s.pacing.awaitDial(ctx)
 	interval := s.cfg.Interval
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -189,7 +153,7 @@ func (s *Store) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-s.kick:
+		case <-s.pacing.kick:
 		}
 	}
 }
@@ -207,30 +171,6 @@ func RefreshLimit(interval time.Duration, full bool) time.Duration {
 		return max(3*interval, time.Minute)
 	}
 	return 3 * interval
-}
-
-// pushDialWait bounds how long the first refresh waits for the push channel's first dial.
-const pushDialWait = 10 * time.Second
-
-// awaitPushDial waits, before the first refresh, until the push channel's first dial ended
-// (or pushDialWait passed): a socket opened during that refresh would list everything again
-// at once, since the listing began before the socket could carry changes. The Resync of that
-// connect is then the first refresh itself.
-func (s *Store) awaitPushDial(ctx context.Context) {
-	if s.pushDialed == nil {
-		return
-	}
-	t := time.NewTimer(pushDialWait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-s.pushDialed:
-	case <-t.C:
-	}
-	select {
-	case <-s.kick: // the connect's Resync: the first refresh lists everything anyway
-	default:
-	}
 }
 
 // Refresh reads every enabled collection concurrently (within the client's limits) and
@@ -253,16 +193,15 @@ func (s *Store) Refresh(ctx context.Context) error {
 	}
 	r := &refresh{s: s, start: time.Now()}
 	s.mu.Lock()
-	s.lastStart = r.start
+	s.record.lastStart = r.start
 	s.mu.Unlock()
 	r.read(ctx, names)
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// Cut short because the exporter is stopping this controller (shutdown, reload): that
 		// says nothing about the controller, so keep the last state and the last good data.
 		s.mu.Lock()
-		s.mustList = s.mustList || s.listing
-		s.listing, s.replay = false, nil
-		clear(s.listed)
+		s.pacing.abandon()
+		s.observing.dropListings()
 		s.mu.Unlock()
 		return ctx.Err()
 	}
@@ -280,47 +219,14 @@ func (s *Store) due() (names []string, full, reloadToken bool) {
 	defer s.mu.Unlock()
 	names = make([]string, 0, len(s.enabled))
 	now := time.Now()
-	resync := !s.pushed || s.mustList || !now.Before(s.resyncAt)
+	resync := s.pacing.resyncDue(now)
+	down := s.snap.Refreshed && !s.snap.Up
 	for _, name := range s.enabled {
-		r := s.runs[name]
-		if name == collVersion && s.snap.Refreshed && !s.snap.Up {
-			r.skip = 0 // the controller may have been down for its upgrade
-		}
-		if (r.unavailable || name == collVersion) && r.skip > 0 {
-			r.skip--
+		if s.record.skips(name, down) || !s.pacing.lists(name, resync, now) {
 			continue
 		}
-		if pushedCollection(name) {
-			if !resync {
-				continue
-			}
-			s.listing, s.mustList, full = true, false, true
-		}
-		if slowCollections[name] && now.Before(s.slowAt) {
-			continue
-		}
+		full = full || pushedCollection(name)
 		names = append(names, name)
 	}
-	return names, full, s.authFailed
-}
-
-// learnName records the names of objects just listed; s.mu is held. Names of objects gone
-// are kept for nameRetention, for the tasks that removed them.
-func (s *Store) learnName(now time.Time, id, name string) {
-	s.names[id] = knownName{name, now}
-}
-
-// forgetNames drops names not listed for nameRetention; s.mu is held.
-func (s *Store) forgetNames(now time.Time) {
-	for id, n := range s.names {
-		if now.Sub(n.seen) > nameRetention {
-			delete(s.names, id)
-		}
-	}
-}
-
-// nameOf looks up a name for the task kinds; s.mu is held.
-func (s *Store) nameOf(id string) (string, bool) {
-	n, ok := s.names[id]
-	return n.name, ok
+	return names, full, s.record.authFailed
 }
