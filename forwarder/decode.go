@@ -240,8 +240,10 @@ func decodeEntities(v []byte) []veil.EventEntity {
 			}
 			s.Space()
 		}
-		elem, ok := s.Value()
-		if !ok {
+		start := s.I
+		s.SkipValid()
+		elem := v[start:s.I]
+		if len(elem) == 0 {
 			break
 		}
 		var ent veil.EventEntity
@@ -272,12 +274,10 @@ func forEachField(obj []byte, names *jsonscan.Names, f func(field int, val []byt
 	n := 0
 	for s.Member(&n) {
 		i := names.Lookup(s.Key)
-		v, ok := s.Value()
-		if !ok {
-			return
-		}
-		if i >= 0 {
-			f(i, v)
+		start := s.I
+		s.SkipValid() // the client has validated the page
+		if i >= 0 && s.I > start {
+			f(i, obj[start:s.I])
 		}
 	}
 }

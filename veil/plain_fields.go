@@ -233,6 +233,12 @@ func readerFor(t reflect.Type) fieldReader {
 		return unmarshalAs[Time]
 	case reflect.TypeFor[Tag]():
 		return unmarshalAs[Tag]
+	case reflect.TypeFor[[]Tag]():
+		return readTags
+	case reflect.TypeFor[*Number]():
+		return pointerTo[Number]
+	case reflect.TypeFor[*Ref]():
+		return pointerTo[Ref]
 	case reflect.TypeFor[json.RawMessage]():
 		return unmarshalAs[json.RawMessage]
 	}
@@ -267,12 +273,61 @@ func unmarshalAs[T any, P interface {
 	return ok && P((*T)(p)).UnmarshalJSON(tok) == nil
 }
 
+// pointerTo reads a *T field whose T has UnmarshalJSON as pointerReader does, without
+// reflection (Number and Ref: each listed object has some).
+func pointerTo[T any, P interface {
+	*T
+	json.Unmarshaler
+}](s *jsonscan.Scanner, p unsafe.Pointer) bool {
+	pp := (**T)(p)
+	if s.Word("null") {
+		*pp = nil
+		return true
+	}
+	if *pp == nil {
+		*pp = new(T)
+	}
+	tok, ok := s.Value()
+	return ok && P(*pp).UnmarshalJSON(tok) == nil
+}
+
 // encodingJSONReader decodes the value with encoding/json into the field (its rule for any type).
 func encodingJSONReader(t reflect.Type) fieldReader {
 	return func(s *jsonscan.Scanner, p unsafe.Pointer) bool {
 		tok, ok := s.Value()
 		return ok && json.Unmarshal(tok, reflect.NewAt(t, p).Interface()) == nil
 	}
+}
+
+// readTags reads a []Tag field (every listed VM has one) without reflection: null is nil, []
+// an empty slice, each element by Tag's UnmarshalJSON. encoding/json decodes the elements into
+// the slice there, which gives the same value: UnmarshalJSON replaces a whole Tag.
+func readTags(s *jsonscan.Scanner, p unsafe.Pointer) bool {
+	pv := (*[]Tag)(p)
+	if s.Word("null") {
+		*pv = nil
+		return true
+	}
+	if !s.Consume('[') {
+		return false
+	}
+	out := []Tag{}
+	s.Space()
+	for !s.Consume(']') {
+		if len(out) > 0 {
+			if !s.Consume(',') {
+				return false
+			}
+			s.Space()
+		}
+		out = append(out, Tag{})
+		if !unmarshalAs[Tag](s, unsafe.Pointer(&out[len(out)-1])) {
+			return false
+		}
+		s.Space()
+	}
+	*pv = out
+	return true
 }
 
 // readString reads a string field; null leaves it as it was.

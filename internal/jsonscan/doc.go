@@ -4,9 +4,10 @@
 //
 //   - Scanner walks a byte slice: it reads and validates one value at a time with JSON's grammar
 //     (Skip, Value), the tokens the fast decoders set fields from (Plain, Str, Number, Word), and
-//     objects member by member (Enter, Member). It never decides a field's value on its own:
-//     whatever it cannot read exactly as encoding/json would is reported as false, and the
-//     caller then leaves the whole input to encoding/json.
+//     objects member by member (Enter, Member); SkipValid crosses a value already validated
+//     faster (the forwarder's walk over the results the client validated). It never decides a
+//     field's value on its own: whatever it cannot read exactly as encoding/json would is
+//     reported as false, and the caller then leaves the whole input to encoding/json.
 //   - Unquote decodes a string token as encoding/json does (invalid UTF-8 and lone surrogates
 //     become U+FFFD).
 //   - Names matches an object's member name to a field the way encoding/json does: the exact

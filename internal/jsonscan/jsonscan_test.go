@@ -100,9 +100,17 @@ func TestSkipMatchesEncodingJSON(t *testing.T) {
 		}
 		s := Scanner{B: v}
 		s.Space()
+		start := s.I
 		got := s.Skip() && s.End()
 		if want := json.Valid(v); got != want {
 			t.Fatalf("Skip(%s) read one valid value: %v; json.Valid: %v", v, got, want)
+		}
+		if got {
+			s.I = start
+			s.SkipValid()
+			if !s.End() {
+				t.Fatalf("SkipValid(%s) stopped at %d", v, s.I)
+			}
 		}
 	}
 }
