@@ -20,14 +20,14 @@ import (
 // The exporter only reads: the client has no call that changes the platform's state. Tests that
 // need one (start a VM, run a backup) use internal/testutil/veilops.
 
-// clientReads are the exported methods of *Client; each reads (or, ReloadToken and Reject, acts
-// on the client alone). A new method goes here only if it changes nothing on the platform.
+// clientReads are the exported methods of *Client; each reads (or, ReloadToken, Reject and
+// ServedAt, acts on the client alone). A new method goes here only if it changes nothing on the platform.
 var clientReads = []string{
 	"AvailableGuestCommands", "Cluster", "Clusters", "ControllerVersion", "Datapool", "Datapools",
 	"DialPush", "Domain", "Domains", "Event", "EventsPage", "GuestCPUStats", "GuestCommand",
 	"GuestDiskStats", "GuestFSInfo", "GuestInfo", "GuestLoad", "GuestNetworkInterfaces",
-	"GuestOSInfo", "GuestPing", "GuestTime", "Node", "Nodes", "Reject", "ReloadToken", "Task",
-	"Tasks", "VMachineInf", "VMachineInfs", "Vdisk", "Vdisks",
+	"GuestOSInfo", "GuestPing", "GuestTime", "Node", "Nodes", "Reject", "ReloadToken", "ServedAt",
+	"Task", "Tasks", "VMachineInf", "VMachineInfs", "Vdisk", "Vdisks",
 }
 
 // stateVerbs begin the names of calls that change state.
