@@ -204,7 +204,7 @@ func (k *kvCheckpoint) Save(ctx context.Context, p position) error {
 		return err
 	}
 	k.seq++
-	b, err := json.Marshal(kvRecord{position: p, Writer: k.instance, Seq: k.seq})
+	b, err := json.Marshal(kvRecord{position: p.stored(), Writer: k.instance, Seq: k.seq})
 	if err != nil {
 		return err
 	}

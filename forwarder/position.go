@@ -271,6 +271,26 @@ func (p *position) promote(now time.Time) bool {
 	return true
 }
 
+// maxStoredFuture bounds the events of Future a bucket's stored position lists (about 100
+// bytes each: 400 KB of a value NATS takes up to its max_payload, 1 MB by default). A bucket
+// refuses a larger value, and the position would never be stored: a burst of 10,000 events
+// within the settle time, or a controller an hour ahead for good at 3 events a second, would
+// stop forwarding.
+const maxStoredFuture = 4000
+
+// stored is p as a bucket stores it: Future's newest maxStoredFuture events. The ones left out
+// count as not published to a restart that has only this position (the stream's headers list
+// them all, Veil-Future-After-Seq): published again, never lost, within the duplicate window
+// caught by NATS.
+func (p position) stored() position {
+	if len(p.Future) <= maxStoredFuture {
+		return p
+	}
+	p.Future = slices.Clone(p.Future[len(p.Future)-maxStoredFuture:])
+	p.ahead = nil
+	return p
+}
+
 func (p position) clone() position {
 	p.IDs = slices.Clone(p.IDs)
 	p.Future = slices.Clone(p.Future)
