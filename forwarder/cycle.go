@@ -38,7 +38,7 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 // test runs it over a journal in memory).
 func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
 	j := &fw.reader
-	clock, controller := fw.clock(), j.controllerNow()
+	clock, before := fw.clock(), j.controllerClock()
 	fw.mu.Lock()
 	pos := fw.pos.clone()
 	fw.mu.Unlock()
@@ -46,14 +46,7 @@ func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if controller.IsZero() {
-		// The controller's first answer: its Date, a second less (the header is truncated to
-		// it), is no later than the listing it carried.
-		if c := j.controllerNow(); !c.IsZero() {
-			controller = c.Add(-time.Second)
-		}
-	}
-	now := cutoff(clock, controller, j.settle)
+	now := cutoff(clock, j.controllerAt(before), j.settle)
 	newCount := bd.fresh(j.dir())
 	fw.mu.Lock()
 	// What locate saw of the journal, to count later losses by (only Run's goroutine moves the

@@ -62,12 +62,18 @@ func (j *journalReader) init(opts Options, logger log.Logger) error {
 	return nil
 }
 
-// controllerNow is the controller's clock as its last answer dated it; zero when not known.
-func (j *journalReader) controllerNow() time.Time {
-	if j.controllerClock == nil {
-		return time.Time{}
+// controllerAt is the controller's clock for a cycle that began when its last answer dated it
+// before: before, or, when the cycle brought the controller's first answer, that answer's Date
+// less a second (the header is truncated to it), no later than the listing it carried; zero
+// when no answer had a Date.
+func (j *journalReader) controllerAt(before time.Time) time.Time {
+	if !before.IsZero() {
+		return before
 	}
-	return j.controllerClock()
+	if c := j.controllerClock(); !c.IsZero() {
+		return c.Add(-time.Second)
+	}
+	return time.Time{}
 }
 
 // served is the order the list is served in as known now (unknownOrder in auto mode until a
