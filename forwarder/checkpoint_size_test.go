@@ -1,7 +1,7 @@
 package forwarder
 
 // The bucket's stored position stays within what NATS takes whatever Future holds: a burst of
-// events dated ahead (a controller far ahead for good) never makes every save fail
+// events within the settle time, or a controller far ahead for good, never makes every save fail
 // (savePosition retries until one is stored, so a value NATS refuses would stop forwarding).
 
 import (

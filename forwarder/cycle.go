@@ -37,8 +37,8 @@ func (fw *Forwarder) cycle(ctx context.Context) (int, error) {
 // cannot take them, publishes the new ones: the cycle with the stream's part done (a property
 // test runs it over a journal in memory).
 func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
-	now := fw.clock()
 	j := &fw.reader
+	clock, before := fw.clock(), j.controllerClock()
 	fw.mu.Lock()
 	pos := fw.pos.clone()
 	fw.mu.Unlock()
@@ -46,6 +46,7 @@ func (fw *Forwarder) tail(ctx context.Context, natsErr error) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	now := cutoff(clock, j.controllerAt(before), j.settle)
 	newCount := bd.fresh(j.dir())
 	fw.mu.Lock()
 	// What locate saw of the journal, to count later losses by (only Run's goroutine moves the
@@ -183,7 +184,7 @@ type reading struct {
 	first    bool      // no page taken yet
 	prevID   string    // the newest event of the page before
 	lastOff  int       // where the next cycle expects the boundary
-	now      time.Time // the exporter's clock when the cycle began: what is dated after it is ahead
+	now      time.Time // the cycle's cutoff: what is dated after it is remembered by id (Future)
 	held     int       // events dated ahead left unpublished (position.take)
 }
 

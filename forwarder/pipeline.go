@@ -279,16 +279,19 @@ func (fw *Forwarder) acknowledged(b sentBatch, n int, seq uint64) position {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	out := &fw.out
-	wasAhead := len(fw.pos.Future)
 	if seq > 0 {
 		out.seq = seq
 	}
 	p := fw.pos.clone()
 	p.FromStart = false
 	republished := 0
+	var newest futureEvent // the newest event of the batch published ahead of the clock
 	for i, e := range events {
 		if future[i] {
 			p.addFuture(e.Created.Time, e.ID, b.expect)
+			if e.Created.After(newest.Created) {
+				newest = futureEvent{ID: e.ID, Created: e.Created.Time}
+			}
 		} else {
 			p.advance(e.Created.Time, e.ID)
 		}
@@ -307,8 +310,8 @@ func (fw *Forwarder) acknowledged(b sentBatch, n int, seq uint64) position {
 		out.republishUntil = position{} // past what the rewind went back from
 	}
 	fw.pos = p
-	if wasAhead == 0 && len(p.Future) > 0 {
-		fw.obs.aheadFrom(p.Future[0], fw.clock())
+	if newest.ID != "" {
+		fw.obs.aheadFrom(newest, fw.clock()) // says so if it is ahead of the clock by much
 	}
 	return p.clone()
 }

@@ -7,16 +7,19 @@ package forwarder
 // The rule, whatever the events' created say:
 //   - Created (the watermark W) and IDs: every event dated before W was published (or predates
 //     the start, or was lost at the source, counted in gaps), and so were the events of IDs,
-//     dated exactly W. W moves only to the created of an event taken no later than the
-//     exporter's clock said when it was read: a controller's clock that runs ahead, for one event
-//     or for good, never moves it past events the controller writes after it, which ordering by
-//     created lists before the ones dated ahead.
-//   - Future: the events published although dated after the clock when they were read, known
+//     dated exactly W. W moves only to the created of an event taken no later than the cutoff
+//     of the read that took it (cutoff): settleTime before the earlier of the exporter's clock
+//     and the controller's (its answers' Date). So a controller's clock that runs ahead, for one
+//     event or for good, never moves W past events the controller writes after it, which
+//     ordering by created lists before the ones dated ahead; and an event that appears in the
+//     list after newer ones (its transaction committed late, the controller's clock stepped
+//     back by less than settleTime) is still above W when it appears.
+//   - Future: the events published although dated after the cutoff when they were read, known
 //     by id (and the stream sequence their messages follow, After) until W passes them. There
 //     is no count threshold: as many as the controller dates ahead, up to maxFutureIDs (about
 //     100 bytes each: 10 MB at most per controller). Beyond it an event dated ahead is held
-//     back, not published and not lost: it goes out once the clock has passed it.
-//   - promote: once a read has published everything it listed, the events of Future the clock
+//     back, not published and not lost: it goes out once the cutoff has passed it.
+//   - promote: once a read has published everything it listed, the events of Future the cutoff
 //     has passed move W up to the newest of them, so that a controller whose clock runs hours
 //     ahead all the time is remembered by id for as long as it is ahead, not for ever.
 //
@@ -58,6 +61,30 @@ type position struct {
 	ahead map[string]struct{}
 }
 
+// settleTime is how long after its created an event may still appear in the journal: the
+// platform dates an event when it is written, and lists it once its transaction commits, which
+// may be after newer events were listed; an NTP correction may step the controller's clock back.
+// The events of the last settleTime are known by id (Future) and re-read by every cycle: at
+// 50 events a second, 250 of them.
+const settleTime = 5 * time.Second
+
+// defaultSettle is the settle time of a new forwarder's reader: settleTime, but in the tests that
+// follow the position event by event (TestMain; the property test and the settle tests set it).
+var defaultSettle = settleTime
+
+// cutoff is the instant up to which a read that began when the exporter's clock said now and the
+// controller's (its last answer's Date, zero when not known) said controller lets W move: what
+// the controller lists later is dated after it (settle, settleTime). A controller's clock running
+// behind the exporter's (time zones, no NTP) dates its events behind the exporter's clock; the
+// Date header, to the second, says by how much. With settle 0 (events appear in the order of
+// their created: the tests that follow the position event by event) it is the exporter's clock.
+func cutoff(now, controller time.Time, settle time.Duration) time.Time {
+	if settle > 0 && !controller.IsZero() && controller.Before(now) {
+		now = controller
+	}
+	return now.Add(-settle)
+}
+
 // maxOddIDs bounds position.Odd: an event that does not decode is re-read at most a few pages
 // after it was published (where its borrowed date may still be ahead of the position).
 const maxOddIDs = 256
@@ -79,7 +106,7 @@ const afterPending = ^uint64(0)
 // messages read back) that events dated ahead of the clock may cost.
 const maxFutureIDs = 100_000
 
-// take says how the reader takes e, read when the exporter's clock said now: ahead (published
+// take says how the reader takes e, read by a cycle whose cutoff is now: ahead (published
 // ahead of its time, remembered by id), held (dated ahead while Future is full: left for a later
 // read) or neither (an ordinary event: it moves W). It moves the position past e unless held.
 // An event that does not decode counts as dated as the neighbour it borrowed its created from.
@@ -117,6 +144,18 @@ func mergeOdd(older, newer []string) []string {
 	}
 	out = append(out, newer...)
 	return out[max(0, len(out)-maxOddIDs):]
+}
+
+// datedAfter is how many events of Future are dated after now (the exporter's clock): those of a
+// controller whose clock runs ahead, not the last settleTime's.
+func (p *position) datedAfter(now time.Time) int {
+	n := 0
+	for _, a := range p.Future {
+		if a.Created.After(now) {
+			n++
+		}
+	}
+	return n
 }
 
 // addFuture records an event published ahead of its time.
@@ -214,8 +253,8 @@ func (p *position) forgetPassed() {
 	})
 }
 
-// promote moves W up to the newest event of Future dated no later than now, the clock when a
-// read began that published everything it listed: every event dated up to it was published
+// promote moves W up to the newest event of Future dated no later than now, the cutoff of a
+// read that published everything it listed: every event dated up to it was published
 // then. It says whether W moved.
 func (p *position) promote(now time.Time) bool {
 	w, found := p.Created, false
@@ -234,8 +273,9 @@ func (p *position) promote(now time.Time) bool {
 
 // maxStoredFuture bounds the events of Future a bucket's stored position lists (about 100
 // bytes each: 400 KB of a value NATS takes up to its max_payload, 1 MB by default). A bucket
-// refuses a larger value, and the position would never be stored: a controller an hour ahead
-// for good at 3 events a second would stop forwarding.
+// refuses a larger value, and the position would never be stored: a burst of 10,000 events
+// within the settle time, or a controller an hour ahead for good at 3 events a second, would
+// stop forwarding.
 const maxStoredFuture = 4000
 
 // stored is p as a bucket stores it: Future's newest maxStoredFuture events. The ones left out

@@ -46,7 +46,9 @@ type pev struct {
 type propJournal struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
-	now    *time.Time // the exporter's clock (virtual)
+	now    *time.Time    // the exporter's clock (virtual)
+	skew   time.Duration // the controller's clock less the exporter's, for good
+	served time.Time     // the controller's clock when it last answered, to the second (Date)
 	lead   time.Duration
 	leadN  int // events still to be written with lead
 	evs    []*pev
@@ -62,6 +64,7 @@ func (j *propJournal) pageBody(_ context.Context, offset, limit int, ordering st
 	if j.churn > 0 && j.rng.IntN(1000) < j.churn {
 		j.changeLocked()
 	}
+	j.served = j.now.Add(j.skew).Truncate(time.Second)
 	list := j.evs
 	if ordering == "-created" {
 		list = slices.Clone(list)
@@ -74,6 +77,13 @@ func (j *propJournal) pageBody(_ context.Context, offset, limit int, ordering st
 		raws = append(raws, e.raw)
 	}
 	return fmt.Appendf(nil, `{"count":%d,"next":null,"previous":null,"results":[%s]}`, len(list), strings.Join(raws, ",")), nil
+}
+
+// servedAt is the Date of the controller's last answer (veil.Client.ServedAt).
+func (j *propJournal) servedAt() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.served
 }
 
 // change writes, deletes or moves the controller's clock, as the controller does between reads.
@@ -105,6 +115,12 @@ func (j *propJournal) changeLocked() {
 		for range 2 + j.rng.IntN(6) {
 			j.add(at, j.kind())
 		}
+	case r < 32: // events that appear late: dated up to settleTime before the controller's clock
+		// (a transaction committed late, the clock stepped back), after newer ones were listed
+		for range 1 + j.rng.IntN(4) {
+			late := time.Duration(j.rng.Int64N(int64(settleTime - time.Millisecond)))
+			j.add(j.now.Add(j.skew-late).Truncate(time.Microsecond), j.kind())
+		}
 	default:
 		for range 1 + j.rng.IntN(4) {
 			j.add(j.writeAt(), j.kind())
@@ -112,9 +128,9 @@ func (j *propJournal) changeLocked() {
 	}
 }
 
-// writeAt is the controller's clock: the exporter's, plus the lead while it lasts.
+// writeAt is the controller's clock: the exporter's and its skew, plus the lead while it lasts.
 func (j *propJournal) writeAt() time.Time {
-	at := j.now.Add(time.Duration(j.rng.IntN(1000)) * time.Microsecond)
+	at := j.now.Add(j.skew + time.Duration(j.rng.IntN(1000))*time.Microsecond)
 	if j.leadN > 0 {
 		j.leadN--
 		at = at.Add(j.lead)
@@ -250,6 +266,21 @@ func (c *memCheckpoint) Save(_ context.Context, p position) error {
 	return err
 }
 
+// propSkew is how far the controller's clock is from the exporter's, for good: mostly in step,
+// else behind by seconds to hours (time zones, no NTP) or ahead by less than settleTime.
+func propSkew(rng *rand.Rand) time.Duration {
+	switch r := rng.IntN(10); {
+	case r < 5:
+		return 0
+	case r < 7:
+		return -time.Duration(rng.Int64N(int64(90 * time.Second)))
+	case r < 8:
+		return -time.Duration(1+rng.IntN(5)) * time.Hour
+	default:
+		return time.Duration(rng.Int64N(int64(settleTime)))
+	}
+}
+
 // propCase is one run: a journal, a stream, a stored position and the forwarder of the moment.
 type propCase struct {
 	t      *testing.T
@@ -285,6 +316,7 @@ func (c *propCase) start() {
 	}
 	fw.reader.pager, fw.out.pub, fw.out.sr = c.j, c.s, c.s
 	fw.clock = func() time.Time { return c.now }
+	fw.reader.controllerClock, fw.reader.settle = c.j.servedAt, settleTime
 	pos, _, err := fw.startPosition(context.Background())
 	if err != nil {
 		c.t.Fatal(err)
@@ -453,7 +485,8 @@ func TestEveryEventOnceWhateverTheJournalDoes(t *testing.T) {
 		now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 		c := &propCase{t: t, seed: seed, rng: rng, now: now, limit: 4096,
 			page: 4 + rng.IntN(12), conc: 1 + rng.IntN(4), order: propOrder(rng)}
-		c.j = &propJournal{rng: rand.New(rand.NewPCG(seed, 2)), now: &c.now, all: map[string]*pev{}, churn: propChurn(rng), bigLen: 6000}
+		c.j = &propJournal{rng: rand.New(rand.NewPCG(seed, 2)), now: &c.now, all: map[string]*pev{}, churn: propChurn(rng), bigLen: 6000,
+			skew: propSkew(rng)}
 		c.s = &propStream{rng: rand.New(rand.NewPCG(seed, 3)), fail: rng.IntN(100)}
 		c.cp = &memCheckpoint{}
 		c.start()

@@ -88,7 +88,7 @@ func (fw *Forwarder) Status() Status {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	s := Status{Controller: fw.opts.Controller, Order: fw.reader.served().String(), Position: fw.pos.Created,
-		PositionIDs: append([]string(nil), fw.pos.IDs...), Ahead: len(fw.pos.Future), StreamSeq: fw.out.seq, Subject: fw.out.filter}
+		PositionIDs: append([]string(nil), fw.pos.IDs...), Ahead: fw.pos.datedAfter(fw.clock()), StreamSeq: fw.out.seq, Subject: fw.out.filter}
 	fw.obs.status(&s)
 	s.NATS = fw.out.stream.conn.Status()
 	return s
@@ -148,7 +148,7 @@ func (fw *Forwarder) Describe(ch chan<- *prometheus.Desc) {
 func (fw *Forwarder) Collect(ch chan<- prometheus.Metric) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	fw.obs.collect(ch, fw.pos.Created, len(fw.pos.Future))
+	fw.obs.collect(ch, fw.pos.Created, fw.pos.datedAfter(fw.clock()))
 }
 
 // collect sends the metrics of what the observer counts, with the position's created and how

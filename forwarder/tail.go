@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
@@ -29,13 +30,18 @@ type journalReader struct {
 	// hint is the offset where the last cycle left the boundary; slack the pages' overlap it
 	// ended with.
 	hint, slack int
-	obs         *observer // what reading finds lost or read twice
-	logger      log.Logger
+	// controllerClock is the controller's clock as its last answer dated it (zero: not known);
+	// settle how long after its created an event may still appear in the list (settleTime).
+	controllerClock func() time.Time
+	settle          time.Duration
+	obs             *observer // what reading finds lost or read twice
+	logger          log.Logger
 }
 
 // init configures the journal from opts.
 func (j *journalReader) init(opts Options, logger log.Logger) error {
 	j.pager, j.logger = clientPager{opts.Client}, logger
+	j.controllerClock, j.settle = opts.Client.ServedAt, defaultSettle
 	j.page = pageSize(opts.Events.PageSize, logger)
 	j.concurrency = catchUpPages
 	if opts.Concurrency > 0 {
@@ -54,6 +60,20 @@ func (j *journalReader) init(opts Options, logger log.Logger) error {
 		return fmt.Errorf("forwarder: unknown events.order %q", opts.Events.Order)
 	}
 	return nil
+}
+
+// controllerAt is the controller's clock for a cycle that began when its last answer dated it
+// before: before, or, when the cycle brought the controller's first answer, that answer's Date
+// less a second (the header is truncated to it), no later than the listing it carried; zero
+// when no answer had a Date.
+func (j *journalReader) controllerAt(before time.Time) time.Time {
+	if !before.IsZero() {
+		return before
+	}
+	if c := j.controllerClock(); !c.IsZero() {
+		return c.Add(-time.Second)
+	}
+	return time.Time{}
 }
 
 // served is the order the list is served in as known now (unknownOrder in auto mode until a

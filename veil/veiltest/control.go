@@ -363,7 +363,7 @@ var controlRoutes = []route{
 		s.ResetRequests()
 		writeJSON(w, http.StatusOK, okBody)
 	}},
-	{"POST /_sim/events", "add events: {n, type, same_created, message, entity_class, ahead (a duration: the controller's clock that far ahead), ahead_stays (later events are dated no earlier than these)}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
+	{"POST /_sim/events", "add events: {n, type, same_created, message, entity_class, ahead (a duration: the controller's clock that far ahead), ahead_stays (later events are dated no earlier than these), late (a duration: dated that far back, listed where that puts them, as a transaction committed late)}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {
 		var b struct {
 			N           int          `json:"n"`
 			Type        string       `json:"type"`
@@ -372,10 +372,11 @@ var controlRoutes = []route{
 			EntityClass string       `json:"entity_class"`
 			Ahead       jsonDuration `json:"ahead"`
 			AheadStays  bool         `json:"ahead_stays"`
+			Late        jsonDuration `json:"late"`
 		}
 		if decodeBody(w, r, &b) {
 			writeJSON(w, http.StatusOK, map[string]any{"ids": s.AddEvents(b.N, EventSpec{Type: b.Type,
-				SameCreated: b.SameCreated, Message: b.Message, EntityClass: b.EntityClass, Ahead: time.Duration(b.Ahead), AheadStays: b.AheadStays})})
+				SameCreated: b.SameCreated, Message: b.Message, EntityClass: b.EntityClass, Ahead: time.Duration(b.Ahead), AheadStays: b.AheadStays, Late: time.Duration(b.Late)})})
 		}
 	}},
 	{"POST /_sim/events/poison", "add one bad event (poison.go): {kind: huge_detail {size} | long_type {size, type} | bad_created {created} | null_created | no_created | no_id | future {offset}}; answers {id, key, type, created, size}", false, func(s *Server, w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,9 @@ type event struct {
 	// future marks an event dated ahead of the clock (a poison event, poison.go): events
 	// written after it with an earlier created go before it, as ordering by created puts them.
 	future bool
+	// late marks an event that appears after newer ones (EventSpec.Late): it goes where its
+	// created puts it.
+	late bool
 	// bad changes the event's wire form (a poison event that does not decode: no id, a bad or
 	// missing created); nil for every normal event.
 	bad *badWire
@@ -117,7 +120,7 @@ type eventEntity struct {
 func (st *state) newEvent(created time.Time, e event) *event {
 	j := &st.events
 	at := j.len()
-	for at > 0 && j.at(at-1).future && j.at(at-1).created.After(created) {
+	for at > 0 && (j.at(at-1).future || e.late) && j.at(at-1).created.After(created) {
 		at--
 	}
 	if at > 0 && created.Before(j.at(at-1).created) {
@@ -176,7 +179,7 @@ func (st *state) randomEvent(created time.Time, spec EventSpec) *event {
 	if st.rng.IntN(4) == 0 {
 		user = "admin"
 	}
-	return st.newEvent(created, event{typ: typ, user: user, msg: msg, ents: ents})
+	return st.newEvent(created, event{typ: typ, user: user, msg: msg, ents: ents, late: spec.Late > 0})
 }
 
 var eventMessages = map[string][]text{
@@ -231,6 +234,10 @@ type EventSpec struct {
 	// AheadStays keeps the journal's order as a controller with a monotonic clock does: the
 	// events written after ones dated Ahead are dated as the newest of them (not before them).
 	AheadStays bool
+	// Late dates the events that far before the simulator's clock and lists them where that
+	// created puts them, after newer events were listed: a transaction that committed late, a
+	// clock stepped back.
+	Late time.Duration
 }
 
 // AddEvents appends n events and returns their ids, oldest first.
@@ -241,7 +248,7 @@ func (s *Server) AddEvents(n int, opt EventSpec) []string {
 	s.st.advance(now)
 	ids := make([]string, 0, max(n, 0))
 	for i := 0; i < n; i++ {
-		t := now.Add(opt.Ahead)
+		t := now.Add(opt.Ahead - opt.Late)
 		if !opt.SameCreated {
 			t = t.Add(time.Duration(i) * time.Microsecond)
 		}
