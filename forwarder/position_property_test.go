@@ -192,14 +192,24 @@ type propStream struct {
 	mu   sync.Mutex
 	msgs []storedMsg
 	fail int // per mille of batches refused (a prefix of the batch stored)
-	rng  *rand.Rand
-	errs []string
+	// stale is the per mille of reads (last, from) answered by a replica that is not caught up:
+	// it holds only a prefix of the stream. Right after a partition heals, the node that led the
+	// stream before the cut may still answer as its leader for a moment, with what it held then.
+	stale     int
+	staleLast map[uint64]bool // the sequences a stale replica gave as the newest (last)
+	rng       *rand.Rand
+	errs      []string
 }
 
 func (s *propStream) publish(_ context.Context, msgs []*nats.Msg, expect uint64) (int, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if last := uint64(len(s.msgs)); expect != last {
+		if s.staleLast[expect] {
+			// The position came from a replica not caught up: the stream leader refuses the
+			// expectation, as NATS does, and the forwarder reads the position again.
+			return 0, 0, fmt.Errorf("%w: wrong last sequence", errConflict)
+		}
 		s.errs = append(s.errs, fmt.Sprintf("publish expects %d, the stream's newest is %d", expect, last))
 		return 0, 0, fmt.Errorf("%w: wrong last sequence", errConflict)
 	}
@@ -221,10 +231,18 @@ func (s *propStream) publish(_ context.Context, msgs []*nats.Msg, expect uint64)
 func (s *propStream) last(context.Context) (*storedMsg, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.msgs) == 0 {
+	held := len(s.msgs)
+	if held > 0 && s.rng.IntN(1000) < s.stale {
+		held = s.rng.IntN(held)
+		if s.staleLast == nil {
+			s.staleLast = map[uint64]bool{}
+		}
+		s.staleLast[uint64(held)] = true
+	}
+	if held == 0 {
 		return nil, nil
 	}
-	m := s.msgs[len(s.msgs)-1]
+	m := s.msgs[held-1]
 	return &m, nil
 }
 
@@ -234,7 +252,11 @@ func (s *propStream) from(_ context.Context, seq uint64) (*storedMsg, error) {
 	if seq == 0 {
 		seq = 1
 	}
-	if seq > uint64(len(s.msgs)) {
+	held := uint64(len(s.msgs))
+	if held > 0 && s.rng.IntN(1000) < s.stale {
+		held = s.rng.Uint64N(held)
+	}
+	if seq > held {
 		return nil, nil
 	}
 	m := s.msgs[seq-1]
@@ -366,7 +388,7 @@ func (c *propCase) run(steps int) {
 	c.j.churn = 0
 	c.j.mu.Unlock()
 	c.s.mu.Lock()
-	c.s.fail = 0
+	c.s.fail, c.s.stale = 0, 0
 	c.s.mu.Unlock()
 	c.now = c.now.Add(4 * time.Hour)
 	quiet := 0
@@ -487,7 +509,7 @@ func TestEveryEventOnceWhateverTheJournalDoes(t *testing.T) {
 			page: 4 + rng.IntN(12), conc: 1 + rng.IntN(4), order: propOrder(rng)}
 		c.j = &propJournal{rng: rand.New(rand.NewPCG(seed, 2)), now: &c.now, all: map[string]*pev{}, churn: propChurn(rng), bigLen: 6000,
 			skew: propSkew(rng)}
-		c.s = &propStream{rng: rand.New(rand.NewPCG(seed, 3)), fail: rng.IntN(100)}
+		c.s = &propStream{rng: rand.New(rand.NewPCG(seed, 3)), fail: rng.IntN(100), stale: propStale(rng)}
 		c.cp = &memCheckpoint{}
 		c.start()
 		c.run(20 + rng.IntN(60))
@@ -507,6 +529,15 @@ func propOrder(rng *rand.Rand) string {
 		return "newest_first"
 	}
 	return "oldest_first"
+}
+
+// propStale is the per mille of reads back a replica not caught up answers: none in half the
+// cases, up to 20 % in the others.
+func propStale(rng *rand.Rand) int {
+	if rng.IntN(2) == 0 {
+		return rng.IntN(200)
+	}
+	return 0
 }
 
 // propChurn is the per mille of page reads that change the journal first: none in half the

@@ -305,11 +305,15 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 	case m == nil:
 		out.seq = 0
 	default:
-		out.seq = m.seq
 		c := sp.compare(cur)
 		if cur.promotedFrom(sp) {
 			c = 0 // the stream's newest message is from before a promotion: ours is as far
 		}
+		if c < 0 && out.doubt(m.seq, fw.clock()) {
+			fw.mu.Unlock()
+			return fmt.Errorf("%w: the stream's newest message of this controller is %d, older than %d it acknowledged", errStaleReplica, m.seq, out.seq)
+		}
+		out.seq = m.seq
 		if c != 0 || !cur.Known {
 			if c < 0 && cur.Known && !cur.FromStart {
 				rewound = &Rewind{At: time.Now(), From: cur.Created, To: sp.Created}
@@ -331,7 +335,7 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 			fw.reader.order.CompareAndSwap(int64(unknownOrder), int64(o))
 		}
 	}
-	out.needSync = false
+	out.needSync, out.behind.seq = false, 0
 	out.epoch = c.Generation()
 	pos, seq := fw.pos.clone(), out.seq
 	fw.mu.Unlock()

@@ -8,6 +8,7 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -44,6 +45,32 @@ type streamSide struct {
 	// serialLeft is how many events are still to be published one at a time after a failure
 	// (pipeline.go).
 	serialLeft int
+	// behind is a newest message older than one the stream acknowledged, and when it was first
+	// answered (doubt).
+	behind struct {
+		seq   uint64
+		since time.Time
+	}
+}
+
+// staleGrace is how long the stream must answer a newest message older than one it acknowledged
+// before that is taken for messages lost by NATS rather than a node not caught up. A node that led
+// the stream before a partition hears of the new leader within a heartbeat or two of the routes
+// coming back; a server that lost acknowledged messages (a power loss) says the same for good.
+const staleGrace = 5 * time.Second
+
+// doubt says whether the controller's newest message the stream answered, seq, is to be read
+// again rather than taken: it is older than one the stream acknowledged to this forwarder, and
+// has not been answered for staleGrace yet. fw.mu is held.
+func (s *streamSide) doubt(seq uint64, now time.Time) bool {
+	if seq >= s.seq {
+		s.behind.seq = 0
+		return false
+	}
+	if s.behind.seq != seq {
+		s.behind.seq, s.behind.since = seq, now
+	}
+	return now.Sub(s.behind.since) < staleGrace
 }
 
 // init sets the stream side up for controller on stream: JetStream, with an expectation on each
@@ -162,18 +189,13 @@ func (s *streamSide) completeInstant(ctx context.Context, m *storedMsg, sp *posi
 	}
 	created := m.header.Get(hdrCreated)
 	var ids []string
-	for seq := from + 1; seq <= m.seq; {
-		x, err := s.sr.from(ctx, seq)
-		if err != nil {
-			return 0, err
-		}
-		if x == nil || x.seq > m.seq {
-			break
-		}
+	err := s.walk(ctx, from, m, func(x *storedMsg) {
 		if x.header.Get(hdrCreated) == created {
 			ids = append(ids, strings.TrimPrefix(x.header.Get(nats.MsgIdHdr), s.idPrefix))
 		}
-		seq = x.seq + 1
+	})
+	if err != nil {
+		return 0, err
 	}
 	if len(ids) != count {
 		level.Warn(s.logger).Log("msg", "the stream holds fewer messages of the position's instant than its newest message counts: the events not found may be published again (the duplicate window drops them)",
@@ -201,22 +223,17 @@ func (s *streamSide) completeFuture(ctx context.Context, m *storedMsg, sp *posit
 	from, _ := strconv.ParseUint(m.header.Get(hdrFutureFrom), 10, 64)
 	var ahead []futureEvent
 	seen := map[string]bool{}
-	for seq := from + 1; seq <= m.seq; {
-		x, err := s.sr.from(ctx, seq)
-		if err != nil {
-			return err
-		}
-		if x == nil || x.seq > m.seq {
-			break
-		}
-		seq = x.seq + 1
+	err := s.walk(ctx, from, m, func(x *storedMsg) {
 		created, err := time.Parse(time.RFC3339Nano, x.header.Get("ce-time"))
 		id := strings.TrimPrefix(x.header.Get(nats.MsgIdHdr), s.idPrefix)
 		if err != nil || !created.After(sp.Created) || seen[id] {
-			continue
+			return
 		}
 		seen[id] = true
 		ahead = append(ahead, futureEvent{ID: id, Created: created, After: from})
+	})
+	if err != nil {
+		return err
 	}
 	if len(ahead) != count {
 		level.Warn(s.logger).Log("msg", "the stream holds another number of events published ahead of their time than its newest message counts: those not found may be published again (the duplicate window drops them)",
@@ -224,4 +241,32 @@ func (s *streamSide) completeFuture(ctx context.Context, m *storedMsg, sp *posit
 	}
 	sp.Future = ahead
 	return nil
+}
+
+// errStaleReplica is a read back that did not reach the controller's newest message: the node
+// that answered does not hold it. Right after a partition heals, the node that led the stream
+// before the cut may answer as its leader for a moment with what it held then; taking its answer
+// would make the position look behind the stream's newest message and publish again what the
+// stream holds. The position is read again by the next cycle.
+var errStaleReplica = errors.New("a stream node that is not caught up answered")
+
+// walk calls each for every message of the controller after sequence from up to and including m,
+// the newest, in order. Every answer must come from a node that holds m: one that runs out of
+// messages before it, or skips it, is a replica not caught up (errStaleReplica).
+func (s *streamSide) walk(ctx context.Context, from uint64, m *storedMsg, each func(*storedMsg)) error {
+	from = min(from, m.seq-1) // a sequence from a header: never past m
+	for seq := from + 1; ; {
+		x, err := s.sr.from(ctx, seq)
+		if err != nil {
+			return err
+		}
+		if x == nil || x.seq > m.seq {
+			return fmt.Errorf("%w: reading back from stream sequence %d, message %d, the newest of this controller, was not found", errStaleReplica, from+1, m.seq)
+		}
+		each(x)
+		if x.seq == m.seq {
+			return nil
+		}
+		seq = x.seq + 1
+	}
 }
