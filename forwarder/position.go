@@ -271,23 +271,29 @@ func (p *position) promote(now time.Time) bool {
 	return true
 }
 
-// maxStoredFuture bounds the events of Future a bucket's stored position lists (about 100
-// bytes each: 400 KB of a value NATS takes up to its max_payload, 1 MB by default). A bucket
-// refuses a larger value, and the position would never be stored: a burst of 10,000 events
-// within the settle time, or a controller an hour ahead for good at 3 events a second, would
-// stop forwarding.
-const maxStoredFuture = 4000
+// maxStoredFuture and maxStoredIDs bound the events of Future and of IDs a bucket's stored
+// position lists (about 100 and 40 bytes each: 400 KB and 320 KB of a value NATS takes up to
+// its max_payload, 1 MB by default). A bucket refuses a larger value, and the position would
+// never be stored: a burst of 10,000 events within the settle time, a controller an hour ahead
+// for good at 3 events a second, or 30,000 events at one instant would stop forwarding.
+const (
+	maxStoredFuture = 4000
+	maxStoredIDs    = 8000
+)
 
-// stored is p as a bucket stores it: Future's newest maxStoredFuture events. The ones left out
-// count as not published to a restart that has only this position (the stream's headers list
-// them all, Veil-Future-After-Seq): published again, never lost, within the duplicate window
-// caught by NATS.
+// stored is p as a bucket stores it: the newest maxStoredFuture events of Future and
+// maxStoredIDs of IDs. The ones left out count as not published to a restart that has only this
+// position (the stream's headers list them all, Veil-Future-After-Seq and
+// Veil-Created-After-Seq): published again, never lost, within the duplicate window caught by
+// NATS.
 func (p position) stored() position {
-	if len(p.Future) <= maxStoredFuture {
-		return p
+	if n := len(p.IDs); n > maxStoredIDs {
+		p.IDs = slices.Clone(p.IDs[n-maxStoredIDs:])
 	}
-	p.Future = slices.Clone(p.Future[len(p.Future)-maxStoredFuture:])
-	p.ahead = nil
+	if n := len(p.Future); n > maxStoredFuture {
+		p.Future = slices.Clone(p.Future[n-maxStoredFuture:])
+		p.ahead = nil
+	}
 	return p
 }
 
