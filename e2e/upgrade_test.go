@@ -102,7 +102,7 @@ func TestUpgradeFromThePreviousRelease(t *testing.T) {
 			cur.start()
 			w.addEvents(100)
 			w.feeder.stop()
-			judgeData(t, w, cur)
+			judgeData(t, w, cur, nil)
 		})
 	}
 }
