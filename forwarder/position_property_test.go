@@ -236,7 +236,7 @@ func (s *propStream) last(context.Context) (*storedMsg, error) {
 	held := len(s.msgs)
 	// A stale newest message is answered only to a forwarder that has published (out.seq): one
 	// that has just started may take it for messages NATS lost, and a false rewind forgets the
-	// undecodable events the stored position knew beyond the last 8 (issue 49's note: left).
+	// undecodable events the stored position knew beyond the last 8 (docs/events.md: not yet handled).
 	if held > 0 && s.staleLastToo && s.rng.IntN(1000) < s.stale {
 		held = s.rng.IntN(held)
 		if s.staleLast == nil {
