@@ -311,7 +311,7 @@ func (fw *Forwarder) syncFromStream(ctx context.Context) error {
 		}
 		if c < 0 && out.doubt(m.seq, fw.clock()) {
 			fw.mu.Unlock()
-			return fmt.Errorf("%w: the stream's newest message of this controller is %d, older than %d it acknowledged", errStaleReplica, m.seq, out.seq)
+			return fmt.Errorf("%w: the stream's newest message of this controller, %d, holds less than the position (read again for %s before it counts as messages lost by NATS)", errStaleReplica, m.seq, staleGrace)
 		}
 		out.seq = m.seq
 		if c != 0 || !cur.Known {

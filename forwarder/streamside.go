@@ -45,7 +45,7 @@ type streamSide struct {
 	// serialLeft is how many events are still to be published one at a time after a failure
 	// (pipeline.go).
 	serialLeft int
-	// behind is a newest message older than one the stream acknowledged, and when it was first
+	// behind is a newest message that holds less than the position, and when it was first
 	// answered (doubt).
 	behind struct {
 		seq   uint64
@@ -53,20 +53,19 @@ type streamSide struct {
 	}
 }
 
-// staleGrace is how long the stream must answer a newest message older than one it acknowledged
-// before that is taken for messages lost by NATS rather than a node not caught up. A node that led
-// the stream before a partition hears of the new leader within a heartbeat or two of the routes
-// coming back; a server that lost acknowledged messages (a power loss) says the same for good.
+// staleGrace is how long the stream must answer a newest message that holds less than the
+// position before that is taken for messages lost by NATS rather than a node not caught up. A
+// node that led the stream before a partition hears of the new leader within a heartbeat or two of
+// the routes coming back; a server that lost acknowledged messages (a power loss) says the same
+// for good.
 const staleGrace = 5 * time.Second
 
-// doubt says whether the controller's newest message the stream answered, seq, is to be read
-// again rather than taken: it is older than one the stream acknowledged to this forwarder, and
-// has not been answered for staleGrace yet. fw.mu is held.
+// doubt says whether the controller's newest message the stream answered, seq, which holds less
+// than the position (the forwarder's own, or the stored one at a start), is to be read again
+// rather than taken for a rewind: it has not been answered for staleGrace yet. A forwarder just
+// started cannot tell a stale node by the sequence it was acknowledged, so every rewind waits.
+// fw.mu is held.
 func (s *streamSide) doubt(seq uint64, now time.Time) bool {
-	if seq >= s.seq {
-		s.behind.seq = 0
-		return false
-	}
 	if s.behind.seq != seq {
 		s.behind.seq, s.behind.since = seq, now
 	}
