@@ -35,11 +35,14 @@ func (j *journalReader) locate(ctx context.Context, pos *position) (boundary, er
 	count = pg.Count
 	// Events published ahead of their time (dated in the future) do not count here: the journal
 	// lists them after events that come later, and the boundary is where the position's time is.
-	// An event with no created of its own is dated as a neighbour on its page; alone on it (or
-	// with no dated neighbour) it says nothing of where the boundary is: it counts as new, which
-	// may put the boundary before it but never past a new event (the reader skips it if it was
-	// published).
-	isNew := func(e veil.Event) bool { return undated(&e) && e.Created.IsZero() || !pos.passed(&e) }
+	// An event with no created of its own is dated as a neighbour on its page. Alone on it (or
+	// with no dated neighbour), or dated as one at the position's instant, it says nothing of
+	// where the boundary is: the events of that instant not published yet may be listed before it
+	// (the journal's order among ties is its own). It counts as new, which may put the boundary
+	// before it but never past a new event (the reader skips it if it was published).
+	isNew := func(e veil.Event) bool {
+		return undated(&e) && (e.Created.IsZero() || !e.Created.Before(pos.Created)) || !pos.passed(&e)
+	}
 	pred := isNew // oldest first: the first new event
 	if d == newestFirst {
 		pred = func(e veil.Event) bool { return !isNew(e) } // the first published event
