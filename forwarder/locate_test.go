@@ -60,20 +60,32 @@ func TestAnUndecodableEventAtThePositionsInstantHidesNoTieBeforeIt(t *testing.T)
 	}
 }
 
-// locateRig is a forwarder that reads pages of j, in order, page rows at a time.
-func locateRig(t *testing.T, j *journal, order string, page int) *Forwarder {
+// offlineForwarder is a forwarder with neither NATS nor a controller behind it: the caller gives
+// it a pager (and a publisher and stream reader when it publishes). Messages are at most limit
+// bytes (0: NATS's default).
+func offlineForwarder(t *testing.T, ev config.Events, concurrency, limit int, cp checkpoint) *Forwarder {
 	t.Helper()
-	ev := config.Default().Events
-	ev.Order, ev.Start, ev.PageSize = order, "earliest", page
 	cli, err := veil.New(veil.Config{URL: "http://127.0.0.1:1", Token: "jwt x"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := &Stream{conn: &natsconn.Conn{}, cfg: config.Default().NATS}
-	fw, err := newForwarder(Options{Controller: "prod", ControllerURL: "https://veil", Client: cli, Events: ev, Stream: st}, &memCheckpoint{})
+	if limit > 0 {
+		st.maxMsgSize.Store(int64(limit))
+	}
+	fw, err := newForwarder(Options{Controller: "prod", ControllerURL: "https://veil", Client: cli, Events: ev, Stream: st, Concurrency: concurrency}, cp)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fw
+}
+
+// locateRig is a forwarder that reads pages of j, in order, page rows at a time.
+func locateRig(t *testing.T, j *journal, order string, page int) *Forwarder {
+	t.Helper()
+	ev := config.Default().Events
+	ev.Order, ev.Start, ev.PageSize = order, "earliest", page
+	fw := offlineForwarder(t, ev, 0, 0, &memCheckpoint{})
 	fw.reader.pager = j
 	return fw
 }

@@ -28,8 +28,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/veil-exporter/veil-exporter/config"
-	"github.com/veil-exporter/veil-exporter/natsconn"
-	"github.com/veil-exporter/veil-exporter/veil"
 )
 
 // pev is one event of the model journal.
@@ -230,17 +228,7 @@ type propCase struct {
 func (c *propCase) start() {
 	ev := config.Default().Events
 	ev.Order, ev.Start, ev.PageSize = c.order, "earliest", c.page
-	nc := config.Default().NATS
-	st := &Stream{conn: &natsconn.Conn{}, cfg: nc}
-	st.maxMsgSize.Store(int64(c.limit))
-	cli, err := veil.New(veil.Config{URL: "http://127.0.0.1:1", Token: "jwt x"})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	fw, err := newForwarder(Options{Controller: "prod", ControllerURL: "https://veil", Client: cli, Events: ev, Stream: st, Concurrency: c.conc}, c.cp)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	fw := offlineForwarder(c.t, ev, c.conc, c.limit, c.cp)
 	fw.reader.pager, fw.out.pub, fw.out.sr = c.j, c.s, c.s
 	fw.clock = func() time.Time { return c.now }
 	fw.reader.controllerClock, fw.reader.settle = c.j.servedAt, settleTime
